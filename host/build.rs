@@ -1,0 +1,46 @@
+//! Builds the bundled connectors into WebAssembly components and embeds them.
+//!
+//! Writes `$OUT_DIR/bundled_connectors.rs` with
+//! `pub static BUNDLED_COMPONENTS: &[(&str, &[u8])]` (slug-ish name, component bytes);
+//! the host `include!`s it. The guests are compiled by a nested cargo into
+//! `target/guests` (see the `connector-guest-build` crate).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use connector_guest_build::{build_components, rust_path_literal, write_if_changed, GuestSpec};
+
+/// The connectors shipped inside the host binary. Add one line per connector.
+fn bundled() -> Vec<GuestSpec> {
+    vec![
+        GuestSpec::new("acme"),
+        // GuestSpec::new("github"),
+        // GuestSpec::new("arxiv"),
+    ]
+}
+
+fn main() -> anyhow::Result<()> {
+    let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
+    let workspace_root = manifest_dir
+        .parent()
+        .ok_or_else(|| anyhow::anyhow!("host crate has no parent directory"))?;
+    let built = build_components(workspace_root, &bundled())?;
+
+    let mut code = String::from(
+        "/// Components bundled into the host: (name, component bytes).\n\
+         pub static BUNDLED_COMPONENTS: &[(&str, &[u8])] = &[\n",
+    );
+    for (name, path) in &built {
+        writeln!(
+            code,
+            "    ({name:?}, include_bytes!({})),",
+            rust_path_literal(path)?
+        )?;
+    }
+    code.push_str("];\n");
+
+    let out = Path::new(&std::env::var("OUT_DIR")?).join("bundled_connectors.rs");
+    write_if_changed(&out, &code)?;
+    println!("cargo:rerun-if-changed=build.rs");
+    Ok(())
+}

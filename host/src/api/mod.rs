@@ -1,0 +1,630 @@
+//! The HTTP API of CONTRACT.md §3, as an axum [`Router`].
+//!
+//! Handlers only translate: authenticate, parse the request, call one [`Host`] method,
+//! serialise the answer. Every rule lives in the host, so the Rust API and the HTTP API
+//! cannot disagree.
+
+mod extract;
+
+use std::sync::atomic::Ordering;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::error::{ErrorKind, HostError};
+use crate::host::{Host, Written};
+use crate::store::Subject;
+
+pub use extract::{authorize, Access, ApiJson};
+
+impl IntoResponse for HostError {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut error = json!({"code": self.code, "message": self.message});
+        if let Some(details) = self.details {
+            error["details"] = details;
+        }
+        (status, Json(json!({ "error": error }))).into_response()
+    }
+}
+
+type ApiResult = Result<Response, HostError>;
+
+fn written_status(w: Written) -> StatusCode {
+    match w {
+        Written::Created => StatusCode::CREATED,
+        Written::Updated => StatusCode::OK,
+    }
+}
+
+fn ok<T: serde::Serialize>(status: StatusCode, body: &T) -> ApiResult {
+    Ok((status, Json(body)).into_response())
+}
+
+/// Largest component accepted by `POST /connectors`.
+const MAX_COMPONENT_BYTES: usize = 64 * 1024 * 1024;
+
+/// The API routes, mounted at `/api/v1`, plus `/healthz` and `/metrics`.
+pub fn router(host: Host) -> Router {
+    let webhook_limit = host.config().max_webhook_bytes;
+    let api = Router::new()
+        .route(
+            "/webhooks/{slug}",
+            post(receive_webhook).layer(DefaultBodyLimit::max(webhook_limit)),
+        )
+        .route("/webhooks/{slug}/deliveries/{delivery}", get(get_delivery))
+        .route(
+            "/webhooks/{slug}/deliveries/{delivery}/retry",
+            post(retry_delivery),
+        )
+        .route("/units/{unit}/messages", get(list_messages))
+        .route("/units/{unit}/messages/stream", get(stream_messages))
+        .route(
+            "/connectors",
+            get(list_connectors)
+                .post(install_connector)
+                .layer(DefaultBodyLimit::max(MAX_COMPONENT_BYTES)),
+        )
+        .route(
+            "/connectors/{slug}",
+            get(get_connector).delete(delete_connector),
+        )
+        .route(
+            "/units/{unit}",
+            put(put_unit).get(get_unit).delete(delete_unit),
+        )
+        .route("/units/{unit}/connectors", get(list_bindings))
+        .route("/units/{unit}/connectors/{slug}", put(bind).delete(unbind))
+        .route("/units/{unit}/tools", get(unit_tools))
+        .route("/units/{unit}/grants", post(grant_unit))
+        .route(
+            "/units/{unit}/grants/{target}",
+            axum::routing::delete(revoke_unit),
+        )
+        .route(
+            "/agents/{agent}",
+            put(put_agent).get(get_agent).delete(delete_agent),
+        )
+        .route("/agents/{agent}/tokens", post(issue_token))
+        .route("/agents/{agent}/tools", get(agent_tools))
+        .route("/agents/{agent}/grants", post(grant_agent))
+        .route(
+            "/agents/{agent}/grants/{target}",
+            axum::routing::delete(revoke_agent),
+        )
+        .route("/agents/{agent}/image-tools", put(put_image_tools))
+        .route(
+            "/agents/{agent}/image-tools/introspect",
+            post(introspect_image_tools),
+        )
+        .route("/agents/{agent}/tool-calls", post(call_tool))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics));
+    Router::new()
+        .nest("/api/v1", api)
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .with_state(host)
+}
+
+async fn not_found() -> HostError {
+    HostError::not_found("no such route; the API lives under /api/v1 (see CONTRACT.md §3)")
+}
+
+async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn metrics(State(host): State<Host>) -> Response {
+    let m = host.metrics();
+    let body = format!(
+        "# HELP connector_host_tool_calls_total Tool calls by outcome.\n\
+         # TYPE connector_host_tool_calls_total counter\n\
+         connector_host_tool_calls_total{{outcome=\"ok\"}} {}\n\
+         connector_host_tool_calls_total{{outcome=\"failed\"}} {}\n\
+         connector_host_tool_calls_total{{outcome=\"rejected\"}} {}\n\
+         # HELP connector_host_connectors Installed connectors.\n\
+         # TYPE connector_host_connectors gauge\n\
+         connector_host_connectors {}\n",
+        m.tool_calls_ok.load(Ordering::Relaxed),
+        m.tool_calls_failed.load(Ordering::Relaxed),
+        m.tool_calls_rejected.load(Ordering::Relaxed),
+        host.list_connectors().len(),
+    );
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+// ----- connectors ----------------------------------------------------------------
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ForceQuery {
+    #[serde(default)]
+    force: Option<String>,
+}
+
+impl ForceQuery {
+    fn force(&self) -> Result<bool, HostError> {
+        match self.force.as_deref() {
+            None | Some("false") | Some("0") => Ok(false),
+            Some("true") | Some("1") | Some("") => Ok(true),
+            Some(other) => Err(HostError::invalid_request(format!(
+                "`force` must be true or false, not `{other}`"
+            ))),
+        }
+    }
+}
+
+async fn list_connectors(State(host): State<Host>, headers: HeaderMap) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    ok(
+        StatusCode::OK,
+        &json!({"connectors": host.list_connectors()}),
+    )
+}
+
+async fn get_connector(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path(slug): Path<String>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    ok(StatusCode::OK, host.connector(&slug)?.info())
+}
+
+async fn install_connector(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    query: Result<Query<ForceQuery>, axum::extract::rejection::QueryRejection>,
+    body: Bytes,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    let Query(query) = query.map_err(|e| HostError::invalid_request(e.body_text()))?;
+    let content_type = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !content_type.starts_with("application/wasm")
+        && !content_type.starts_with("application/octet-stream")
+    {
+        return Err(HostError::new(
+            ErrorKind::UnsupportedMediaType,
+            "unsupported_media_type",
+            "send the component's bytes with Content-Type: application/wasm",
+        ));
+    }
+    let installed = host.install_connector(&body, query.force()?).await?;
+    ok(written_status(installed.written), &installed.connector)
+}
+
+async fn delete_connector(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path(slug): Path<String>,
+    query: Result<Query<ForceQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    let Query(query) = query.map_err(|e| HostError::invalid_request(e.body_text()))?;
+    host.remove_connector(&slug, query.force()?).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+// ----- units and agents ------------------------------------------------------------
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PutUnit {
+    #[serde(default)]
+    parent: Option<String>,
+    #[serde(default)]
+    display_name: Option<String>,
+}
+
+async fn put_unit(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path(unit): Path<String>,
+    ApiJson(body): ApiJson<PutUnit>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    let (view, written) = host
+        .put_unit(&unit, body.parent.as_deref(), body.display_name.as_deref())
+        .await?;
+    ok(written_status(written), &view)
+}
+
+async fn get_unit(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path(unit): Path<String>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    ok(StatusCode::OK, &host.unit(&unit)?)
+}
+
+async fn delete_unit(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path(unit): Path<String>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    host.delete_unit(&unit).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PutAgent {
+    #[serde(default)]
+    units: Vec<String>,
+    #[serde(default)]
+    display_name: Option<String>,
+}
+
+async fn put_agent(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path(agent): Path<String>,
+    ApiJson(body): ApiJson<PutAgent>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    let (view, written) = host
+        .put_agent(&agent, &body.units, body.display_name.as_deref())
+        .await?;
+    ok(written_status(written), &view)
+}
+
+async fn get_agent(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path(agent): Path<String>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Agent(&agent))?;
+    ok(StatusCode::OK, &host.agent(&agent)?)
+}
+
+async fn delete_agent(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path(agent): Path<String>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    host.delete_agent(&agent).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct IssueToken {
+    #[serde(default)]
+    ttl_seconds: Option<u64>,
+}
+
+async fn issue_token(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path(agent): Path<String>,
+    ApiJson(body): ApiJson<IssueToken>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    ok(
+        StatusCode::CREATED,
+        &host.issue_agent_token(&agent, body.ttl_seconds)?,
+    )
+}
+
+// ----- bindings ---------------------------------------------------------------------
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct PutBinding {
+    #[serde(default)]
+    config: Option<Value>,
+}
+
+async fn bind(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path((unit, slug)): Path<(String, String)>,
+    ApiJson(body): ApiJson<PutBinding>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    let config = body.config.unwrap_or_else(|| json!({}));
+    let (view, written) = host.bind(&unit, &slug, config).await?;
+    ok(written_status(written), &view)
+}
+
+async fn list_bindings(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path(unit): Path<String>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    ok(StatusCode::OK, &json!({"bindings": host.bindings(&unit)?}))
+}
+
+async fn unbind(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path((unit, slug)): Path<(String, String)>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    host.unbind(&unit, &slug).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+// ----- effective tools and grants ---------------------------------------------------
+
+async fn unit_tools(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path(unit): Path<String>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    ok(
+        StatusCode::OK,
+        &json!({"tools": &*host.effective_tools(&Subject::Unit(unit))?}),
+    )
+}
+
+async fn agent_tools(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path(agent): Path<String>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Agent(&agent))?;
+    ok(
+        StatusCode::OK,
+        &json!({"tools": &*host.effective_tools(&Subject::Agent(agent))?}),
+    )
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct GrantBody {
+    #[serde(default)]
+    tool: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+}
+
+impl GrantBody {
+    fn target(self) -> Result<String, HostError> {
+        match (self.tool, self.namespace) {
+            (Some(t), None) => Ok(t),
+            (None, Some(ns)) => Ok(ns),
+            _ => Err(HostError::invalid_request(
+                "give exactly one of `tool` or `namespace`",
+            )),
+        }
+    }
+}
+
+async fn grant_unit(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path(unit): Path<String>,
+    ApiJson(body): ApiJson<GrantBody>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    ok(
+        StatusCode::CREATED,
+        &host.grant(Subject::Unit(unit), &body.target()?).await?,
+    )
+}
+
+async fn grant_agent(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path(agent): Path<String>,
+    ApiJson(body): ApiJson<GrantBody>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    ok(
+        StatusCode::CREATED,
+        &host.grant(Subject::Agent(agent), &body.target()?).await?,
+    )
+}
+
+async fn revoke_unit(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path((unit, target)): Path<(String, String)>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    host.revoke(Subject::Unit(unit), &target).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn revoke_agent(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path((agent, target)): Path<(String, String)>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    host.revoke(Subject::Agent(agent), &target).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ImageTools {
+    #[serde(default)]
+    digest: String,
+    #[serde(default)]
+    tools: Value,
+}
+
+async fn put_image_tools(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path(agent): Path<String>,
+    ApiJson(body): ApiJson<ImageTools>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    ok(
+        StatusCode::OK,
+        &host
+            .put_image_tools(&agent, &body.digest, body.tools)
+            .await?,
+    )
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Introspect {
+    #[serde(default)]
+    url: String,
+}
+
+async fn introspect_image_tools(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path(agent): Path<String>,
+    ApiJson(body): ApiJson<Introspect>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    ok(
+        StatusCode::OK,
+        &host.introspect_image_tools(&agent, &body.url).await?,
+    )
+}
+
+// ----- tool calls ---------------------------------------------------------------------
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ToolCall {
+    #[serde(default)]
+    tool: String,
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+async fn call_tool(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path(agent): Path<String>,
+    ApiJson(body): ApiJson<ToolCall>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Agent(&agent))?;
+    if body.tool.is_empty() {
+        return Err(HostError::invalid_request("`tool` is required"));
+    }
+    let arguments = body.arguments.unwrap_or_else(|| json!({}));
+    let result = host.call_tool(&agent, &body.tool, arguments).await?;
+    ok(StatusCode::OK, &json!({ "result": result }))
+}
+
+// ----- webhooks and unit messages -----------------------------------------------------
+
+async fn receive_webhook(
+    State(host): State<Host>,
+    Path(slug): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> ApiResult {
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            HostError::new(
+                ErrorKind::PayloadTooLarge,
+                "payload_too_large",
+                format!(
+                    "the webhook body is larger than limits.max_webhook_bytes ({} bytes)",
+                    host.config().max_webhook_bytes
+                ),
+            )
+        } else {
+            HostError::invalid_request(format!(
+                "could not read the webhook body: {}",
+                e.body_text()
+            ))
+        }
+    })?;
+    let outcome = host.receive_webhook(&slug, &headers, &body).await?;
+    ok(
+        StatusCode::ACCEPTED,
+        &crate::webhooks::outcome_json(&outcome),
+    )
+}
+
+async fn get_delivery(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path((slug, delivery)): Path<(String, String)>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    ok(StatusCode::OK, &host.delivery(&slug, &delivery).await?)
+}
+
+async fn retry_delivery(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path((slug, delivery)): Path<(String, String)>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    let outcome = host.retry_delivery(&slug, &delivery).await?;
+    ok(StatusCode::OK, &crate::webhooks::outcome_json(&outcome))
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct MessagesQuery {
+    #[serde(default)]
+    after: Option<String>,
+    #[serde(default)]
+    limit: Option<u32>,
+}
+
+async fn list_messages(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path(unit): Path<String>,
+    query: Result<Query<MessagesQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Operator)?;
+    let Query(query) = query.map_err(|e| HostError::invalid_request(e.body_text()))?;
+    ok(
+        StatusCode::OK,
+        &host
+            .messages(&unit, query.after.as_deref(), query.limit)
+            .await?,
+    )
+}
+
+async fn stream_messages(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path(unit): Path<String>,
+) -> ApiResult {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    use futures::StreamExt;
+    authorize(&host, &headers, Access::Operator)?;
+    let last_event_id = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let stream = host.subscribe(&unit, last_event_id.as_deref())?;
+    let events = stream.map(|m| {
+        let data = serde_json::to_string(&m).unwrap_or_default();
+        Ok::<_, std::convert::Infallible>(Event::default().id(m.cursor.to_string()).data(data))
+    });
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}

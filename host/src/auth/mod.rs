@@ -1,0 +1,183 @@
+//! Who may call the API: the operator (one bearer token) and agents (short-lived JWTs,
+//! each good for one agent only).
+//!
+//! The operator token is compared in constant time over SHA-256 digests, so neither its
+//! content nor its length leaks through timing. Agent tokens are HS256 JWTs signed with a
+//! key the host generates on first start and keeps next to its database (mode 0600); they
+//! name exactly one agent, so a token can never reach another agent's tools.
+
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+
+use base64::Engine as _;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+const AUDIENCE: &str = "connector-host/agent";
+
+/// Who a request authenticated as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    Operator,
+    Agent(String),
+}
+
+/// The operator's bearer token.
+pub struct OperatorToken {
+    digest: [u8; 32],
+}
+
+impl OperatorToken {
+    pub fn new(token: &str) -> Self {
+        Self {
+            digest: Sha256::digest(token.as_bytes()).into(),
+        }
+    }
+
+    /// Constant-time check of a presented token.
+    pub fn matches(&self, presented: &str) -> bool {
+        let presented: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        self.digest.ct_eq(&presented).into()
+    }
+}
+
+/// A random URL-safe secret of `bytes` random bytes.
+pub fn random_secret(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    rand::rng().fill_bytes(&mut buf);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&buf)
+}
+
+/// Reads a secret file, or creates it with a fresh secret (mode 0600). Returns the
+/// secret and whether it was created now.
+pub fn read_or_create_secret(path: &Path) -> std::io::Result<(String, bool)> {
+    if let Ok(existing) = fs::read_to_string(path) {
+        let existing = existing.trim().to_string();
+        if !existing.is_empty() {
+            return Ok((existing, false));
+        }
+    }
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    let secret = random_secret(32);
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(path)?;
+    file.write_all(secret.as_bytes())?;
+    file.write_all(b"\n")?;
+    file.sync_all()?;
+    Ok((secret, true))
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct AgentClaims {
+    sub: String,
+    aud: String,
+    iat: i64,
+    exp: i64,
+}
+
+/// Issues and checks agent tokens.
+pub struct AgentTokens {
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+    validation: Validation,
+}
+
+/// Why an agent token was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenError {
+    /// Malformed, badly signed or expired.
+    Invalid,
+}
+
+impl AgentTokens {
+    pub fn new(key: &[u8]) -> Self {
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.set_audience(&[AUDIENCE]);
+        validation.set_required_spec_claims(&["exp", "sub", "aud"]);
+        validation.leeway = 0;
+        Self {
+            encoding: EncodingKey::from_secret(key),
+            decoding: DecodingKey::from_secret(key),
+            validation,
+        }
+    }
+
+    /// A token for `agent` valid for `ttl_seconds`; returns it with its expiry (unix s).
+    pub fn issue(&self, agent: &str, ttl_seconds: u64) -> Result<(String, i64), String> {
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        let exp = now + ttl_seconds as i64;
+        let claims = AgentClaims {
+            sub: agent.to_string(),
+            aud: AUDIENCE.to_string(),
+            iat: now,
+            exp,
+        };
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
+            .map(|t| (t, exp))
+            .map_err(|e| format!("could not sign an agent token: {e}"))
+    }
+
+    /// The agent a token was issued for.
+    pub fn verify(&self, token: &str) -> Result<String, TokenError> {
+        jsonwebtoken::decode::<AgentClaims>(token, &self.decoding, &self.validation)
+            .map(|d| d.claims.sub)
+            .map_err(|_| TokenError::Invalid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operator_token_matches_only_itself() {
+        let t = OperatorToken::new("s3cret");
+        assert!(t.matches("s3cret"));
+        assert!(!t.matches("s3cre"));
+        assert!(!t.matches(""));
+    }
+
+    #[test]
+    fn agent_tokens_name_one_agent_and_expire() {
+        let tokens = AgentTokens::new(b"0123456789abcdef0123456789abcdef");
+        let (t, _) = tokens.issue("agent-1", 60).unwrap();
+        assert_eq!(tokens.verify(&t).unwrap(), "agent-1");
+        let other = AgentTokens::new(b"another key another key another k");
+        assert!(other.verify(&t).is_err());
+        assert!(tokens.verify("not.a.jwt").is_err());
+        let (expired, _) = tokens.issue("agent-1", 0).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        assert!(tokens.verify(&expired).is_err());
+    }
+
+    #[test]
+    fn secrets_are_created_once_with_private_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/operator-token");
+        let (a, created) = read_or_create_secret(&path).unwrap();
+        assert!(created);
+        let (b, created) = read_or_create_secret(&path).unwrap();
+        assert!(!created);
+        assert_eq!(a, b);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(
+                fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+                0o600
+            );
+        }
+    }
+}

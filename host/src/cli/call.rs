@@ -1,0 +1,266 @@
+//! `connector-host call`: a tool call, either locally in a component file (for connector
+//! developers: no host, no database) or through a running host on behalf of an agent.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use clap::Args;
+use serde_json::{json, Value};
+
+use super::client::{Body, Client};
+use super::inspect::{local_registry, prepare, read_component};
+use super::{print_json, read_json_arg, CliError};
+use crate::registry::SchemaViolation;
+use crate::runtime::{wit, GuestError, OutboundPolicy, Sandbox};
+
+pub(crate) const HELP: &str = "\
+With FILE.wasm (a TARGET ending in .wasm, containing a `/`, or naming an existing file) the
+component runs locally, as the host would run it: the config is checked against its
+configSchema and its own `bind`, the arguments against the tool's inputSchema, then the tool
+runs in a fresh sandbox (binding unit `local`, no agent). Outbound HTTP is limited to the
+hosts the component declares, narrowed by --allow-host when given; private and loopback
+addresses are refused unless --allow-private-networks. TOOL may omit the namespace
+(`echo` means `<namespace>.echo`).
+
+With AGENT the call goes through the running host (POST /api/v1/agents/AGENT/tool-calls)
+and passes its grant and schema checks.
+
+Examples:
+  connector-host call target/wasm32-wasip2/release/acme.wasm echo '{\"text\": \"hi\"}'
+  connector-host call github.wasm list_issues '{}' --config '{\"repo\": \"octo/hello\"}'
+  connector-host call ./my.wasm fetch '{\"url\": \"http://127.0.0.1:8080\"}' --allow-host 127.0.0.1 --allow-private-networks
+  connector-host call ada acme.echo '{\"text\": \"hi\"}'";
+
+const LOCAL: &str = "Local call (FILE.wasm)";
+
+/// `call`.
+#[derive(Debug, Args)]
+pub struct CallArgs {
+    /// A component file (local call) or an agent id (call through the running host).
+    #[arg(value_name = "FILE.wasm|AGENT")]
+    pub target: String,
+
+    /// The tool id, e.g. acme.echo (locally the namespace may be left out: echo).
+    #[arg(value_name = "TOOL")]
+    pub tool: String,
+
+    /// The arguments: inline JSON, @FILE, or @- for stdin.
+    #[arg(value_name = "JSON", default_value = "{}")]
+    pub arguments: String,
+
+    /// The binding configuration: inline JSON, @FILE, or @- for stdin [default: {}].
+    #[arg(long, value_name = "JSON|@FILE", help_heading = LOCAL)]
+    pub config: Option<String>,
+
+    /// Narrow outbound HTTP to this host (repeatable); only hosts the component declares
+    /// can be allowed.
+    #[arg(long = "allow-host", value_name = "HOST", help_heading = LOCAL)]
+    pub allow_host: Vec<String>,
+
+    /// Let the component reach loopback, private and link-local addresses.
+    #[arg(long, help_heading = LOCAL)]
+    pub allow_private_networks: bool,
+}
+
+impl CallArgs {
+    /// Whether TARGET is a component file rather than an agent id (agent ids never
+    /// contain `/`).
+    pub fn is_local(&self) -> bool {
+        let target = &self.target;
+        target.to_ascii_lowercase().ends_with(".wasm")
+            || target.contains(['/', '\\'])
+            || Path::new(target).is_file()
+    }
+
+    fn has_local_flags(&self) -> bool {
+        self.config.is_some() || !self.allow_host.is_empty() || self.allow_private_networks
+    }
+}
+
+/// A call through the running host on behalf of agent TARGET.
+pub fn run_remote(client: &Client, args: CallArgs) -> Result<(), CliError> {
+    if args.has_local_flags() {
+        return Err(CliError::usage(format!(
+            "--config, --allow-host and --allow-private-networks only apply to a local call of a component file, \
+             and `{}` is taken as an agent id (a file name must end in .wasm or contain a `/`)",
+            args.target
+        )));
+    }
+    let arguments = read_json_arg("the JSON arguments", &args.arguments)?;
+    let reply = client.post(
+        &["agents", &args.target, "tool-calls"],
+        Body::Json(json!({"tool": args.tool, "arguments": arguments})),
+    )?;
+    let body = reply.body.unwrap_or(Value::Null);
+    print_json(body.get("result").unwrap_or(&body));
+    Ok(())
+}
+
+/// A local call in the component file TARGET.
+pub async fn run_local(args: CallArgs) -> Result<(), CliError> {
+    let bytes = read_component(Path::new(&args.target))?;
+    // Malformed input is reported before the (slow) component load.
+    let config = read_json_arg("--config", args.config.as_deref().unwrap_or("{}"))?;
+    let arguments = read_json_arg("the JSON arguments", &args.arguments)?;
+    let registry = local_registry()?;
+    let connector = prepare(&registry, &bytes).await?;
+    let info = connector.info();
+    let runtime = registry.runtime();
+
+    let tool_id = if args.tool.contains('.') {
+        args.tool.clone()
+    } else {
+        format!("{}.{}", info.tool_namespace, args.tool)
+    };
+    if connector.tool(&tool_id).is_none() {
+        let names: Vec<&str> = info.tools.iter().map(|t| t.name.as_str()).collect();
+        return Err(CliError::usage(format!(
+            "`{tool_id}` is not a tool of connector `{}`; its tools: {}",
+            info.slug,
+            if names.is_empty() {
+                "(none)".to_string()
+            } else {
+                names.join(", ")
+            }
+        )));
+    }
+
+    connector.check_config(&config).map_err(|v| {
+        CliError::failed(violations(
+            "invalid_config: the config does not match the connector's configSchema",
+            &v,
+        ))
+    })?;
+
+    let operator_hosts = (!args.allow_host.is_empty()).then_some(args.allow_host.as_slice());
+    let outbound = OutboundPolicy::new(
+        &info.allowed_hosts,
+        operator_hosts,
+        args.allow_private_networks,
+    );
+    for host in &args.allow_host {
+        if !outbound.allows_host(host) {
+            tracing::warn!(host = %host, declared = ?info.allowed_hosts, "--allow-host names a host the component does not declare; it stays blocked");
+        }
+    }
+    let installations: Vec<u64> = config
+        .get("installationId")
+        .and_then(Value::as_u64)
+        .into_iter()
+        .collect();
+    let sandbox = Sandbox {
+        connector: Arc::from(info.slug.as_str()),
+        outbound: Arc::new(outbound),
+        installations: Arc::from(installations),
+    };
+
+    let config_text = config.to_string();
+    match runtime
+        .bind(connector.component(), &sandbox, &config_text)
+        .await
+    {
+        Ok(Ok(routes)) => tracing::debug!(?routes, "the connector accepted the config"),
+        Ok(Err(reason)) => {
+            return Err(CliError::failed(format!(
+                "invalid_config: the connector refused the config: {reason}"
+            )))
+        }
+        Err(e) => return Err(guest_error(&e)),
+    }
+
+    connector
+        .check_arguments(&tool_id, &arguments)
+        .map_err(|v| {
+            CliError::failed(violations(
+                &format!(
+                    "invalid_arguments: the arguments do not match the inputSchema of `{tool_id}`"
+                ),
+                &v,
+            ))
+        })?;
+
+    let ctx = wit::CallContext {
+        binding: wit::Binding {
+            unit: "local".into(),
+            config: config_text,
+        },
+        agent: None,
+        call_id: format!("local-{:016x}", rand::random::<u64>()),
+    };
+    let outcome = runtime
+        .call_tool(
+            connector.component(),
+            &sandbox,
+            ctx,
+            &tool_id,
+            &arguments.to_string(),
+        )
+        .await
+        .map_err(|e| guest_error(&e))?;
+    match outcome {
+        Ok(text) => match serde_json::from_str::<Value>(&text) {
+            Ok(result) => {
+                print_json(&result);
+                Ok(())
+            }
+            Err(e) => Err(CliError::failed(format!(
+                "connector_trapped: the connector returned a result that is not JSON ({e}): {}",
+                text.chars().take(200).collect::<String>()
+            ))),
+        },
+        Err(wit::ToolError::Failed(m)) => Err(CliError::failed(format!("tool_failed: {m}"))),
+        Err(wit::ToolError::InvalidArguments(m)) => {
+            Err(CliError::failed(format!("invalid_arguments: {m}")))
+        }
+        Err(wit::ToolError::Unauthorized(m)) => Err(CliError::failed(format!("unauthorized: {m}"))),
+    }
+}
+
+/// The contract's error code for a guest failure, then its description.
+fn guest_error(e: &GuestError) -> CliError {
+    let code = match e {
+        GuestError::Timeout { .. } => "connector_timeout",
+        _ => "connector_trapped",
+    };
+    CliError::failed(format!("{code}: {e}"))
+}
+
+/// `heading`, then one `  <pointer>: <message>` line per violation.
+fn violations(heading: &str, found: &[SchemaViolation]) -> String {
+    let mut text = heading.to_string();
+    for v in found {
+        let pointer = if v.pointer.is_empty() {
+            "(root)"
+        } else {
+            &v.pointer
+        };
+        text.push_str(&format!("\n  {pointer}: {}", v.message));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn violations_list_pointers() {
+        let text = violations(
+            "invalid_arguments: nope",
+            &[
+                SchemaViolation {
+                    pointer: String::new(),
+                    message: "\"text\" is a required property".into(),
+                },
+                SchemaViolation {
+                    pointer: "/count".into(),
+                    message: "\"x\" is not of type \"integer\"".into(),
+                },
+            ],
+        );
+        assert_eq!(
+            text,
+            "invalid_arguments: nope\n  (root): \"text\" is a required property\n  /count: \"x\" is not of type \"integer\""
+        );
+    }
+}

@@ -1,0 +1,389 @@
+//! The one HTTP client every operator command uses: builds `/api/v1` URLs (each path
+//! segment escaped), attaches the bearer token, and turns error bodies, unreachable hosts
+//! and timeouts into [`CliError`]s an operator can act on.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use reqwest::blocking::{Client as Http, RequestBuilder};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
+use reqwest::{Method, StatusCode, Url};
+use serde_json::Value;
+
+use super::{CliError, RemoteArgs};
+use crate::config::{ENV_DATA_DIR, ENV_OPERATOR_TOKEN};
+
+/// Base path of the HTTP API.
+const API_BASE: [&str; 2] = ["api", "v1"];
+/// How long a request may take (installing compiles a component; a tool call may run up
+/// to the host's call timeout).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The body of a request.
+pub enum Body {
+    /// No body.
+    Empty,
+    /// A JSON document.
+    Json(Value),
+    /// A WebAssembly component (`Content-Type: application/wasm`).
+    Wasm(Vec<u8>),
+}
+
+/// A successful answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    /// The status (2xx).
+    pub status: StatusCode,
+    /// The JSON body; `None` for an empty body (`204`). A body that is not JSON comes
+    /// back as a JSON string.
+    pub body: Option<Value>,
+}
+
+impl Reply {
+    /// Prints the body pretty to stdout, or `done` to stderr when there is no body.
+    pub fn print(&self, done: &str) {
+        match &self.body {
+            Some(body) => super::print_json(body),
+            None if !done.is_empty() => eprintln!("{done}"),
+            None => {}
+        }
+    }
+}
+
+/// A client of one running host.
+pub struct Client {
+    base: Url,
+    token: Option<String>,
+    http: Http,
+}
+
+impl Client {
+    /// A client for `--url` / `--token` (see [`resolve_token`]).
+    pub fn new(args: &RemoteArgs) -> Result<Self, CliError> {
+        let base = parse_base_url(&args.url)?;
+        let token = resolve_token(
+            args.token.as_deref(),
+            std::env::var(ENV_DATA_DIR).ok().as_deref(),
+        );
+        if let Some(token) = &token {
+            if reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).is_err() {
+                return Err(CliError::usage(
+                    "the token contains characters that cannot be sent in an HTTP header",
+                ));
+            }
+        }
+        let http = Http::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .user_agent(concat!("connector-host-cli/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| CliError::failed(format!("could not create the HTTP client: {e}")))?;
+        Ok(Self { base, token, http })
+    }
+
+    /// The host's base URL.
+    pub fn base(&self) -> &Url {
+        &self.base
+    }
+
+    /// `base/api/v1/<segments...>?<query>`, every segment escaped.
+    pub fn url(&self, segments: &[&str], query: &[(&str, String)]) -> Url {
+        api_url(&self.base, segments, query)
+    }
+
+    /// `GET`.
+    pub fn get(&self, segments: &[&str], query: &[(&str, String)]) -> Result<Reply, CliError> {
+        self.send(Method::GET, segments, query, Body::Empty)
+    }
+
+    /// `PUT` with a JSON body.
+    pub fn put(&self, segments: &[&str], body: Value) -> Result<Reply, CliError> {
+        self.send(Method::PUT, segments, &[], Body::Json(body))
+    }
+
+    /// `POST`.
+    pub fn post(&self, segments: &[&str], body: Body) -> Result<Reply, CliError> {
+        self.send(Method::POST, segments, &[], body)
+    }
+
+    /// `DELETE`.
+    pub fn delete(&self, segments: &[&str], query: &[(&str, String)]) -> Result<Reply, CliError> {
+        self.send(Method::DELETE, segments, query, Body::Empty)
+    }
+
+    /// Sends one request and interprets the answer.
+    pub fn send(
+        &self,
+        method: Method,
+        segments: &[&str],
+        query: &[(&str, String)],
+        body: Body,
+    ) -> Result<Reply, CliError> {
+        let url = self.url(segments, query);
+        let mut request: RequestBuilder = self.http.request(method.clone(), url.clone());
+        if let Some(token) = &self.token {
+            request = request.header(AUTHORIZATION, format!("Bearer {token}"));
+        }
+        request = match body {
+            Body::Empty => request,
+            Body::Json(value) => request.json(&value),
+            Body::Wasm(bytes) => request.header(CONTENT_TYPE, "application/wasm").body(bytes),
+        };
+        tracing::debug!(%method, %url, "request");
+        let response = request.send().map_err(|e| self.transport_error(&e))?;
+        let status = response.status();
+        let text = response.text().map_err(|e| {
+            CliError::failed(format!(
+                "reading the answer of {method} {url} failed: {}",
+                error_chain(&e)
+            ))
+        })?;
+        interpret(status, &text, self.token.is_some())
+    }
+
+    fn transport_error(&self, e: &reqwest::Error) -> CliError {
+        let base = self.base.as_str().trim_end_matches('/');
+        if e.is_connect() {
+            return CliError::failed(format!(
+                "the host is not reachable at {} ({}).\nStart it with `connector-host serve`, or point this command at a running host with --url or CONNECTOR_HOST_URL.",
+                base,
+                root_cause(e)
+            ));
+        }
+        if e.is_timeout() {
+            return CliError::failed(format!(
+                "the host at {} did not answer within {} s",
+                base,
+                REQUEST_TIMEOUT.as_secs()
+            ));
+        }
+        CliError::failed(format!(
+            "the request to {} failed: {}",
+            base,
+            error_chain(e)
+        ))
+    }
+}
+
+/// Parses `--url`: an `http://` or `https://` base URL.
+pub fn parse_base_url(raw: &str) -> Result<Url, CliError> {
+    let bad = || {
+        CliError::usage(format!(
+            "--url `{raw}` is not an http:// or https:// URL (for example {})",
+            super::DEFAULT_URL
+        ))
+    };
+    let url = Url::parse(raw.trim()).map_err(|_| bad())?;
+    if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() || url.host().is_none() {
+        return Err(bad());
+    }
+    Ok(url)
+}
+
+/// `base/api/v1/<segments...>?<query>`: keeps any path prefix of `base` (a host behind a
+/// reverse proxy) and escapes every segment, so an id can never change the route.
+pub fn api_url(base: &Url, segments: &[&str], query: &[(&str, String)]) -> Url {
+    let mut url = base.clone();
+    url.set_query(None);
+    url.set_fragment(None);
+    if let Ok(mut path) = url.path_segments_mut() {
+        path.pop_if_empty();
+        path.extend(API_BASE);
+        path.extend(segments);
+    }
+    if !query.is_empty() {
+        url.query_pairs_mut()
+            .extend_pairs(query.iter().map(|(k, v)| (*k, v.as_str())));
+    }
+    url
+}
+
+/// The token to send: `--token` / `$CONNECTOR_HOST_OPERATOR_TOKEN` (clap has already
+/// merged those into `flag`), else the `operator-token` file `serve` writes into its data
+/// directory (`data_dir`, default `./data`).
+pub fn resolve_token(flag: Option<&str>, data_dir: Option<&str>) -> Option<String> {
+    if let Some(token) = flag.map(str::trim).filter(|t| !t.is_empty()) {
+        return Some(token.to_string());
+    }
+    let dir = data_dir
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("./data"));
+    let text = std::fs::read_to_string(dir.join("operator-token")).ok()?;
+    let token = text.trim();
+    (!token.is_empty()).then(|| token.to_string())
+}
+
+/// Turns a status and body into a [`Reply`] or the contract's error body into a
+/// [`CliError`]: `code: message`, then `details` pretty-printed.
+pub fn interpret(status: StatusCode, text: &str, sent_token: bool) -> Result<Reply, CliError> {
+    let json = if text.trim().is_empty() {
+        None
+    } else {
+        Some(
+            serde_json::from_str::<Value>(text).unwrap_or_else(|_| Value::String(text.to_string())),
+        )
+    };
+    if status.is_success() {
+        return Ok(Reply { status, body: json });
+    }
+    let error = json
+        .as_ref()
+        .and_then(|j| j.get("error"))
+        .filter(|e| e.is_object());
+    let mut message = match error {
+        Some(error) => {
+            let code = error.get("code").and_then(Value::as_str).unwrap_or("error");
+            let text = error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("(no message)");
+            let mut message = format!("{code}: {text}");
+            if let Some(details) = error.get("details").filter(|d| !d.is_null()) {
+                let details =
+                    serde_json::to_string_pretty(details).unwrap_or_else(|_| details.to_string());
+                message.push_str("\ndetails: ");
+                message.push_str(&details);
+            }
+            message
+        }
+        None => {
+            let mut body: String = text.trim().chars().take(500).collect();
+            if body.is_empty() {
+                body = "(empty body)".into();
+            }
+            format!("HTTP {status}: {body}")
+        }
+    };
+    if status == StatusCode::UNAUTHORIZED && !sent_token {
+        message.push_str(&format!(
+            "\nhint: no token was sent; pass --token, set {ENV_OPERATOR_TOKEN}, or run where the host's data/operator-token file is"
+        ));
+    }
+    Err(CliError::failed(message))
+}
+
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause: &dyn std::error::Error = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}
+
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cause = e.source();
+    while let Some(next) = cause {
+        let text = next.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        cause = next.source();
+    }
+    parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_escape_segments_and_keep_prefixes() {
+        let base = parse_base_url("http://127.0.0.1:8787").expect("url");
+        assert_eq!(
+            api_url(&base, &["units", "eng"], &[]).as_str(),
+            "http://127.0.0.1:8787/api/v1/units/eng"
+        );
+        assert_eq!(
+            api_url(&base, &["units", "a/b?c"], &[("limit", "5".into())]).as_str(),
+            "http://127.0.0.1:8787/api/v1/units/a%2Fb%3Fc?limit=5"
+        );
+        let base = parse_base_url("https://example.com/hosts/one/").expect("url");
+        assert_eq!(
+            api_url(&base, &["connectors"], &[]).as_str(),
+            "https://example.com/hosts/one/api/v1/connectors"
+        );
+        assert_eq!(
+            parse_base_url("127.0.0.1:8787")
+                .expect_err("no scheme")
+                .code,
+            2
+        );
+        assert!(parse_base_url("ftp://x").is_err());
+    }
+
+    #[test]
+    fn error_bodies_become_code_message_details() {
+        let body = r#"{"error": {"code": "invalid_arguments", "message": "bad args", "details": {"violations": [{"pointer": "/text"}]}}}"#;
+        let err = interpret(StatusCode::UNPROCESSABLE_ENTITY, body, true).expect_err("error");
+        assert_eq!(err.code, 1);
+        assert!(
+            err.message
+                .starts_with("invalid_arguments: bad args\ndetails: "),
+            "{}",
+            err.message
+        );
+        assert!(err.message.contains("/text"));
+
+        let err =
+            interpret(StatusCode::BAD_GATEWAY, "<html>proxy</html>", true).expect_err("error");
+        assert!(
+            err.message.starts_with("HTTP 502 Bad Gateway: <html>"),
+            "{}",
+            err.message
+        );
+
+        let err = interpret(
+            StatusCode::UNAUTHORIZED,
+            r#"{"error":{"code":"unauthenticated","message":"no"}}"#,
+            false,
+        )
+        .expect_err("401");
+        assert!(err.message.contains("hint:"), "{}", err.message);
+
+        let ok = interpret(StatusCode::NO_CONTENT, "", true).expect("ok");
+        assert_eq!(ok.body, None);
+        let ok = interpret(StatusCode::CREATED, r#"{"id": "x"}"#, true).expect("ok");
+        assert_eq!(ok.body, Some(serde_json::json!({"id": "x"})));
+    }
+
+    #[test]
+    fn token_falls_back_to_the_data_dir_file() {
+        assert_eq!(resolve_token(Some(" flag "), None).as_deref(), Some("flag"));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = dir.path().to_str().expect("utf-8 path");
+        assert_eq!(resolve_token(None, Some(data)), None);
+        std::fs::write(dir.path().join("operator-token"), "from-file\n").expect("write");
+        assert_eq!(
+            resolve_token(None, Some(data)).as_deref(),
+            Some("from-file")
+        );
+        assert_eq!(
+            resolve_token(Some(""), Some(data)).as_deref(),
+            Some("from-file")
+        );
+    }
+
+    #[test]
+    fn unreachable_host_says_how_to_start_it() {
+        // Port 9 on loopback (discard) is practically never listening.
+        let client = Client::new(&RemoteArgs {
+            url: "http://127.0.0.1:9".into(),
+            token: Some("t".into()),
+        })
+        .expect("client");
+        let err = client.get(&["connectors"], &[]).expect_err("unreachable");
+        assert!(
+            err.message.contains("not reachable at http://127.0.0.1:9"),
+            "{}",
+            err.message
+        );
+        assert!(
+            err.message.contains("connector-host serve"),
+            "{}",
+            err.message
+        );
+    }
+}

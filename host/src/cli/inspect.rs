@@ -1,0 +1,81 @@
+//! `connector-host inspect FILE.wasm`, and what it shares with a local `call`: loading a
+//! component in a throw-away runtime, exactly as the host would before installing it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+
+use super::CliError;
+use crate::registry::{ConnectorRegistry, InstallError, InstalledConnector};
+use crate::runtime::{ConnectorRuntime, GuestLimits, RuntimeOptions};
+
+pub(crate) const HELP: &str = "\
+Runs the same checks as installing into a host (component world, naming rules, schemas),
+without a host. Prints the `Connector` JSON on success; on failure prints the error, the
+rule it broke and the offending id, and exits with 1.
+
+Example:
+  connector-host inspect target/wasm32-wasip2/release/acme.wasm";
+
+/// `inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The component to inspect.
+    #[arg(value_name = "FILE.wasm")]
+    pub file: PathBuf,
+}
+
+/// Runs `inspect`.
+pub async fn run(args: InspectArgs) -> Result<(), CliError> {
+    let bytes = read_component(&args.file)?;
+    let registry = local_registry()?;
+    let connector = prepare(&registry, &bytes).await?;
+    // Serialised straight from the struct: fields in the contract's order.
+    let json = serde_json::to_string_pretty(connector.info()).map_err(|e| {
+        CliError::failed(format!("could not render the connector description: {e}"))
+    })?;
+    super::print_out(&format!("{json}\n"));
+    Ok(())
+}
+
+/// Reads a component file (exit code 2 when it cannot be read).
+pub(crate) fn read_component(path: &Path) -> Result<Vec<u8>, CliError> {
+    std::fs::read(path)
+        .map_err(|e| CliError::usage(format!("could not read {}: {e}", path.display())))
+}
+
+/// A registry over a small runtime of its own (no compile cache, no GitHub App).
+pub(crate) fn local_registry() -> Result<ConnectorRegistry, CliError> {
+    let options = RuntimeOptions {
+        limits: GuestLimits {
+            // One command runs one guest at a time: keep the instance pool small.
+            max_concurrent_instances: 4,
+            ..GuestLimits::default()
+        },
+        cache_dir: None,
+        installation_tokens: None,
+    };
+    let runtime = ConnectorRuntime::new(options).map_err(|e| CliError::failed(format!("{e:#}")))?;
+    Ok(ConnectorRegistry::new(Arc::new(runtime)))
+}
+
+/// Loads, describes and validates a component; a rejection names the rule and the id.
+pub(crate) async fn prepare(
+    registry: &ConnectorRegistry,
+    bytes: &[u8],
+) -> Result<InstalledConnector, CliError> {
+    registry
+        .prepare(bytes)
+        .await
+        .map_err(|e| CliError::failed(install_error_message(&e)))
+}
+
+/// `<message>`, then `rule: <rule>` and `offending id: <id>` lines.
+pub(crate) fn install_error_message(e: &InstallError) -> String {
+    let mut message = format!("{e}\nrule: {}", e.rule());
+    if let Some(id) = e.offending_id() {
+        message.push_str(&format!("\noffending id: {id}"));
+    }
+    message
+}

@@ -1,0 +1,1320 @@
+//! The host's configuration: `connector-host serve` flags, `CONNECTOR_HOST_*` environment
+//! variables, a TOML file and defaults, in that order of precedence (CONTRACT.md §2).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::runtime::GuestLimits;
+
+/// Settings of one connector (`[connectors.<slug>]`). Its `Debug` masks every secret.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ConnectorSettings {
+    /// Accepted webhook secrets, newest first.
+    pub webhook_secrets: Vec<String>,
+    /// Outbound hosts the operator allows (`None`: whatever the component declares).
+    pub allowed_hosts: Option<Vec<String>>,
+    /// Whether the connector may reach private, loopback and link-local addresses.
+    pub allow_private_networks: bool,
+    /// Named secrets (for example personal access tokens) bindings may refer to.
+    pub secrets: BTreeMap<String, String>,
+}
+
+/// The GitHub App the host mints installation tokens for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GithubAppSettings {
+    /// App id or Client ID, used as the JWT `iss`.
+    pub app_id: String,
+    /// Path of the App's PEM private key.
+    pub private_key_path: PathBuf,
+    /// GitHub REST base URL.
+    pub api_url: String,
+}
+
+/// Everything `connector-host serve` (or an embedding platform) configures. Its `Debug`
+/// masks the operator token and every connector secret.
+#[derive(Clone, PartialEq)]
+pub struct HostConfig {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    /// `sqlite://<path>` (default `sqlite://<data_dir>/host.db`).
+    pub database_url: Option<String>,
+    pub connectors_dir: Option<PathBuf>,
+    /// `None`: generated on first start into `<data_dir>/operator-token`.
+    pub operator_token: Option<String>,
+    pub limits: GuestLimits,
+    pub max_webhook_bytes: usize,
+    pub connectors: BTreeMap<String, ConnectorSettings>,
+    pub github_app: Option<GithubAppSettings>,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
+            data_dir: PathBuf::from("./data"),
+            database_url: None,
+            connectors_dir: None,
+            operator_token: None,
+            limits: GuestLimits::default(),
+            max_webhook_bytes: 25 * 1024 * 1024,
+            connectors: BTreeMap::new(),
+            github_app: None,
+        }
+    }
+}
+
+impl HostConfig {
+    /// The database URL in force.
+    pub fn database_url(&self) -> String {
+        self.database_url
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("host.db").display()))
+    }
+
+    /// The settings of connector `slug` (defaults when none are configured).
+    ///
+    /// A secret given only through `CONNECTOR_HOST_<SLUG>_WEBHOOK_SECRET` is filed under
+    /// the slug spelt with `_` (the environment cannot tell `-` from `_`), so a slug that
+    /// has no entry of its own also finds the entry whose environment spelling is the same.
+    pub fn connector(&self, slug: &str) -> ConnectorSettings {
+        if let Some(found) = self.connectors.get(slug) {
+            return found.clone();
+        }
+        let wanted = env_slug(slug);
+        self.connectors
+            .iter()
+            .find(|(key, _)| env_slug(key) == wanted)
+            .map(|(_, settings)| settings.clone())
+            .unwrap_or_default()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Debug without secrets
+// ---------------------------------------------------------------------------------------
+
+/// Stands in for a secret in `Debug` output.
+struct Masked;
+
+impl fmt::Debug for Masked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"***\"")
+    }
+}
+
+impl fmt::Debug for ConnectorSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let webhook_secrets: Vec<Masked> = self.webhook_secrets.iter().map(|_| Masked).collect();
+        let secrets: BTreeMap<&str, Masked> =
+            self.secrets.keys().map(|k| (k.as_str(), Masked)).collect();
+        f.debug_struct("ConnectorSettings")
+            .field("webhook_secrets", &webhook_secrets)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("allow_private_networks", &self.allow_private_networks)
+            .field("secrets", &secrets)
+            .finish()
+    }
+}
+
+impl fmt::Debug for HostConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostConfig")
+            .field("listen", &self.listen)
+            .field("data_dir", &self.data_dir)
+            .field("database_url", &self.database_url)
+            .field("connectors_dir", &self.connectors_dir)
+            .field(
+                "operator_token",
+                &self.operator_token.as_ref().map(|_| Masked),
+            )
+            .field("limits", &self.limits)
+            .field("max_webhook_bytes", &self.max_webhook_bytes)
+            .field("connectors", &self.connectors)
+            .field("github_app", &self.github_app)
+            .finish()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Loading: flags > environment > TOML file > defaults
+// ---------------------------------------------------------------------------------------
+
+/// Prefix of every environment variable the host reads.
+pub const ENV_PREFIX: &str = "CONNECTOR_HOST_";
+/// `listen`.
+pub const ENV_LISTEN: &str = "CONNECTOR_HOST_LISTEN";
+/// `data_dir`.
+pub const ENV_DATA_DIR: &str = "CONNECTOR_HOST_DATA_DIR";
+/// `database_url`.
+pub const ENV_DATABASE_URL: &str = "CONNECTOR_HOST_DATABASE_URL";
+/// `connectors_dir`.
+pub const ENV_CONNECTORS_DIR: &str = "CONNECTOR_HOST_CONNECTORS_DIR";
+/// `operator_token` (also read by the operator commands of the CLI).
+pub const ENV_OPERATOR_TOKEN: &str = "CONNECTOR_HOST_OPERATOR_TOKEN";
+/// `limits.call_timeout_ms`.
+pub const ENV_CALL_TIMEOUT_MS: &str = "CONNECTOR_HOST_CALL_TIMEOUT_MS";
+/// `limits.memory_mib`.
+pub const ENV_MEMORY_MIB: &str = "CONNECTOR_HOST_MEMORY_MIB";
+/// `limits.max_webhook_bytes`.
+pub const ENV_MAX_WEBHOOK_BYTES: &str = "CONNECTOR_HOST_MAX_WEBHOOK_BYTES";
+/// `github_app.app_id`.
+pub const ENV_GITHUB_APP_ID: &str = "CONNECTOR_HOST_GITHUB_APP_ID";
+/// `github_app.private_key_path`.
+pub const ENV_GITHUB_PRIVATE_KEY_PATH: &str = "CONNECTOR_HOST_GITHUB_PRIVATE_KEY_PATH";
+/// `github_app.api_url`.
+pub const ENV_GITHUB_API_URL: &str = "CONNECTOR_HOST_GITHUB_API_URL";
+/// The base URL the CLI's operator commands talk to (not a `serve` setting).
+pub const ENV_URL: &str = "CONNECTOR_HOST_URL";
+/// Suffix of `CONNECTOR_HOST_<SLUG>_WEBHOOK_SECRET`.
+const ENV_WEBHOOK_SECRET_SUFFIX: &str = "_WEBHOOK_SECRET";
+
+/// The default GitHub REST base URL.
+pub const DEFAULT_GITHUB_API_URL: &str = "https://api.github.com";
+
+const KNOWN_ENV: &[&str] = &[
+    ENV_LISTEN,
+    ENV_DATA_DIR,
+    ENV_DATABASE_URL,
+    ENV_CONNECTORS_DIR,
+    ENV_OPERATOR_TOKEN,
+    ENV_CALL_TIMEOUT_MS,
+    ENV_MEMORY_MIB,
+    ENV_MAX_WEBHOOK_BYTES,
+    ENV_GITHUB_APP_ID,
+    ENV_GITHUB_PRIVATE_KEY_PATH,
+    ENV_GITHUB_API_URL,
+    ENV_URL,
+];
+
+const MAX_CALL_TIMEOUT_MS: u64 = 3_600_000;
+const MAX_MEMORY_MIB: u64 = 4096;
+const MAX_WEBHOOK_BYTES: u64 = 1 << 30;
+
+/// `slug` as it appears in an environment variable name: upper-cased, `-` → `_`.
+pub fn env_slug(slug: &str) -> String {
+    slug.to_ascii_uppercase().replace('-', "_")
+}
+
+/// The name of the environment variable holding connector `slug`'s webhook secret.
+pub fn webhook_secret_env(slug: &str) -> String {
+    format!("{ENV_PREFIX}{}{ENV_WEBHOOK_SECRET_SUFFIX}", env_slug(slug))
+}
+
+/// Settings given on the `connector-host serve` command line; they beat everything else.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServeFlags {
+    /// `--listen ADDR`.
+    pub listen: Option<String>,
+    /// `--data-dir DIR`.
+    pub data_dir: Option<PathBuf>,
+}
+
+/// Why the configuration could not be loaded. Every message names the file, key, variable
+/// or flag at fault and, for a bad value, the form that is expected.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The TOML file could not be read.
+    #[error("could not read the config file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The TOML file is not valid TOML, has an unknown key or a value of the wrong type.
+    #[error("the config file {} is not valid: {message}", path.display())]
+    Parse { path: PathBuf, message: String },
+    /// A setting has a value the host cannot use.
+    #[error("invalid {setting}: expected {expected}{}", got.as_ref().map(|g| format!(", got `{g}`")).unwrap_or_default())]
+    Invalid {
+        /// Which setting, and where it came from (``"`limits.memory_mib` in host.toml"``,
+        /// `"environment variable CONNECTOR_HOST_MEMORY_MIB"`, `"--listen"`).
+        setting: String,
+        /// The accepted form.
+        expected: String,
+        /// The offending value (never set for secrets).
+        got: Option<String>,
+    },
+}
+
+impl ConfigError {
+    /// The setting an [`ConfigError::Invalid`] is about.
+    pub fn setting(&self) -> Option<&str> {
+        match self {
+            ConfigError::Invalid { setting, .. } => Some(setting),
+            _ => None,
+        }
+    }
+}
+
+/// Where a value came from, for error messages.
+#[derive(Clone, Copy)]
+enum Origin<'a> {
+    File(&'a Path),
+    Env,
+    Flag,
+}
+
+impl Origin<'_> {
+    /// The human name of setting `name` (a TOML key, a variable or a flag) from here.
+    fn name(&self, name: &str) -> String {
+        match self {
+            Origin::File(path) => format!("`{name}` in {}", path.display()),
+            Origin::Env => format!("environment variable {name}"),
+            Origin::Flag => name.to_string(),
+        }
+    }
+}
+
+fn invalid(setting: String, expected: impl Into<String>, got: Option<&str>) -> ConfigError {
+    ConfigError::Invalid {
+        setting,
+        expected: expected.into(),
+        got: got.map(str::to_string),
+    }
+}
+
+/// The `[..]` layout of the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<String>,
+    data_dir: Option<PathBuf>,
+    database_url: Option<String>,
+    connectors_dir: Option<PathBuf>,
+    operator_token: Option<String>,
+    #[serde(default)]
+    limits: FileLimits,
+    #[serde(default)]
+    connectors: BTreeMap<String, FileConnector>,
+    github_app: Option<FileGithubApp>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLimits {
+    call_timeout_ms: Option<toml::Value>,
+    memory_mib: Option<toml::Value>,
+    max_webhook_bytes: Option<toml::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConnector {
+    #[serde(default)]
+    webhook_secrets: Vec<String>,
+    allowed_hosts: Option<Vec<String>>,
+    #[serde(default)]
+    allow_private_networks: bool,
+    #[serde(default)]
+    secrets: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileGithubApp {
+    app_id: Option<toml::Value>,
+    private_key_path: Option<PathBuf>,
+    api_url: Option<String>,
+}
+
+/// The GitHub App settings seen so far, with the name of the setting each came from.
+#[derive(Default)]
+struct GithubParts {
+    app_id: Option<(String, String)>,
+    private_key_path: Option<(PathBuf, String)>,
+    api_url: Option<(String, String)>,
+}
+
+impl HostConfig {
+    /// Loads the configuration of `connector-host serve` from the process environment,
+    /// the TOML file `file` (if any) and `flags`.
+    pub fn load_from_process(
+        file: Option<&Path>,
+        flags: &ServeFlags,
+    ) -> Result<HostConfig, ConfigError> {
+        let mut env = Vec::new();
+        for (name, value) in std::env::vars_os() {
+            let Some(name) = name.to_str() else { continue };
+            if !name.starts_with(ENV_PREFIX) {
+                continue;
+            }
+            let Some(value) = value.to_str() else {
+                return Err(invalid(Origin::Env.name(name), "valid UTF-8", None));
+            };
+            env.push((name.to_string(), value.to_string()));
+        }
+        Self::load(file, env, flags)
+    }
+
+    /// Builds the configuration: `flags` beat the environment `env` (name, value pairs;
+    /// only `CONNECTOR_HOST_*` names are looked at, empty values count as unset) beats the
+    /// TOML file `file` beats the defaults (CONTRACT.md §2).
+    ///
+    /// Relative paths are relative to the working directory, wherever they are given.
+    pub fn load<I, K, V>(
+        file: Option<&Path>,
+        env: I,
+        flags: &ServeFlags,
+    ) -> Result<HostConfig, ConfigError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let env: BTreeMap<String, String> = env
+            .into_iter()
+            .filter(|(k, v)| k.as_ref().starts_with(ENV_PREFIX) && !v.as_ref().is_empty())
+            .map(|(k, v)| (k.as_ref().to_string(), v.as_ref().to_string()))
+            .collect();
+        let mut config = HostConfig::default();
+        let mut github = GithubParts::default();
+
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            let parsed: FileConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+                path: path.to_path_buf(),
+                message: e.to_string().trim_end().to_string(),
+            })?;
+            apply_file(parsed, path, &mut config, &mut github)?;
+        }
+        apply_env(&env, &mut config, &mut github)?;
+        if let Some(listen) = &flags.listen {
+            config.listen = parse_listen(Origin::Flag.name("--listen"), listen)?;
+        }
+        if let Some(dir) = &flags.data_dir {
+            config.data_dir = non_empty_path(Origin::Flag.name("--data-dir"), dir)?;
+        }
+        config.github_app = finish_github(github)?;
+        Ok(config)
+    }
+}
+
+fn apply_file(
+    file: FileConfig,
+    path: &Path,
+    config: &mut HostConfig,
+    github: &mut GithubParts,
+) -> Result<(), ConfigError> {
+    let origin = Origin::File(path);
+    if let Some(listen) = &file.listen {
+        config.listen = parse_listen(origin.name("listen"), listen)?;
+    }
+    if let Some(dir) = &file.data_dir {
+        config.data_dir = non_empty_path(origin.name("data_dir"), dir)?;
+    }
+    if let Some(url) = &file.database_url {
+        config.database_url = Some(parse_database_url(origin.name("database_url"), url)?);
+    }
+    if let Some(dir) = &file.connectors_dir {
+        config.connectors_dir = Some(non_empty_path(origin.name("connectors_dir"), dir)?);
+    }
+    if let Some(token) = &file.operator_token {
+        config.operator_token = Some(parse_token(origin.name("operator_token"), token)?);
+    }
+    let limits = &file.limits;
+    if let Some(v) = &limits.call_timeout_ms {
+        let ms = toml_number(origin.name("limits.call_timeout_ms"), v, &timeout_form())?;
+        config.limits.call_timeout = parse_timeout(origin.name("limits.call_timeout_ms"), ms)?;
+    }
+    if let Some(v) = &limits.memory_mib {
+        let mib = toml_number(origin.name("limits.memory_mib"), v, &memory_form())?;
+        config.limits.memory_bytes = parse_memory(origin.name("limits.memory_mib"), mib)?;
+    }
+    if let Some(v) = &limits.max_webhook_bytes {
+        let bytes = toml_number(
+            origin.name("limits.max_webhook_bytes"),
+            v,
+            &webhook_bytes_form(),
+        )?;
+        config.max_webhook_bytes =
+            parse_webhook_bytes(origin.name("limits.max_webhook_bytes"), bytes)?;
+    }
+    for (slug, settings) in file.connectors {
+        let key = format!("connectors.{slug}");
+        if !crate::registry::manifest::is_slug(&slug) {
+            return Err(invalid(
+                origin.name(&key),
+                format!(
+                    "a connector slug matching {}",
+                    crate::registry::manifest::SLUG_RULE
+                ),
+                Some(&slug),
+            ));
+        }
+        for (i, secret) in settings.webhook_secrets.iter().enumerate() {
+            if secret.trim().is_empty() {
+                return Err(invalid(
+                    origin.name(&format!("{key}.webhook_secrets[{i}]")),
+                    "a non-empty secret",
+                    None,
+                ));
+            }
+        }
+        if let Some(hosts) = &settings.allowed_hosts {
+            for (i, host) in hosts.iter().enumerate() {
+                let host = host.trim();
+                if host.is_empty() || host.contains(['/', ':', ' ']) {
+                    return Err(invalid(
+                        origin.name(&format!("{key}.allowed_hosts[{i}]")),
+                        "a host name such as `api.github.com` or `*.example.com` (no scheme, port or path)",
+                        Some(host),
+                    ));
+                }
+            }
+        }
+        for name in settings.secrets.keys() {
+            if name.trim().is_empty() {
+                return Err(invalid(
+                    origin.name(&format!("{key}.secrets")),
+                    "non-empty secret names",
+                    Some(name),
+                ));
+            }
+        }
+        config.connectors.insert(
+            slug,
+            ConnectorSettings {
+                webhook_secrets: settings.webhook_secrets,
+                allowed_hosts: settings
+                    .allowed_hosts
+                    .map(|h| h.into_iter().map(|h| h.trim().to_string()).collect()),
+                allow_private_networks: settings.allow_private_networks,
+                secrets: settings.secrets,
+            },
+        );
+    }
+    if let Some(app) = file.github_app {
+        if let Some(id) = &app.app_id {
+            let name = origin.name("github_app.app_id");
+            let id = match id {
+                toml::Value::Integer(n) if *n > 0 => n.to_string(),
+                toml::Value::String(s) if !s.trim().is_empty() => s.trim().to_string(),
+                other => return Err(invalid(name, app_id_form(), Some(&other.to_string()))),
+            };
+            github.app_id = Some((id, name));
+        }
+        if let Some(key) = &app.private_key_path {
+            let name = origin.name("github_app.private_key_path");
+            github.private_key_path = Some((non_empty_path(name.clone(), key)?, name));
+        }
+        if let Some(url) = &app.api_url {
+            let name = origin.name("github_app.api_url");
+            github.api_url = Some((parse_http_url(name.clone(), url)?, name));
+        }
+    }
+    Ok(())
+}
+
+fn apply_env(
+    env: &BTreeMap<String, String>,
+    config: &mut HostConfig,
+    github: &mut GithubParts,
+) -> Result<(), ConfigError> {
+    let var = |name: &str| env.get(name).map(String::as_str);
+    let origin = Origin::Env;
+    if let Some(v) = var(ENV_LISTEN) {
+        config.listen = parse_listen(origin.name(ENV_LISTEN), v)?;
+    }
+    if let Some(v) = var(ENV_DATA_DIR) {
+        config.data_dir = non_empty_path(origin.name(ENV_DATA_DIR), Path::new(v))?;
+    }
+    if let Some(v) = var(ENV_DATABASE_URL) {
+        config.database_url = Some(parse_database_url(origin.name(ENV_DATABASE_URL), v)?);
+    }
+    if let Some(v) = var(ENV_CONNECTORS_DIR) {
+        config.connectors_dir = Some(non_empty_path(
+            origin.name(ENV_CONNECTORS_DIR),
+            Path::new(v),
+        )?);
+    }
+    if let Some(v) = var(ENV_OPERATOR_TOKEN) {
+        config.operator_token = Some(parse_token(origin.name(ENV_OPERATOR_TOKEN), v)?);
+    }
+    if let Some(v) = var(ENV_CALL_TIMEOUT_MS) {
+        let ms = str_number(origin.name(ENV_CALL_TIMEOUT_MS), v, &timeout_form())?;
+        config.limits.call_timeout = parse_timeout(origin.name(ENV_CALL_TIMEOUT_MS), ms)?;
+    }
+    if let Some(v) = var(ENV_MEMORY_MIB) {
+        let mib = str_number(origin.name(ENV_MEMORY_MIB), v, &memory_form())?;
+        config.limits.memory_bytes = parse_memory(origin.name(ENV_MEMORY_MIB), mib)?;
+    }
+    if let Some(v) = var(ENV_MAX_WEBHOOK_BYTES) {
+        let bytes = str_number(origin.name(ENV_MAX_WEBHOOK_BYTES), v, &webhook_bytes_form())?;
+        config.max_webhook_bytes = parse_webhook_bytes(origin.name(ENV_MAX_WEBHOOK_BYTES), bytes)?;
+    }
+    if let Some(v) = var(ENV_GITHUB_APP_ID) {
+        github.app_id = Some((v.trim().to_string(), origin.name(ENV_GITHUB_APP_ID)));
+    }
+    if let Some(v) = var(ENV_GITHUB_PRIVATE_KEY_PATH) {
+        github.private_key_path =
+            Some((PathBuf::from(v), origin.name(ENV_GITHUB_PRIVATE_KEY_PATH)));
+    }
+    if let Some(v) = var(ENV_GITHUB_API_URL) {
+        let name = origin.name(ENV_GITHUB_API_URL);
+        github.api_url = Some((parse_http_url(name.clone(), v)?, name));
+    }
+
+    for (name, value) in env {
+        if KNOWN_ENV.contains(&name.as_str()) {
+            continue;
+        }
+        let Some(env_form) = name
+            .strip_prefix(ENV_PREFIX)
+            .and_then(|rest| rest.strip_suffix(ENV_WEBHOOK_SECRET_SUFFIX))
+            .filter(|rest| !rest.is_empty())
+        else {
+            tracing::warn!(variable = %name, "ignoring an unknown CONNECTOR_HOST_* environment variable");
+            continue;
+        };
+        let matching: Vec<&String> = config
+            .connectors
+            .keys()
+            .filter(|slug| env_slug(slug) == env_form)
+            .collect();
+        let slug = match matching.as_slice() {
+            [one] => (*one).clone(),
+            [] => {
+                let slug = env_form.to_ascii_lowercase();
+                if env_slug(&slug) != env_form || !crate::registry::manifest::is_slug(&slug) {
+                    return Err(invalid(
+                        origin.name(name),
+                        "CONNECTOR_HOST_<SLUG>_WEBHOOK_SECRET with <SLUG> a connector slug upper-cased and `-` written `_`",
+                        None,
+                    ));
+                }
+                slug
+            }
+            several => {
+                return Err(invalid(
+                    origin.name(name),
+                    format!(
+                        "a variable naming one connector, but it matches several configured slugs ({}); configure their secrets in the TOML file instead",
+                        several.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                    ),
+                    None,
+                ))
+            }
+        };
+        let secret = value.clone();
+        let settings = config.connectors.entry(slug).or_default();
+        settings.webhook_secrets.retain(|s| *s != secret);
+        settings.webhook_secrets.insert(0, secret);
+    }
+    Ok(())
+}
+
+fn finish_github(parts: GithubParts) -> Result<Option<GithubAppSettings>, ConfigError> {
+    match (parts.app_id, parts.private_key_path) {
+        (None, None) => Ok(None),
+        (Some((app_id, _)), Some((private_key_path, _))) => Ok(Some(GithubAppSettings {
+            app_id,
+            private_key_path,
+            api_url: parts.api_url.map(|(u, _)| u).unwrap_or_else(|| DEFAULT_GITHUB_API_URL.to_string()),
+        })),
+        (Some((_, from)), None) => Err(invalid(
+            from,
+            format!(
+                "`github_app.private_key_path` (or {ENV_GITHUB_PRIVATE_KEY_PATH}) as well: a GitHub App needs both its id and its private key"
+            ),
+            None,
+        )),
+        (None, Some((_, from))) => Err(invalid(
+            from,
+            format!("`github_app.app_id` (or {ENV_GITHUB_APP_ID}) as well: a GitHub App needs both its id and its private key"),
+            None,
+        )),
+    }
+}
+
+fn timeout_form() -> String {
+    format!("a whole number of milliseconds from 1 to {MAX_CALL_TIMEOUT_MS}, e.g. 10000")
+}
+
+fn memory_form() -> String {
+    format!("a whole number of MiB from 1 to {MAX_MEMORY_MIB}, e.g. 64")
+}
+
+fn webhook_bytes_form() -> String {
+    format!("a whole number of bytes from 1 to {MAX_WEBHOOK_BYTES}, e.g. 26214400 (25 MiB)")
+}
+
+fn app_id_form() -> &'static str {
+    "a GitHub App id (a positive integer such as 123456) or Client ID string (such as \"Iv1.0123456789abcdef\")"
+}
+
+/// A non-negative integer from a TOML value (an integer, or a string of digits).
+fn toml_number(setting: String, value: &toml::Value, expected: &str) -> Result<u64, ConfigError> {
+    match value {
+        toml::Value::Integer(n) if *n >= 0 => Ok(*n as u64),
+        toml::Value::String(s) => str_number(setting, s, expected),
+        other => Err(invalid(setting, expected, Some(&other.to_string()))),
+    }
+}
+
+/// A non-negative integer written in decimal digits (`_` separators allowed).
+fn str_number(setting: String, value: &str, expected: &str) -> Result<u64, ConfigError> {
+    let digits: String = value.trim().chars().filter(|c| *c != '_').collect();
+    if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
+        return Err(invalid(setting, expected, Some(value)));
+    }
+    digits
+        .parse::<u64>()
+        .map_err(|_| invalid(setting, expected, Some(value)))
+}
+
+fn parse_timeout(setting: String, ms: u64) -> Result<Duration, ConfigError> {
+    if ms == 0 || ms > MAX_CALL_TIMEOUT_MS {
+        return Err(invalid(setting, timeout_form(), Some(&ms.to_string())));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+fn parse_memory(setting: String, mib: u64) -> Result<usize, ConfigError> {
+    if mib == 0 || mib > MAX_MEMORY_MIB {
+        return Err(invalid(setting, memory_form(), Some(&mib.to_string())));
+    }
+    usize::try_from(mib * 1024 * 1024)
+        .map_err(|_| invalid(setting, memory_form(), Some(&mib.to_string())))
+}
+
+fn parse_webhook_bytes(setting: String, bytes: u64) -> Result<usize, ConfigError> {
+    if bytes == 0 || bytes > MAX_WEBHOOK_BYTES {
+        return Err(invalid(
+            setting,
+            webhook_bytes_form(),
+            Some(&bytes.to_string()),
+        ));
+    }
+    usize::try_from(bytes)
+        .map_err(|_| invalid(setting, webhook_bytes_form(), Some(&bytes.to_string())))
+}
+
+/// `IP:PORT`, `[IPv6]:PORT` or `localhost:PORT`.
+fn parse_listen(setting: String, value: &str) -> Result<SocketAddr, ConfigError> {
+    let value = value.trim();
+    if let Ok(addr) = value.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    if let Some(port) = value.strip_prefix("localhost:") {
+        if let Ok(port) = port.parse::<u16>() {
+            return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+        }
+    }
+    Err(invalid(
+        setting,
+        "an address and port such as 127.0.0.1:8787, 0.0.0.0:8787, [::1]:8787 or localhost:8787",
+        Some(value),
+    ))
+}
+
+fn non_empty_path(setting: String, path: &Path) -> Result<PathBuf, ConfigError> {
+    if path.as_os_str().is_empty() {
+        return Err(invalid(setting, "a directory or file path", Some("")));
+    }
+    Ok(path.to_path_buf())
+}
+
+fn parse_database_url(setting: String, value: &str) -> Result<String, ConfigError> {
+    let value = value.trim();
+    match value.strip_prefix("sqlite://") {
+        Some(path) if !path.is_empty() => Ok(value.to_string()),
+        _ => Err(invalid(
+            setting,
+            "a URL of the form sqlite://<path>, e.g. sqlite://./data/host.db",
+            Some(value),
+        )),
+    }
+}
+
+fn parse_token(setting: String, value: &str) -> Result<String, ConfigError> {
+    let token = value.trim();
+    if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(invalid(
+            setting,
+            "a non-empty token without whitespace",
+            None,
+        ));
+    }
+    if token.len() < 16 {
+        tracing::warn!(
+            "the configured operator token is shorter than 16 characters; use a long random token"
+        );
+    }
+    Ok(token.to_string())
+}
+
+fn parse_http_url(setting: String, value: &str) -> Result<String, ConfigError> {
+    let value = value.trim();
+    let rest = value
+        .strip_prefix("https://")
+        .or_else(|| value.strip_prefix("http://"));
+    match rest {
+        Some(rest) if !rest.is_empty() && !rest.starts_with('/') => {
+            Ok(value.trim_end_matches('/').to_string())
+        }
+        _ => Err(invalid(
+            setting,
+            "an http:// or https:// URL such as https://api.github.com",
+            Some(value),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn no_env() -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    fn toml_file(text: &str) -> tempfile::NamedTempFile {
+        let mut file = tempfile::Builder::new()
+            .suffix(".toml")
+            .tempfile()
+            .expect("temp file");
+        std::io::Write::write_all(&mut file, text.as_bytes()).expect("write temp file");
+        file
+    }
+
+    fn load(
+        file: Option<&tempfile::NamedTempFile>,
+        env: Vec<(String, String)>,
+        flags: &ServeFlags,
+    ) -> Result<HostConfig, ConfigError> {
+        HostConfig::load(file.map(|f| f.path()), env, flags)
+    }
+
+    #[test]
+    fn defaults_match_the_contract() {
+        let config = load(None, no_env(), &ServeFlags::default()).expect("defaults load");
+        assert_eq!(config.listen, "127.0.0.1:8787".parse().expect("addr"));
+        assert_eq!(config.data_dir, PathBuf::from("./data"));
+        assert_eq!(config.database_url(), "sqlite://./data/host.db");
+        assert_eq!(config.connectors_dir, None);
+        assert_eq!(config.operator_token, None);
+        assert_eq!(config.limits.call_timeout, Duration::from_millis(10_000));
+        assert_eq!(config.limits.memory_bytes, 64 * 1024 * 1024);
+        assert_eq!(config.max_webhook_bytes, 26_214_400);
+        assert!(config.connectors.is_empty());
+        assert_eq!(config.github_app, None);
+        assert_eq!(config, HostConfig::default());
+    }
+
+    #[test]
+    fn flags_beat_env_beat_file_beat_defaults() {
+        let file = toml_file(
+            r#"
+listen = "127.0.0.1:1111"
+data_dir = "/from/file"
+connectors_dir = "/file/connectors"
+operator_token = "file-token-0123456789"
+
+[limits]
+call_timeout_ms = 2000
+memory_mib = 32
+max_webhook_bytes = 1024
+"#,
+        );
+        let flags = ServeFlags {
+            listen: Some("0.0.0.0:3333".into()),
+            data_dir: None,
+        };
+        let config = load(
+            Some(&file),
+            env(&[
+                ("CONNECTOR_HOST_LISTEN", "127.0.0.1:2222"),
+                ("CONNECTOR_HOST_DATA_DIR", "/from/env"),
+                ("CONNECTOR_HOST_MEMORY_MIB", "128"),
+                ("UNRELATED", "x"),
+            ]),
+            &flags,
+        )
+        .expect("loads");
+        assert_eq!(
+            config.listen,
+            "0.0.0.0:3333".parse().expect("addr"),
+            "flag beats env and file"
+        );
+        assert_eq!(
+            config.data_dir,
+            PathBuf::from("/from/env"),
+            "env beats file"
+        );
+        assert_eq!(
+            config.database_url(),
+            "sqlite:///from/env/host.db",
+            "database follows data_dir"
+        );
+        assert_eq!(
+            config.connectors_dir,
+            Some(PathBuf::from("/file/connectors")),
+            "file beats default"
+        );
+        assert_eq!(
+            config.operator_token.as_deref(),
+            Some("file-token-0123456789")
+        );
+        assert_eq!(config.limits.call_timeout, Duration::from_millis(2000));
+        assert_eq!(
+            config.limits.memory_bytes,
+            128 * 1024 * 1024,
+            "env beats file"
+        );
+        assert_eq!(config.max_webhook_bytes, 1024);
+        // Untouched limits keep their defaults.
+        assert_eq!(
+            config.limits.max_output_bytes,
+            GuestLimits::default().max_output_bytes
+        );
+
+        let flags = ServeFlags {
+            listen: None,
+            data_dir: Some("/from/flag".into()),
+        };
+        let config = load(
+            Some(&file),
+            env(&[("CONNECTOR_HOST_DATA_DIR", "/from/env")]),
+            &flags,
+        )
+        .expect("loads");
+        assert_eq!(config.data_dir, PathBuf::from("/from/flag"));
+        assert_eq!(
+            config.listen,
+            "127.0.0.1:1111".parse().expect("addr"),
+            "file beats default"
+        );
+    }
+
+    #[test]
+    fn every_env_variable_is_read() {
+        let config = load(
+            None,
+            env(&[
+                ("CONNECTOR_HOST_LISTEN", "localhost:9000"),
+                (
+                    "CONNECTOR_HOST_DATABASE_URL",
+                    "sqlite:///var/lib/ch/state.db",
+                ),
+                ("CONNECTOR_HOST_CONNECTORS_DIR", "/opt/connectors"),
+                ("CONNECTOR_HOST_OPERATOR_TOKEN", "env-token-0123456789"),
+                ("CONNECTOR_HOST_CALL_TIMEOUT_MS", "1_500"),
+                ("CONNECTOR_HOST_MAX_WEBHOOK_BYTES", "2048"),
+                ("CONNECTOR_HOST_GITHUB_APP_ID", "42"),
+                ("CONNECTOR_HOST_GITHUB_PRIVATE_KEY_PATH", "/keys/app.pem"),
+                ("CONNECTOR_HOST_GITHUB_API_URL", "http://127.0.0.1:9999/"),
+                ("CONNECTOR_HOST_CONNECTORS_DIR_TYPO", "ignored"),
+            ]),
+            &ServeFlags::default(),
+        )
+        .expect("loads");
+        assert_eq!(config.listen, "127.0.0.1:9000".parse().expect("addr"));
+        assert_eq!(config.database_url(), "sqlite:///var/lib/ch/state.db");
+        assert_eq!(
+            config.connectors_dir,
+            Some(PathBuf::from("/opt/connectors"))
+        );
+        assert_eq!(
+            config.operator_token.as_deref(),
+            Some("env-token-0123456789")
+        );
+        assert_eq!(config.limits.call_timeout, Duration::from_millis(1500));
+        assert_eq!(config.max_webhook_bytes, 2048);
+        assert_eq!(
+            config.github_app,
+            Some(GithubAppSettings {
+                app_id: "42".into(),
+                private_key_path: "/keys/app.pem".into(),
+                api_url: "http://127.0.0.1:9999".into(),
+            })
+        );
+    }
+
+    #[test]
+    fn empty_env_values_count_as_unset() {
+        let file = toml_file("listen = \"127.0.0.1:1111\"\n");
+        let config = load(
+            Some(&file),
+            env(&[("CONNECTOR_HOST_LISTEN", "")]),
+            &ServeFlags::default(),
+        )
+        .expect("loads");
+        assert_eq!(config.listen, "127.0.0.1:1111".parse().expect("addr"));
+    }
+
+    #[test]
+    fn connector_settings_and_env_webhook_secret_first() {
+        let file = toml_file(
+            r#"
+[connectors.github]
+webhook_secrets = ["new-secret", "old-secret"]
+allowed_hosts = ["api.github.com"]
+secrets = { pat = "ghp_x" }
+
+[connectors.my-conn]
+allow_private_networks = true
+"#,
+        );
+        let config = load(
+            Some(&file),
+            env(&[
+                ("CONNECTOR_HOST_GITHUB_WEBHOOK_SECRET", "env-secret"),
+                ("CONNECTOR_HOST_MY_CONN_WEBHOOK_SECRET", "mine"),
+                ("CONNECTOR_HOST_OTHER_WEBHOOK_SECRET", "other"),
+            ]),
+            &ServeFlags::default(),
+        )
+        .expect("loads");
+        let github = config.connector("github");
+        assert_eq!(
+            github.webhook_secrets,
+            vec!["env-secret", "new-secret", "old-secret"]
+        );
+        assert_eq!(
+            github.allowed_hosts,
+            Some(vec!["api.github.com".to_string()])
+        );
+        assert!(!github.allow_private_networks);
+        assert_eq!(github.secrets.get("pat").map(String::as_str), Some("ghp_x"));
+
+        let mine = config.connector("my-conn");
+        assert!(mine.allow_private_networks);
+        assert_eq!(
+            mine.webhook_secrets,
+            vec!["mine"],
+            "the env form MY_CONN finds the slug my-conn"
+        );
+
+        // A connector configured only through the environment.
+        assert_eq!(config.connector("other").webhook_secrets, vec!["other"]);
+        // ... also when its slug is spelt with a dash.
+        let config = load(
+            None,
+            env(&[("CONNECTOR_HOST_ACME_TEST_WEBHOOK_SECRET", "s")]),
+            &ServeFlags::default(),
+        )
+        .expect("loads");
+        assert_eq!(config.connector("acme-test").webhook_secrets, vec!["s"]);
+        assert_eq!(config.connector("acme_test").webhook_secrets, vec!["s"]);
+        assert_eq!(config.connector("nothing"), ConnectorSettings::default());
+
+        // The env secret is not listed twice when the file has it too.
+        let file = toml_file("[connectors.github]\nwebhook_secrets = [\"a\", \"b\"]\n");
+        let config = load(
+            Some(&file),
+            env(&[("CONNECTOR_HOST_GITHUB_WEBHOOK_SECRET", "b")]),
+            &ServeFlags::default(),
+        )
+        .expect("loads");
+        assert_eq!(config.connector("github").webhook_secrets, vec!["b", "a"]);
+    }
+
+    #[test]
+    fn github_app_needs_both_id_and_key() {
+        let file = toml_file("[github_app]\napp_id = 123\nprivate_key_path = \"/keys/file.pem\"\n");
+        let config = load(Some(&file), no_env(), &ServeFlags::default()).expect("loads");
+        let app = config.github_app.expect("configured");
+        assert_eq!(app.app_id, "123");
+        assert_eq!(app.api_url, DEFAULT_GITHUB_API_URL);
+
+        // Env beats file field by field.
+        let config = load(
+            Some(&file),
+            env(&[("CONNECTOR_HOST_GITHUB_PRIVATE_KEY_PATH", "/keys/env.pem")]),
+            &ServeFlags::default(),
+        )
+        .expect("loads");
+        let app = config.github_app.expect("configured");
+        assert_eq!(app.app_id, "123");
+        assert_eq!(app.private_key_path, PathBuf::from("/keys/env.pem"));
+
+        let err = load(
+            None,
+            env(&[("CONNECTOR_HOST_GITHUB_APP_ID", "Iv1.abc")]),
+            &ServeFlags::default(),
+        )
+        .expect_err("half an app");
+        assert_eq!(
+            err.setting(),
+            Some("environment variable CONNECTOR_HOST_GITHUB_APP_ID")
+        );
+        assert!(err.to_string().contains("private_key_path"), "{err}");
+
+        let file = toml_file("[github_app]\nprivate_key_path = \"/k.pem\"\n");
+        let err = load(Some(&file), no_env(), &ServeFlags::default()).expect_err("half an app");
+        assert!(err.to_string().contains("github_app.app_id"), "{err}");
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        for (text, key) in [
+            (
+                "listen = \"127.0.0.1:1\"\nlisten_addr = \"x\"\n",
+                "listen_addr",
+            ),
+            ("[limits]\ntimeout_ms = 5\n", "timeout_ms"),
+            (
+                "[connectors.github]\nwebhook_secret = \"x\"\n",
+                "webhook_secret",
+            ),
+            ("[github_app]\nkey = \"x\"\n", "key"),
+            ("[server]\nport = 1\n", "server"),
+        ] {
+            let file = toml_file(text);
+            let err = load(Some(&file), no_env(), &ServeFlags::default()).expect_err(text);
+            assert!(matches!(err, ConfigError::Parse { .. }), "{err:?}");
+            let message = err.to_string();
+            assert!(
+                message.contains(&format!("unknown field `{key}`")),
+                "{message}"
+            );
+            assert!(
+                message.contains(&file.path().display().to_string()),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_values_name_the_setting_and_the_form() {
+        // (TOML text, environment, flags, the setting named, the expected form mentioned)
+        type Case<'a> = (
+            Option<&'a str>,
+            Vec<(String, String)>,
+            ServeFlags,
+            &'a str,
+            &'a str,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                None,
+                no_env(),
+                ServeFlags {
+                    listen: Some("nonsense".into()),
+                    data_dir: None,
+                },
+                "--listen",
+                "127.0.0.1:8787",
+            ),
+            (
+                None,
+                env(&[("CONNECTOR_HOST_LISTEN", "127.0.0.1")]),
+                ServeFlags::default(),
+                "CONNECTOR_HOST_LISTEN",
+                "address and port",
+            ),
+            (
+                Some("listen = \"::1:80\"\n"),
+                no_env(),
+                ServeFlags::default(),
+                "`listen`",
+                "[::1]:8787",
+            ),
+            (
+                None,
+                env(&[("CONNECTOR_HOST_CALL_TIMEOUT_MS", "10s")]),
+                ServeFlags::default(),
+                "CONNECTOR_HOST_CALL_TIMEOUT_MS",
+                "milliseconds",
+            ),
+            (
+                Some("[limits]\ncall_timeout_ms = \"soon\"\n"),
+                no_env(),
+                ServeFlags::default(),
+                "`limits.call_timeout_ms`",
+                "milliseconds",
+            ),
+            (
+                Some("[limits]\ncall_timeout_ms = 0\n"),
+                no_env(),
+                ServeFlags::default(),
+                "`limits.call_timeout_ms`",
+                "from 1",
+            ),
+            (
+                Some("[limits]\ncall_timeout_ms = 1.5\n"),
+                no_env(),
+                ServeFlags::default(),
+                "`limits.call_timeout_ms`",
+                "whole number",
+            ),
+            (
+                Some("[limits]\nmemory_mib = 0\n"),
+                no_env(),
+                ServeFlags::default(),
+                "`limits.memory_mib`",
+                "MiB",
+            ),
+            (
+                None,
+                env(&[("CONNECTOR_HOST_MEMORY_MIB", "0")]),
+                ServeFlags::default(),
+                "CONNECTOR_HOST_MEMORY_MIB",
+                "MiB",
+            ),
+            (
+                None,
+                env(&[("CONNECTOR_HOST_MEMORY_MIB", "-5")]),
+                ServeFlags::default(),
+                "CONNECTOR_HOST_MEMORY_MIB",
+                "MiB",
+            ),
+            (
+                Some("[limits]\nmax_webhook_bytes = -1\n"),
+                no_env(),
+                ServeFlags::default(),
+                "`limits.max_webhook_bytes`",
+                "bytes",
+            ),
+            (
+                None,
+                env(&[("CONNECTOR_HOST_DATABASE_URL", "postgres://x")]),
+                ServeFlags::default(),
+                "CONNECTOR_HOST_DATABASE_URL",
+                "sqlite://",
+            ),
+            (
+                Some("[connectors.Bad_Slug]\n"),
+                no_env(),
+                ServeFlags::default(),
+                "`connectors.Bad_Slug`",
+                "slug",
+            ),
+            (
+                Some("[connectors.github]\nwebhook_secrets = [\"\"]\n"),
+                no_env(),
+                ServeFlags::default(),
+                "`connectors.github.webhook_secrets[0]`",
+                "non-empty",
+            ),
+            (
+                Some("[connectors.github]\nallowed_hosts = [\"https://api.github.com\"]\n"),
+                no_env(),
+                ServeFlags::default(),
+                "`connectors.github.allowed_hosts[0]`",
+                "host name",
+            ),
+            (
+                None,
+                env(&[("CONNECTOR_HOST_GITHUB_API_URL", "api.github.com")]),
+                ServeFlags::default(),
+                "CONNECTOR_HOST_GITHUB_API_URL",
+                "https://",
+            ),
+            (
+                Some("[github_app]\napp_id = true\nprivate_key_path = \"k\"\n"),
+                no_env(),
+                ServeFlags::default(),
+                "`github_app.app_id`",
+                "positive integer",
+            ),
+            (
+                Some("operator_token = \"   \"\n"),
+                no_env(),
+                ServeFlags::default(),
+                "`operator_token`",
+                "non-empty",
+            ),
+            (
+                None,
+                env(&[("CONNECTOR_HOST_bad-slug_WEBHOOK_SECRET", "x")]),
+                ServeFlags::default(),
+                "CONNECTOR_HOST_bad-slug_WEBHOOK_SECRET",
+                "<SLUG>",
+            ),
+        ];
+        for (text, env, flags, setting, expected) in cases {
+            let file = text.map(toml_file);
+            let err = load(file.as_ref(), env, &flags).expect_err(setting);
+            let message = err.to_string();
+            assert!(
+                matches!(err, ConfigError::Invalid { .. }),
+                "{setting}: {err:?}"
+            );
+            assert!(
+                message.contains(setting),
+                "`{message}` should name {setting}"
+            );
+            assert!(
+                message.contains(expected),
+                "`{message}` should say {expected}"
+            );
+        }
+    }
+
+    #[test]
+    fn wrongly_typed_values_are_parse_errors_naming_the_line() {
+        let file = toml_file("listen = 8787\n");
+        let err = load(Some(&file), no_env(), &ServeFlags::default()).expect_err("integer listen");
+        let message = err.to_string();
+        assert!(message.contains("listen = 8787"), "{message}");
+    }
+
+    #[test]
+    fn missing_file_is_a_read_error() {
+        let err = HostConfig::load(
+            Some(Path::new("/definitely/not/here.toml")),
+            no_env(),
+            &ServeFlags::default(),
+        )
+        .expect_err("missing");
+        assert!(matches!(err, ConfigError::Read { .. }));
+        assert!(err.to_string().contains("/definitely/not/here.toml"));
+    }
+
+    #[test]
+    fn secrets_are_not_in_debug_output() {
+        let file = toml_file(
+            r#"
+operator_token = "op-token-very-secret"
+[connectors.github]
+webhook_secrets = ["hook-secret-1", "hook-secret-2"]
+secrets = { pat = "named-secret-value" }
+"#,
+        );
+        let config = load(
+            Some(&file),
+            env(&[("CONNECTOR_HOST_ACME_WEBHOOK_SECRET", "env-hook-secret")]),
+            &ServeFlags::default(),
+        )
+        .expect("loads");
+        let debug = format!("{config:?} {:#?}", config);
+        for secret in [
+            "op-token-very-secret",
+            "hook-secret-1",
+            "hook-secret-2",
+            "named-secret-value",
+            "env-hook-secret",
+        ] {
+            assert!(!debug.contains(secret), "{secret} leaked: {debug}");
+        }
+        assert!(debug.contains("***"));
+        assert!(debug.contains("pat"), "secret names are fine to show");
+    }
+
+    #[test]
+    fn secret_values_are_not_echoed_in_errors() {
+        let err = load(
+            None,
+            env(&[("CONNECTOR_HOST_OPERATOR_TOKEN", "has space-in-it")]),
+            &ServeFlags::default(),
+        )
+        .expect_err("bad token");
+        assert!(!err.to_string().contains("space-in-it"), "{err}");
+    }
+}

@@ -1,0 +1,1539 @@
+//! [`Host`]: everything the host does, as a Rust API.
+//!
+//! The HTTP API, the CLI and an embedding platform all go through this one type, so the
+//! rules (ids, grants, schema checks, transactions) live in exactly one place. Writes
+//! are serialised by one async mutex: each one is persisted through the [`Store`] first
+//! (one transaction), then applied to the in-memory [`Directory`] and the resolver cache
+//! is dropped, all under the directory's write lock, so readers see either the state
+//! before a change or after it, never half of it.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::auth::{read_or_create_secret, AgentTokens, OperatorToken};
+use crate::config::HostConfig;
+use crate::error::{ErrorKind, HostError, HostResult};
+use crate::grants::{
+    connector_provenance, unit_order, Directory, EffectiveToolResolver, ResolvedTools, ToolCatalog,
+    ToolDefinition, EXPLICIT,
+};
+use crate::registry::manifest::{is_namespace, is_tool_id};
+use crate::registry::{
+    Connector, ConnectorRegistry, InstallError, InstalledConnector, SchemaViolation,
+    ToolAnnotations, ToolInfo,
+};
+use crate::runtime::{wit, ConnectorRuntime, GuestError, OutboundPolicy, RuntimeOptions, Sandbox};
+use crate::store::{
+    AgentRecord, BindingRecord, ConnectorRecord, GrantRecord, ImageToolsRecord, Store, Subject,
+    UnitRecord,
+};
+
+static ID_RULE: std::sync::LazyLock<regex_lite::Regex> = std::sync::LazyLock::new(|| {
+    regex_lite::Regex::new(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+        .unwrap_or_else(|e| unreachable!("{e}"))
+});
+
+/// Checks a unit or agent id against the contract's id pattern.
+pub fn check_id(kind: &str, id: &str) -> HostResult<()> {
+    if ID_RULE.is_match(id) {
+        Ok(())
+    } else {
+        Err(HostError::invalid_request(format!(
+            "{kind} id `{}` is invalid: ids match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$",
+            truncate(id, 80)
+        )))
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        s.chars().take(max).collect::<String>() + "…"
+    }
+}
+
+/// RFC 3339 of now, UTC, second precision.
+pub fn now_rfc3339() -> String {
+    let now = time::OffsetDateTime::now_utc()
+        .replace_nanosecond(0)
+        .unwrap_or_else(|_| time::OffsetDateTime::now_utc());
+    now.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+/// A handler of a platform tool an embedding platform registers.
+pub trait PlatformToolHandler: Send + Sync {
+    /// Runs the tool for `agent` with schema-checked `arguments`.
+    fn call(
+        &self,
+        agent: &str,
+        arguments: Value,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, String>> + Send + '_>>;
+}
+
+pub(crate) struct PlatformTools {
+    /// Sorted by name.
+    tools: Vec<Arc<ToolInfo>>,
+    handlers: BTreeMap<String, Arc<dyn PlatformToolHandler>>,
+    validators: BTreeMap<String, Arc<jsonschema::Validator>>,
+}
+
+/// The contract's `Unit` object.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnitView {
+    pub id: String,
+    pub parent: Option<String>,
+    pub display_name: Option<String>,
+    pub bindings: Vec<BindingView>,
+    pub effective_tools: Arc<ResolvedTools>,
+}
+
+/// The contract's `Agent` object.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentView {
+    pub id: String,
+    pub units: Vec<String>,
+    pub display_name: Option<String>,
+    pub effective_tools: Arc<ResolvedTools>,
+}
+
+/// The contract's `Grant` object.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantView {
+    pub tool: String,
+    pub namespace: String,
+    pub provenance: String,
+    pub created_at: String,
+}
+
+impl From<&GrantRecord> for GrantView {
+    fn from(g: &GrantRecord) -> Self {
+        Self {
+            tool: g.tool.clone(),
+            namespace: g.namespace.clone(),
+            provenance: g.provenance.clone(),
+            created_at: g.created_at.clone(),
+        }
+    }
+}
+
+/// The contract's `Binding` object (secrets masked).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingView {
+    pub unit_id: String,
+    pub connector: String,
+    pub config: Value,
+    pub bound_at: String,
+    pub grants: Vec<GrantView>,
+}
+
+/// Whether a write created something or replaced it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    Created,
+    Updated,
+}
+
+/// The result of installing a component.
+#[derive(Debug, Clone)]
+pub struct Installed {
+    pub connector: Connector,
+    pub written: Written,
+}
+
+/// An issued agent token.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IssuedToken {
+    pub token: String,
+    pub expires_at: String,
+}
+
+/// Counters exported at `/metrics`.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub tool_calls_ok: AtomicU64,
+    pub tool_calls_failed: AtomicU64,
+    pub tool_calls_rejected: AtomicU64,
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: HostConfig,
+    pub(crate) runtime: Arc<ConnectorRuntime>,
+    pub(crate) registry: ConnectorRegistry,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) directory: RwLock<Directory>,
+    pub(crate) resolver: EffectiveToolResolver,
+    pub(crate) policies: RwLock<BTreeMap<String, Arc<OutboundPolicy>>>,
+    pub(crate) platform: RwLock<PlatformTools>,
+    pub(crate) image_tools: RwLock<BTreeMap<String, Arc<[Arc<ToolInfo>]>>>,
+    pub(crate) writes: tokio::sync::Mutex<()>,
+    pub(crate) operator: OperatorToken,
+    pub(crate) agent_tokens: AgentTokens,
+    pub(crate) metrics: Metrics,
+    pub(crate) http: reqwest::Client,
+    pub(crate) in_flight: parking_lot::Mutex<std::collections::HashSet<(String, String)>>,
+    pub(crate) inbox: tokio::sync::broadcast::Sender<Arc<crate::store::MessageRecord>>,
+}
+
+/// The connector host. Cheap to clone; all clones share one state.
+#[derive(Clone)]
+pub struct Host {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// What `Host::open` reports about start-up.
+#[derive(Debug, Clone)]
+pub struct StartupReport {
+    /// The operator token when it was generated now (print it once), else `None`.
+    pub generated_operator_token: Option<String>,
+}
+
+include!(concat!(env!("OUT_DIR"), "/bundled_connectors.rs"));
+
+/// The bytes of a connector bundled into the host binary (`acme`, ...).
+pub fn bundled_component(name: &str) -> Option<&'static [u8]> {
+    BUNDLED_COMPONENTS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, b)| *b)
+}
+
+fn builtin_platform_tools() -> PlatformTools {
+    let annotations = ToolAnnotations {
+        read_only_hint: true,
+        destructive_hint: false,
+        idempotent_hint: true,
+        open_world_hint: false,
+    };
+    let tools = vec![
+        ToolInfo {
+            name: "sv.tools.describe".into(),
+            description: "Describe one of your effective tools: its description, input schema, annotations and where it comes from.".into(),
+            input_schema: json!({"type": "object", "properties": {"name": {"type": "string", "description": "Canonical tool id, e.g. github.create_issue"}}, "required": ["name"], "additionalProperties": false}),
+            annotations,
+        },
+        ToolInfo {
+            name: "sv.tools.list".into(),
+            description: "List the tools you can call (your effective tool set), with their provenance.".into(),
+            input_schema: json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            annotations,
+        },
+    ];
+    let mut p = PlatformTools {
+        tools: Vec::new(),
+        handlers: BTreeMap::new(),
+        validators: BTreeMap::new(),
+    };
+    for t in tools {
+        if let Ok(v) = jsonschema::validator_for(&t.input_schema) {
+            p.validators.insert(t.name.clone(), Arc::new(v));
+        }
+        p.tools.push(Arc::new(t));
+    }
+    p
+}
+
+fn violations_json(v: &[SchemaViolation]) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// Masks config fields the schema marks `writeOnly` or `format: password`.
+pub fn mask_secrets(schema: &Value, config: &Value) -> Value {
+    match (schema, config) {
+        (Value::Object(s), Value::Object(c)) => {
+            let props = s.get("properties").and_then(Value::as_object);
+            let mut out = serde_json::Map::new();
+            for (k, v) in c {
+                let prop = props.and_then(|p| p.get(k));
+                let secret = prop.is_some_and(|p| {
+                    p.get("writeOnly").and_then(Value::as_bool) == Some(true)
+                        || p.get("format").and_then(Value::as_str) == Some("password")
+                });
+                let masked = if secret {
+                    Value::String("***".into())
+                } else if let Some(p) = prop {
+                    mask_secrets(p, v)
+                } else {
+                    v.clone()
+                };
+                out.insert(k.clone(), masked);
+            }
+            Value::Object(out)
+        }
+        _ => config.clone(),
+    }
+}
+
+fn guest_error(err: GuestError) -> HostError {
+    match err {
+        GuestError::Timeout { .. } => HostError::new(
+            ErrorKind::GatewayTimeout,
+            "connector_timeout",
+            err.to_string(),
+        ),
+        other => HostError::new(
+            ErrorKind::BadGateway,
+            "connector_trapped",
+            other.to_string(),
+        ),
+    }
+}
+
+fn install_error(err: InstallError) -> HostError {
+    let mut details = json!({"rule": err.rule()});
+    if let Some(id) = err.offending_id() {
+        details["id"] = Value::String(id.to_string());
+    }
+    HostError::new(
+        ErrorKind::Unprocessable,
+        "invalid_component",
+        err.to_string(),
+    )
+    .with_details(details)
+}
+
+/// Routing keys a binding's config names for GitHub installations (`installation:<id>`).
+fn installations_of(routing_keys: &[String]) -> Arc<[u64]> {
+    routing_keys
+        .iter()
+        .filter_map(|k| k.strip_prefix("installation:")?.parse().ok())
+        .collect::<Vec<u64>>()
+        .into()
+}
+
+impl Host {
+    /// Opens a host on `config`: the store, the runtime, the bundled connectors, the
+    /// connectors directory and everything persisted.
+    pub async fn open(config: HostConfig) -> anyhow::Result<(Host, StartupReport)> {
+        let store = open_store(&config).await?;
+        Self::open_with_store(config, store).await
+    }
+
+    /// Like [`Host::open`] with a store of the caller's choosing.
+    pub async fn open_with_store(
+        config: HostConfig,
+        store: Arc<dyn Store>,
+    ) -> anyhow::Result<(Host, StartupReport)> {
+        std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot create the data directory {}: {e}",
+                config.data_dir.display()
+            )
+        })?;
+        let runtime = Arc::new(ConnectorRuntime::new(RuntimeOptions {
+            limits: config.limits,
+            cache_dir: Some(config.data_dir.join("compiled")),
+            installation_tokens: None,
+        })?);
+        let (operator, generated_operator_token) = match &config.operator_token {
+            Some(t) if !t.is_empty() => (OperatorToken::new(t), None),
+            _ => {
+                let path = config.data_dir.join("operator-token");
+                let (token, created) = read_or_create_secret(&path).map_err(|e| {
+                    anyhow::anyhow!("cannot read or create {}: {e}", path.display())
+                })?;
+                (OperatorToken::new(&token), created.then_some(token))
+            }
+        };
+        let key_path = config.data_dir.join("agent-token-key");
+        let (agent_key, _) = read_or_create_secret(&key_path)
+            .map_err(|e| anyhow::anyhow!("cannot read or create {}: {e}", key_path.display()))?;
+
+        let snapshot = store
+            .load()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot load the stored state: {e}"))?;
+        let inner = Inner {
+            registry: ConnectorRegistry::new(runtime.clone()),
+            runtime,
+            store,
+            directory: RwLock::new(Directory::from_snapshot(&snapshot)),
+            resolver: EffectiveToolResolver::default(),
+            policies: RwLock::new(BTreeMap::new()),
+            platform: RwLock::new(builtin_platform_tools()),
+            image_tools: RwLock::new(BTreeMap::new()),
+            writes: tokio::sync::Mutex::new(()),
+            operator,
+            agent_tokens: AgentTokens::new(agent_key.as_bytes()),
+            metrics: Metrics::default(),
+            http: reqwest::Client::builder()
+                .timeout(std::time::Duration::from_secs(10))
+                .build()
+                .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))?,
+            in_flight: parking_lot::Mutex::new(std::collections::HashSet::new()),
+            inbox: tokio::sync::broadcast::channel(4096).0,
+            config,
+        };
+        let host = Host {
+            inner: Arc::new(inner),
+        };
+
+        for record in &snapshot.image_tools {
+            host.cache_image_tools(record);
+        }
+        // Persisted connectors first, then bundled ones (unless the operator installed
+        // their own version of that slug), then the connectors directory.
+        for record in &snapshot.connectors {
+            match host.inner.registry.prepare(&record.component).await {
+                Ok(prepared) => {
+                    host.remember_policy(prepared.info());
+                    host.inner.registry.insert(prepared);
+                }
+                Err(e) => {
+                    tracing::error!(slug = %record.slug, error = %e, "a stored connector no longer loads; it stays stored but is not available")
+                }
+            }
+        }
+        for (name, bytes) in BUNDLED_COMPONENTS {
+            let stored = snapshot.connectors.iter().find(|c| c.slug == *name);
+            if stored.is_some_and(|c| !c.bundled) {
+                continue;
+            }
+            host.install_component(bytes, true, true)
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!("bundled connector `{name}` failed to install: {e}")
+                })?;
+        }
+        if let Some(dir) = host.inner.config.connectors_dir.clone() {
+            let mut files: Vec<_> = std::fs::read_dir(&dir)
+                .map_err(|e| anyhow::anyhow!("cannot read connectors_dir {}: {e}", dir.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
+                .collect();
+            files.sort();
+            for file in files {
+                let bytes = std::fs::read(&file)
+                    .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+                host.install_component(&bytes, false, true)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            }
+        }
+        Ok((
+            host,
+            StartupReport {
+                generated_operator_token,
+            },
+        ))
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &HostConfig {
+        &self.inner.config
+    }
+
+    /// The sandbox runtime.
+    pub fn runtime(&self) -> &Arc<ConnectorRuntime> {
+        &self.inner.runtime
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// Counters for `/metrics`.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// Whether `token` is the operator token (constant time).
+    pub fn is_operator_token(&self, token: &str) -> bool {
+        self.inner.operator.matches(token)
+    }
+
+    /// The agent an agent token was issued for.
+    pub fn agent_of_token(&self, token: &str) -> Option<String> {
+        self.inner.agent_tokens.verify(token).ok()
+    }
+
+    fn remember_policy(&self, info: &Connector) {
+        let settings = self.inner.config.connector(&info.slug);
+        let policy = OutboundPolicy::new(
+            &info.allowed_hosts,
+            settings.allowed_hosts.as_deref(),
+            settings.allow_private_networks,
+        );
+        self.inner
+            .policies
+            .write()
+            .insert(info.slug.clone(), Arc::new(policy));
+    }
+
+    /// The sandbox a call of connector `slug` runs in, for a binding with `routing_keys`.
+    pub fn sandbox(&self, slug: &str, routing_keys: &[String]) -> Sandbox {
+        let outbound = self
+            .inner
+            .policies
+            .read()
+            .get(slug)
+            .cloned()
+            .unwrap_or_else(|| Arc::new(OutboundPolicy::deny_all()));
+        Sandbox {
+            connector: Arc::from(slug),
+            outbound,
+            installations: installations_of(routing_keys),
+        }
+    }
+
+    // ----- connectors -------------------------------------------------------------
+
+    /// Installs a component (a new slug) or rotates an installed one (same slug, new
+    /// digest). A rotation keeps bindings, re-checks each binding's config against the new
+    /// connector and refuses with `409 rotation_breaks_bindings` if any fails, unless
+    /// `force` (then the failing bindings are unbound).
+    pub async fn install_connector(&self, bytes: &[u8], force: bool) -> HostResult<Installed> {
+        self.install_component(bytes, false, force).await
+    }
+
+    async fn install_component(
+        &self,
+        bytes: &[u8],
+        bundled: bool,
+        force: bool,
+    ) -> HostResult<Installed> {
+        let prepared = self
+            .inner
+            .registry
+            .prepare(bytes)
+            .await
+            .map_err(install_error)?;
+        let _write = self.inner.writes.lock().await;
+        let previous = self
+            .inner
+            .registry
+            .check_conflicts(prepared.info())
+            .map_err(install_error)?;
+        let slug = prepared.info().slug.clone();
+        if let Some(previous) = &previous {
+            if previous.info().digest == prepared.info().digest {
+                return Ok(Installed {
+                    connector: previous.info().clone(),
+                    written: Written::Updated,
+                });
+            }
+        }
+        // Re-validate every binding of this slug against the new connector.
+        let bindings: Vec<BindingRecord> = self
+            .inner
+            .directory
+            .read()
+            .bindings_of_connector(&slug)
+            .cloned()
+            .collect();
+        let mut kept = Vec::new();
+        let mut broken = Vec::new();
+        self.remember_policy(prepared.info());
+        for b in bindings {
+            let verdict = match prepared.check_config(&b.config) {
+                Err(v) => Err(json!({"unitId": b.unit_id, "violations": violations_json(&v)})),
+                Ok(()) => {
+                    let sandbox = self.sandbox(&slug, &b.routing_keys);
+                    match self
+                        .inner
+                        .runtime
+                        .bind(prepared.component(), &sandbox, &b.config.to_string())
+                        .await
+                    {
+                        Ok(Ok(keys)) => Ok(keys),
+                        Ok(Err(msg)) => Err(json!({"unitId": b.unit_id, "message": msg})),
+                        Err(e) => Err(json!({"unitId": b.unit_id, "message": e.to_string()})),
+                    }
+                }
+            };
+            match verdict {
+                Ok(keys) => kept.push(BindingRecord {
+                    routing_keys: keys,
+                    ..b
+                }),
+                Err(why) => broken.push((b, why)),
+            }
+        }
+        if !broken.is_empty() && !force {
+            if let Some(previous) = &previous {
+                self.remember_policy(previous.info());
+            }
+            return Err(HostError::new(
+                ErrorKind::Conflict,
+                "rotation_breaks_bindings",
+                format!(
+                    "the new version of `{slug}` rejects the configuration of {} existing binding(s); fix them or install with ?force=true to unbind them",
+                    broken.len()
+                ),
+            )
+            .with_details(json!({"bindings": broken.iter().map(|(_, why)| why.clone()).collect::<Vec<_>>()})));
+        }
+        let record = ConnectorRecord {
+            slug: slug.clone(),
+            namespace: prepared.info().tool_namespace.clone(),
+            digest: prepared.info().digest.clone(),
+            component: bytes.to_vec(),
+            bundled,
+            installed_at: now_rfc3339(),
+        };
+        let namespace = record.namespace.clone();
+        self.inner.store.put_connector(&record).await?;
+        for (b, _) in &broken {
+            self.inner.store.delete_binding(&b.unit_id, &slug).await?;
+        }
+        for b in &kept {
+            let grant = self.binding_grant(&b.unit_id, &slug, &namespace);
+            self.inner.store.put_binding(b, &grant).await?;
+        }
+        let info = prepared.info().clone();
+        {
+            let mut dir = self.inner.directory.write();
+            self.inner.registry.insert(prepared);
+            dir.rename_connector_namespace(&slug, &namespace);
+            for (b, _) in &broken {
+                dir.remove_binding(&b.unit_id, &slug);
+            }
+            for b in kept {
+                let grant = self.binding_grant(&b.unit_id, &slug, &namespace);
+                dir.put_binding(b, grant);
+            }
+            self.inner.resolver.invalidate();
+        }
+        Ok(Installed {
+            connector: info,
+            written: if previous.is_some() {
+                Written::Updated
+            } else {
+                Written::Created
+            },
+        })
+    }
+
+    fn binding_grant(&self, unit: &str, slug: &str, namespace: &str) -> GrantRecord {
+        let provenance = connector_provenance(slug);
+        let existing = self
+            .inner
+            .directory
+            .read()
+            .grants_of(&Subject::Unit(unit.to_string()))
+            .iter()
+            .find(|g| g.provenance == provenance)
+            .map(|g| g.created_at.clone());
+        GrantRecord {
+            subject: Subject::Unit(unit.to_string()),
+            tool: format!("{namespace}.*"),
+            namespace: namespace.to_string(),
+            provenance,
+            created_at: existing.unwrap_or_else(now_rfc3339),
+        }
+    }
+
+    /// Every installed connector, sorted by slug.
+    pub fn list_connectors(&self) -> Vec<Connector> {
+        self.inner
+            .registry
+            .list()
+            .iter()
+            .map(|c| c.info().clone())
+            .collect()
+    }
+
+    /// One installed connector.
+    pub fn connector(&self, slug: &str) -> HostResult<Arc<InstalledConnector>> {
+        self.inner.registry.get(slug).ok_or_else(|| {
+            HostError::not_found(format!(
+                "no connector `{}` is installed",
+                truncate(slug, 80)
+            ))
+        })
+    }
+
+    /// Removes a connector; while bound it is refused (`409 connector_in_use`) unless
+    /// `force`, which unbinds it everywhere first.
+    pub async fn remove_connector(&self, slug: &str, force: bool) -> HostResult<()> {
+        self.connector(slug)?;
+        let _write = self.inner.writes.lock().await;
+        let bound: Vec<String> = self
+            .inner
+            .directory
+            .read()
+            .bindings_of_connector(slug)
+            .map(|b| b.unit_id.clone())
+            .collect();
+        if !bound.is_empty() && !force {
+            return Err(HostError::new(
+                ErrorKind::Conflict,
+                "connector_in_use",
+                format!("connector `{slug}` is bound to {} unit(s); unbind it first or delete with ?force=true", bound.len()),
+            )
+            .with_details(json!({"units": bound})));
+        }
+        self.inner.store.delete_connector(slug).await?;
+        let mut dir = self.inner.directory.write();
+        dir.remove_connector(slug);
+        self.inner.registry.remove(slug);
+        self.inner.policies.write().remove(slug);
+        self.inner.resolver.invalidate();
+        Ok(())
+    }
+
+    // ----- units and agents ------------------------------------------------------
+
+    /// Creates or updates a unit.
+    pub async fn put_unit(
+        &self,
+        id: &str,
+        parent: Option<&str>,
+        display_name: Option<&str>,
+    ) -> HostResult<(UnitView, Written)> {
+        check_id("unit", id)?;
+        if let Some(p) = parent {
+            check_id("unit", p)?;
+        }
+        let _write = self.inner.writes.lock().await;
+        let record = {
+            let dir = self.inner.directory.read();
+            if let Some(p) = parent {
+                if dir.unit(p).is_none() {
+                    return Err(HostError::not_found(format!(
+                        "parent unit `{p}` does not exist; create it first"
+                    )));
+                }
+                if p == id || dir.would_cycle(id, p) {
+                    return Err(HostError::new(
+                        ErrorKind::Unprocessable,
+                        "cycle",
+                        format!("making `{p}` the parent of `{id}` would create a cycle"),
+                    ));
+                }
+            }
+            let existing = dir.unit(id);
+            UnitRecord {
+                id: id.to_string(),
+                parent: parent.map(str::to_string),
+                display_name: display_name.map(str::to_string),
+                created_at: existing
+                    .map(|u| u.created_at.clone())
+                    .unwrap_or_else(now_rfc3339),
+            }
+        };
+        let written = if self.inner.directory.read().unit(id).is_some() {
+            Written::Updated
+        } else {
+            Written::Created
+        };
+        self.inner.store.put_unit(&record).await?;
+        {
+            let mut dir = self.inner.directory.write();
+            dir.put_unit(record);
+            self.inner.resolver.invalidate();
+        }
+        drop(_write);
+        Ok((self.unit(id)?, written))
+    }
+
+    /// A unit with its bindings and effective tools.
+    pub fn unit(&self, id: &str) -> HostResult<UnitView> {
+        check_id("unit", id)?;
+        let dir = self.inner.directory.read();
+        let unit = dir
+            .unit(id)
+            .ok_or_else(|| HostError::not_found(format!("unit `{id}` does not exist")))?;
+        let bindings = self.binding_views(&dir, id);
+        let tools = self
+            .resolve_locked(&dir, &Subject::Unit(id.to_string()))
+            .unwrap_or_default();
+        Ok(UnitView {
+            id: unit.id.clone(),
+            parent: unit.parent.clone(),
+            display_name: unit.display_name.clone(),
+            bindings,
+            effective_tools: tools,
+        })
+    }
+
+    /// Deletes a unit (its bindings are unbound and grants revoked); refused while it has
+    /// children (`409 has_children`).
+    pub async fn delete_unit(&self, id: &str) -> HostResult<()> {
+        check_id("unit", id)?;
+        let _write = self.inner.writes.lock().await;
+        let affected_agents: Vec<AgentRecord> = {
+            let dir = self.inner.directory.read();
+            if dir.unit(id).is_none() {
+                return Err(HostError::not_found(format!("unit `{id}` does not exist")));
+            }
+            if dir.has_children(id) {
+                return Err(HostError::new(
+                    ErrorKind::Conflict,
+                    "has_children",
+                    format!("unit `{id}` has child units; delete or move them first"),
+                ));
+            }
+            dir.agents()
+                .filter(|a| a.units.iter().any(|u| u == id))
+                .cloned()
+                .collect()
+        };
+        self.inner.store.delete_unit(id).await?;
+        let mut updated = Vec::new();
+        for mut agent in affected_agents {
+            agent.units.retain(|u| u != id);
+            self.inner.store.put_agent(&agent).await?;
+            updated.push(agent);
+        }
+        let mut dir = self.inner.directory.write();
+        dir.remove_unit(id);
+        for a in updated {
+            dir.put_agent(a);
+        }
+        self.inner.resolver.invalidate();
+        Ok(())
+    }
+
+    /// Creates or updates an agent (`units`: first = primary).
+    pub async fn put_agent(
+        &self,
+        id: &str,
+        units: &[String],
+        display_name: Option<&str>,
+    ) -> HostResult<(AgentView, Written)> {
+        check_id("agent", id)?;
+        if units.is_empty() {
+            return Err(HostError::invalid_request(
+                "an agent must belong to at least one unit (`units` is empty)",
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for u in units {
+            check_id("unit", u)?;
+            if !seen.insert(u) {
+                return Err(HostError::invalid_request(format!(
+                    "unit `{u}` is listed twice in `units`"
+                )));
+            }
+        }
+        let _write = self.inner.writes.lock().await;
+        let (record, written) = {
+            let dir = self.inner.directory.read();
+            for u in units {
+                if dir.unit(u).is_none() {
+                    return Err(HostError::not_found(format!(
+                        "unit `{u}` does not exist; create it first"
+                    )));
+                }
+            }
+            let existing = dir.agent(id);
+            (
+                AgentRecord {
+                    id: id.to_string(),
+                    units: units.to_vec(),
+                    display_name: display_name.map(str::to_string),
+                    created_at: existing
+                        .map(|a| a.created_at.clone())
+                        .unwrap_or_else(now_rfc3339),
+                },
+                if existing.is_some() {
+                    Written::Updated
+                } else {
+                    Written::Created
+                },
+            )
+        };
+        self.inner.store.put_agent(&record).await?;
+        {
+            let mut dir = self.inner.directory.write();
+            dir.put_agent(record);
+            self.inner.resolver.invalidate();
+        }
+        drop(_write);
+        Ok((self.agent(id)?, written))
+    }
+
+    /// An agent with its effective tools.
+    pub fn agent(&self, id: &str) -> HostResult<AgentView> {
+        check_id("agent", id)?;
+        let dir = self.inner.directory.read();
+        let agent = dir
+            .agent(id)
+            .ok_or_else(|| HostError::not_found(format!("agent `{id}` does not exist")))?;
+        let tools = self
+            .resolve_locked(&dir, &Subject::Agent(id.to_string()))
+            .unwrap_or_default();
+        Ok(AgentView {
+            id: agent.id.clone(),
+            units: agent.units.clone(),
+            display_name: agent.display_name.clone(),
+            effective_tools: tools,
+        })
+    }
+
+    /// Deletes an agent with its explicit grants and image tools.
+    pub async fn delete_agent(&self, id: &str) -> HostResult<()> {
+        check_id("agent", id)?;
+        let _write = self.inner.writes.lock().await;
+        if self.inner.directory.read().agent(id).is_none() {
+            return Err(HostError::not_found(format!("agent `{id}` does not exist")));
+        }
+        self.inner.store.delete_agent(id).await?;
+        let mut dir = self.inner.directory.write();
+        dir.remove_agent(id);
+        self.inner.image_tools.write().remove(id);
+        self.inner.resolver.invalidate();
+        Ok(())
+    }
+
+    /// Issues an agent token (default one hour, at most 30 days).
+    pub fn issue_agent_token(&self, id: &str, ttl_seconds: Option<u64>) -> HostResult<IssuedToken> {
+        check_id("agent", id)?;
+        if self.inner.directory.read().agent(id).is_none() {
+            return Err(HostError::not_found(format!("agent `{id}` does not exist")));
+        }
+        let ttl = ttl_seconds.unwrap_or(3600);
+        if ttl == 0 || ttl > 30 * 24 * 3600 {
+            return Err(HostError::invalid_request(
+                "ttlSeconds must be between 1 and 2592000 (30 days)",
+            ));
+        }
+        let (token, exp) = self
+            .inner
+            .agent_tokens
+            .issue(id, ttl)
+            .map_err(HostError::internal)?;
+        let expires_at = time::OffsetDateTime::from_unix_timestamp(exp)
+            .ok()
+            .and_then(|t| {
+                t.format(&time::format_description::well_known::Rfc3339)
+                    .ok()
+            })
+            .unwrap_or_default();
+        Ok(IssuedToken { token, expires_at })
+    }
+
+    // ----- bindings -------------------------------------------------------------
+
+    fn binding_views(&self, dir: &Directory, unit: &str) -> Vec<BindingView> {
+        dir.bindings_of(unit)
+            .map(|b| self.binding_view(dir, b))
+            .collect()
+    }
+
+    fn binding_view(&self, dir: &Directory, b: &BindingRecord) -> BindingView {
+        let provenance = connector_provenance(&b.connector);
+        let grants = dir
+            .grants_of(&Subject::Unit(b.unit_id.clone()))
+            .iter()
+            .filter(|g| g.provenance == provenance)
+            .map(GrantView::from)
+            .collect();
+        let config = match self.inner.registry.get(&b.connector) {
+            Some(c) => mask_secrets(&c.info().config_schema, &b.config),
+            None => Value::String("***".into()),
+        };
+        BindingView {
+            unit_id: b.unit_id.clone(),
+            connector: b.connector.clone(),
+            config,
+            bound_at: b.bound_at.clone(),
+            grants,
+        }
+    }
+
+    /// Binds a connector to a unit (or replaces the binding's config): validates the
+    /// config against the connector's schema and its own `bind`, then writes the binding
+    /// and its `<namespace>.*` grant in one transaction.
+    pub async fn bind(
+        &self,
+        unit: &str,
+        slug: &str,
+        config: Value,
+    ) -> HostResult<(BindingView, Written)> {
+        check_id("unit", unit)?;
+        let connector = self.connector(slug)?;
+        if self.inner.directory.read().unit(unit).is_none() {
+            return Err(HostError::not_found(format!(
+                "unit `{unit}` does not exist"
+            )));
+        }
+        if let Err(v) = connector.check_config(&config) {
+            return Err(HostError::new(
+                ErrorKind::Unprocessable,
+                "invalid_config",
+                format!("the configuration does not match the configSchema of `{slug}`"),
+            )
+            .with_details(json!({"violations": violations_json(&v)})));
+        }
+        let sandbox = self.sandbox(slug, &[]);
+        let keys = match self
+            .inner
+            .runtime
+            .bind(connector.component(), &sandbox, &config.to_string())
+            .await
+        {
+            Ok(Ok(keys)) => keys,
+            Ok(Err(msg)) => {
+                return Err(HostError::new(
+                    ErrorKind::Unprocessable,
+                    "invalid_config",
+                    format!("connector `{slug}` refused the configuration: {msg}"),
+                )
+                .with_details(json!({"connector": msg})))
+            }
+            Err(e) => return Err(guest_error(e)),
+        };
+        let _write = self.inner.writes.lock().await;
+        // Re-check under the write lock: the unit or connector may have gone meanwhile.
+        if self.inner.directory.read().unit(unit).is_none() {
+            return Err(HostError::not_found(format!(
+                "unit `{unit}` does not exist"
+            )));
+        }
+        let connector = self.connector(slug)?;
+        let namespace = connector.info().tool_namespace.clone();
+        let existing = self.inner.directory.read().binding(unit, slug).cloned();
+        let record = BindingRecord {
+            unit_id: unit.to_string(),
+            connector: slug.to_string(),
+            config,
+            routing_keys: keys,
+            bound_at: existing
+                .as_ref()
+                .map(|b| b.bound_at.clone())
+                .unwrap_or_else(now_rfc3339),
+        };
+        let grant = self.binding_grant(unit, slug, &namespace);
+        self.inner.store.put_binding(&record, &grant).await?;
+        let view = {
+            let mut dir = self.inner.directory.write();
+            dir.put_binding(record.clone(), grant);
+            self.inner.resolver.invalidate();
+            self.binding_view(&dir, &record)
+        };
+        Ok((
+            view,
+            if existing.is_some() {
+                Written::Updated
+            } else {
+                Written::Created
+            },
+        ))
+    }
+
+    /// The bindings of a unit.
+    pub fn bindings(&self, unit: &str) -> HostResult<Vec<BindingView>> {
+        check_id("unit", unit)?;
+        let dir = self.inner.directory.read();
+        if dir.unit(unit).is_none() {
+            return Err(HostError::not_found(format!(
+                "unit `{unit}` does not exist"
+            )));
+        }
+        Ok(self.binding_views(&dir, unit))
+    }
+
+    /// Every binding of every unit (for webhook routing and runtime context).
+    pub fn all_bindings(&self) -> Vec<BindingRecord> {
+        self.inner
+            .directory
+            .read()
+            .all_bindings()
+            .cloned()
+            .collect()
+    }
+
+    /// Unbinds: deletes the binding and exactly its grants in one transaction.
+    pub async fn unbind(&self, unit: &str, slug: &str) -> HostResult<()> {
+        check_id("unit", unit)?;
+        let _write = self.inner.writes.lock().await;
+        if self.inner.directory.read().binding(unit, slug).is_none() {
+            return Err(HostError::not_found(format!(
+                "connector `{}` is not bound to unit `{unit}`",
+                truncate(slug, 80)
+            )));
+        }
+        self.inner.store.delete_binding(unit, slug).await?;
+        let mut dir = self.inner.directory.write();
+        dir.remove_binding(unit, slug);
+        self.inner.resolver.invalidate();
+        Ok(())
+    }
+
+    // ----- grants and effective tools ------------------------------------------------
+
+    fn resolve_locked(&self, dir: &Directory, subject: &Subject) -> Option<Arc<ResolvedTools>> {
+        if let Some(hit) = self.inner.resolver.cached(subject) {
+            return Some(hit);
+        }
+        let connectors = self.inner.registry.namespaces();
+        let platform = self.inner.platform.read();
+        let catalog = ToolCatalog {
+            connectors: &connectors,
+            platform: &platform.tools,
+        };
+        let image = match subject {
+            Subject::Agent(a) => self.inner.image_tools.read().get(a).cloned(),
+            Subject::Unit(_) => None,
+        };
+        self.inner.resolver.resolve(dir, &catalog, image, subject)
+    }
+
+    /// The effective tools of a unit or agent.
+    pub fn effective_tools(&self, subject: &Subject) -> HostResult<Arc<ResolvedTools>> {
+        let (kind, id) = match subject {
+            Subject::Unit(id) => ("unit", id),
+            Subject::Agent(id) => ("agent", id),
+        };
+        check_id(kind, id)?;
+        let dir = self.inner.directory.read();
+        self.resolve_locked(&dir, subject)
+            .ok_or_else(|| HostError::not_found(format!("{kind} `{id}` does not exist")))
+    }
+
+    fn subject_exists(&self, subject: &Subject) -> HostResult<()> {
+        let dir = self.inner.directory.read();
+        let (kind, id, exists) = match subject {
+            Subject::Unit(id) => ("unit", id, dir.unit(id).is_some()),
+            Subject::Agent(id) => ("agent", id, dir.agent(id).is_some()),
+        };
+        check_id(kind, id)?;
+        if exists {
+            Ok(())
+        } else {
+            Err(HostError::not_found(format!(
+                "{kind} `{id}` does not exist"
+            )))
+        }
+    }
+
+    /// Grants a tool id or a whole namespace to a subject explicitly.
+    pub async fn grant(&self, subject: Subject, tool_or_namespace: &str) -> HostResult<GrantView> {
+        self.subject_exists(&subject)?;
+        let (tool, namespace) = parse_grant_target(tool_or_namespace)?;
+        let record = GrantRecord {
+            subject,
+            tool,
+            namespace,
+            provenance: EXPLICIT.to_string(),
+            created_at: now_rfc3339(),
+        };
+        let _write = self.inner.writes.lock().await;
+        self.inner.store.put_grant(&record).await?;
+        let mut dir = self.inner.directory.write();
+        dir.put_grant(record.clone());
+        self.inner.resolver.invalidate();
+        Ok(GrantView::from(&record))
+    }
+
+    /// Revokes an explicit grant.
+    pub async fn revoke(&self, subject: Subject, tool_or_namespace: &str) -> HostResult<()> {
+        self.subject_exists(&subject)?;
+        let (tool, _) = parse_grant_target(tool_or_namespace)?;
+        let _write = self.inner.writes.lock().await;
+        let present = self
+            .inner
+            .directory
+            .read()
+            .grants_of(&subject)
+            .iter()
+            .any(|g| g.tool == tool && g.provenance == EXPLICIT);
+        if !present {
+            return Err(HostError::not_found(format!(
+                "no explicit grant of `{tool}` exists on this subject"
+            )));
+        }
+        self.inner
+            .store
+            .delete_grant(&subject, &tool, EXPLICIT)
+            .await?;
+        let mut dir = self.inner.directory.write();
+        dir.remove_grant(&subject, &tool, EXPLICIT);
+        self.inner.resolver.invalidate();
+        Ok(())
+    }
+
+    fn cache_image_tools(&self, record: &ImageToolsRecord) {
+        let tools: Vec<Arc<ToolInfo>> = record
+            .tools
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| {
+                Some(Arc::new(ToolInfo {
+                    name: t.get("name")?.as_str()?.to_string(),
+                    description: t
+                        .get("description")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                    input_schema: t
+                        .get("inputSchema")
+                        .cloned()
+                        .unwrap_or_else(|| json!({"type": "object"})),
+                    annotations: ToolAnnotations::default(),
+                }))
+            })
+            .collect();
+        self.inner
+            .image_tools
+            .write()
+            .insert(record.agent_id.clone(), Arc::from(tools));
+    }
+
+    /// Stores the tools an agent's image declares.
+    pub async fn put_image_tools(
+        &self,
+        agent: &str,
+        digest: &str,
+        tools: Value,
+    ) -> HostResult<Value> {
+        check_id("agent", agent)?;
+        if self.inner.directory.read().agent(agent).is_none() {
+            return Err(HostError::not_found(format!(
+                "agent `{agent}` does not exist"
+            )));
+        }
+        let tools = validate_image_tools(tools)?;
+        if digest.is_empty() || digest.len() > 200 {
+            return Err(HostError::invalid_request(
+                "`digest` must be a non-empty string such as sha256:<hex>",
+            ));
+        }
+        let record = ImageToolsRecord {
+            agent_id: agent.to_string(),
+            digest: digest.to_string(),
+            tools: tools.clone(),
+        };
+        let _write = self.inner.writes.lock().await;
+        self.inner.store.put_image_tools(&record).await?;
+        let mut dir = self.inner.directory.write();
+        self.cache_image_tools(&record);
+        dir.put_image_tools(record);
+        self.inner.resolver.invalidate();
+        Ok(json!({"digest": digest, "tools": tools}))
+    }
+
+    /// Fetches `GET {url}/a2a/tools` from an agent's image and stores the tools.
+    pub async fn introspect_image_tools(&self, agent: &str, url: &str) -> HostResult<Value> {
+        check_id("agent", agent)?;
+        if self.inner.directory.read().agent(agent).is_none() {
+            return Err(HostError::not_found(format!(
+                "agent `{agent}` does not exist"
+            )));
+        }
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|e| HostError::invalid_request(format!("`url` is not a URL: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(HostError::invalid_request(
+                "`url` must be http:// or https://",
+            ));
+        }
+        let target = format!("{}/a2a/tools", url.trim_end_matches('/'));
+        let failed =
+            |msg: String| HostError::new(ErrorKind::BadGateway, "introspection_failed", msg);
+        let response = self
+            .inner
+            .http
+            .get(&target)
+            .send()
+            .await
+            .map_err(|e| failed(format!("GET {target} failed: {e}")))?;
+        if !response.status().is_success() {
+            return Err(failed(format!(
+                "GET {target} answered {}",
+                response.status()
+            )));
+        }
+        let header_digest = response
+            .headers()
+            .get("x-image-digest")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| failed(format!("reading {target} failed: {e}")))?;
+        if body.len() > 8 * 1024 * 1024 {
+            return Err(failed(format!("{target} answered more than 8 MiB")));
+        }
+        let tools: Value = serde_json::from_slice(&body)
+            .map_err(|e| failed(format!("{target} did not answer JSON: {e}")))?;
+        let digest = header_digest.unwrap_or_else(|| {
+            use sha2::Digest;
+            format!("sha256:{}", hex::encode(sha2::Sha256::digest(&body)))
+        });
+        self.put_image_tools(agent, &digest, tools)
+            .await
+            .map_err(|e| {
+                if e.kind == ErrorKind::InvalidRequest {
+                    failed(format!(
+                        "{target} answered an invalid tool list: {}",
+                        e.message
+                    ))
+                } else {
+                    e
+                }
+            })
+    }
+
+    /// Registers a platform tool (`sv.*`) every subject gets.
+    pub fn register_platform_tool(
+        &self,
+        info: ToolInfo,
+        handler: Arc<dyn PlatformToolHandler>,
+    ) -> HostResult<()> {
+        if !is_tool_id(&info.name) || !info.name.starts_with("sv.") {
+            return Err(HostError::invalid_request(format!(
+                "platform tool `{}` must be a tool id in the `sv` namespace",
+                info.name
+            )));
+        }
+        let validator = jsonschema::validator_for(&info.input_schema).map_err(|e| {
+            HostError::invalid_request(format!(
+                "the input schema of `{}` is invalid: {e}",
+                info.name
+            ))
+        })?;
+        let _dir = self.inner.directory.write();
+        let mut platform = self.inner.platform.write();
+        platform.tools.retain(|t| t.name != info.name);
+        platform
+            .validators
+            .insert(info.name.clone(), Arc::new(validator));
+        platform.handlers.insert(info.name.clone(), handler);
+        platform.tools.push(Arc::new(info));
+        platform.tools.sort_by(|a, b| a.name.cmp(&b.name));
+        self.inner.resolver.invalidate();
+        Ok(())
+    }
+
+    // ----- tool calls -----------------------------------------------------------------
+
+    /// Calls a tool on behalf of an agent: grant check, schema check, then the guest (or
+    /// the platform handler) with the closest granting binding.
+    pub async fn call_tool(&self, agent: &str, tool: &str, arguments: Value) -> HostResult<Value> {
+        let result = self.call_tool_inner(agent, tool, arguments).await;
+        let m = &self.inner.metrics;
+        match &result {
+            Ok(_) => m.tool_calls_ok.fetch_add(1, Ordering::Relaxed),
+            Err(e) if e.kind.status() >= 500 => m.tool_calls_failed.fetch_add(1, Ordering::Relaxed),
+            Err(_) => m.tool_calls_rejected.fetch_add(1, Ordering::Relaxed),
+        };
+        result
+    }
+
+    async fn call_tool_inner(
+        &self,
+        agent: &str,
+        tool: &str,
+        arguments: Value,
+    ) -> HostResult<Value> {
+        check_id("agent", agent)?;
+        let subject = Subject::Agent(agent.to_string());
+        let (tools, binding) = {
+            let dir = self.inner.directory.read();
+            if dir.agent(agent).is_none() {
+                return Err(HostError::not_found(format!(
+                    "agent `{agent}` does not exist"
+                )));
+            }
+            let tools = self.resolve_locked(&dir, &subject).unwrap_or_default();
+            let binding = tools
+                .get(tool)
+                .and_then(|t| t.binding_unit.as_ref())
+                .and_then(|unit| {
+                    let ns = tool.split('.').next().unwrap_or_default();
+                    let slug = self.inner.registry.by_namespace(ns)?.slug().to_string();
+                    dir.binding(unit, &slug).cloned()
+                });
+            (tools, binding)
+        };
+        let Some(effective) = tools.get(tool) else {
+            return Err(self.not_granted_or_unknown(tool));
+        };
+        if !arguments.is_object() {
+            return Err(HostError::new(
+                ErrorKind::Unprocessable,
+                "invalid_arguments",
+                "`arguments` must be a JSON object",
+            )
+            .with_details(
+                json!({"violations": [{"pointer": "", "message": "expected an object"}]}),
+            ));
+        }
+        match &effective.definition {
+            ToolDefinition::Connector(connector, _) => {
+                if let Err(v) = connector.check_arguments(tool, &arguments) {
+                    return Err(invalid_arguments(tool, &v));
+                }
+                let (unit, config, keys) = match &binding {
+                    Some(b) => (b.unit_id.clone(), b.config.to_string(), b.routing_keys.clone()),
+                    None => {
+                        let primary = self.inner.directory.read().agent(agent).and_then(|a| a.units.first().cloned()).unwrap_or_default();
+                        (primary, "{}".to_string(), Vec::new())
+                    }
+                };
+                let sandbox = self.sandbox(connector.slug(), &keys);
+                let ctx = wit::CallContext {
+                    binding: wit::Binding { unit, config },
+                    agent: Some(agent.to_string()),
+                    call_id: crate::auth::random_secret(12),
+                };
+                let args = arguments.to_string();
+                match self.inner.runtime.call_tool(connector.component(), &sandbox, ctx, tool, &args).await {
+                    Ok(Ok(json_text)) => serde_json::from_str(&json_text).map_err(|e| {
+                        HostError::new(ErrorKind::BadGateway, "connector_trapped", format!("connector `{}` returned a result that is not JSON: {e}", connector.slug()))
+                    }),
+                    Ok(Err(wit::ToolError::Failed(msg))) => Err(HostError::new(ErrorKind::BadGateway, "tool_failed", msg)),
+                    Ok(Err(wit::ToolError::Unauthorized(msg))) => {
+                        Err(HostError::new(ErrorKind::BadGateway, "tool_failed", msg).with_details(json!({"reason": "unauthorized"})))
+                    }
+                    Ok(Err(wit::ToolError::InvalidArguments(msg))) => Err(HostError::new(ErrorKind::Unprocessable, "invalid_arguments", msg.clone())
+                        .with_details(json!({"violations": [{"pointer": "", "message": msg}]}))),
+                    Err(e) => Err(guest_error(e)),
+                }
+            }
+            ToolDefinition::Platform(info) => {
+                let (validator, handler) = {
+                    let p = self.inner.platform.read();
+                    (p.validators.get(&info.name).cloned(), p.handlers.get(&info.name).cloned())
+                };
+                if let Some(v) = validator {
+                    let found: Vec<SchemaViolation> = v
+                        .iter_errors(&arguments)
+                        .map(|e| SchemaViolation {
+                            pointer: e.instance_path.to_string(),
+                            message: e.to_string(),
+                        })
+                        .collect();
+                    if !found.is_empty() {
+                        return Err(invalid_arguments(tool, &found));
+                    }
+                }
+                match info.name.as_str() {
+                    "sv.tools.list" => Ok(json!({"tools": &*tools})),
+                    "sv.tools.describe" => {
+                        let name = arguments.get("name").and_then(Value::as_str).unwrap_or_default();
+                        match tools.get(name) {
+                            Some(t) => serde_json::to_value(t).map_err(|e| HostError::internal(e.to_string())),
+                            None => Err(HostError::new(ErrorKind::BadGateway, "tool_failed", format!("`{name}` is not one of your tools"))),
+                        }
+                    }
+                    _ => match handler {
+                        Some(h) => h.call(agent, arguments).await.map_err(|m| HostError::new(ErrorKind::BadGateway, "tool_failed", m)),
+                        None => Err(HostError::new(ErrorKind::NotFound, "unknown_tool", format!("platform tool `{tool}` has no handler"))),
+                    },
+                }
+            }
+            ToolDefinition::Image(_) => Err(HostError::new(
+                ErrorKind::NotFound,
+                "unknown_tool",
+                format!("`{tool}` is a tool of the agent's own image: it runs inside the agent's container, not in the host"),
+            )),
+        }
+    }
+
+    fn not_granted_or_unknown(&self, tool: &str) -> HostError {
+        let ns = tool.split('.').next().unwrap_or_default();
+        let exists = is_tool_id(tool)
+            && (self
+                .inner
+                .registry
+                .by_namespace(ns)
+                .is_some_and(|c| c.tool(tool).is_some())
+                || self
+                    .inner
+                    .platform
+                    .read()
+                    .tools
+                    .iter()
+                    .any(|t| t.name == tool));
+        if exists {
+            HostError::new(ErrorKind::Forbidden, "tool_not_granted", format!("`{tool}` exists but is not granted to this agent; bind its connector to one of the agent's units or grant it explicitly"))
+        } else {
+            HostError::new(
+                ErrorKind::NotFound,
+                "unknown_tool",
+                format!("no tool `{}` exists", truncate(tool, 120)),
+            )
+        }
+    }
+
+    /// The units whose bindings reach a subject, closest first.
+    pub fn unit_order(&self, subject: &Subject) -> Option<Vec<Arc<str>>> {
+        unit_order(&self.inner.directory.read(), subject)
+    }
+
+    /// The installed connector registry.
+    pub fn registry(&self) -> &ConnectorRegistry {
+        &self.inner.registry
+    }
+}
+
+fn invalid_arguments(tool: &str, v: &[SchemaViolation]) -> HostError {
+    HostError::new(
+        ErrorKind::Unprocessable,
+        "invalid_arguments",
+        format!("the arguments do not match the input schema of `{tool}`"),
+    )
+    .with_details(json!({"violations": violations_json(v)}))
+}
+
+fn parse_grant_target(target: &str) -> HostResult<(String, String)> {
+    if let Some(ns) = target.strip_suffix(".*") {
+        if is_namespace(ns) {
+            return Ok((target.to_string(), ns.to_string()));
+        }
+    } else if is_namespace(target) {
+        return Ok((format!("{target}.*"), target.to_string()));
+    } else if is_tool_id(target) {
+        let ns = target.split('.').next().unwrap_or_default().to_string();
+        return Ok((target.to_string(), ns));
+    }
+    Err(HostError::invalid_request(format!(
+        "`{}` is neither a tool id (^[a-z][a-z0-9_]*(\\.[a-z][a-z0-9_]*)+$) nor a namespace",
+        truncate(target, 80)
+    )))
+}
+
+fn validate_image_tools(tools: Value) -> HostResult<Value> {
+    let Some(list) = tools.as_array() else {
+        return Err(HostError::invalid_request(
+            "`tools` must be an array of {name, description, inputSchema}",
+        ));
+    };
+    let mut seen = std::collections::HashSet::new();
+    for (i, t) in list.iter().enumerate() {
+        let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
+        if !is_tool_id(name) {
+            return Err(HostError::invalid_request(format!(
+                "tools[{i}].name `{}` is not a tool id",
+                truncate(name, 80)
+            )));
+        }
+        if !seen.insert(name.to_string()) {
+            return Err(HostError::invalid_request(format!(
+                "tools[{i}].name `{name}` is listed twice"
+            )));
+        }
+        if let Some(schema) = t.get("inputSchema") {
+            if jsonschema::meta::validate(schema).is_err() {
+                return Err(HostError::invalid_request(format!(
+                    "tools[{i}].inputSchema is not a valid JSON Schema"
+                )));
+            }
+        }
+    }
+    Ok(tools)
+}
+
+/// Opens the store named by the configuration's database URL.
+pub async fn open_store(config: &HostConfig) -> anyhow::Result<Arc<dyn Store>> {
+    let url = config.database_url();
+    crate::store::open_store(&url).map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))
+}

@@ -1,0 +1,27 @@
+//! connector-host: runs connectors as sandboxed WebAssembly components.
+//!
+//! See the README for the big picture. The crate is organised by concern: [`runtime`]
+//! (the sandbox), [`registry`] (installed connectors and their naming rules).
+
+pub mod api;
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod grants;
+pub mod host;
+pub mod registry;
+pub mod runtime;
+pub mod server;
+pub mod store;
+pub mod webhooks;
+
+pub use error::{ErrorKind, HostError, HostResult};
+pub use host::Host;
+
+impl Host {
+    /// The HTTP API as an axum router a platform can serve or nest.
+    pub fn router(&self) -> axum::Router {
+        api::router(self.clone())
+    }
+}

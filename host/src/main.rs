@@ -1,0 +1,62 @@
+//! `connector-host`: the command line of the host. See `connector-host --help`.
+
+use std::future::Future;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::Parser;
+use connector_host::cli::{self, Cli, CliError, Command};
+use connector_host::config::HostConfig;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    // clap prints help, versions and usage errors itself (usage errors exit with 2).
+    let Cli { remote, command } = Cli::parse();
+    init_tracing();
+    let result = match command {
+        Command::Serve(args) => serve(args),
+        Command::Inspect(args) => block_on(cli::inspect::run(args)),
+        Command::Call(args) if args.is_local() => block_on(cli::call::run_local(args)),
+        command => cli::run_remote(&remote, command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+/// Logs go to stderr, filtered by `RUST_LOG` (default `info`).
+fn init_tracing() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
+fn serve(args: cli::ServeArgs) -> Result<(), CliError> {
+    let config = HostConfig::load_from_process(args.config.as_deref(), &args.flags())
+        .map_err(|e| CliError::usage(e.to_string()))?;
+    tracing::debug!(?config, "configuration loaded");
+    block_on(async move {
+        cli::serve::run(config)
+            .await
+            .map_err(|e| CliError::failed(format!("{e:#}")))
+    })
+}
+
+/// Runs `future` on a multi-threaded tokio runtime built for it.
+fn block_on<F>(future: F) -> Result<(), CliError>
+where
+    F: Future<Output = Result<(), CliError>>,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::failed(format!("could not start the async runtime: {e}")))?;
+    runtime.block_on(future)
+}

@@ -1,0 +1,368 @@
+//! What a connector declares, checked against the naming rules of the contract.
+//!
+//! A component describes itself through the WIT `describe` export. Nothing it says is
+//! trusted: every id, the namespace, the slug and every schema are checked here before
+//! the component is installed, and a breach rejects the whole component with an error
+//! that names the offending id and the rule it broke. A connector whose tools fell
+//! outside its namespace must never install and silently grant nothing.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::LazyLock;
+
+use regex_lite::Regex;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::runtime::wit;
+
+/// The namespace reserved for the platform's own tools.
+pub const RESERVED_NAMESPACE: &str = "sv";
+
+/// `^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$`
+pub const TOOL_ID_RULE: &str = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$";
+/// `^[a-z][a-z0-9_-]{0,62}$`
+pub const SLUG_RULE: &str = r"^[a-z][a-z0-9_-]{0,62}$";
+/// One segment of a tool id.
+pub const NAMESPACE_RULE: &str = r"^[a-z][a-z0-9_]*$";
+
+static TOOL_ID: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(TOOL_ID_RULE).unwrap_or_else(|e| unreachable!("{e}")));
+static SLUG: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(SLUG_RULE).unwrap_or_else(|e| unreachable!("{e}")));
+static NAMESPACE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(NAMESPACE_RULE).unwrap_or_else(|e| unreachable!("{e}")));
+
+/// Whether `id` is a canonical tool id.
+pub fn is_tool_id(id: &str) -> bool {
+    TOOL_ID.is_match(id)
+}
+
+/// Whether `slug` is a valid connector slug.
+pub fn is_slug(slug: &str) -> bool {
+    SLUG.is_match(slug)
+}
+
+/// Whether `ns` is a valid namespace (one tool id segment).
+pub fn is_namespace(ns: &str) -> bool {
+    NAMESPACE.is_match(ns)
+}
+
+/// The contract's `Connector` object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Connector {
+    pub slug: String,
+    pub tool_namespace: String,
+    pub display_name: String,
+    pub description: String,
+    pub version: String,
+    pub digest: String,
+    pub tools: Vec<ToolInfo>,
+    pub config_schema: Value,
+    pub webhook: Option<WebhookInfo>,
+    pub allowed_hosts: Vec<String>,
+}
+
+/// The contract's `Tool` object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolInfo {
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+    pub annotations: ToolAnnotations,
+}
+
+/// MCP-style tool annotations.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolAnnotations {
+    pub read_only_hint: bool,
+    pub destructive_hint: bool,
+    pub idempotent_hint: bool,
+    pub open_world_hint: bool,
+}
+
+/// A connector's webhook scheme.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhookInfo {
+    pub scheme: WebhookSchemeName,
+}
+
+/// The schemes of the contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WebhookSchemeName {
+    #[serde(rename = "github-hmac-sha256")]
+    GithubHmacSha256,
+    #[serde(rename = "standard-webhooks")]
+    StandardWebhooks,
+}
+
+/// A rule of the contract a manifest broke.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ManifestError {
+    InvalidSlug { slug: String },
+    InvalidNamespace { namespace: String },
+    ReservedNamespace { namespace: String },
+    InvalidToolId { id: String },
+    OutsideNamespace { id: String, namespace: String },
+    DuplicateToolId { id: String },
+    InvalidSchema { owner: String, reason: String },
+}
+
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ManifestError::InvalidSlug { slug } => write!(f, "slug `{slug}` is invalid: a slug must match {SLUG_RULE}"),
+            ManifestError::InvalidNamespace { namespace } => write!(
+                f,
+                "tool namespace `{namespace}` is invalid: a namespace must be one tool-id segment matching {NAMESPACE_RULE}"
+            ),
+            ManifestError::ReservedNamespace { namespace } => write!(
+                f,
+                "tool namespace `{namespace}` is reserved for the platform; choose another namespace"
+            ),
+            ManifestError::InvalidToolId { id } => write!(f, "tool id `{id}` is invalid: a tool id must match {TOOL_ID_RULE}"),
+            ManifestError::OutsideNamespace { id, namespace } => write!(
+                f,
+                "tool id `{id}` is outside the connector's namespace `{namespace}`: every tool must be named `{namespace}.<name>`"
+            ),
+            ManifestError::DuplicateToolId { id } => write!(f, "tool id `{id}` is declared more than once: tool ids must be unique"),
+            ManifestError::InvalidSchema { owner, reason } => write!(f, "the JSON Schema of `{owner}` is invalid: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for ManifestError {}
+
+impl ManifestError {
+    /// The id (slug, namespace or tool id) the error is about.
+    pub fn offending_id(&self) -> &str {
+        match self {
+            ManifestError::InvalidSlug { slug } => slug,
+            ManifestError::InvalidNamespace { namespace }
+            | ManifestError::ReservedNamespace { namespace } => namespace,
+            ManifestError::InvalidToolId { id }
+            | ManifestError::OutsideNamespace { id, .. }
+            | ManifestError::DuplicateToolId { id } => id,
+            ManifestError::InvalidSchema { owner, .. } => owner,
+        }
+    }
+
+    /// A short machine-readable name of the rule.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            ManifestError::InvalidSlug { .. } => "slug_pattern",
+            ManifestError::InvalidNamespace { .. } => "namespace_pattern",
+            ManifestError::ReservedNamespace { .. } => "reserved_namespace",
+            ManifestError::InvalidToolId { .. } => "tool_id_pattern",
+            ManifestError::OutsideNamespace { .. } => "tool_outside_namespace",
+            ManifestError::DuplicateToolId { .. } => "duplicate_tool_id",
+            ManifestError::InvalidSchema { .. } => "invalid_json_schema",
+        }
+    }
+}
+
+fn parse_schema(owner: &str, text: &str) -> Result<Value, ManifestError> {
+    let value: Value = serde_json::from_str(text).map_err(|e| ManifestError::InvalidSchema {
+        owner: owner.to_string(),
+        reason: format!("not JSON: {e}"),
+    })?;
+    if !value.is_object() && !value.is_boolean() {
+        return Err(ManifestError::InvalidSchema {
+            owner: owner.to_string(),
+            reason: "a JSON Schema must be an object or a boolean".into(),
+        });
+    }
+    if let Err(e) = jsonschema::meta::validate(&value) {
+        return Err(ManifestError::InvalidSchema {
+            owner: owner.to_string(),
+            reason: e.to_string(),
+        });
+    }
+    Ok(value)
+}
+
+/// Checks a manifest against every naming rule and turns it into the contract's
+/// `Connector` object. Only rules about the component itself are checked here; clashes
+/// with other installed connectors are the registry's.
+pub fn validate(manifest: wit::Manifest, digest: &str) -> Result<Connector, ManifestError> {
+    if !is_slug(&manifest.slug) {
+        return Err(ManifestError::InvalidSlug {
+            slug: manifest.slug,
+        });
+    }
+    let namespace = manifest
+        .tool_namespace
+        .clone()
+        .unwrap_or_else(|| manifest.slug.clone());
+    if !is_namespace(&namespace) {
+        return Err(ManifestError::InvalidNamespace { namespace });
+    }
+    if namespace == RESERVED_NAMESPACE {
+        return Err(ManifestError::ReservedNamespace { namespace });
+    }
+    let mut seen = HashSet::new();
+    let mut tools = Vec::with_capacity(manifest.tools.len());
+    for tool in manifest.tools {
+        if !is_tool_id(&tool.name) {
+            return Err(ManifestError::InvalidToolId { id: tool.name });
+        }
+        match tool.name.split_once('.') {
+            Some((ns, _)) if ns == namespace => {}
+            _ => {
+                return Err(ManifestError::OutsideNamespace {
+                    id: tool.name,
+                    namespace,
+                })
+            }
+        }
+        if !seen.insert(tool.name.clone()) {
+            return Err(ManifestError::DuplicateToolId { id: tool.name });
+        }
+        let input_schema = parse_schema(&tool.name, &tool.input_schema)?;
+        tools.push(ToolInfo {
+            name: tool.name,
+            description: tool.description,
+            input_schema,
+            annotations: ToolAnnotations {
+                read_only_hint: tool.annotations.read_only,
+                destructive_hint: tool.annotations.destructive,
+                idempotent_hint: tool.annotations.idempotent,
+                open_world_hint: tool.annotations.open_world,
+            },
+        });
+    }
+    let config_schema = parse_schema("configSchema", &manifest.config_schema)?;
+    let webhook = manifest.webhook.map(|scheme| WebhookInfo {
+        scheme: match scheme {
+            wit::WebhookScheme::GithubHmacSha256 => WebhookSchemeName::GithubHmacSha256,
+            wit::WebhookScheme::StandardWebhooks => WebhookSchemeName::StandardWebhooks,
+        },
+    });
+    Ok(Connector {
+        slug: manifest.slug,
+        tool_namespace: namespace,
+        display_name: manifest.display_name,
+        description: manifest.description,
+        version: manifest.version,
+        digest: digest.to_string(),
+        tools,
+        config_schema,
+        webhook,
+        allowed_hosts: manifest.allowed_hosts,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(name: &str) -> wit::Tool {
+        wit::Tool {
+            name: name.into(),
+            description: "d".into(),
+            input_schema: r#"{"type":"object"}"#.into(),
+            annotations: wit::Annotations {
+                read_only: true,
+                destructive: false,
+                idempotent: true,
+                open_world: false,
+            },
+        }
+    }
+
+    fn manifest(slug: &str, ns: Option<&str>, tools: &[&str]) -> wit::Manifest {
+        wit::Manifest {
+            slug: slug.into(),
+            tool_namespace: ns.map(Into::into),
+            display_name: "X".into(),
+            description: "x".into(),
+            version: "1.0.0".into(),
+            config_schema: "{}".into(),
+            tools: tools.iter().map(|t| tool(t)).collect(),
+            webhook: None,
+            allowed_hosts: vec![],
+        }
+    }
+
+    #[test]
+    fn accepts_valid_manifests_and_keeps_order() {
+        let c = validate(
+            manifest("acme", None, &["acme.zeta", "acme.alpha", "acme.sub.deep"]),
+            "sha256:00",
+        )
+        .unwrap();
+        let names: Vec<_> = c.tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["acme.zeta", "acme.alpha", "acme.sub.deep"]);
+        assert_eq!(c.tool_namespace, "acme");
+        assert!(c.tools[0].annotations.read_only_hint);
+        let empty = validate(manifest("acme", None, &[]), "sha256:00").unwrap();
+        assert!(empty.tools.is_empty());
+        let custom = validate(manifest("my-conn", Some("mine"), &["mine.x"]), "sha256:00").unwrap();
+        assert_eq!(custom.tool_namespace, "mine");
+    }
+
+    #[test]
+    fn each_rule_is_named() {
+        let cases: Vec<(wit::Manifest, &str, &str)> = vec![
+            (
+                manifest("acme", None, &["other.echo"]),
+                "other.echo",
+                "tool_outside_namespace",
+            ),
+            (
+                manifest("acme", Some("sv"), &["sv.echo"]),
+                "sv",
+                "reserved_namespace",
+            ),
+            (manifest("sv", None, &[]), "sv", "reserved_namespace"),
+            (
+                manifest("acme", None, &["acme.echo", "acme.echo"]),
+                "acme.echo",
+                "duplicate_tool_id",
+            ),
+            (
+                manifest("acme", None, &["Acme.Echo"]),
+                "Acme.Echo",
+                "tool_id_pattern",
+            ),
+            (
+                manifest("acme", None, &["acme/echo"]),
+                "acme/echo",
+                "tool_id_pattern",
+            ),
+            (
+                manifest("acme", None, &["acme_echo"]),
+                "acme_echo",
+                "tool_id_pattern",
+            ),
+            (manifest("Bad Slug", None, &[]), "Bad Slug", "slug_pattern"),
+            (
+                manifest("my-conn", None, &[]),
+                "my-conn",
+                "namespace_pattern",
+            ),
+        ];
+        for (m, id, rule) in cases {
+            let err = validate(m, "sha256:00").unwrap_err();
+            assert_eq!(err.offending_id(), id, "{err}");
+            assert_eq!(err.rule(), rule, "{err}");
+            assert!(err.to_string().contains(id), "{err}");
+        }
+    }
+
+    #[test]
+    fn schemas_must_be_json_schema() {
+        let mut m = manifest("acme", None, &["acme.echo"]);
+        m.tools[0].input_schema = "not json".into();
+        assert_eq!(validate(m, "d").unwrap_err().rule(), "invalid_json_schema");
+        let mut m = manifest("acme", None, &["acme.echo"]);
+        m.tools[0].input_schema = r#"{"type": 12}"#.into();
+        assert_eq!(validate(m, "d").unwrap_err().rule(), "invalid_json_schema");
+        let mut m = manifest("acme", None, &[]);
+        m.config_schema = "[1]".into();
+        assert_eq!(validate(m, "d").unwrap_err().offending_id(), "configSchema");
+    }
+}

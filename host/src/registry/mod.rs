@@ -1,0 +1,320 @@
+//! Installed connectors and the rules a component must pass to be installed.
+//!
+//! Installing is: load the component in the sandbox, ask it to describe itself, check
+//! the manifest against the contract's naming rules ([`manifest`]), check it does not
+//! claim a slug or namespace another connector owns, and compile the JSON Schemas it
+//! declares so every later call is validated without recompiling them. The registry is
+//! an in-memory index; persisting what is installed is the store's job.
+
+pub mod manifest;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::runtime::{ConnectorRuntime, GuestError, LoadError, LoadedComponent};
+
+pub use manifest::{
+    Connector, ManifestError, ToolAnnotations, ToolInfo, WebhookInfo, WebhookSchemeName,
+};
+
+/// One place where a JSON document breaks its schema.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SchemaViolation {
+    /// JSON pointer into the document (`""` is the whole document).
+    pub pointer: String,
+    /// What is wrong there.
+    pub message: String,
+}
+
+/// Why a component was not installed.
+#[derive(Debug)]
+pub enum InstallError {
+    /// Not a loadable component of the right world.
+    Load(LoadError),
+    /// `describe` trapped, timed out or answered too much.
+    Describe(GuestError),
+    /// The manifest broke a naming rule.
+    Manifest(ManifestError),
+    /// The slug or namespace is owned by another installed connector.
+    Conflict { claimed: String, owner: String },
+}
+
+impl fmt::Display for InstallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InstallError::Load(e) => write!(f, "{e}"),
+            InstallError::Describe(e) => write!(f, "describing the component failed: {e}"),
+            InstallError::Manifest(e) => write!(f, "{e}"),
+            InstallError::Conflict { claimed, owner } => write!(
+                f,
+                "`{claimed}` is already owned by the installed connector `{owner}`: slugs and namespaces are unique across connectors"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for InstallError {}
+
+impl InstallError {
+    /// A short machine-readable name of the broken rule.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            InstallError::Load(LoadError::NotAComponent(_)) => "not_a_component",
+            InstallError::Load(LoadError::WrongWorld(_)) => "wrong_world",
+            InstallError::Load(LoadError::Cache(_)) => "cache",
+            InstallError::Describe(_) => "describe_failed",
+            InstallError::Manifest(m) => m.rule(),
+            InstallError::Conflict { .. } => "name_taken",
+        }
+    }
+
+    /// The id the error is about, when there is one.
+    pub fn offending_id(&self) -> Option<&str> {
+        match self {
+            InstallError::Manifest(m) => Some(m.offending_id()),
+            InstallError::Conflict { claimed, .. } => Some(claimed),
+            _ => None,
+        }
+    }
+}
+
+/// A connector ready to run: its validated description, its linked component and its
+/// compiled schemas.
+pub struct InstalledConnector {
+    info: Connector,
+    component: LoadedComponent,
+    tool_schemas: HashMap<String, jsonschema::Validator>,
+    config_schema: jsonschema::Validator,
+    bytes: Arc<[u8]>,
+    sorted_tools: Vec<usize>,
+}
+
+impl fmt::Debug for InstalledConnector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InstalledConnector")
+            .field("slug", &self.info.slug)
+            .field("digest", &self.info.digest)
+            .finish()
+    }
+}
+
+fn violations(
+    validator: &jsonschema::Validator,
+    value: &Value,
+) -> Result<(), Vec<SchemaViolation>> {
+    let found: Vec<SchemaViolation> = validator
+        .iter_errors(value)
+        .take(50)
+        .map(|e| SchemaViolation {
+            pointer: e.instance_path.to_string(),
+            message: e.to_string(),
+        })
+        .collect();
+    if found.is_empty() {
+        Ok(())
+    } else {
+        Err(found)
+    }
+}
+
+fn compile(owner: &str, schema: &Value) -> Result<jsonschema::Validator, ManifestError> {
+    jsonschema::validator_for(schema).map_err(|e| ManifestError::InvalidSchema {
+        owner: owner.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+impl InstalledConnector {
+    /// The contract's `Connector` object.
+    pub fn info(&self) -> &Connector {
+        &self.info
+    }
+
+    /// The slug.
+    pub fn slug(&self) -> &str {
+        &self.info.slug
+    }
+
+    /// The linked component.
+    pub fn component(&self) -> &LoadedComponent {
+        &self.component
+    }
+
+    /// The component's bytes (as installed).
+    pub fn bytes(&self) -> &Arc<[u8]> {
+        &self.bytes
+    }
+
+    /// Indices into `info().tools`, sorted by tool id.
+    pub fn sorted_tool_indices(&self) -> &[usize] {
+        &self.sorted_tools
+    }
+
+    /// A tool by canonical id.
+    pub fn tool(&self, id: &str) -> Option<&ToolInfo> {
+        self.info.tools.iter().find(|t| t.name == id)
+    }
+
+    /// Checks `arguments` against the tool's input schema.
+    pub fn check_arguments(
+        &self,
+        tool: &str,
+        arguments: &Value,
+    ) -> Result<(), Vec<SchemaViolation>> {
+        match self.tool_schemas.get(tool) {
+            Some(v) => violations(v, arguments),
+            None => Err(vec![SchemaViolation {
+                pointer: String::new(),
+                message: format!("`{tool}` is not a tool of connector `{}`", self.info.slug),
+            }]),
+        }
+    }
+
+    /// Checks a binding configuration against the config schema.
+    pub fn check_config(&self, config: &Value) -> Result<(), Vec<SchemaViolation>> {
+        violations(&self.config_schema, config)
+    }
+}
+
+/// The connectors installed in one host, by slug.
+pub struct ConnectorRegistry {
+    runtime: Arc<ConnectorRuntime>,
+    connectors: RwLock<BTreeMap<String, Arc<InstalledConnector>>>,
+    by_namespace: RwLock<Arc<BTreeMap<String, Arc<InstalledConnector>>>>,
+}
+
+impl ConnectorRegistry {
+    /// An empty registry running components in `runtime`.
+    pub fn new(runtime: Arc<ConnectorRuntime>) -> Self {
+        Self {
+            runtime,
+            connectors: RwLock::new(BTreeMap::new()),
+            by_namespace: RwLock::new(Arc::new(BTreeMap::new())),
+        }
+    }
+
+    /// The runtime components run in.
+    pub fn runtime(&self) -> &Arc<ConnectorRuntime> {
+        &self.runtime
+    }
+
+    /// Loads, describes and validates a component without installing it (what
+    /// `connector-host inspect` shows). Clashes with installed connectors are not checked.
+    pub async fn prepare(&self, bytes: &[u8]) -> Result<InstalledConnector, InstallError> {
+        let component = self.runtime.load(bytes).map_err(InstallError::Load)?;
+        let manifest = self
+            .runtime
+            .describe(&component)
+            .await
+            .map_err(InstallError::Describe)?;
+        let info =
+            manifest::validate(manifest, component.digest()).map_err(InstallError::Manifest)?;
+        let mut tool_schemas = HashMap::with_capacity(info.tools.len());
+        for tool in &info.tools {
+            let validator =
+                compile(&tool.name, &tool.input_schema).map_err(InstallError::Manifest)?;
+            tool_schemas.insert(tool.name.clone(), validator);
+        }
+        let config_schema =
+            compile("configSchema", &info.config_schema).map_err(InstallError::Manifest)?;
+        let mut sorted_tools: Vec<usize> = (0..info.tools.len()).collect();
+        sorted_tools.sort_by(|&a, &b| info.tools[a].name.cmp(&info.tools[b].name));
+        Ok(InstalledConnector {
+            sorted_tools,
+            info,
+            component,
+            tool_schemas,
+            config_schema,
+            bytes: Arc::from(bytes),
+        })
+    }
+
+    /// Refuses `candidate` if it claims a slug or namespace another connector owns.
+    /// Returns the connector it would replace (same slug: a rotation), if any.
+    pub fn check_conflicts(
+        &self,
+        candidate: &Connector,
+    ) -> Result<Option<Arc<InstalledConnector>>, InstallError> {
+        let connectors = self.connectors.read();
+        for other in connectors.values() {
+            if other.info.slug == candidate.slug {
+                continue;
+            }
+            let owned = [&other.info.slug, &other.info.tool_namespace];
+            for claimed in [&candidate.slug, &candidate.tool_namespace] {
+                if owned.contains(&claimed) {
+                    return Err(InstallError::Conflict {
+                        claimed: claimed.clone(),
+                        owner: other.info.slug.clone(),
+                    });
+                }
+            }
+        }
+        Ok(connectors.get(&candidate.slug).cloned())
+    }
+
+    /// Puts a prepared connector in place (replacing one with the same slug) and returns
+    /// the one it replaced.
+    pub fn insert(
+        &self,
+        connector: InstalledConnector,
+    ) -> (Arc<InstalledConnector>, Option<Arc<InstalledConnector>>) {
+        let connector = Arc::new(connector);
+        let mut connectors = self.connectors.write();
+        let previous = connectors.insert(connector.info.slug.clone(), connector.clone());
+        self.reindex(&connectors);
+        (connector, previous)
+    }
+
+    /// Prepares, checks and inserts in one step.
+    pub async fn install(
+        &self,
+        bytes: &[u8],
+    ) -> Result<(Arc<InstalledConnector>, Option<Arc<InstalledConnector>>), InstallError> {
+        let prepared = self.prepare(bytes).await?;
+        self.check_conflicts(&prepared.info)?;
+        Ok(self.insert(prepared))
+    }
+
+    /// An installed connector.
+    pub fn get(&self, slug: &str) -> Option<Arc<InstalledConnector>> {
+        self.connectors.read().get(slug).cloned()
+    }
+
+    /// The connector owning tool namespace `namespace`.
+    pub fn by_namespace(&self, namespace: &str) -> Option<Arc<InstalledConnector>> {
+        self.by_namespace.read().get(namespace).cloned()
+    }
+
+    /// Every installed connector keyed by tool namespace (a cheap shared snapshot).
+    pub fn namespaces(&self) -> Arc<BTreeMap<String, Arc<InstalledConnector>>> {
+        self.by_namespace.read().clone()
+    }
+
+    fn reindex(&self, connectors: &BTreeMap<String, Arc<InstalledConnector>>) {
+        let index = connectors
+            .values()
+            .map(|c| (c.info.tool_namespace.clone(), c.clone()))
+            .collect();
+        *self.by_namespace.write() = Arc::new(index);
+    }
+
+    /// All installed connectors, sorted by slug.
+    pub fn list(&self) -> Vec<Arc<InstalledConnector>> {
+        self.connectors.read().values().cloned().collect()
+    }
+
+    /// Removes a connector; returns it if it was installed.
+    pub fn remove(&self, slug: &str) -> Option<Arc<InstalledConnector>> {
+        let mut connectors = self.connectors.write();
+        let removed = connectors.remove(slug);
+        self.reindex(&connectors);
+        removed
+    }
+}

@@ -1,0 +1,132 @@
+//! On-disk cache of compiled components.
+//!
+//! Compiling a component with Cranelift takes tens of milliseconds; loading the machine
+//! code back takes a fraction of that. The cache key is the component's SHA-256 digest
+//! plus the engine's compatibility hash (wasmtime version, target, engine settings), so a
+//! host upgrade or a changed setting never loads stale code. Deserializing compiled code
+//! is `unsafe` in wasmtime because the bytes are trusted to be machine code: the cache
+//! only ever loads files it wrote itself, and checks each file against the SHA-256 it
+//! recorded at write time, so a truncated or tampered file is recompiled, not executed.
+
+use std::fs;
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::Component;
+use wasmtime::Engine;
+
+/// Compiled components on disk, keyed by component digest and engine compatibility.
+#[derive(Debug, Clone)]
+pub struct ComponentCache {
+    dir: Option<PathBuf>,
+    engine_key: String,
+}
+
+/// Where a loaded component came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadSource {
+    /// Machine code read back from the on-disk cache.
+    Cache,
+    /// Compiled now (and written to the cache when there is one).
+    Compiled,
+}
+
+struct Sha256Hasher(Sha256);
+
+impl Hasher for Sha256Hasher {
+    fn finish(&self) -> u64 {
+        // Only `write` is used: the full digest is read through `finalize` instead.
+        0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+}
+
+impl ComponentCache {
+    /// A cache in `dir` (created if missing), or no cache at all when `dir` is `None`.
+    pub fn new(engine: &Engine, dir: Option<PathBuf>) -> std::io::Result<Self> {
+        let mut hasher = Sha256Hasher(Sha256::new());
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        let engine_key = hex::encode(&hasher.0.finalize()[..8]);
+        if let Some(dir) = &dir {
+            fs::create_dir_all(dir)?;
+        }
+        Ok(Self { dir, engine_key })
+    }
+
+    fn paths(&self, digest_hex: &str) -> Option<(PathBuf, PathBuf)> {
+        let dir = self.dir.as_ref()?;
+        let base = format!("{digest_hex}-{}", self.engine_key);
+        Some((
+            dir.join(format!("{base}.cwasm")),
+            dir.join(format!("{base}.sha256")),
+        ))
+    }
+
+    /// Loads the component with digest `digest_hex` from the cache, or compiles `bytes`
+    /// and stores the result. A cache that cannot be read or written is logged and
+    /// bypassed: it never makes a load fail.
+    pub fn load_or_compile(
+        &self,
+        engine: &Engine,
+        digest_hex: &str,
+        bytes: &[u8],
+    ) -> wasmtime::Result<(Component, LoadSource)> {
+        if let Some((code, sum)) = self.paths(digest_hex) {
+            if let Some(component) = read_verified(engine, &code, &sum) {
+                return Ok((component, LoadSource::Cache));
+            }
+        }
+        let component = Component::new(engine, bytes)?;
+        if let Some((code, sum)) = self.paths(digest_hex) {
+            match component.serialize() {
+                Ok(serialized) => {
+                    if let Err(err) = write_atomically(&code, &sum, &serialized) {
+                        tracing::warn!(path = %code.display(), error = %err, "could not write the compiled-component cache");
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "could not serialize a compiled component")
+                }
+            }
+        }
+        Ok((component, LoadSource::Compiled))
+    }
+}
+
+fn read_verified(engine: &Engine, code: &Path, sum: &Path) -> Option<Component> {
+    let expected = fs::read_to_string(sum).ok()?;
+    let serialized = fs::read(code).ok()?;
+    if hex::encode(Sha256::digest(&serialized)) != expected.trim() {
+        tracing::warn!(path = %code.display(), "compiled-component cache entry does not match its checksum; recompiling");
+        return None;
+    }
+    // SAFETY: the file was written by `write_atomically` from `Component::serialize` of
+    // this same engine configuration (the engine key is part of the name) and its content
+    // matches the checksum recorded at write time.
+    match unsafe { Component::deserialize(engine, &serialized) } {
+        Ok(component) => Some(component),
+        Err(err) => {
+            tracing::warn!(path = %code.display(), error = %err, "unusable compiled-component cache entry; recompiling");
+            None
+        }
+    }
+}
+
+fn write_atomically(code: &Path, sum: &Path, serialized: &[u8]) -> std::io::Result<()> {
+    let write = |path: &Path, data: &[u8]| -> std::io::Result<()> {
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let mut file = fs::File::create(&tmp)?;
+        file.write_all(data)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)
+    };
+    // The checksum is written last: a crash in between leaves a code file without a
+    // checksum, which is never loaded.
+    let _ = fs::remove_file(sum);
+    write(code, serialized)?;
+    write(sum, hex::encode(Sha256::digest(serialized)).as_bytes())
+}

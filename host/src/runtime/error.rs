@@ -1,0 +1,71 @@
+//! Why a guest call failed, in terms an operator or a caller can act on.
+
+use std::fmt;
+
+/// A failure of one guest call. The host maps these onto the contract's error codes
+/// (`connector_timeout`, `connector_trapped`, `tool_failed`, ...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GuestError {
+    /// The call ran past `limits.call_timeout_ms` and was stopped.
+    Timeout { after_ms: u64 },
+    /// The guest tried to grow its memory past `limits.memory_mib`.
+    MemoryExceeded { limit_bytes: usize },
+    /// The guest trapped (a panic, `unreachable`, a bad memory access). `message` is the
+    /// guest's own panic message where it printed one, else the trap's description.
+    Trapped { message: String },
+    /// The guest answered with more than the host accepts.
+    OutputTooLarge { bytes: usize, limit: usize },
+    /// The guest answered with something that is not what the contract requires
+    /// (for example a tool result that is not JSON).
+    InvalidOutput { message: String },
+    /// The component could not be instantiated (a missing import, a full instance pool).
+    Instantiate { message: String },
+}
+
+impl fmt::Display for GuestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GuestError::Timeout { after_ms } => write!(
+                f,
+                "the connector did not finish within {after_ms} ms and was stopped \
+                 (raise limits.call_timeout_ms if the work is legitimately slow)"
+            ),
+            GuestError::MemoryExceeded { limit_bytes } => write!(
+                f,
+                "the connector exceeded its memory limit of {} MiB and was stopped",
+                limit_bytes / (1024 * 1024)
+            ),
+            GuestError::Trapped { message } => write!(f, "the connector trapped: {message}"),
+            GuestError::OutputTooLarge { bytes, limit } => write!(
+                f,
+                "the connector returned {bytes} bytes, more than the {limit}-byte limit"
+            ),
+            GuestError::InvalidOutput { message } => {
+                write!(f, "the connector returned invalid output: {message}")
+            }
+            GuestError::Instantiate { message } => {
+                write!(f, "the connector could not be started: {message}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for GuestError {}
+
+/// Why a component could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The bytes are not a WebAssembly component (a core module, or not wasm at all).
+    #[error(
+        "not a WebAssembly component: {0} (build it with `cargo build --target wasm32-wasip2`)"
+    )]
+    NotAComponent(String),
+    /// The component does not implement the `spring:connector/connector` world, or needs
+    /// imports the host does not provide.
+    #[error("the component does not implement the spring:connector@0.1.0 `connector` world: {0}")]
+    WrongWorld(String),
+    /// The on-disk cache could not be used; compiling still works, so this is only raised
+    /// when writing is impossible and compiling also failed.
+    #[error("component cache error: {0}")]
+    Cache(String),
+}

@@ -1,0 +1,675 @@
+//! The sandbox connectors run in.
+//!
+//! One [`ConnectorRuntime`] owns one wasmtime [`Engine`] for the whole host: components
+//! are compiled once (and cached on disk), linked once into an `InstancePre`, and then
+//! every operation — describe, bind, a tool call, a webhook translation — runs in a
+//! **fresh store and instance**. Nothing a guest writes to memory survives its call, so
+//! no state leaks between units, agents or calls. The pooling allocator with
+//! copy-on-write memory images keeps that cheap (microseconds, not milliseconds).
+//!
+//! Every call is bounded: wall-clock time through epoch interruption (a ticker thread
+//! advances the epoch; a guest past its deadline traps, and a guest inside its budget
+//! yields to the async executor at every tick so it cannot starve other calls), linear
+//! memory through a resource limiter, result size after the call, and the number of
+//! instances alive at once through a semaphore sized to the instance pool.
+//!
+//! The guest sees WASI with no files, environment, arguments or sockets; the only way
+//! out is `wasi:http/outgoing-handler`, policed by [`OutboundPolicy`], and the host
+//! interface of the WIT package (logging, host-minted credentials).
+
+mod cache;
+mod error;
+mod limits;
+mod outbound;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap,
+    UpdateDeadline,
+};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+pub use cache::LoadSource;
+pub use error::{GuestError, LoadError};
+pub use limits::GuestLimits;
+pub use outbound::{is_public, OutboundPolicy};
+
+use cache::ComponentCache;
+use outbound::OutboundHooks;
+
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "connector",
+        imports: { default: async },
+        exports: { default: async },
+    });
+}
+
+/// The WIT types exchanged with guests, as generated from `wit/connector.wit`.
+pub mod wit {
+    pub use super::bindings::spring::connector::host::{AccessToken, LogLevel};
+    pub use super::bindings::spring::connector::types::{
+        AgentContext, Annotations, Binding, CallContext, Manifest, Message, Tool, ToolError,
+        Webhook, WebhookScheme,
+    };
+}
+
+/// How often the epoch advances. A guest past its deadline is stopped within one tick.
+const EPOCH_TICK: Duration = Duration::from_millis(5);
+/// Bytes of a guest's stderr kept to explain a trap (the panic message).
+const STDERR_CAPTURE_BYTES: usize = 8 * 1024;
+/// Log lines one guest call may write before further lines are dropped.
+const MAX_LOG_LINES_PER_CALL: u32 = 200;
+/// Longest log line kept from a guest.
+const MAX_LOG_LINE_BYTES: usize = 4 * 1024;
+
+/// A source of GitHub App installation tokens, provided by the host (the App key lives
+/// there and never in a guest). The runtime asks it only for installations the current
+/// call's binding names.
+pub trait InstallationTokens: Send + Sync {
+    /// Mints or returns a cached installation token.
+    fn installation_token(
+        &self,
+        installation_id: u64,
+    ) -> Pin<Box<dyn Future<Output = Result<wit::AccessToken, String>> + Send + '_>>;
+}
+
+/// Settings of a [`ConnectorRuntime`].
+#[derive(Clone, Default)]
+pub struct RuntimeOptions {
+    /// Per-call bounds.
+    pub limits: GuestLimits,
+    /// Directory of the compiled-component cache; `None` disables it.
+    pub cache_dir: Option<PathBuf>,
+    /// Where GitHub installation tokens come from; `None`: no GitHub App configured.
+    pub installation_tokens: Option<Arc<dyn InstallationTokens>>,
+}
+
+/// What one guest call may do beyond computing: reach hosts, ask for credentials.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    /// The connector's slug, for logs.
+    pub connector: Arc<str>,
+    /// Outbound HTTP allowed to this call.
+    pub outbound: Arc<OutboundPolicy>,
+    /// GitHub installations this call may ask tokens for (those its binding names).
+    pub installations: Arc<[u64]>,
+}
+
+impl Sandbox {
+    /// A sandbox with no outbound HTTP and no credentials.
+    pub fn isolated(connector: &str) -> Self {
+        Self {
+            connector: Arc::from(connector),
+            outbound: Arc::new(OutboundPolicy::deny_all()),
+            installations: Arc::from(Vec::new()),
+        }
+    }
+}
+
+/// A compiled component, linked and ready to instantiate.
+#[derive(Clone)]
+pub struct LoadedComponent {
+    digest: String,
+    source: LoadSource,
+    pre: bindings::ConnectorPre<GuestState>,
+}
+
+impl std::fmt::Debug for LoadedComponent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedComponent")
+            .field("digest", &self.digest)
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+impl LoadedComponent {
+    /// `sha256:<hex>` of the component's bytes.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// Whether it was compiled now or read back from the cache.
+    pub fn source(&self) -> LoadSource {
+        self.source
+    }
+}
+
+/// The engine, the linker and the bounds shared by every connector of a host.
+pub struct ConnectorRuntime {
+    engine: Engine,
+    linker: Linker<GuestState>,
+    limits: GuestLimits,
+    cache: ComponentCache,
+    installation_tokens: Option<Arc<dyn InstallationTokens>>,
+    slots: Arc<Semaphore>,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Drop for ConnectorRuntime {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The `T` of every guest `Store`: WASI state plus what this one call may do.
+pub(crate) struct GuestState {
+    table: ResourceTable,
+    wasi: WasiCtx,
+    http: WasiHttpCtx,
+    hooks: OutboundHooks,
+    limiter: MemoryLimiter,
+    stderr: MemoryOutputPipe,
+    installations: Arc<[u64]>,
+    installation_tokens: Option<Arc<dyn InstallationTokens>>,
+    deadline: Instant,
+    log_lines: u32,
+}
+
+impl WasiView for GuestState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for GuestState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.hooks,
+        }
+    }
+}
+
+struct MemoryLimiter {
+    limit: usize,
+    exceeded: bool,
+}
+
+impl wasmtime::ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.limit {
+            self.exceeded = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}
+
+impl bindings::spring::connector::types::Host for GuestState {}
+
+impl bindings::spring::connector::host::Host for GuestState {
+    async fn log(&mut self, level: wit::LogLevel, message: String) {
+        self.log_lines += 1;
+        if self.log_lines > MAX_LOG_LINES_PER_CALL {
+            return;
+        }
+        let mut message = message;
+        if message.len() > MAX_LOG_LINE_BYTES {
+            let mut cut = MAX_LOG_LINE_BYTES;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+        }
+        let connector = &*self.hooks.connector;
+        match level {
+            wit::LogLevel::Trace => tracing::trace!(target: "connector", connector, "{message}"),
+            wit::LogLevel::Debug => tracing::debug!(target: "connector", connector, "{message}"),
+            wit::LogLevel::Info => tracing::info!(target: "connector", connector, "{message}"),
+            wit::LogLevel::Warn => tracing::warn!(target: "connector", connector, "{message}"),
+            wit::LogLevel::Error => tracing::error!(target: "connector", connector, "{message}"),
+        }
+    }
+
+    async fn github_installation_token(
+        &mut self,
+        installation_id: u64,
+    ) -> Result<wit::AccessToken, String> {
+        if !self.installations.contains(&installation_id) {
+            tracing::warn!(
+                connector = &*self.hooks.connector,
+                installation_id,
+                "refused a token for an installation the calling binding does not name"
+            );
+            return Err(format!(
+                "installation {installation_id} is not named by this binding; a connector may only ask for the installation of its own binding"
+            ));
+        }
+        let Some(tokens) = self.installation_tokens.clone() else {
+            return Err("no GitHub App is configured on this host (github_app.app_id and github_app.private_key_path)".into());
+        };
+        tokens.installation_token(installation_id).await
+    }
+}
+
+type GuestFuture<'a, R> = Pin<Box<dyn Future<Output = wasmtime::Result<R>> + Send + 'a>>;
+
+impl ConnectorRuntime {
+    /// Builds the engine (pooling allocator, copy-on-write images, epoch interruption),
+    /// the linker (WASI without capabilities, policed `wasi:http`, the host interface)
+    /// and starts the epoch ticker.
+    pub fn new(options: RuntimeOptions) -> anyhow::Result<Self> {
+        let limits = options.limits;
+        let mut pool = PoolingAllocationConfig::new();
+        let slots = limits.max_concurrent_instances.max(1);
+        pool.total_component_instances(slots)
+            .total_core_instances(slots * 8)
+            .total_memories(slots * 2)
+            .total_tables(slots * 8)
+            .total_stacks(slots)
+            .max_memories_per_component(4)
+            .max_memory_size(limits.memory_bytes)
+            .linear_memory_keep_resident(256 * 1024)
+            .table_keep_resident(16 * 1024)
+            .async_stack_keep_resident(64 * 1024);
+        let mut config = Config::new();
+        config
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
+            .memory_init_cow(true)
+            .epoch_interruption(true)
+            .wasm_backtrace_max_frames(None)
+            .async_stack_size(1024 * 1024)
+            .max_wasm_stack(512 * 1024);
+        let engine = Engine::new(&config)
+            .map_err(|e| anyhow::anyhow!("could not create the WebAssembly engine: {e}"))?;
+
+        let mut linker: Linker<GuestState> = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|e| anyhow::anyhow!("linking WASI: {e}"))?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
+            .map_err(|e| anyhow::anyhow!("linking wasi:http: {e}"))?;
+        bindings::Connector::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |s| s)
+            .map_err(|e| anyhow::anyhow!("linking the connector host interface: {e}"))?;
+
+        let cache = ComponentCache::new(&engine, options.cache_dir.clone())
+            .map_err(|e| anyhow::anyhow!("could not create the component cache directory: {e}"))?;
+
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        {
+            let engine = engine.clone();
+            let stop = ticker_stop.clone();
+            std::thread::Builder::new()
+                .name("epoch-ticker".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(EPOCH_TICK);
+                        engine.increment_epoch();
+                    }
+                })
+                .map_err(|e| anyhow::anyhow!("could not start the epoch ticker thread: {e}"))?;
+        }
+
+        Ok(Self {
+            engine,
+            linker,
+            limits,
+            cache,
+            installation_tokens: options.installation_tokens,
+            slots: Arc::new(Semaphore::new(slots as usize)),
+            ticker_stop,
+        })
+    }
+
+    /// The bounds every call is held to.
+    pub fn limits(&self) -> GuestLimits {
+        self.limits
+    }
+
+    /// The wasmtime engine (for embedding platforms that compile ahead of time).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Compiles (or reads back from the cache) and links a component.
+    pub fn load(&self, bytes: &[u8]) -> Result<LoadedComponent, LoadError> {
+        let digest_hex = hex::encode(Sha256::digest(bytes));
+        if !is_component(bytes) {
+            let what = if bytes.starts_with(b"\0asm\x01\0\0\0") {
+                "this is a core WebAssembly module, not a component"
+            } else {
+                "the bytes do not start with the WebAssembly magic number"
+            };
+            return Err(LoadError::NotAComponent(what.into()));
+        }
+        let (component, source) = self
+            .cache
+            .load_or_compile(&self.engine, &digest_hex, bytes)
+            .map_err(|e| LoadError::NotAComponent(format!("{e:#}")))?;
+        self.link(component, digest_hex, source)
+    }
+
+    /// Compiles a component without touching the cache (for benchmarks and tools).
+    pub fn compile_uncached(&self, bytes: &[u8]) -> Result<LoadedComponent, LoadError> {
+        let digest_hex = hex::encode(Sha256::digest(bytes));
+        let component = Component::new(&self.engine, bytes)
+            .map_err(|e| LoadError::NotAComponent(format!("{e:#}")))?;
+        self.link(component, digest_hex, LoadSource::Compiled)
+    }
+
+    fn link(
+        &self,
+        component: Component,
+        digest_hex: String,
+        source: LoadSource,
+    ) -> Result<LoadedComponent, LoadError> {
+        let instance_pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        let pre = bindings::ConnectorPre::new(instance_pre)
+            .map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        Ok(LoadedComponent {
+            digest: format!("sha256:{digest_hex}"),
+            source,
+            pre,
+        })
+    }
+
+    fn new_store(&self, sandbox: &Sandbox) -> Store<GuestState> {
+        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
+        let mut wasi = WasiCtx::builder();
+        wasi.stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
+        let deadline = Instant::now() + self.limits.call_timeout;
+        let state = GuestState {
+            table: ResourceTable::new(),
+            wasi: wasi.build(),
+            http: WasiHttpCtx::new(),
+            hooks: OutboundHooks {
+                policy: sandbox.outbound.clone(),
+                connector: sandbox.connector.clone(),
+            },
+            limiter: MemoryLimiter {
+                limit: self.limits.memory_bytes,
+                exceeded: false,
+            },
+            stderr,
+            installations: sandbox.installations.clone(),
+            installation_tokens: self.installation_tokens.clone(),
+            deadline,
+            log_lines: 0,
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|ctx| {
+            if Instant::now() >= ctx.data().deadline {
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        store
+    }
+
+    /// Runs `f` against a fresh instance of `component` inside `sandbox`, and turns every
+    /// way it can go wrong into a [`GuestError`].
+    async fn run<R, F>(
+        &self,
+        component: &LoadedComponent,
+        sandbox: &Sandbox,
+        f: F,
+    ) -> Result<R, GuestError>
+    where
+        F: for<'a> FnOnce(&'a bindings::Connector, &'a mut Store<GuestState>) -> GuestFuture<'a, R>,
+    {
+        let _slot = self
+            .slots
+            .acquire()
+            .await
+            .map_err(|_| GuestError::Instantiate {
+                message: "the runtime is shutting down".into(),
+            })?;
+        let mut store = self.new_store(sandbox);
+        let timeout = self.limits.call_timeout;
+        let outcome = tokio::time::timeout(timeout + EPOCH_TICK * 2, async {
+            let instance = component
+                .pre
+                .instantiate_async(&mut store)
+                .await
+                .map_err(|e| (e, true))?;
+            f(&instance, &mut store).await.map_err(|e| (e, false))
+        })
+        .await;
+        match outcome {
+            Ok(Ok(value)) => Ok(value),
+            Err(_elapsed) => Err(GuestError::Timeout {
+                after_ms: timeout.as_millis() as u64,
+            }),
+            Ok(Err((err, during_instantiate))) => {
+                Err(self.classify(&store, err, during_instantiate))
+            }
+        }
+    }
+
+    fn classify(
+        &self,
+        store: &Store<GuestState>,
+        err: wasmtime::Error,
+        during_instantiate: bool,
+    ) -> GuestError {
+        let state = store.data();
+        if state.limiter.exceeded {
+            return GuestError::MemoryExceeded {
+                limit_bytes: self.limits.memory_bytes,
+            };
+        }
+        if let Some(trap) = err.downcast_ref::<Trap>() {
+            if *trap == Trap::Interrupt {
+                return GuestError::Timeout {
+                    after_ms: self.limits.call_timeout.as_millis() as u64,
+                };
+            }
+            let stderr = state.stderr.contents();
+            let message = panic_message(&String::from_utf8_lossy(&stderr))
+                .unwrap_or_else(|| trap.to_string());
+            return GuestError::Trapped { message };
+        }
+        if during_instantiate {
+            return GuestError::Instantiate {
+                message: format!("{err:#}"),
+            };
+        }
+        let stderr = state.stderr.contents();
+        let message =
+            panic_message(&String::from_utf8_lossy(&stderr)).unwrap_or_else(|| format!("{err:#}"));
+        GuestError::Trapped { message }
+    }
+
+    fn check_size(&self, bytes: usize) -> Result<(), GuestError> {
+        if bytes > self.limits.max_output_bytes {
+            return Err(GuestError::OutputTooLarge {
+                bytes,
+                limit: self.limits.max_output_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Asks the component to describe itself.
+    pub async fn describe(&self, component: &LoadedComponent) -> Result<wit::Manifest, GuestError> {
+        let sandbox = Sandbox::isolated("(describe)");
+        let manifest = self
+            .run(component, &sandbox, |c, store| {
+                Box::pin(c.call_describe(store))
+            })
+            .await?;
+        let size = manifest.config_schema.len()
+            + manifest
+                .tools
+                .iter()
+                .map(|t| t.input_schema.len() + t.description.len())
+                .sum::<usize>();
+        self.check_size(size)?;
+        Ok(manifest)
+    }
+
+    /// Validates a binding configuration; `Ok(Err(_))` is the connector refusing it.
+    pub async fn bind(
+        &self,
+        component: &LoadedComponent,
+        sandbox: &Sandbox,
+        config: &str,
+    ) -> Result<Result<Vec<String>, String>, GuestError> {
+        let config = config.to_owned();
+        self.run(component, sandbox, move |c, store| {
+            Box::pin(async move { c.call_bind(store, &config).await })
+        })
+        .await
+    }
+
+    /// Runs one tool; `Ok(Err(_))` is the connector's own failure.
+    pub async fn call_tool(
+        &self,
+        component: &LoadedComponent,
+        sandbox: &Sandbox,
+        ctx: wit::CallContext,
+        tool: &str,
+        arguments: &str,
+    ) -> Result<Result<String, wit::ToolError>, GuestError> {
+        let tool = tool.to_owned();
+        let arguments = arguments.to_owned();
+        let result = self
+            .run(component, sandbox, move |c, store| {
+                Box::pin(async move { c.call_call_tool(store, &ctx, &tool, &arguments).await })
+            })
+            .await?;
+        match &result {
+            Ok(json) => self.check_size(json.len())?,
+            Err(
+                wit::ToolError::Failed(m)
+                | wit::ToolError::InvalidArguments(m)
+                | wit::ToolError::Unauthorized(m),
+            ) => self.check_size(m.len())?,
+        }
+        Ok(result)
+    }
+
+    /// Translates a verified webhook into messages; `Ok(Err(_))` is the connector refusing it.
+    pub async fn translate_webhook(
+        &self,
+        component: &LoadedComponent,
+        sandbox: &Sandbox,
+        hook: wit::Webhook,
+    ) -> Result<Result<Vec<wit::Message>, String>, GuestError> {
+        let result = self
+            .run(component, sandbox, move |c, store| {
+                Box::pin(async move { c.call_translate_webhook(store, &hook).await })
+            })
+            .await?;
+        if let Ok(messages) = &result {
+            self.check_size(
+                messages
+                    .iter()
+                    .map(|m| m.payload.len() + m.route.len() + m.kind.len())
+                    .sum(),
+            )?;
+        }
+        Ok(result)
+    }
+
+    /// The per-binding filter.
+    pub async fn accept(
+        &self,
+        component: &LoadedComponent,
+        sandbox: &Sandbox,
+        binding: wit::Binding,
+        message: wit::Message,
+    ) -> Result<bool, GuestError> {
+        self.run(component, sandbox, move |c, store| {
+            Box::pin(async move { c.call_accept(store, &binding, &message).await })
+        })
+        .await
+    }
+
+    /// The env vars and files an agent under the binding's unit starts with.
+    pub async fn runtime_context(
+        &self,
+        component: &LoadedComponent,
+        sandbox: &Sandbox,
+        binding: wit::Binding,
+    ) -> Result<Result<wit::AgentContext, String>, GuestError> {
+        let result = self
+            .run(component, sandbox, move |c, store| {
+                Box::pin(async move { c.call_runtime_context(store, &binding).await })
+            })
+            .await?;
+        if let Ok(ctx) = &result {
+            self.check_size(
+                ctx.env
+                    .iter()
+                    .chain(ctx.files.iter())
+                    .map(|(k, v)| k.len() + v.len())
+                    .sum(),
+            )?;
+        }
+        Ok(result)
+    }
+}
+
+/// Whether `bytes` start with the binary header of a WebAssembly component (layer 1).
+fn is_component(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && &bytes[0..4] == b"\0asm" && bytes[6..8] == [0x01, 0x00]
+}
+
+/// Extracts a Rust panic message from a guest's stderr.
+fn panic_message(stderr: &str) -> Option<String> {
+    let start = stderr.find("panicked at")?;
+    let rest = &stderr[start..];
+    let body = rest.split_once('\n').map(|(_, b)| b).unwrap_or(rest);
+    let body = body.split("\nnote:").next().unwrap_or(body).trim();
+    if body.is_empty() {
+        Some(rest.trim().to_string())
+    } else {
+        Some(body.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::panic_message;
+
+    #[test]
+    fn panic_messages_are_extracted_from_stderr() {
+        let stderr = "\nthread '<unnamed>' panicked at src/lib.rs:10:5:\ndeliberate panic: x\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        assert_eq!(
+            panic_message(stderr).as_deref(),
+            Some("deliberate panic: x")
+        );
+        assert_eq!(panic_message("nothing here"), None);
+    }
+}

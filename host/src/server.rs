@@ -1,0 +1,51 @@
+//! `connector-host serve`: the host as a standalone HTTP server.
+
+use crate::config::HostConfig;
+use crate::host::Host;
+
+/// Opens the host on `config` and serves the API until Ctrl-C or SIGTERM.
+pub async fn serve(config: HostConfig) -> anyhow::Result<()> {
+    let listen = config.listen;
+    let data_dir = config.data_dir.clone();
+    let (host, report) = Host::open(config).await?;
+    if let Some(token) = &report.generated_operator_token {
+        // Printed once, on the run that generated it; it is also in the data directory.
+        eprintln!(
+            "Generated an operator token (saved to {}):\n  {token}\nUse it as `Authorization: Bearer <token>` or CONNECTOR_HOST_OPERATOR_TOKEN.",
+            data_dir.join("operator-token").display()
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e} (is another host running? use --listen to pick another address)"))?;
+    let local = listener.local_addr().unwrap_or(listen);
+    tracing::info!(address = %local, connectors = host.list_connectors().len(), "connector-host listening");
+    eprintln!("connector-host listening on http://{local} (API under /api/v1)");
+    axum::serve(listener, host.router())
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|e| anyhow::anyhow!("server error: {e}"))?;
+    tracing::info!("connector-host stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}

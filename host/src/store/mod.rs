@@ -1,0 +1,336 @@
+//! Persistence of everything an operator sets up.
+//!
+//! The host keeps its working state in memory (so the resolver and tool calls never wait
+//! on a database) and writes every change through a [`Store`] first. A change that spans
+//! several rows — a binding and its grant, an unbind and its revocations, a rotation and
+//! the grants it re-derives — is one call here and one transaction in the database, so
+//! after any crash either all of it exists or none of it does.
+//!
+//! SQLite ([`sqlite::SqliteStore`]) is the default; the trait is async so a networked
+//! database with an async driver can implement it as well.
+
+pub mod sqlite;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// An installed connector, as persisted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConnectorRecord {
+    pub slug: String,
+    pub namespace: String,
+    /// `sha256:<hex>` of `component`.
+    pub digest: String,
+    /// The component's bytes.
+    pub component: Vec<u8>,
+    /// Whether it ships inside the host binary.
+    pub bundled: bool,
+    /// RFC 3339.
+    pub installed_at: String,
+}
+
+/// A unit (units nest through `parent`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitRecord {
+    pub id: String,
+    pub parent: Option<String>,
+    pub display_name: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+}
+
+/// An agent and the units it belongs to (first = primary).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentRecord {
+    pub id: String,
+    pub units: Vec<String>,
+    pub display_name: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+}
+
+/// A connector bound to a unit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BindingRecord {
+    pub unit_id: String,
+    pub connector: String,
+    pub config: Value,
+    /// What the connector's `bind` returned: webhook routing keys.
+    pub routing_keys: Vec<String>,
+    /// RFC 3339.
+    pub bound_at: String,
+}
+
+/// Whom a grant is for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "id", rename_all = "lowercase")]
+pub enum Subject {
+    Unit(String),
+    Agent(String),
+}
+
+/// A grant of one tool id or of a whole namespace (`<ns>.*`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantRecord {
+    pub subject: Subject,
+    /// A tool id, or `<namespace>.*`.
+    pub tool: String,
+    pub namespace: String,
+    /// `explicit` or `connector:<slug>`.
+    pub provenance: String,
+    /// RFC 3339.
+    pub created_at: String,
+}
+
+/// The tools an agent's container image declares.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageToolsRecord {
+    pub agent_id: String,
+    pub digest: String,
+    /// `[{name, description, inputSchema}]`.
+    pub tools: Value,
+}
+
+/// Where a webhook delivery stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryStatus {
+    /// Stored, not yet routed.
+    Pending,
+    /// Routed; its messages are stored.
+    Done,
+    /// Translation or routing failed; kept for a retry.
+    Failed,
+}
+
+impl DeliveryStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryStatus::Pending => "pending",
+            DeliveryStatus::Done => "done",
+            DeliveryStatus::Failed => "failed",
+        }
+    }
+}
+
+/// A verified inbound webhook, stored before it is acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryRecord {
+    pub connector: String,
+    pub delivery_id: String,
+    /// The event name, when the scheme carries one.
+    pub event: Option<String>,
+    /// Request headers, names lower-cased.
+    pub headers: Vec<(String, String)>,
+    /// The raw body.
+    pub body: Vec<u8>,
+    /// Unix seconds of receipt (de-duplication window).
+    pub received_unix: i64,
+    /// RFC 3339 of receipt.
+    pub received_at: String,
+    pub status: DeliveryStatus,
+    pub attempts: u32,
+    pub error: Option<String>,
+    /// Units that received messages.
+    pub routed_to: Vec<String>,
+}
+
+/// A message delivered into a unit's inbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MessageRecord {
+    /// The inbox cursor; assigned by the store (0 before it is stored).
+    pub seq: i64,
+    pub id: String,
+    pub unit_id: String,
+    pub connector: String,
+    pub kind: String,
+    pub delivery_id: String,
+    pub thread_key: Option<String>,
+    pub payload: Value,
+    /// RFC 3339.
+    pub received_at: String,
+}
+
+/// Everything persisted, as loaded at start-up.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    pub connectors: Vec<ConnectorRecord>,
+    pub units: Vec<UnitRecord>,
+    pub agents: Vec<AgentRecord>,
+    pub bindings: Vec<BindingRecord>,
+    pub grants: Vec<GrantRecord>,
+    pub image_tools: Vec<ImageToolsRecord>,
+}
+
+/// A deliberate failure injected by tests between two writes of one transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailPoint {
+    /// In `put_binding`: after the binding row is written, before its grant is.
+    AfterBindingWrite,
+    /// In `delete_binding`: after the binding row is deleted, before its grants are.
+    AfterBindingDelete,
+    /// In `put_connector`: after the connector row is written, before grants are re-derived.
+    AfterConnectorWrite,
+    /// In `complete_delivery`: after the messages are written, before the delivery is
+    /// marked done.
+    AfterMessagesWrite,
+}
+
+/// Why the store could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database cannot be reached or answered with an error; retrying may help.
+    #[error("the database is unavailable: {0}")]
+    Unavailable(String),
+    /// Stored data cannot be read back (a migration is missing, a row is malformed).
+    #[error("stored data is unreadable: {0}")]
+    Corrupt(String),
+    /// A test fault hook fired.
+    #[error("injected fault at {0:?}")]
+    Injected(FailPoint),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Persistence of units, agents, connectors, bindings and grants.
+///
+/// Every method is one transaction. Methods that "upsert" replace the row with the same
+/// key. Deleting something that does not exist is not an error (returns `false` where a
+/// result is reported).
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Everything, for start-up.
+    async fn load(&self) -> StoreResult<Snapshot>;
+
+    /// Upserts a connector. In the same transaction, every grant with provenance
+    /// `connector:<slug>` is re-derived to the record's namespace (`<namespace>.*`), so a
+    /// rotation that changes the namespace never leaves stale grants.
+    async fn put_connector(&self, connector: &ConnectorRecord) -> StoreResult<()>;
+
+    /// Deletes a connector, every binding of it and every grant with provenance
+    /// `connector:<slug>`, in one transaction.
+    async fn delete_connector(&self, slug: &str) -> StoreResult<bool>;
+
+    /// Upserts a unit.
+    async fn put_unit(&self, unit: &UnitRecord) -> StoreResult<()>;
+
+    /// Deletes a unit with its bindings and every grant whose subject is the unit, in one
+    /// transaction. Children are the caller's concern (it refuses to delete a parent).
+    async fn delete_unit(&self, id: &str) -> StoreResult<bool>;
+
+    /// Upserts an agent with its unit memberships (order kept).
+    async fn put_agent(&self, agent: &AgentRecord) -> StoreResult<()>;
+
+    /// Deletes an agent with its explicit grants and image tools.
+    async fn delete_agent(&self, id: &str) -> StoreResult<bool>;
+
+    /// Upserts a binding and its grant in one transaction (the grant is keyed by
+    /// subject + tool + provenance, so re-binding does not duplicate it).
+    async fn put_binding(&self, binding: &BindingRecord, grant: &GrantRecord) -> StoreResult<()>;
+
+    /// Deletes a binding and the unit's grants with provenance `connector:<slug>` in one
+    /// transaction; `false` if there was no such binding.
+    async fn delete_binding(&self, unit_id: &str, connector: &str) -> StoreResult<bool>;
+
+    /// Upserts a grant (keyed by subject + tool + provenance).
+    async fn put_grant(&self, grant: &GrantRecord) -> StoreResult<()>;
+
+    /// Deletes the grants of `subject` for `tool` with provenance `provenance`.
+    async fn delete_grant(
+        &self,
+        subject: &Subject,
+        tool: &str,
+        provenance: &str,
+    ) -> StoreResult<bool>;
+
+    /// Upserts the image tools of an agent.
+    async fn put_image_tools(&self, record: &ImageToolsRecord) -> StoreResult<()>;
+
+    /// Stores a verified delivery unless the same (connector, delivery id) was stored
+    /// within the last `dedup_window_secs` (then returns `false`: a duplicate). An older
+    /// row with the same id is replaced.
+    async fn insert_delivery(
+        &self,
+        delivery: &DeliveryRecord,
+        dedup_window_secs: i64,
+    ) -> StoreResult<bool>;
+
+    /// In one transaction: appends `messages` to their units' inboxes and marks the
+    /// delivery done. If it is already done, nothing is written and `None` is returned, so
+    /// a delivery's messages are stored at most once. Returns the stored messages (with
+    /// their cursors).
+    async fn complete_delivery(
+        &self,
+        connector: &str,
+        delivery_id: &str,
+        messages: &[MessageRecord],
+        routed_to: &[String],
+    ) -> StoreResult<Option<Vec<MessageRecord>>>;
+
+    /// Marks a delivery failed with `error` (it stays stored for a retry).
+    async fn fail_delivery(
+        &self,
+        connector: &str,
+        delivery_id: &str,
+        error: &str,
+    ) -> StoreResult<()>;
+
+    /// One delivery.
+    async fn delivery(
+        &self,
+        connector: &str,
+        delivery_id: &str,
+    ) -> StoreResult<Option<DeliveryRecord>>;
+
+    /// Deliveries that are pending or failed, oldest first (finished after a restart).
+    async fn unfinished_deliveries(&self) -> StoreResult<Vec<DeliveryRecord>>;
+
+    /// A unit's messages with cursor greater than `after`, oldest first, at most `limit`.
+    async fn messages(
+        &self,
+        unit_id: &str,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<MessageRecord>>;
+
+    /// Deletes finished deliveries received before `before_unix` (their bodies; the
+    /// messages stay); returns how many.
+    async fn prune_deliveries(&self, before_unix: i64) -> StoreResult<u64>;
+
+    /// Arms (or with `None` disarms) a test fault hook.
+    fn set_fail_point(&self, point: Option<FailPoint>);
+}
+
+/// Opens the store named by a `database_url` (CONTRACT §2).
+///
+/// Understood: `sqlite://<path>` and `sqlite:<path>` (a relative path is relative to the
+/// working directory; `sqlite:///abs/host.db` is absolute), and `sqlite::memory:` /
+/// `sqlite://:memory:` for a throw-away in-memory database. Anything else is refused with
+/// [`StoreError::Unavailable`]; the message names only the scheme, never the whole URL
+/// (a URL may carry credentials). Blocking: call it at start-up.
+pub fn open_store(url: &str) -> StoreResult<std::sync::Arc<dyn Store>> {
+    let Some(rest) = url.strip_prefix("sqlite:") else {
+        let scheme = url.split_once(':').map_or("(none)", |(scheme, _)| scheme);
+        return Err(StoreError::Unavailable(format!(
+            "unsupported database_url scheme `{scheme}`: only sqlite://<path> is supported"
+        )));
+    };
+    let path = rest.strip_prefix("//").unwrap_or(rest);
+    if path.is_empty() {
+        return Err(StoreError::Unavailable(
+            "database_url `sqlite://` names no file: use sqlite://<path>".into(),
+        ));
+    }
+    if path.contains('?') {
+        return Err(StoreError::Unavailable(
+            "database_url options (`?...`) are not supported: use sqlite://<path>".into(),
+        ));
+    }
+    let store = if path == ":memory:" {
+        sqlite::SqliteStore::open_in_memory()?
+    } else {
+        sqlite::SqliteStore::open(std::path::Path::new(path))?
+    };
+    Ok(std::sync::Arc::new(store))
+}

@@ -1,0 +1,530 @@
+//! The sandbox against real components: the bundled acme connector and hostile guests.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use connector_host::registry::ConnectorRegistry;
+use connector_host::runtime::{
+    wit, ConnectorRuntime, GuestError, GuestLimits, LoadSource, OutboundPolicy, RuntimeOptions,
+    Sandbox,
+};
+use integration_tests::guests;
+
+fn runtime_with(limits: GuestLimits) -> Arc<ConnectorRuntime> {
+    Arc::new(
+        ConnectorRuntime::new(RuntimeOptions {
+            limits,
+            cache_dir: None,
+            installation_tokens: None,
+        })
+        .expect("runtime"),
+    )
+}
+
+fn limits(timeout_ms: u64) -> GuestLimits {
+    GuestLimits {
+        call_timeout: Duration::from_millis(timeout_ms),
+        memory_bytes: 32 * 1024 * 1024,
+        max_output_bytes: 1024 * 1024,
+        max_concurrent_instances: 64,
+    }
+}
+
+fn ctx() -> wit::CallContext {
+    wit::CallContext {
+        binding: wit::Binding {
+            unit: "u1".into(),
+            config: "{}".into(),
+        },
+        agent: Some("a1".into()),
+        call_id: "c1".into(),
+    }
+}
+
+fn read(path: &str) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("cannot read test guest {path}: {e}"))
+}
+
+async fn call(
+    rt: &ConnectorRuntime,
+    c: &connector_host::runtime::LoadedComponent,
+    sandbox: &Sandbox,
+    tool: &str,
+    args: &str,
+) -> Result<Result<String, wit::ToolError>, GuestError> {
+    rt.call_tool(c, sandbox, ctx(), tool, args).await
+}
+
+fn acme_bytes() -> &'static [u8] {
+    connector_host::host::bundled_component("acme").expect("acme is bundled")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acme_echo_and_timestamp() {
+    let rt = runtime_with(limits(5_000));
+    let acme = rt.load(acme_bytes()).unwrap();
+    let sandbox = Sandbox::isolated("acme");
+    let out = call(
+        &rt,
+        &acme,
+        &sandbox,
+        "acme.echo",
+        r#"{"message":"hi","extra":[1,2]}"#,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let out: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(out, serde_json::json!({"message": "hi", "extra": [1, 2]}));
+
+    let ts = call(&rt, &acme, &sandbox, "acme.timestamp", "{}")
+        .await
+        .unwrap()
+        .unwrap();
+    let ts: serde_json::Value = serde_json::from_str(&ts).unwrap();
+    let text = ts["timestamp"].as_str().expect("timestamp string");
+    let parsed = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .expect("RFC 3339");
+    let skew = (parsed - time::OffsetDateTime::now_utc()).abs();
+    assert!(
+        skew < time::Duration::seconds(5),
+        "timestamp {text} is {skew} away from now"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_infinite_loop_times_out_near_the_deadline_and_others_are_not_delayed() {
+    let rt = runtime_with(limits(500));
+    let hostile = rt.load(&read(guests::HOSTILE)).unwrap();
+    let acme = rt.load(acme_bytes()).unwrap();
+    let sandbox = Sandbox::isolated("hostile");
+
+    let spinner = {
+        let rt = rt.clone();
+        let hostile = hostile.clone();
+        let sandbox = sandbox.clone();
+        tokio::spawn(async move {
+            let start = Instant::now();
+            let r = rt
+                .call_tool(&hostile, &sandbox, ctx(), "hostile.spin", "{}")
+                .await;
+            (r, start.elapsed())
+        })
+    };
+    // While the spinner burns its budget, echo calls still complete promptly.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let start = Instant::now();
+    for _ in 0..20 {
+        call(
+            &rt,
+            &acme,
+            &Sandbox::isolated("acme"),
+            "acme.echo",
+            r#"{"message":"x"}"#,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    }
+    let echo_time = start.elapsed();
+    assert!(
+        echo_time < Duration::from_millis(400),
+        "echo calls were delayed by a spinning guest: {echo_time:?}"
+    );
+
+    let (result, elapsed) = spinner.await.unwrap();
+    assert!(
+        matches!(result, Err(GuestError::Timeout { after_ms: 500 })),
+        "{result:?}"
+    );
+    assert!(
+        elapsed >= Duration::from_millis(490),
+        "stopped too early: {elapsed:?}"
+    );
+    assert!(
+        elapsed <= Duration::from_millis(600),
+        "stopped too late: {elapsed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sleeping_guest_is_also_bounded() {
+    let rt = runtime_with(limits(300));
+    let hostile = rt.load(&read(guests::HOSTILE)).unwrap();
+    let start = Instant::now();
+    let r = call(
+        &rt,
+        &hostile,
+        &Sandbox::isolated("hostile"),
+        "hostile.sleep",
+        r#"{"ms": 5000}"#,
+    )
+    .await;
+    assert!(matches!(r, Err(GuestError::Timeout { .. })), "{r:?}");
+    assert!(
+        start.elapsed() <= Duration::from_millis(400),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_are_reported_and_the_host_keeps_serving() {
+    let rt = runtime_with(limits(5_000));
+    let hostile = rt.load(&read(guests::HOSTILE)).unwrap();
+    let acme = rt.load(acme_bytes()).unwrap();
+    let sandbox = Sandbox::isolated("hostile");
+
+    let hog = call(&rt, &hostile, &sandbox, "hostile.hog", "{}").await;
+    assert!(
+        matches!(hog, Err(GuestError::MemoryExceeded { limit_bytes }) if limit_bytes == 32 * 1024 * 1024),
+        "{hog:?}"
+    );
+
+    let panic = call(
+        &rt,
+        &hostile,
+        &sandbox,
+        "hostile.panic",
+        r#"{"message":"boom 42"}"#,
+    )
+    .await;
+    match panic {
+        Err(GuestError::Trapped { message }) => {
+            assert!(message.contains("deliberate panic: boom 42"), "{message}")
+        }
+        other => panic!("expected a trap, got {other:?}"),
+    }
+
+    let trap = call(&rt, &hostile, &sandbox, "hostile.trap", "{}").await;
+    match trap {
+        Err(GuestError::Trapped { message }) => {
+            assert!(message.contains("unreachable"), "{message}")
+        }
+        other => panic!("expected a trap, got {other:?}"),
+    }
+
+    let huge = call(
+        &rt,
+        &hostile,
+        &sandbox,
+        "hostile.huge",
+        r#"{"bytes": 8388608}"#,
+    )
+    .await;
+    assert!(
+        matches!(huge, Err(GuestError::OutputTooLarge { limit: 1048576, .. })),
+        "{huge:?}"
+    );
+    let small = call(
+        &rt,
+        &hostile,
+        &sandbox,
+        "hostile.huge",
+        r#"{"bytes": 1000}"#,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(small.len(), 1002);
+
+    // After all of that, calls still run at full speed.
+    let start = Instant::now();
+    for _ in 0..50 {
+        call(
+            &rt,
+            &acme,
+            &Sandbox::isolated("acme"),
+            "acme.echo",
+            r#"{"message":"x"}"#,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    }
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_state_survives_between_calls() {
+    let rt = runtime_with(limits(5_000));
+    let hostile = rt.load(&read(guests::HOSTILE)).unwrap();
+    for _ in 0..5 {
+        let n = call(
+            &rt,
+            &hostile,
+            &Sandbox::isolated("hostile"),
+            "hostile.counter",
+            "{}",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(n, "1");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_refused_for_installations_the_binding_does_not_name() {
+    let rt = runtime_with(limits(5_000));
+    let hostile = rt.load(&read(guests::HOSTILE)).unwrap();
+    let mut sandbox = Sandbox::isolated("hostile");
+    sandbox.installations = Arc::from(vec![42u64]);
+    let r = call(
+        &rt,
+        &hostile,
+        &sandbox,
+        "hostile.token",
+        r#"{"installation_id": 7}"#,
+    )
+    .await
+    .unwrap();
+    match r {
+        Err(wit::ToolError::Failed(m)) => assert!(
+            m.contains("installation 7 is not named by this binding"),
+            "{m}"
+        ),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // Named, but no App configured: a clear error, not a token.
+    let r = call(
+        &rt,
+        &hostile,
+        &sandbox,
+        "hostile.token",
+        r#"{"installation_id": 42}"#,
+    )
+    .await
+    .unwrap();
+    match r {
+        Err(wit::ToolError::Failed(m)) => assert!(m.contains("no GitHub App is configured"), "{m}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// A one-request-at-a-time HTTP server on 127.0.0.1 answering `hello from loopback`.
+async fn loopback_server() -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                let body = "hello from loopback";
+                let resp = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\n{body}", body.len());
+                let _ = s.write_all(resp.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbound_http_follows_the_policy() {
+    let rt = runtime_with(limits(5_000));
+    let hostile = rt.load(&read(guests::HOSTILE)).unwrap();
+    let addr = loopback_server().await;
+    let declared = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+    let fetch = |url: String| format!(r#"{{"url": "{url}"}}"#);
+
+    // Allowed host, loopback explicitly allowed by the operator: answers.
+    let open = Sandbox {
+        outbound: Arc::new(OutboundPolicy::new(
+            &declared,
+            Some(&["127.0.0.1".to_string()]),
+            true,
+        )),
+        ..Sandbox::isolated("hostile")
+    };
+    let ok = call(
+        &rt,
+        &hostile,
+        &open,
+        "hostile.fetch",
+        &fetch(format!("http://127.0.0.1:{}/x", addr.port())),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let ok: serde_json::Value = serde_json::from_str(&ok).unwrap();
+    assert_eq!(ok["status"], 200);
+    assert_eq!(ok["body"], "hello from loopback");
+
+    // A host that is not on the effective list (the operator narrowed it to 127.0.0.1).
+    let start = Instant::now();
+    let denied = call(
+        &rt,
+        &hostile,
+        &open,
+        "hostile.fetch",
+        &fetch(format!("http://localhost:{}/x", addr.port())),
+    )
+    .await
+    .unwrap();
+    match denied {
+        Err(wit::ToolError::Failed(m)) => assert!(m.to_lowercase().contains("denied"), "{m}"),
+        other => panic!("expected a denial, got {other:?}"),
+    }
+    // Not declared by the component at all.
+    let denied = call(
+        &rt,
+        &hostile,
+        &open,
+        "hostile.fetch",
+        &fetch("http://example.com/".into()),
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(denied, Err(wit::ToolError::Failed(ref m)) if m.to_lowercase().contains("denied")),
+        "{denied:?}"
+    );
+
+    // An allowed name that resolves to a loopback address, private networks not allowed.
+    let closed = Sandbox {
+        outbound: Arc::new(OutboundPolicy::new(&declared, None, false)),
+        ..Sandbox::isolated("hostile")
+    };
+    let prohibited = call(
+        &rt,
+        &hostile,
+        &closed,
+        "hostile.fetch",
+        &fetch(format!("http://localhost:{}/x", addr.port())),
+    )
+    .await
+    .unwrap();
+    match prohibited {
+        Err(wit::ToolError::Failed(m)) => assert!(m.to_lowercase().contains("prohibited"), "{m}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "refusals must be prompt, took {:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_components_are_rejected_with_the_rule_named() {
+    let rt = runtime_with(limits(5_000));
+    let registry = ConnectorRegistry::new(rt);
+    let cases = [
+        (
+            guests::BAD_MANIFEST_OUTSIDE_NAMESPACE,
+            "tool_outside_namespace",
+            "other.echo",
+        ),
+        (
+            guests::BAD_MANIFEST_SV_NAMESPACE,
+            "reserved_namespace",
+            "sv",
+        ),
+        (
+            guests::BAD_MANIFEST_DUPLICATE_IDS,
+            "duplicate_tool_id",
+            "bad.echo",
+        ),
+        (
+            guests::BAD_MANIFEST_UPPERCASE_ID,
+            "tool_id_pattern",
+            "Acme.Echo",
+        ),
+        (
+            guests::BAD_MANIFEST_SLASH_ID,
+            "tool_id_pattern",
+            "acme/echo",
+        ),
+        (
+            guests::BAD_MANIFEST_NO_NAMESPACE_ID,
+            "tool_id_pattern",
+            "acme_echo",
+        ),
+        (guests::BAD_MANIFEST_BAD_SLUG, "slug_pattern", "Bad Slug"),
+    ];
+    for (path, rule, id) in cases {
+        let err = registry.prepare(&read(path)).await.expect_err(path);
+        assert_eq!(err.rule(), rule, "{path}: {err}");
+        assert_eq!(err.offending_id(), Some(id), "{path}: {err}");
+        assert!(err.to_string().contains(id), "{err}");
+    }
+    let empty = registry
+        .prepare(&read(guests::BAD_MANIFEST_EMPTY_TOOLS))
+        .await
+        .expect("an empty tool list is fine");
+    assert!(empty.info().tools.is_empty());
+
+    let junk = registry.prepare(b"definitely not wasm").await.unwrap_err();
+    assert_eq!(junk.rule(), "not_a_component");
+    let core_module = registry.prepare(b"\0asm\x01\0\0\0").await.unwrap_err();
+    assert_eq!(core_module.rule(), "not_a_component");
+    assert!(
+        core_module.to_string().contains("core WebAssembly module"),
+        "{core_module}"
+    );
+    let no_exports = registry
+        .prepare(&read(guests::NO_EXPORTS))
+        .await
+        .unwrap_err();
+    assert_eq!(no_exports.rule(), "wrong_world", "{no_exports}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compiled_components_are_cached_and_a_corrupt_cache_is_recompiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = RuntimeOptions {
+        limits: limits(5_000),
+        cache_dir: Some(dir.path().to_path_buf()),
+        installation_tokens: None,
+    };
+    let rt = ConnectorRuntime::new(options.clone()).unwrap();
+    assert_eq!(
+        rt.load(acme_bytes()).unwrap().source(),
+        LoadSource::Compiled
+    );
+    let rt2 = ConnectorRuntime::new(options.clone()).unwrap();
+    let cached = rt2.load(acme_bytes()).unwrap();
+    assert_eq!(cached.source(), LoadSource::Cache);
+    let out = call(
+        &rt2,
+        &cached,
+        &Sandbox::isolated("acme"),
+        "acme.echo",
+        r#"{"message":"cached"}"#,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(out.contains("cached"));
+
+    // Flip a byte in the compiled file: the checksum no longer matches, so it is recompiled.
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "cwasm") {
+            let mut bytes = std::fs::read(&path).unwrap();
+            let mid = bytes.len() / 2;
+            bytes[mid] ^= 0xff;
+            std::fs::write(&path, bytes).unwrap();
+        }
+    }
+    let rt3 = ConnectorRuntime::new(options).unwrap();
+    let reloaded = rt3.load(acme_bytes()).unwrap();
+    assert_eq!(reloaded.source(), LoadSource::Compiled);
+    let out = call(
+        &rt3,
+        &reloaded,
+        &Sandbox::isolated("acme"),
+        "acme.echo",
+        r#"{"message":"again"}"#,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(out.contains("again"));
+}

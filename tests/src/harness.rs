@@ -1,0 +1,284 @@
+//! Hosts for tests: in-process (the library behind a real TCP listener) and as a real
+//! `connector-host serve` process, both spoken to over HTTP on 127.0.0.1.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use connector_host::config::HostConfig;
+use connector_host::Host;
+use serde_json::Value;
+
+/// The operator token every test host uses.
+pub const OPERATOR_TOKEN: &str = "test-operator-token";
+
+/// A host running in this process, served on an ephemeral port.
+pub struct TestHost {
+    pub host: Host,
+    pub url: String,
+    pub client: reqwest::Client,
+    pub data_dir: tempfile::TempDir,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TestHost {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// A test configuration in `data_dir`.
+pub fn test_config(data_dir: &Path) -> HostConfig {
+    HostConfig {
+        data_dir: data_dir.to_path_buf(),
+        operator_token: Some(OPERATOR_TOKEN.into()),
+        ..HostConfig::default()
+    }
+}
+
+impl TestHost {
+    /// A host with the default test configuration.
+    pub async fn start() -> TestHost {
+        Self::start_with(|_| {}).await
+    }
+
+    /// A host whose configuration `tweak` adjusts.
+    pub async fn start_with(tweak: impl FnOnce(&mut HostConfig)) -> TestHost {
+        let data_dir = tempfile::tempdir().expect("temp dir");
+        let mut config = test_config(data_dir.path());
+        tweak(&mut config);
+        let (host, _) = Host::open(config).await.expect("host opens");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let router = host.router();
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        TestHost {
+            host,
+            url: format!("http://{addr}"),
+            client: reqwest::Client::new(),
+            data_dir,
+            server,
+        }
+    }
+
+    /// `url` + `path`.
+    pub fn at(&self, path: &str) -> String {
+        format!("{}{}", self.url, path)
+    }
+
+    /// Sends a request with the operator token; returns (status, JSON body or Null).
+    pub async fn op(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        send(
+            &self.client,
+            method,
+            &self.at(path),
+            Some(OPERATOR_TOKEN),
+            body,
+        )
+        .await
+    }
+
+    /// Sends a request with `token`.
+    pub async fn as_token(
+        &self,
+        token: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        send(&self.client, method, &self.at(path), Some(token), body).await
+    }
+
+    /// Creates a unit (with an optional parent) and asserts it worked.
+    pub async fn unit(&self, id: &str, parent: Option<&str>) {
+        let (s, b) = self
+            .op(
+                reqwest::Method::PUT,
+                &format!("/api/v1/units/{id}"),
+                Some(serde_json::json!({"parent": parent})),
+            )
+            .await;
+        assert!(s == 201 || s == 200, "PUT unit {id}: {s} {b}");
+    }
+
+    /// Creates an agent in `units` and asserts it worked.
+    pub async fn agent(&self, id: &str, units: &[&str]) {
+        let (s, b) = self
+            .op(
+                reqwest::Method::PUT,
+                &format!("/api/v1/agents/{id}"),
+                Some(serde_json::json!({"units": units})),
+            )
+            .await;
+        assert!(s == 201 || s == 200, "PUT agent {id}: {s} {b}");
+    }
+
+    /// Binds `slug` to `unit` with `config` and asserts it worked.
+    pub async fn bind(&self, unit: &str, slug: &str, config: Value) {
+        let (s, b) = self
+            .op(
+                reqwest::Method::PUT,
+                &format!("/api/v1/units/{unit}/connectors/{slug}"),
+                Some(serde_json::json!({"config": config})),
+            )
+            .await;
+        assert!(s == 201 || s == 200, "bind {slug} to {unit}: {s} {b}");
+    }
+
+    /// An agent token.
+    pub async fn agent_token(&self, agent: &str) -> String {
+        let (s, b) = self
+            .op(
+                reqwest::Method::POST,
+                &format!("/api/v1/agents/{agent}/tokens"),
+                Some(serde_json::json!({})),
+            )
+            .await;
+        assert_eq!(s, 201, "{b}");
+        b["token"].as_str().expect("token").to_string()
+    }
+
+    /// Installs a component from a file, asserting success; returns the Connector JSON.
+    pub async fn install(&self, path: &str) -> Value {
+        let bytes = std::fs::read(path).expect("component file");
+        let resp = self
+            .client
+            .post(self.at("/api/v1/connectors"))
+            .bearer_auth(OPERATOR_TOKEN)
+            .header("content-type", "application/wasm")
+            .body(bytes)
+            .send()
+            .await
+            .expect("install");
+        let status = resp.status().as_u16();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        assert!(
+            status == 201 || status == 200,
+            "install {path}: {status} {body}"
+        );
+        body
+    }
+}
+
+/// One HTTP request; returns (status, JSON body or Null).
+pub async fn send(
+    client: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = client.request(method, url);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("request to {url} failed: {e}"));
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap_or_default();
+    let json = serde_json::from_str(&text).unwrap_or(Value::Null);
+    (status, json)
+}
+
+/// The `connector-host` binary built by this `cargo test` run.
+pub fn host_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    // target/<profile>/deps/<test> → target/<profile>/connector-host
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let bin = profile_dir.join(format!("connector-host{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.exists(),
+        "{} is missing: run the tests with `cargo test --workspace` (it builds the binary)",
+        bin.display()
+    );
+    bin
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A `connector-host serve` process.
+pub struct ServerProcess {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub url: String,
+    pub data_dir: PathBuf,
+}
+
+impl ServerProcess {
+    /// Starts `connector-host serve` on `data_dir` with extra environment, and waits until
+    /// `/healthz` answers.
+    pub async fn start(data_dir: &Path, env: &[(&str, &str)]) -> ServerProcess {
+        let port = free_port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let mut cmd = Command::new(host_binary());
+        cmd.arg("serve")
+            .arg("--listen")
+            .arg(addr.to_string())
+            .arg("--data-dir")
+            .arg(data_dir)
+            .env("CONNECTOR_HOST_OPERATOR_TOKEN", OPERATOR_TOKEN)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn connector-host serve");
+        let server = ServerProcess {
+            child,
+            addr,
+            url: format!("http://{addr}"),
+            data_dir: data_dir.to_path_buf(),
+        };
+        server.wait_ready().await;
+        server
+    }
+
+    async fn wait_ready(&self) {
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if let Ok(r) = client.get(format!("{}/healthz", self.url)).send().await {
+                if r.status().is_success() {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("connector-host serve did not become ready at {}", self.url);
+    }
+
+    /// Kills the process with SIGKILL (no chance to clean up) and waits for it.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}

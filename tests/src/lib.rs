@@ -1,0 +1,8 @@
+//! Shared helpers of the integration tests.
+
+/// Paths of the test guest components, built by `build.rs` (never bundled):
+/// `HOSTILE`, `NO_EXPORTS`, and `BAD_MANIFEST_<FEATURE>` for each `bad-manifest` feature.
+pub mod guests {
+    include!(concat!(env!("OUT_DIR"), "/test_guests.rs"));
+}
+pub mod harness;
