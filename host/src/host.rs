@@ -19,8 +19,8 @@ use crate::auth::{read_or_create_secret, AgentTokens, OperatorToken};
 use crate::config::HostConfig;
 use crate::error::{ErrorKind, HostError, HostResult};
 use crate::grants::{
-    connector_provenance, unit_order, Directory, EffectiveToolResolver, ResolvedTools, ToolCatalog,
-    ToolDefinition, EXPLICIT,
+    connector_provenance, unit_order, Directory, EffectiveToolResolver, Provider, ResolvedTools,
+    ToolCatalog, EXPLICIT,
 };
 use crate::registry::manifest::{is_namespace, is_tool_id};
 use crate::registry::{
@@ -79,7 +79,7 @@ pub trait PlatformToolHandler: Send + Sync {
 
 pub(crate) struct PlatformTools {
     /// Sorted by name.
-    tools: Vec<Arc<ToolInfo>>,
+    tools: Arc<[Arc<ToolInfo>]>,
     handlers: BTreeMap<String, Arc<dyn PlatformToolHandler>>,
     validators: BTreeMap<String, Arc<jsonschema::Validator>>,
 }
@@ -230,18 +230,17 @@ fn builtin_platform_tools() -> PlatformTools {
             annotations,
         },
     ];
-    let mut p = PlatformTools {
-        tools: Vec::new(),
-        handlers: BTreeMap::new(),
-        validators: BTreeMap::new(),
-    };
-    for t in tools {
+    let mut validators = BTreeMap::new();
+    for t in &tools {
         if let Ok(v) = jsonschema::validator_for(&t.input_schema) {
-            p.validators.insert(t.name.clone(), Arc::new(v));
+            validators.insert(t.name.clone(), Arc::new(v));
         }
-        p.tools.push(Arc::new(t));
     }
-    p
+    PlatformTools {
+        tools: tools.into_iter().map(Arc::new).collect(),
+        handlers: BTreeMap::new(),
+        validators,
+    }
 }
 
 fn violations_json(v: &[SchemaViolation]) -> Value {
@@ -1301,13 +1300,19 @@ impl Host {
         })?;
         let _dir = self.inner.directory.write();
         let mut platform = self.inner.platform.write();
-        platform.tools.retain(|t| t.name != info.name);
+        let mut tools: Vec<Arc<ToolInfo>> = platform
+            .tools
+            .iter()
+            .filter(|t| t.name != info.name)
+            .cloned()
+            .collect();
         platform
             .validators
             .insert(info.name.clone(), Arc::new(validator));
         platform.handlers.insert(info.name.clone(), handler);
-        platform.tools.push(Arc::new(info));
-        platform.tools.sort_by(|a, b| a.name.cmp(&b.name));
+        tools.push(Arc::new(info));
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        platform.tools = tools.into();
         self.inner.resolver.invalidate();
         Ok(())
     }
@@ -1343,14 +1348,10 @@ impl Host {
                 )));
             }
             let tools = self.resolve_locked(&dir, &subject).unwrap_or_default();
-            let binding = tools
-                .get(tool)
-                .and_then(|t| t.binding_unit.as_ref())
-                .and_then(|unit| {
-                    let ns = tool.split('.').next().unwrap_or_default();
-                    let slug = self.inner.registry.by_namespace(ns)?.slug().to_string();
-                    dir.binding(unit, &slug).cloned()
-                });
+            let binding = tools.get(tool).and_then(|t| {
+                let unit = t.group.binding_unit.as_deref()?;
+                dir.binding(unit, t.connector()?.slug()).cloned()
+            });
             (tools, binding)
         };
         let Some(effective) = tools.get(tool) else {
@@ -1366,8 +1367,8 @@ impl Host {
                 json!({"violations": [{"pointer": "", "message": "expected an object"}]}),
             ));
         }
-        match &effective.definition {
-            ToolDefinition::Connector(connector, _) => {
+        match &effective.group.provider {
+            Provider::Connector(connector) => {
                 if let Err(v) = connector.check_arguments(tool, &arguments) {
                     return Err(invalid_arguments(tool, &v));
                 }
@@ -1398,7 +1399,8 @@ impl Host {
                     Err(e) => Err(guest_error(e)),
                 }
             }
-            ToolDefinition::Platform(info) => {
+            Provider::Platform(_) => {
+                let info = effective.info;
                 let (validator, handler) = {
                     let p = self.inner.platform.read();
                     (p.validators.get(&info.name).cloned(), p.handlers.get(&info.name).cloned())
@@ -1430,7 +1432,7 @@ impl Host {
                     },
                 }
             }
-            ToolDefinition::Image(_) => Err(HostError::new(
+            Provider::Image(_) => Err(HostError::new(
                 ErrorKind::NotFound,
                 "unknown_tool",
                 format!("`{tool}` is a tool of the agent's own image: it runs inside the agent's container, not in the host"),

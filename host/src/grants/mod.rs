@@ -9,6 +9,6 @@ pub mod resolver;
 
 pub use directory::{connector_provenance, Directory, EXPLICIT};
 pub use resolver::{
-    unit_order, EffectiveTool, EffectiveToolResolver, Provenance, ResolvedTools, ToolCatalog,
-    ToolDefinition,
+    unit_order, EffectiveTool, EffectiveToolResolver, Group, Provenance, Provider, ResolvedTools,
+    ToolCatalog,
 };

@@ -58,64 +58,89 @@ impl std::fmt::Display for Provenance {
     }
 }
 
-/// Where a tool's definition (description, schema) comes from.
+/// Where a group of tools comes from.
 #[derive(Clone)]
-pub enum ToolDefinition {
-    /// Tool `index` of an installed connector.
-    Connector(Arc<InstalledConnector>, usize),
-    /// A platform tool.
-    Platform(Arc<ToolInfo>),
-    /// A tool of the agent's image.
-    Image(Arc<ToolInfo>),
+pub enum Provider {
+    /// An installed connector (tool indices refer to `info().tools`).
+    Connector(Arc<InstalledConnector>),
+    /// The platform tools (sorted by name).
+    Platform(Arc<[Arc<ToolInfo>]>),
+    /// An agent's image tools of one namespace (sorted by name).
+    Image(Arc<[Arc<ToolInfo>]>),
 }
 
-impl ToolDefinition {
-    /// The tool's description.
-    pub fn info(&self) -> &ToolInfo {
+impl Provider {
+    fn tool(&self, index: usize) -> &ToolInfo {
         match self {
-            ToolDefinition::Connector(c, i) => &c.info().tools[*i],
-            ToolDefinition::Platform(t) | ToolDefinition::Image(t) => t,
+            Provider::Connector(c) => &c.info().tools[index],
+            Provider::Platform(t) | Provider::Image(t) => &t[index],
+        }
+    }
+
+    /// Tool indices in name order.
+    fn sorted(&self) -> Box<dyn Iterator<Item = usize> + '_> {
+        match self {
+            Provider::Connector(c) => Box::new(c.sorted_tool_indices().iter().copied()),
+            Provider::Platform(t) | Provider::Image(t) => Box::new(0..t.len()),
         }
     }
 }
 
-/// One tool of a subject's effective set.
+/// Tools that reach a subject the same way (one binding, one grant, one image).
 #[derive(Clone)]
-pub struct EffectiveTool {
-    pub definition: ToolDefinition,
+pub struct Group {
     pub provenance: Provenance,
-    /// The unit whose binding granted it (connector tier), as the contract reports it.
+    /// The unit whose binding granted the tools (connector tier), as the contract reports it.
     pub inherited_from_unit: Option<Arc<str>>,
-    /// The unit of the closest binding of the tool's connector (whose config a call gets).
+    /// The unit of the closest binding of the tools' connector (whose config a call gets).
     pub binding_unit: Option<Arc<str>>,
+    pub provider: Provider,
 }
 
-impl EffectiveTool {
-    pub fn name(&self) -> &str {
-        &self.definition.info().name
+/// One tool of a subject's effective set: a view into a [`ResolvedTools`].
+#[derive(Clone, Copy)]
+pub struct EffectiveTool<'a> {
+    pub info: &'a ToolInfo,
+    pub group: &'a Group,
+}
+
+impl<'a> EffectiveTool<'a> {
+    pub fn name(&self) -> &'a str {
+        &self.info.name
+    }
+
+    /// The connector the tool belongs to, if it is a connector tool.
+    pub fn connector(&self) -> Option<&'a Arc<InstalledConnector>> {
+        match &self.group.provider {
+            Provider::Connector(c) => Some(c),
+            _ => None,
+        }
     }
 }
 
-impl std::fmt::Debug for EffectiveTool {
+impl std::fmt::Debug for EffectiveTool<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EffectiveTool")
             .field("name", &self.name())
-            .field("provenance", &self.provenance.to_string())
-            .field("inherited_from_unit", &self.inherited_from_unit)
+            .field("provenance", &self.group.provenance.to_string())
+            .field("inherited_from_unit", &self.group.inherited_from_unit)
             .finish()
     }
 }
 
-impl Serialize for EffectiveTool {
+impl Serialize for EffectiveTool<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let info = self.definition.info();
+        let info = self.info;
         let namespace = info.name.split('.').next().unwrap_or_default();
         let mut s = serializer.serialize_struct("EffectiveTool", 7)?;
         s.serialize_field("name", &info.name)?;
         s.serialize_field("namespace", namespace)?;
         s.serialize_field("description", &info.description)?;
-        s.serialize_field("provenance", &self.provenance.to_string())?;
-        s.serialize_field("inheritedFromUnit", &self.inherited_from_unit.as_deref())?;
+        s.serialize_field("provenance", &self.group.provenance.to_string())?;
+        s.serialize_field(
+            "inheritedFromUnit",
+            &self.group.inherited_from_unit.as_deref(),
+        )?;
         s.serialize_field("inputSchema", &info.input_schema)?;
         s.serialize_field("annotations", &info.annotations)?;
         s.end()
@@ -123,25 +148,56 @@ impl Serialize for EffectiveTool {
 }
 
 /// A subject's effective tools, sorted by name (which is namespace-then-name order,
-/// since `.` sorts before every character a segment may contain).
-#[derive(Debug, Clone, Default)]
+/// since `.` sorts before every character a segment may contain). Stored as groups plus
+/// a flat (group, tool) index, so building it costs no allocation per tool.
+#[derive(Clone, Default)]
 pub struct ResolvedTools {
-    pub tools: Vec<EffectiveTool>,
+    groups: Vec<Group>,
+    entries: Vec<(u32, u32)>,
+}
+
+impl std::fmt::Debug for ResolvedTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
 }
 
 impl ResolvedTools {
+    fn entry(&self, (g, i): (u32, u32)) -> EffectiveTool<'_> {
+        let group = &self.groups[g as usize];
+        EffectiveTool {
+            info: group.provider.tool(i as usize),
+            group,
+        }
+    }
+
+    /// The tools, sorted.
+    pub fn iter(&self) -> impl Iterator<Item = EffectiveTool<'_>> {
+        self.entries.iter().map(|e| self.entry(*e))
+    }
+
+    /// How many tools.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     /// The tool with canonical id `name`.
-    pub fn get(&self, name: &str) -> Option<&EffectiveTool> {
-        self.tools
-            .binary_search_by(|t| t.name().cmp(name))
+    pub fn get(&self, name: &str) -> Option<EffectiveTool<'_>> {
+        self.entries
+            .binary_search_by(|e| self.entry(*e).name().cmp(name))
             .ok()
-            .map(|i| &self.tools[i])
+            .map(|i| self.entry(self.entries[i]))
     }
 }
 
 impl Serialize for ResolvedTools {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.tools.serialize(serializer)
+        serializer.collect_seq(self.iter())
     }
 }
 
@@ -150,25 +206,14 @@ pub struct ToolCatalog<'a> {
     /// Installed connectors by tool namespace.
     pub connectors: &'a BTreeMap<String, Arc<InstalledConnector>>,
     /// Platform tools (all in namespace `sv`), sorted by name.
-    pub platform: &'a [Arc<ToolInfo>],
+    pub platform: &'a Arc<[Arc<ToolInfo>]>,
 }
 
 /// One way a namespace reaches the subject.
 struct Source {
-    provenance: Provenance,
-    inherited: Option<Arc<str>>,
-    binding_unit: Option<Arc<str>>,
+    group: Group,
     /// `None`: the whole namespace; `Some`: one tool id.
     only: Option<String>,
-    /// Where the namespace's tools come from.
-    provider: Provider,
-}
-
-#[derive(Clone)]
-enum Provider {
-    Connector(Arc<InstalledConnector>),
-    Platform,
-    Image(Arc<[Arc<ToolInfo>]>),
 }
 
 /// Computes and caches effective tool sets.
@@ -257,81 +302,82 @@ fn compute(
     for unit in &units {
         let unit_subject = Subject::Unit(unit.to_string());
         for grant in directory.grants_of(&unit_subject) {
-            if grant.provenance == EXPLICIT {
+            let Some(slug) = grant.provenance.strip_prefix("connector:") else {
                 continue;
-            }
+            };
             let Some((ns, connector)) = catalog.connectors.get_key_value(&grant.namespace) else {
                 continue;
             };
-            if grant.provenance != crate::grants::connector_provenance(connector.slug()) {
+            if slug != connector.slug() {
                 continue;
             }
             closest_binding
                 .entry(ns.as_str())
                 .or_insert_with(|| unit.clone());
+            let sources = namespaces.entry(ns.as_str()).or_default();
+            if sources
+                .iter()
+                .any(|s| matches!(s.group.provenance, Provenance::Connector(_)))
+            {
+                continue; // a closer binding already brought this namespace
+            }
             let inherited = match subject {
                 Subject::Unit(own) if own.as_str() == &**unit => None,
                 _ => Some(unit.clone()),
             };
-            let sources = namespaces.entry(ns.as_str()).or_default();
-            if sources
-                .iter()
-                .any(|s| matches!(s.provenance, Provenance::Connector(_)))
-            {
-                continue; // a closer binding already brought this namespace
-            }
             sources.push(Source {
-                provenance: Provenance::Connector(connector.slug().to_string()),
-                inherited,
-                binding_unit: Some(unit.clone()),
+                group: Group {
+                    provenance: Provenance::Connector(connector.slug().to_string()),
+                    inherited_from_unit: inherited,
+                    binding_unit: Some(unit.clone()),
+                    provider: Provider::Connector(connector.clone()),
+                },
                 only: None,
-                provider: Provider::Connector(connector.clone()),
             });
         }
     }
 
     // Image tier, grouped by namespace.
-    let mut image_by_ns: BTreeMap<String, Vec<Arc<ToolInfo>>> = BTreeMap::new();
     let image_digest = match subject {
         Subject::Agent(a) => directory.image_tools(a).map(|r| r.digest.clone()),
         Subject::Unit(_) => None,
     };
+    let mut image_providers: BTreeMap<String, Provider> = BTreeMap::new();
     if let (Some(tools), Some(_)) = (&image, &image_digest) {
+        let mut by_ns: BTreeMap<String, Vec<Arc<ToolInfo>>> = BTreeMap::new();
         for t in tools.iter() {
             if let Some((ns, _)) = t.name.split_once('.') {
-                image_by_ns
-                    .entry(ns.to_string())
-                    .or_default()
-                    .push(t.clone());
+                by_ns.entry(ns.to_string()).or_default().push(t.clone());
             }
         }
-    }
-    let image_providers: BTreeMap<String, Provider> = image_by_ns
-        .into_iter()
-        .map(|(ns, mut tools)| {
+        for (ns, mut tools) in by_ns {
             tools.sort_by(|a, b| a.name.cmp(&b.name));
-            (ns, Provider::Image(Arc::from(tools)))
-        })
-        .collect();
+            image_providers.insert(ns, Provider::Image(Arc::from(tools)));
+        }
+    }
     let image_digest = image_digest.unwrap_or_default();
     for (ns, provider) in &image_providers {
         namespaces.entry(ns.as_str()).or_default().push(Source {
-            provenance: Provenance::Image(image_digest.clone()),
-            inherited: None,
-            binding_unit: None,
+            group: Group {
+                provenance: Provenance::Image(image_digest.clone()),
+                inherited_from_unit: None,
+                binding_unit: None,
+                provider: provider.clone(),
+            },
             only: None,
-            provider: provider.clone(),
         });
     }
 
     // Platform tier.
     if !catalog.platform.is_empty() {
         namespaces.entry("sv").or_default().push(Source {
-            provenance: Provenance::Platform,
-            inherited: None,
-            binding_unit: None,
+            group: Group {
+                provenance: Provenance::Platform,
+                inherited_from_unit: None,
+                binding_unit: None,
+                provider: Provider::Platform(catalog.platform.clone()),
+            },
             only: None,
-            provider: Provider::Platform,
         });
     }
 
@@ -342,7 +388,7 @@ fn compute(
         }
         let ns = grant.namespace.as_str();
         let provider = if ns == "sv" {
-            Provider::Platform
+            Provider::Platform(catalog.platform.clone())
         } else if let Some(c) = catalog.connectors.get(ns) {
             Provider::Connector(c.clone())
         } else if let Some(p) = image_providers.get(ns) {
@@ -356,96 +402,51 @@ fn compute(
             .is_none()
             .then(|| grant.tool.clone());
         namespaces.entry(ns).or_default().push(Source {
-            provenance: Provenance::Explicit,
-            inherited: None,
-            binding_unit: closest_binding.get(ns).cloned(),
+            group: Group {
+                provenance: Provenance::Explicit,
+                inherited_from_unit: None,
+                binding_unit: closest_binding.get(ns).cloned(),
+                provider,
+            },
             only,
-            provider,
         });
     }
 
-    let mut tools = Vec::new();
-    for (ns, sources) in namespaces {
-        emit_namespace(ns, sources, catalog, &closest_binding, &mut tools);
+    let mut resolved = ResolvedTools::default();
+    for (_, sources) in namespaces {
+        emit_namespace(sources, &mut resolved);
     }
-    Some(ResolvedTools { tools })
+    Some(resolved)
 }
 
-fn definitions(provider: &Provider, catalog: &ToolCatalog<'_>) -> Vec<ToolDefinition> {
-    match provider {
-        Provider::Connector(c) => c
-            .sorted_tool_indices()
-            .iter()
-            .map(|&i| ToolDefinition::Connector(c.clone(), i))
-            .collect(),
-        Provider::Platform => catalog
-            .platform
-            .iter()
-            .map(|t| ToolDefinition::Platform(t.clone()))
-            .collect(),
-        Provider::Image(tools) => tools
-            .iter()
-            .map(|t| ToolDefinition::Image(t.clone()))
-            .collect(),
-    }
-}
-
-fn emit_namespace(
-    ns: &str,
-    mut sources: Vec<Source>,
-    catalog: &ToolCatalog<'_>,
-    closest: &HashMap<&str, Arc<str>>,
-    out: &mut Vec<EffectiveTool>,
-) {
+fn emit_namespace(mut sources: Vec<Source>, out: &mut ResolvedTools) {
     if sources.len() == 1 && sources[0].only.is_none() {
-        let s = sources.pop().unwrap_or_else(|| unreachable!());
-        match &s.provider {
-            Provider::Connector(c) => {
-                out.extend(c.sorted_tool_indices().iter().map(|&i| EffectiveTool {
-                    definition: ToolDefinition::Connector(c.clone(), i),
-                    provenance: s.provenance.clone(),
-                    inherited_from_unit: s.inherited.clone(),
-                    binding_unit: s.binding_unit.clone(),
-                }));
-            }
-            other => {
-                out.extend(definitions(other, catalog).into_iter().map(|definition| {
-                    EffectiveTool {
-                        definition,
-                        provenance: s.provenance.clone(),
-                        inherited_from_unit: s.inherited.clone(),
-                        binding_unit: s.binding_unit.clone(),
-                    }
-                }));
-            }
-        }
+        let Some(source) = sources.pop() else {
+            return;
+        };
+        let g = out.groups.len() as u32;
+        out.entries
+            .extend(source.group.provider.sorted().map(|i| (g, i as u32)));
+        out.groups.push(source.group);
         return;
     }
-    // Several sources: highest tier wins per tool; within a tier, the first source.
-    sources.sort_by_key(|s| std::cmp::Reverse(s.provenance.rank()));
-    let mut merged: BTreeMap<String, EffectiveTool> = BTreeMap::new();
-    for s in &sources {
-        for definition in definitions(&s.provider, catalog) {
-            let name = definition.info().name.clone();
-            if s.only.as_ref().is_some_and(|only| *only != name) || merged.contains_key(&name) {
+    // Several sources: the highest tier wins per tool; within a tier, the first source.
+    sources.sort_by_key(|s| std::cmp::Reverse(s.group.provenance.rank()));
+    let mut merged: BTreeMap<String, (u32, u32)> = BTreeMap::new();
+    for source in sources {
+        let g = out.groups.len() as u32;
+        let mut used = false;
+        for i in source.group.provider.sorted() {
+            let name = &source.group.provider.tool(i).name;
+            if source.only.as_ref().is_some_and(|only| only != name) || merged.contains_key(name) {
                 continue;
             }
-            let binding_unit = match &definition {
-                ToolDefinition::Connector(..) => {
-                    s.binding_unit.clone().or_else(|| closest.get(ns).cloned())
-                }
-                _ => None,
-            };
-            merged.insert(
-                name,
-                EffectiveTool {
-                    definition,
-                    provenance: s.provenance.clone(),
-                    inherited_from_unit: s.inherited.clone(),
-                    binding_unit,
-                },
-            );
+            merged.insert(name.clone(), (g, i as u32));
+            used = true;
+        }
+        if used {
+            out.groups.push(source.group);
         }
     }
-    out.extend(merged.into_values());
+    out.entries.extend(merged.into_values());
 }

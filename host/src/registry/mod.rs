@@ -131,6 +131,30 @@ fn compile(owner: &str, schema: &Value) -> Result<jsonschema::Validator, Manifes
 }
 
 impl InstalledConnector {
+    /// Assembles a connector from an already validated description and its component,
+    /// compiling the schemas it declares.
+    pub fn from_parts(
+        info: Connector,
+        component: LoadedComponent,
+        bytes: Arc<[u8]>,
+    ) -> Result<Self, ManifestError> {
+        let mut tool_schemas = HashMap::with_capacity(info.tools.len());
+        for tool in &info.tools {
+            tool_schemas.insert(tool.name.clone(), compile(&tool.name, &tool.input_schema)?);
+        }
+        let config_schema = compile("configSchema", &info.config_schema)?;
+        let mut sorted_tools: Vec<usize> = (0..info.tools.len()).collect();
+        sorted_tools.sort_by(|&a, &b| info.tools[a].name.cmp(&info.tools[b].name));
+        Ok(InstalledConnector {
+            sorted_tools,
+            info,
+            component,
+            tool_schemas,
+            config_schema,
+            bytes,
+        })
+    }
+
     /// The contract's `Connector` object.
     pub fn info(&self) -> &Connector {
         &self.info
@@ -215,24 +239,8 @@ impl ConnectorRegistry {
             .map_err(InstallError::Describe)?;
         let info =
             manifest::validate(manifest, component.digest()).map_err(InstallError::Manifest)?;
-        let mut tool_schemas = HashMap::with_capacity(info.tools.len());
-        for tool in &info.tools {
-            let validator =
-                compile(&tool.name, &tool.input_schema).map_err(InstallError::Manifest)?;
-            tool_schemas.insert(tool.name.clone(), validator);
-        }
-        let config_schema =
-            compile("configSchema", &info.config_schema).map_err(InstallError::Manifest)?;
-        let mut sorted_tools: Vec<usize> = (0..info.tools.len()).collect();
-        sorted_tools.sort_by(|&a, &b| info.tools[a].name.cmp(&info.tools[b].name));
-        Ok(InstalledConnector {
-            sorted_tools,
-            info,
-            component,
-            tool_schemas,
-            config_schema,
-            bytes: Arc::from(bytes),
-        })
+        InstalledConnector::from_parts(info, component, Arc::from(bytes))
+            .map_err(InstallError::Manifest)
     }
 
     /// Refuses `candidate` if it claims a slug or namespace another connector owns.

@@ -18,7 +18,8 @@
 //!
 //! Config: anything. `bind` returns the strings of config field `routes` as routing keys.
 //! Webhooks (Standard Webhooks scheme): the body `{"messages": [{route, kind, threadKey?,
-//! payload?}]}` becomes those messages; `{"panic": true}` panics. `accept` drops messages
+//! payload?}]}` becomes those messages; `{"panic": true}` panics; `{"sleep_ms": n}`
+//! busy-waits n ms first. `accept` drops messages
 //! whose kind is listed in the binding's `reject_kinds`. `runtime_context` returns the
 //! binding's `env` / `files` objects verbatim (so the host's prefix checks can be tested),
 //! or by default `SPRING_CONNECTOR_HOSTILE_UNIT=<unit>`.
@@ -115,6 +116,13 @@ impl Connector for Hostile {
         let body: Value = hook.json()?;
         if body["panic"] == true {
             panic!("deliberate panic in translate-webhook");
+        }
+        if let Some(ms) = body["sleep_ms"].as_u64() {
+            // Slow translation, for tests that need a delivery in flight.
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_millis(ms) {
+                std::hint::spin_loop();
+            }
         }
         let Some(list) = body["messages"].as_array() else {
             return Ok(Vec::new());

@@ -1,0 +1,123 @@
+//! Sandbox benchmarks (issue: foundation):
+//! (a) a native Rust echo (parse + serialise the same JSON) as the floor,
+//! (b) `acme.echo` in a fresh store + instance per call (the whole cycle),
+//! (c) loading a component from the on-disk cache versus compiling it.
+//!
+//! `cargo bench -p connector-host --bench runtime`. Besides criterion's report, a plain
+//! loop prints p50/p99 of (a) and (b) measured side by side in one run.
+
+use std::time::{Duration, Instant};
+
+use connector_host::runtime::{wit, ConnectorRuntime, GuestLimits, RuntimeOptions, Sandbox};
+use criterion::{criterion_group, criterion_main, Criterion};
+
+fn acme() -> &'static [u8] {
+    connector_host::host::bundled_component("acme").expect("acme is bundled")
+}
+
+fn ctx() -> wit::CallContext {
+    wit::CallContext {
+        binding: wit::Binding {
+            unit: "u".into(),
+            config: "{}".into(),
+        },
+        agent: Some("a".into()),
+        call_id: "c".into(),
+    }
+}
+
+const ARGS: &str = r#"{"message":"hello"}"#;
+
+fn native_echo(args: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(args).expect("json");
+    serde_json::to_string(&v).expect("json")
+}
+
+fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    let p = |q: f64| samples[((samples.len() as f64 - 1.0) * q) as usize];
+    (p(0.50), p(0.99))
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio");
+    let runtime = ConnectorRuntime::new(RuntimeOptions {
+        limits: GuestLimits::default(),
+        cache_dir: None,
+        installation_tokens: None,
+    })
+    .expect("runtime");
+    let component = runtime.load(acme()).expect("acme loads");
+    let sandbox = Sandbox::isolated("acme");
+
+    // Side-by-side percentiles.
+    let mut native = Vec::with_capacity(20_000);
+    let mut fresh = Vec::with_capacity(20_000);
+    rt.block_on(async {
+        for _ in 0..2_000 {
+            let _ = runtime
+                .call_tool(&component, &sandbox, ctx(), "acme.echo", ARGS)
+                .await;
+        }
+        for _ in 0..20_000 {
+            let t = Instant::now();
+            std::hint::black_box(native_echo(std::hint::black_box(ARGS)));
+            native.push(t.elapsed());
+            let t = Instant::now();
+            let out = runtime
+                .call_tool(&component, &sandbox, ctx(), "acme.echo", ARGS)
+                .await;
+            fresh.push(t.elapsed());
+            assert!(matches!(out, Ok(Ok(_))));
+        }
+    });
+    let (n50, n99) = percentiles(native);
+    let (f50, f99) = percentiles(fresh);
+    println!("native echo: p50 {n50:?} p99 {n99:?}");
+    println!(
+        "acme.echo fresh instance per call: p50 {f50:?} p99 {f99:?} (ratio p50 {:.0}x)",
+        f50.as_secs_f64() / n50.as_secs_f64()
+    );
+
+    let mut g = c.benchmark_group("echo");
+    g.bench_function("native_echo", |b| {
+        b.iter(|| native_echo(std::hint::black_box(ARGS)))
+    });
+    g.bench_function("acme_echo_fresh_instance", |b| {
+        b.to_async(&rt).iter(|| async {
+            let out = runtime
+                .call_tool(&component, &sandbox, ctx(), "acme.echo", ARGS)
+                .await;
+            assert!(matches!(out, Ok(Ok(_))));
+        })
+    });
+    g.finish();
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cached = ConnectorRuntime::new(RuntimeOptions {
+        limits: GuestLimits::default(),
+        cache_dir: Some(dir.path().to_path_buf()),
+        installation_tokens: None,
+    })
+    .expect("runtime");
+    cached.load(acme()).expect("warm the cache");
+    assert_eq!(
+        cached.load(acme()).expect("load").source(),
+        connector_host::runtime::LoadSource::Cache
+    );
+    let mut g = c.benchmark_group("load");
+    g.sample_size(20);
+    g.bench_function("from_disk_cache", |b| {
+        b.iter(|| cached.load(acme()).expect("load"))
+    });
+    g.bench_function("compile", |b| {
+        b.iter(|| runtime.compile_uncached(acme()).expect("compile"))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,808 @@
+//! Webhook ingestion end to end: signatures, de-duplication, routing and fan-out, filters,
+//! failures and retries, unit inboxes (paging and SSE), and a host killed with SIGKILL.
+
+use std::time::Duration;
+
+use connector_host::webhooks::verify::standard_signature;
+use futures::StreamExt;
+use integration_tests::guests;
+use integration_tests::harness::{ServerProcess, TestHost, OPERATOR_TOKEN};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+
+fn now() -> i64 {
+    time::OffsetDateTime::now_utc().unix_timestamp()
+}
+
+/// Sends a Standard Webhooks delivery to `slug`; returns (status, body).
+async fn deliver(
+    client: &reqwest::Client,
+    base: &str,
+    slug: &str,
+    id: &str,
+    body: &Value,
+    secret: &str,
+    ts: i64,
+) -> (u16, Value) {
+    let bytes = serde_json::to_vec(body).unwrap();
+    let sig = standard_signature(secret, id, ts, &bytes);
+    let r = client
+        .post(format!("{base}/api/v1/webhooks/{slug}"))
+        .header("content-type", "application/json")
+        .header("webhook-id", id)
+        .header("webhook-timestamp", ts.to_string())
+        .header("webhook-signature", sig)
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+fn event(route: &str, kind: &str) -> Value {
+    json!({"messages": [{"route": route, "kind": kind, "threadKey": "thread-1", "payload": {"n": 1}}]})
+}
+
+async fn webhook_host() -> TestHost {
+    let h = TestHost::start_with(|c| {
+        c.connectors
+            .entry("hostile".into())
+            .or_default()
+            .webhook_secrets = vec![SECRET.into()];
+        c.max_webhook_bytes = 64 * 1024;
+    })
+    .await;
+    h.install(guests::HOSTILE).await;
+    for u in ["u1", "u2", "u3"] {
+        h.unit(u, None).await;
+    }
+    h.bind("u1", "hostile", json!({"routes": ["r1"]})).await;
+    h.bind("u2", "hostile", json!({"routes": ["r1", "r9"]}))
+        .await;
+    h.bind("u3", "hostile", json!({"routes": ["r2"]})).await;
+    h
+}
+
+async fn inbox(h: &TestHost, unit: &str) -> Vec<Value> {
+    let (s, b) = h
+        .op(Method::GET, &format!("/api/v1/units/{unit}/messages"), None)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    b["messages"].as_array().unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_fan_out_once_and_duplicates_are_answered() {
+    let h = webhook_host().await;
+    let (s, b) = deliver(
+        &h.client,
+        &h.url,
+        "hostile",
+        "d-1",
+        &event("r1", "issue.opened"),
+        SECRET,
+        now(),
+    )
+    .await;
+    assert_eq!(s, 202, "{b}");
+    assert_eq!(b["status"], "accepted");
+    assert_eq!(b["delivery"], "d-1");
+    let mut routed: Vec<String> = b["routedTo"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    routed.sort();
+    assert_eq!(routed, ["u1", "u2"]);
+
+    let m = inbox(&h, "u1").await;
+    assert_eq!(m.len(), 1);
+    assert_eq!(m[0]["kind"], "issue.opened");
+    assert_eq!(m[0]["unitId"], "u1");
+    assert_eq!(m[0]["connector"], "hostile");
+    assert_eq!(m[0]["deliveryId"], "d-1");
+    assert_eq!(m[0]["threadKey"], "thread-1");
+    assert_eq!(m[0]["payload"], json!({"n": 1}));
+    assert!(m[0]["id"].as_str().is_some() && m[0]["receivedAt"].as_str().is_some());
+    assert_eq!(inbox(&h, "u2").await.len(), 1);
+    assert!(
+        inbox(&h, "u3").await.is_empty(),
+        "u3 is bound to another route"
+    );
+
+    // A redelivery with the same id: duplicate, nothing delivered again.
+    let (s, b) = deliver(
+        &h.client,
+        &h.url,
+        "hostile",
+        "d-1",
+        &event("r1", "issue.opened"),
+        SECRET,
+        now(),
+    )
+    .await;
+    assert_eq!((s, b["status"].as_str()), (202, Some("duplicate")));
+    assert_eq!(inbox(&h, "u1").await.len(), 1);
+    // The same body under a new id is a new delivery.
+    let (s, b) = deliver(
+        &h.client,
+        &h.url,
+        "hostile",
+        "d-2",
+        &event("r1", "issue.opened"),
+        SECRET,
+        now(),
+    )
+    .await;
+    assert_eq!((s, b["status"].as_str()), (202, Some("accepted")));
+    assert_eq!(inbox(&h, "u1").await.len(), 2);
+    // A route nobody is bound to reaches nobody.
+    let (s, b) = deliver(
+        &h.client,
+        &h.url,
+        "hostile",
+        "d-3",
+        &event("nobody", "x"),
+        SECRET,
+        now(),
+    )
+    .await;
+    assert_eq!((s, b["routedTo"].clone()), (202, json!([])));
+
+    // Paging with cursors.
+    let (_, p1) = h
+        .op(Method::GET, "/api/v1/units/u1/messages?limit=1", None)
+        .await;
+    assert_eq!(p1["messages"].as_array().unwrap().len(), 1);
+    let next = p1["next"].as_str().unwrap().to_string();
+    let (_, p2) = h
+        .op(
+            Method::GET,
+            &format!("/api/v1/units/u1/messages?after={next}&limit=1"),
+            None,
+        )
+        .await;
+    assert_eq!(p2["messages"][0]["deliveryId"], "d-2");
+    let (_, p3) = h
+        .op(
+            Method::GET,
+            &format!(
+                "/api/v1/units/u1/messages?after={}",
+                p2["next"].as_str().unwrap()
+            ),
+            None,
+        )
+        .await;
+    assert!(p3["messages"].as_array().unwrap().is_empty());
+    let (s, _) = h
+        .op(Method::GET, "/api/v1/units/u1/messages?limit=501", None)
+        .await;
+    assert_eq!(s, 400);
+    let (s, _) = h
+        .op(Method::GET, "/api/v1/units/ghost/messages", None)
+        .await;
+    assert_eq!(s, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_binding_filters_drop_for_one_unit_only() {
+    let h = webhook_host().await;
+    h.bind(
+        "u2",
+        "hostile",
+        json!({"routes": ["r1"], "reject_kinds": ["pr.closed"]}),
+    )
+    .await;
+    let (_, b) = deliver(
+        &h.client,
+        &h.url,
+        "hostile",
+        "f-1",
+        &event("r1", "pr.closed"),
+        SECRET,
+        now(),
+    )
+    .await;
+    assert_eq!(b["routedTo"], json!(["u1"]));
+    assert!(inbox(&h, "u2").await.is_empty());
+    // Re-binding with new routes moves the route: u2 no longer gets r9 … and gets r1 again.
+    h.bind("u2", "hostile", json!({"routes": ["r7"]})).await;
+    let (_, b) = deliver(
+        &h.client,
+        &h.url,
+        "hostile",
+        "f-2",
+        &event("r9", "x"),
+        SECRET,
+        now(),
+    )
+    .await;
+    assert_eq!(b["routedTo"], json!([]));
+    let (_, b) = deliver(
+        &h.client,
+        &h.url,
+        "hostile",
+        "f-3",
+        &event("r7", "x"),
+        SECRET,
+        now(),
+    )
+    .await;
+    assert_eq!(b["routedTo"], json!(["u2"]));
+    // Unbinding removes the route.
+    h.op(Method::DELETE, "/api/v1/units/u2/connectors/hostile", None)
+        .await;
+    let (_, b) = deliver(
+        &h.client,
+        &h.url,
+        "hostile",
+        "f-4",
+        &event("r7", "x"),
+        SECRET,
+        now(),
+    )
+    .await;
+    assert_eq!(b["routedTo"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signatures_limits_and_headers() {
+    let h = webhook_host().await;
+    let body = event("r1", "k");
+    let code = |b: &Value| b["error"]["code"].as_str().unwrap_or("").to_string();
+
+    let (s, b) = deliver(
+        &h.client,
+        &h.url,
+        "hostile",
+        "s-1",
+        &body,
+        "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+        now(),
+    )
+    .await;
+    assert_eq!((s, code(&b).as_str()), (401, "invalid_signature"));
+    let (s, _) = deliver(
+        &h.client,
+        &h.url,
+        "hostile",
+        "s-2",
+        &body,
+        SECRET,
+        now() - 301,
+    )
+    .await;
+    assert_eq!(s, 401, "stale timestamp");
+    let (s, _) = deliver(
+        &h.client,
+        &h.url,
+        "hostile",
+        "s-3",
+        &body,
+        SECRET,
+        now() + 301,
+    )
+    .await;
+    assert_eq!(s, 401, "future timestamp");
+
+    // A correct signature over a body that was re-serialised after signing.
+    let bytes = serde_json::to_vec(&body).unwrap();
+    let ts = now();
+    let sig = standard_signature(SECRET, "s-4", ts, &bytes);
+    let reserialised = serde_json::to_vec_pretty(&body).unwrap();
+    let r = h
+        .client
+        .post(h.at("/api/v1/webhooks/hostile"))
+        .header("webhook-id", "s-4")
+        .header("webhook-timestamp", ts.to_string())
+        .header("webhook-signature", &sig)
+        .body(reserialised)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    // Missing signature: 401; missing id: 400.
+    let r = h
+        .client
+        .post(h.at("/api/v1/webhooks/hostile"))
+        .header("webhook-id", "s-5")
+        .header("webhook-timestamp", ts.to_string())
+        .body(bytes.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = h
+        .client
+        .post(h.at("/api/v1/webhooks/hostile"))
+        .header("webhook-timestamp", ts.to_string())
+        .header("webhook-signature", &sig)
+        .body(bytes.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    // No such connector; a connector that takes no webhooks.
+    let (s, b) = deliver(&h.client, &h.url, "nope", "s-6", &body, SECRET, now()).await;
+    assert_eq!((s, code(&b).as_str()), (404, "not_found"));
+    let (s, _) = deliver(&h.client, &h.url, "acme", "s-7", &body, SECRET, now()).await;
+    assert_eq!(s, 404);
+
+    // The body limit: exactly at the limit is read (and verified), one byte over is 413.
+    let limit = 64 * 1024;
+    for (len, expected) in [(limit, 202), (limit + 1, 413)] {
+        let pad = "x".repeat(
+            len - serde_json::to_vec(&json!({"messages": [], "pad": ""}))
+                .unwrap()
+                .len(),
+        );
+        let big = json!({"messages": [], "pad": pad});
+        let raw = serde_json::to_vec(&big).unwrap();
+        assert_eq!(raw.len(), len);
+        let id = format!("big-{len}");
+        let (s, b) = deliver(&h.client, &h.url, "hostile", &id, &big, SECRET, now()).await;
+        assert_eq!(s, expected, "{len} bytes: {b}");
+        if expected == 413 {
+            assert_eq!(code(&b), "payload_too_large");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_secret_configured_fails_closed_and_rotation_works() {
+    let h = TestHost::start().await;
+    h.install(guests::HOSTILE).await;
+    let (s, _) = deliver(
+        &h.client,
+        &h.url,
+        "hostile",
+        "n-1",
+        &event("r1", "k"),
+        SECRET,
+        now(),
+    )
+    .await;
+    assert_eq!(s, 401);
+
+    let old = "whsec_b2xkLXNlY3JldC1vbGQtc2VjcmV0LW9sZA==";
+    let h = TestHost::start_with(|c| {
+        c.connectors
+            .entry("hostile".into())
+            .or_default()
+            .webhook_secrets = vec![SECRET.into(), old.into()]
+    })
+    .await;
+    h.install(guests::HOSTILE).await;
+    let (s, _) = deliver(
+        &h.client,
+        &h.url,
+        "hostile",
+        "n-2",
+        &event("r1", "k"),
+        old,
+        now(),
+    )
+    .await;
+    assert_eq!(s, 202, "an older secret still in the list verifies");
+    let h = TestHost::start_with(|c| {
+        c.connectors
+            .entry("hostile".into())
+            .or_default()
+            .webhook_secrets = vec![SECRET.into()]
+    })
+    .await;
+    h.install(guests::HOSTILE).await;
+    let (s, _) = deliver(
+        &h.client,
+        &h.url,
+        "hostile",
+        "n-3",
+        &event("r1", "k"),
+        old,
+        now(),
+    )
+    .await;
+    assert_eq!(s, 401, "a rotated-out secret no longer verifies");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trapping_translation_is_kept_failed_and_retried() {
+    let h = webhook_host().await;
+    let (s, b) = deliver(
+        &h.client,
+        &h.url,
+        "hostile",
+        "t-1",
+        &json!({"panic": true}),
+        SECRET,
+        now(),
+    )
+    .await;
+    assert_eq!((s, b["status"].as_str()), (202, Some("queued")));
+    let (s, d) = h
+        .op(Method::GET, "/api/v1/webhooks/hostile/deliveries/t-1", None)
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(d["status"], "failed");
+    assert!(
+        d["error"]
+            .as_str()
+            .unwrap()
+            .contains("deliberate panic in translate-webhook"),
+        "{d}"
+    );
+    assert_eq!(d["attempts"], 1);
+    let (s, b) = h
+        .op(
+            Method::POST,
+            "/api/v1/webhooks/hostile/deliveries/t-1/retry",
+            None,
+        )
+        .await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (502, Some("delivery_failed"))
+    );
+    let (_, d) = h
+        .op(Method::GET, "/api/v1/webhooks/hostile/deliveries/t-1", None)
+        .await;
+    assert_eq!(d["attempts"], 2);
+
+    // A delivery that fails for a reason that goes away: the inbox write fails once.
+    h.host
+        .store()
+        .set_fail_point(Some(connector_host::store::FailPoint::AfterMessagesWrite));
+    let (s, b) = deliver(
+        &h.client,
+        &h.url,
+        "hostile",
+        "t-2",
+        &event("r1", "k"),
+        SECRET,
+        now(),
+    )
+    .await;
+    assert_eq!((s, b["status"].as_str()), (202, Some("queued")));
+    assert!(
+        inbox(&h, "u1").await.is_empty(),
+        "a failed transaction leaves no message behind"
+    );
+    let (s, b) = h
+        .op(
+            Method::POST,
+            "/api/v1/webhooks/hostile/deliveries/t-2/retry",
+            None,
+        )
+        .await;
+    assert_eq!((s, b["status"].as_str()), (200, Some("accepted")), "{b}");
+    assert_eq!(inbox(&h, "u1").await.len(), 1);
+    // Retrying a finished delivery delivers nothing again.
+    let (s, b) = h
+        .op(
+            Method::POST,
+            "/api/v1/webhooks/hostile/deliveries/t-2/retry",
+            None,
+        )
+        .await;
+    assert_eq!((s, b["status"].as_str()), (200, Some("duplicate")));
+    assert_eq!(inbox(&h, "u1").await.len(), 1);
+    let (s, _) = h
+        .op(
+            Method::GET,
+            "/api/v1/webhooks/hostile/deliveries/nope",
+            None,
+        )
+        .await;
+    assert_eq!(s, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_routing_is_queued_and_finished_in_the_background() {
+    let h = TestHost::start_with(|c| {
+        c.connectors
+            .entry("hostile".into())
+            .or_default()
+            .webhook_secrets = vec![SECRET.into()];
+        c.limits.call_timeout = Duration::from_secs(5);
+    })
+    .await;
+    h.install(guests::HOSTILE).await;
+    h.unit("u1", None).await;
+    h.bind("u1", "hostile", json!({"routes": ["r1"]})).await;
+    let mut body = event("r1", "slow");
+    body["sleep_ms"] = json!(2600);
+    let start = std::time::Instant::now();
+    let (s, b) = deliver(&h.client, &h.url, "hostile", "q-1", &body, SECRET, now()).await;
+    assert_eq!(
+        (s, b["status"].as_str(), b["routedTo"].clone()),
+        (202, Some("queued"), json!([]))
+    );
+    assert!(
+        start.elapsed() < Duration::from_millis(2500),
+        "answered after {:?}",
+        start.elapsed()
+    );
+    for _ in 0..100 {
+        if inbox(&h, "u1").await.len() == 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the queued delivery was never finished");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_streams_over_sse_and_resumes_from_last_event_id() {
+    let h = webhook_host().await;
+    deliver(
+        &h.client,
+        &h.url,
+        "hostile",
+        "e-1",
+        &event("r1", "first"),
+        SECRET,
+        now(),
+    )
+    .await;
+    let open = |last: Option<String>| {
+        let mut req = h
+            .client
+            .get(h.at("/api/v1/units/u1/messages/stream"))
+            .bearer_auth(OPERATOR_TOKEN);
+        if let Some(id) = last {
+            req = req.header("last-event-id", id);
+        }
+        req.send()
+    };
+    let resp = open(None).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let mut stream = resp.bytes_stream();
+    let mut text = String::new();
+    let read_events = |text: &str| -> Vec<(String, Value)> {
+        text.split("\n\n")
+            .filter_map(|block| {
+                let id = block
+                    .lines()
+                    .find_map(|l| l.strip_prefix("id:"))?
+                    .trim()
+                    .to_string();
+                let data = block
+                    .lines()
+                    .find_map(|l| l.strip_prefix("data:"))?
+                    .trim()
+                    .to_string();
+                Some((id, serde_json::from_str(&data).ok()?))
+            })
+            .collect()
+    };
+    // The stored backlog first, then a live one.
+    let mut sent_second = false;
+    let events = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let chunk = stream.next().await.expect("stream open").expect("chunk");
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            let events = read_events(&text);
+            if events.len() == 1 && !sent_second {
+                sent_second = true;
+                deliver(
+                    &h.client,
+                    &h.url,
+                    "hostile",
+                    "e-2",
+                    &event("r1", "second"),
+                    SECRET,
+                    now(),
+                )
+                .await;
+            }
+            if events.len() >= 2 {
+                return events;
+            }
+        }
+    })
+    .await
+    .expect("two events within 10 s");
+    assert_eq!(events[0].1["kind"], "first");
+    assert_eq!(events[1].1["kind"], "second");
+    drop(stream);
+
+    // Resume after the first event: only the second comes back.
+    let resp = open(Some(events[0].0.clone())).await.unwrap();
+    let mut stream = resp.bytes_stream();
+    let mut text = String::new();
+    let resumed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let chunk = stream.next().await.expect("stream open").expect("chunk");
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            let events = read_events(&text);
+            if !events.is_empty() {
+                return events;
+            }
+        }
+    })
+    .await
+    .expect("an event within 10 s");
+    assert_eq!(resumed[0].1["kind"], "second");
+    assert_eq!(resumed[0].0, events[1].0);
+
+    // The same subscription through the Rust API.
+    let mut sub = Box::pin(h.host.subscribe("u1", None).unwrap());
+    let first = tokio::time::timeout(Duration::from_secs(5), sub.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.kind, "first");
+}
+
+/// Kill -9 the server while deliveries are in flight; after a restart every acknowledged
+/// delivery's messages exist exactly once, and redeliveries add nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_dash_nine_between_acceptance_and_delivery_loses_nothing_and_duplicates_nothing() {
+    for round in 0..3 {
+        kill_round(round).await;
+    }
+}
+
+async fn kill_round(round: usize) {
+    let data = tempfile::tempdir().unwrap();
+    let connectors = data.path().join("connectors");
+    std::fs::create_dir_all(&connectors).unwrap();
+    std::fs::copy(guests::HOSTILE, connectors.join("hostile.wasm")).unwrap();
+    let env = [
+        ("CONNECTOR_HOST_HOSTILE_WEBHOOK_SECRET", SECRET),
+        (
+            "CONNECTOR_HOST_CONNECTORS_DIR",
+            connectors.to_str().unwrap(),
+        ),
+    ];
+    let mut server = ServerProcess::start(data.path(), &env).await;
+    let client = reqwest::Client::new();
+    let op = |method: Method, url: String, body: Value| {
+        client
+            .request(method, url)
+            .bearer_auth(OPERATOR_TOKEN)
+            .json(&body)
+            .send()
+    };
+    for u in ["k1", "k2"] {
+        assert!(op(
+            Method::PUT,
+            format!("{}/api/v1/units/{u}", server.url),
+            json!({})
+        )
+        .await
+        .unwrap()
+        .status()
+        .is_success());
+        let r = op(
+            Method::PUT,
+            format!("{}/api/v1/units/{u}/connectors/hostile", server.url),
+            json!({"config": {"routes": ["r"]}}),
+        )
+        .await
+        .unwrap();
+        assert!(r.status().is_success());
+    }
+
+    // Slow deliveries (each translation busy-waits), sent concurrently; kill mid-way.
+    let mut acknowledged = Vec::new();
+    let mut tasks = Vec::new();
+    for i in 0..12 {
+        let client = client.clone();
+        let url = server.url.clone();
+        tasks.push(tokio::spawn(async move {
+            let id = format!("k{round}-{i}");
+            let mut body = event("r", "kill.test");
+            body["sleep_ms"] = json!(150);
+            let (s, b) = deliver(&client, &url, "hostile", &id, &body, SECRET, now()).await;
+            (id, s, b)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(400 + 100 * round as u64)).await;
+    server.kill9();
+    for t in tasks {
+        if let Ok((id, 202, b)) = t.await {
+            assert!(
+                matches!(b["status"].as_str(), Some("accepted" | "queued")),
+                "{b}"
+            );
+            acknowledged.push(id);
+        }
+    }
+    assert!(
+        !acknowledged.is_empty(),
+        "round {round}: nothing was acknowledged before the kill"
+    );
+    // 12 × 150 ms of guest CPU on 2 cores cannot all finish before the kill: the kill
+    // lands mid-burst, with deliveries stored but not yet routed.
+    assert!(
+        acknowledged.len() < 12,
+        "round {round}: the kill came after the burst"
+    );
+
+    let server = ServerProcess::start(data.path(), &env).await;
+    let count = |unit: &'static str| {
+        let client = client.clone();
+        let url = server.url.clone();
+        async move {
+            let r = client
+                .get(format!("{url}/api/v1/units/{unit}/messages?limit=500"))
+                .bearer_auth(OPERATOR_TOKEN)
+                .send()
+                .await
+                .unwrap();
+            let b: Value = r.json().await.unwrap();
+            b["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["deliveryId"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    // Wait for the background finishing of left-over deliveries.
+    for _ in 0..150 {
+        let seen = count("k1").await;
+        if acknowledged.iter().all(|id| seen.contains(id)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for unit in ["k1", "k2"] {
+        let ids = count(unit).await;
+        for id in &acknowledged {
+            assert_eq!(
+                ids.iter().filter(|x| *x == id).count(),
+                1,
+                "round {round}: {id} in {unit}: {ids:?}"
+            );
+        }
+        let mut unique = ids.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            ids.len(),
+            "round {round}: duplicates in {unit}: {ids:?}"
+        );
+    }
+    // Redeliver everything (GitHub retries): nothing doubles.
+    for i in 0..12 {
+        let id = format!("k{round}-{i}");
+        let mut body = event("r", "kill.test");
+        body["sleep_ms"] = json!(150);
+        let (s, _) = deliver(&client, &server.url, "hostile", &id, &body, SECRET, now()).await;
+        assert_eq!(s, 202);
+    }
+    for _ in 0..50 {
+        let ids = count("k1").await;
+        if ids.len() >= 12 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for unit in ["k1", "k2"] {
+        let ids = count(unit).await;
+        let mut unique = ids.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            ids.len(),
+            "round {round}: duplicates after redelivery in {unit}"
+        );
+        assert_eq!(
+            ids.len(),
+            12,
+            "round {round}: every delivery exactly once in {unit}: {ids:?}"
+        );
+    }
+}
