@@ -302,6 +302,16 @@ fn install_error(err: InstallError) -> HostError {
     .with_details(details)
 }
 
+/// Calls `f` with every string value in `config` (at any depth).
+fn named_strings(config: &Value, f: &mut impl FnMut(&str)) {
+    match config {
+        Value::String(s) => f(s),
+        Value::Array(a) => a.iter().for_each(|v| named_strings(v, f)),
+        Value::Object(o) => o.values().for_each(|v| named_strings(v, f)),
+        _ => {}
+    }
+}
+
 /// Routing keys a binding's config names for GitHub installations (`installation:<id>`).
 fn installations_of(routing_keys: &[String]) -> Arc<[u64]> {
     routing_keys
@@ -471,8 +481,22 @@ impl Host {
             .insert(info.slug.clone(), Arc::new(policy));
     }
 
-    /// The sandbox a call of connector `slug` runs in, for a binding with `routing_keys`.
-    pub fn sandbox(&self, slug: &str, routing_keys: &[String]) -> Sandbox {
+    /// The sandbox a call of connector `slug` runs in on behalf of `binding` (if any): its
+    /// outbound policy, the installations its routing keys name, the secrets its config
+    /// names.
+    pub fn sandbox(&self, slug: &str, binding: Option<&BindingRecord>) -> Sandbox {
+        let routing_keys = binding.map(|b| b.routing_keys.as_slice()).unwrap_or(&[]);
+        let mut secrets = BTreeMap::new();
+        if let Some(b) = binding {
+            let configured = self.inner.config.connector(slug).secrets;
+            if !configured.is_empty() {
+                named_strings(&b.config, &mut |name| {
+                    if let Some(value) = configured.get(name) {
+                        secrets.insert(name.to_string(), value.clone());
+                    }
+                });
+            }
+        }
         let outbound = self
             .inner
             .policies
@@ -484,6 +508,7 @@ impl Host {
             connector: Arc::from(slug),
             outbound,
             installations: installations_of(routing_keys),
+            secrets: Arc::new(secrets),
         }
     }
 
@@ -539,7 +564,7 @@ impl Host {
             let verdict = match prepared.check_config(&b.config) {
                 Err(v) => Err(json!({"unitId": b.unit_id, "violations": violations_json(&v)})),
                 Ok(()) => {
-                    let sandbox = self.sandbox(&slug, &b.routing_keys);
+                    let sandbox = self.sandbox(&slug, Some(&b));
                     match self
                         .inner
                         .runtime
@@ -968,7 +993,7 @@ impl Host {
             )
             .with_details(json!({"violations": violations_json(&v)})));
         }
-        let sandbox = self.sandbox(slug, &[]);
+        let sandbox = self.sandbox(slug, None);
         let keys = match self
             .inner
             .runtime
@@ -986,6 +1011,15 @@ impl Host {
             }
             Err(e) => return Err(guest_error(e)),
         };
+        if self.inner.config.github_app.is_none()
+            && keys.iter().any(|k| k.starts_with("installation:"))
+        {
+            return Err(HostError::new(
+                ErrorKind::Unprocessable,
+                "github_app_not_configured",
+                "this binding names a GitHub App installation, but no GitHub App is configured on this host (set github_app.app_id and github_app.private_key_path, or use patSecret)",
+            ));
+        }
         let _write = self.inner.writes.lock().await;
         // Re-check under the write lock: the unit or connector may have gone meanwhile.
         if self.inner.directory.read().unit(unit).is_none() {
@@ -1372,14 +1406,14 @@ impl Host {
                 if let Err(v) = connector.check_arguments(tool, &arguments) {
                     return Err(invalid_arguments(tool, &v));
                 }
-                let (unit, config, keys) = match &binding {
-                    Some(b) => (b.unit_id.clone(), b.config.to_string(), b.routing_keys.clone()),
+                let (unit, config) = match &binding {
+                    Some(b) => (b.unit_id.clone(), b.config.to_string()),
                     None => {
                         let primary = self.inner.directory.read().agent(agent).and_then(|a| a.units.first().cloned()).unwrap_or_default();
-                        (primary, "{}".to_string(), Vec::new())
+                        (primary, "{}".to_string())
                     }
                 };
-                let sandbox = self.sandbox(connector.slug(), &keys);
+                let sandbox = self.sandbox(connector.slug(), binding.as_ref());
                 let ctx = wit::CallContext {
                     binding: wit::Binding { unit, config },
                     agent: Some(agent.to_string()),

@@ -7,6 +7,7 @@ pub mod api;
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod context;
 pub mod error;
 pub mod grants;
 pub mod host;

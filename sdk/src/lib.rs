@@ -85,6 +85,7 @@ pub mod github;
 pub mod http;
 pub mod log;
 mod manifest;
+pub mod secrets;
 mod types;
 
 pub use manifest::{

@@ -105,6 +105,7 @@ pub fn router(host: Host) -> Router {
             post(introspect_image_tools),
         )
         .route("/agents/{agent}/tool-calls", post(call_tool))
+        .route("/agents/{agent}/runtime-context", get(runtime_context))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics));
     Router::new()
@@ -627,4 +628,15 @@ async fn stream_messages(
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::default())
         .into_response())
+}
+
+// ----- runtime context ----------------------------------------------------------------
+
+async fn runtime_context(
+    State(host): State<Host>,
+    headers: HeaderMap,
+    Path(agent): Path<String>,
+) -> ApiResult {
+    authorize(&host, &headers, Access::Agent(&agent))?;
+    ok(StatusCode::OK, &host.runtime_context(&agent).await?)
 }

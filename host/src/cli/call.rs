@@ -152,6 +152,7 @@ pub async fn run_local(args: CallArgs) -> Result<(), CliError> {
         connector: Arc::from(info.slug.as_str()),
         outbound: Arc::new(outbound),
         installations: Arc::from(installations),
+        secrets: Arc::new(Default::default()),
     };
 
     let config_text = config.to_string();

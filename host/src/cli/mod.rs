@@ -17,6 +17,7 @@ pub mod bindings;
 pub mod call;
 pub mod client;
 pub mod connectors;
+pub mod context;
 pub mod inspect;
 pub mod messages;
 pub mod serve;
@@ -148,6 +149,9 @@ pub enum Command {
 
     /// Read the messages (translated webhooks) delivered to a unit
     Messages(messages::MessagesArgs),
+
+    /// Show an agent's runtime context (env vars and files), or write it out
+    Context(context::ContextArgs),
 }
 
 const SERVE_HELP: &str = "\
@@ -237,6 +241,7 @@ pub fn run_remote(remote: &RemoteArgs, command: Command) -> Result<(), CliError>
         Command::Call(args) => call::run_remote(&client, args),
         Command::Connectors(cmd) => connectors::run(&client, cmd),
         Command::Messages(args) => messages::run(&client, args),
+        Command::Context(args) => context::run(&client, args),
         Command::Serve(_) | Command::Inspect(_) => Err(CliError::usage(
             "this command does not talk to a running host",
         )),

@@ -22,6 +22,7 @@ mod error;
 mod limits;
 mod outbound;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -106,6 +107,8 @@ pub struct Sandbox {
     pub outbound: Arc<OutboundPolicy>,
     /// GitHub installations this call may ask tokens for (those its binding names).
     pub installations: Arc<[u64]>,
+    /// Secrets this call may read (those of the connector its binding names).
+    pub secrets: Arc<BTreeMap<String, String>>,
 }
 
 impl Sandbox {
@@ -115,6 +118,7 @@ impl Sandbox {
             connector: Arc::from(connector),
             outbound: Arc::new(OutboundPolicy::deny_all()),
             installations: Arc::from(Vec::new()),
+            secrets: Arc::new(BTreeMap::new()),
         }
     }
 }
@@ -174,6 +178,7 @@ pub(crate) struct GuestState {
     limiter: MemoryLimiter,
     stderr: MemoryOutputPipe,
     installations: Arc<[u64]>,
+    secrets: Arc<BTreeMap<String, String>>,
     installation_tokens: Option<Arc<dyn InstallationTokens>>,
     deadline: Instant,
     log_lines: u32,
@@ -271,6 +276,14 @@ impl bindings::spring::connector::host::Host for GuestState {
             return Err("no GitHub App is configured on this host (github_app.app_id and github_app.private_key_path)".into());
         };
         tokens.installation_token(installation_id).await
+    }
+
+    async fn secret(&mut self, name: String) -> Option<String> {
+        let value = self.secrets.get(&name).cloned();
+        if value.is_none() {
+            tracing::warn!(connector = &*self.hooks.connector, secret = %name, "refused a secret the calling binding does not name");
+        }
+        value
     }
 }
 
@@ -419,6 +432,7 @@ impl ConnectorRuntime {
             },
             stderr,
             installations: sandbox.installations.clone(),
+            secrets: sandbox.secrets.clone(),
             installation_tokens: self.installation_tokens.clone(),
             deadline,
             log_lines: 0,

@@ -264,7 +264,7 @@ impl Host {
             headers: record.headers.clone(),
             body: record.body.clone(),
         };
-        let sandbox = self.sandbox(&record.connector, &[]);
+        let sandbox = self.sandbox(&record.connector, None);
         let translated = self
             .inner
             .runtime
@@ -285,7 +285,7 @@ impl Host {
             let payload: Value = serde_json::from_str(&message.payload)
                 .map_err(|e| format!("the connector produced a payload that is not JSON: {e}"))?;
             for binding in targets {
-                let sandbox = self.sandbox(&record.connector, &binding.routing_keys);
+                let sandbox = self.sandbox(&record.connector, Some(&binding));
                 let wit_binding = wit::Binding {
                     unit: binding.unit_id.clone(),
                     config: binding.config.to_string(),

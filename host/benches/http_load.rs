@@ -1,0 +1,997 @@
+//! HTTP load benchmarks of the host, all in one run so the ratios are measured side by side.
+//!
+//! Command (from the workspace root):
+//!
+//! ```text
+//! cargo build -p integration-tests --tests        # builds target/guests/components/hostile.wasm
+//! cargo bench -p connector-host --bench http_load
+//! ```
+//!
+//! Knobs (environment): `HTTP_LOAD_CONNS` (keep-alive connections, default 32),
+//! `HTTP_LOAD_SECS` (time limit per timed run, default 5), `HTTP_LOAD_REQS` (request limit
+//! per timed run, default 50000), `HTTP_LOAD_CLIENT_THREADS` (load generator threads,
+//! default 1), `HTTP_LOAD_BINDINGS` (bindings of the large routing case, default 10000),
+//! `HOSTILE_WASM` (path of the `hostile` test component, default
+//! `target/guests/components/hostile.wasm` under the workspace root).
+//!
+//! The load generator is closed-loop: each of N connections (HTTP/1.1 keep-alive,
+//! 127.0.0.1 only) sends one request, reads the whole answer, then sends the next. A run
+//! stops at the request limit or the time limit, whichever comes first. Servers run on
+//! their own multi-thread tokio runtime (one worker per core); the load generator runs on a
+//! separate runtime in the same process, so both share the machine's cores, as `oha` on
+//! the same machine would. Any status or body other than the expected one is an error: it
+//! is counted, and the first few distinct ones are printed.
+//!
+//! Scenarios:
+//! 1. a plain axum JSON echo handler (the floor);
+//! 2. `POST /api/v1/agents/{id}/tool-calls` of `acme.echo` with an agent token
+//!    (2b, diagnostic: the same `Host::call_tool` in-process, no HTTP);
+//! 3. bind + unbind of `acme` on one unit through the Rust API, sequentially;
+//! 4. durable signed Standard Webhooks deliveries of ~8 KiB to `hostile` (one binding);
+//!    4b: a plain axum handler that only verifies the same signature;
+//!    4c, diagnostic: deliveries whose message matches no binding (no `accept`, no message
+//!    written); 4d, diagnostic: re-sent delivery ids (`duplicate`: verify + dedup only);
+//! 5. the webhook scenario with 10 versus 10,000 bindings of `hostile`, each with its own
+//!    routing key, deliveries routed to one key; alternating rounds.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _};
+use axum::routing::post;
+use axum::{Json, Router};
+use bytes::Bytes;
+use connector_host::config::{ConnectorSettings, HostConfig};
+use connector_host::webhooks::verify::{standard_signature, verify_standard};
+use connector_host::Host;
+use http::{HeaderValue, Request, StatusCode};
+use http_body_util::{BodyExt as _, Full};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+
+const OPERATOR_TOKEN: &str = "bench-operator-token";
+const TOOL_CALL_BODY: &str = r#"{"tool":"acme.echo","arguments":{"message":"hi"}}"#;
+/// How many distinct errors a run prints.
+const ERROR_SAMPLES: usize = 5;
+
+// ---------------------------------------------------------------------------------------
+// Settings
+// ---------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy)]
+struct Limits {
+    conns: usize,
+    max_requests: u64,
+    max_time: Duration,
+}
+
+fn env_num(name: &str, default: u64) -> anyhow::Result<u64> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .with_context(|| format!("{name}={v} is not a number")),
+        Err(_) => Ok(default),
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
+
+fn hostile_wasm() -> anyhow::Result<Vec<u8>> {
+    let path = match std::env::var_os("HOSTILE_WASM") {
+        Some(p) => PathBuf::from(p),
+        None => workspace_root().join("target/guests/components/hostile.wasm"),
+    };
+    std::fs::read(&path).map_err(|e| {
+        anyhow!(
+            "cannot read the `hostile` test component at {} ({e}).\n\
+             Build it with `cargo build -p integration-tests --tests`, or point HOSTILE_WASM \
+             at it.",
+            path.display()
+        )
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Results
+// ---------------------------------------------------------------------------------------
+
+#[derive(Default)]
+struct RunResult {
+    ok: u64,
+    errors: u64,
+    elapsed: Duration,
+    /// Latencies of the successful requests, nanoseconds.
+    latencies: Vec<u64>,
+    /// Distinct error descriptions (at most [`ERROR_SAMPLES`]).
+    error_samples: Vec<String>,
+}
+
+impl RunResult {
+    fn merge(&mut self, other: WorkerOut) {
+        self.ok += other.ok;
+        self.errors += other.errors;
+        self.latencies.extend(other.latencies);
+        for e in other.error_samples {
+            if self.error_samples.len() < ERROR_SAMPLES && !self.error_samples.contains(&e) {
+                self.error_samples.push(e);
+            }
+        }
+    }
+
+    fn rate(&self) -> f64 {
+        self.ok as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    fn percentile(&self, q: f64) -> Duration {
+        if self.latencies.is_empty() {
+            return Duration::ZERO;
+        }
+        let mut sorted = self.latencies.clone();
+        sorted.sort_unstable();
+        let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+        Duration::from_nanos(sorted[i])
+    }
+
+    fn combine(runs: &[&RunResult]) -> RunResult {
+        let mut all = RunResult::default();
+        for r in runs {
+            all.ok += r.ok;
+            all.errors += r.errors;
+            all.elapsed += r.elapsed;
+            all.latencies.extend_from_slice(&r.latencies);
+            for e in &r.error_samples {
+                if all.error_samples.len() < ERROR_SAMPLES && !all.error_samples.contains(e) {
+                    all.error_samples.push(e.clone());
+                }
+            }
+        }
+        all
+    }
+}
+
+#[derive(Default)]
+struct WorkerOut {
+    ok: u64,
+    errors: u64,
+    latencies: Vec<u64>,
+    error_samples: Vec<String>,
+}
+
+impl WorkerOut {
+    fn error(&mut self, what: String) {
+        self.errors += 1;
+        if self.error_samples.len() < ERROR_SAMPLES && !self.error_samples.contains(&what) {
+            self.error_samples.push(what);
+        }
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+fn print_run(label: &str, unit: &str, r: &RunResult) {
+    println!(
+        "  {label}: {:.0} {unit}/s, p50 {}, p99 {}, ok {}, errors {}, {:.2} s",
+        r.rate(),
+        ms(r.percentile(0.50)),
+        ms(r.percentile(0.99)),
+        r.ok,
+        r.errors,
+        r.elapsed.as_secs_f64()
+    );
+    for e in &r.error_samples {
+        println!("    error: {e}");
+    }
+}
+
+struct Row {
+    name: String,
+    unit: &'static str,
+    rate: f64,
+    p50: Duration,
+    p99: Duration,
+    errors: u64,
+    note: String,
+}
+
+impl Row {
+    fn new(name: &str, unit: &'static str, r: &RunResult, note: String) -> Row {
+        Row {
+            name: name.to_string(),
+            unit,
+            rate: r.rate(),
+            p50: r.percentile(0.50),
+            p99: r.percentile(0.99),
+            errors: r.errors,
+            note,
+        }
+    }
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "MISSED"
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The load generator
+// ---------------------------------------------------------------------------------------
+
+/// Builds request number `i` (0-based, below the request limit).
+type MakeRequest = Arc<dyn Fn(u64) -> Request<Full<Bytes>> + Send + Sync>;
+/// Whether an answer is the expected one.
+type Check = fn(StatusCode, &[u8]) -> bool;
+
+fn describe(status: StatusCode, body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+    format!("{status} {text}")
+}
+
+async fn connect(
+    addr: SocketAddr,
+) -> anyhow::Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>> {
+    let stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+async fn worker(
+    addr: SocketAddr,
+    issued: Arc<AtomicU64>,
+    limits: Limits,
+    deadline: Instant,
+    make: MakeRequest,
+    check: Check,
+) -> WorkerOut {
+    let mut out = WorkerOut::default();
+    let mut sender = None;
+    loop {
+        if Instant::now() >= deadline {
+            break;
+        }
+        let i = issued.fetch_add(1, Ordering::Relaxed);
+        if i >= limits.max_requests {
+            break;
+        }
+        if sender.is_none() {
+            match connect(addr).await {
+                Ok(s) => sender = Some(s),
+                Err(e) => {
+                    out.error(format!("connect: {e}"));
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            }
+        }
+        let Some(s) = sender.as_mut() else { continue };
+        let request = make(i);
+        let started = Instant::now();
+        let answer = async {
+            s.ready().await?;
+            let response = s.send_request(request).await?;
+            let status = response.status();
+            let body = response.into_body().collect().await?.to_bytes();
+            anyhow::Ok((status, body))
+        }
+        .await;
+        let took = started.elapsed();
+        match answer {
+            Ok((status, body)) if check(status, &body) => {
+                out.ok += 1;
+                out.latencies.push(took.as_nanos() as u64);
+            }
+            Ok((status, body)) => out.error(describe(status, &body)),
+            Err(e) => {
+                out.error(format!("transport: {e}"));
+                sender = None;
+            }
+        }
+    }
+    out
+}
+
+/// Runs one closed-loop load against `addr`.
+async fn run_load(addr: SocketAddr, limits: Limits, make: MakeRequest, check: Check) -> RunResult {
+    let issued = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let deadline = started + limits.max_time;
+    let tasks: Vec<_> = (0..limits.conns)
+        .map(|_| {
+            tokio::spawn(worker(
+                addr,
+                issued.clone(),
+                limits,
+                deadline,
+                make.clone(),
+                check,
+            ))
+        })
+        .collect();
+    let mut result = RunResult::default();
+    for t in tasks {
+        match t.await {
+            Ok(out) => result.merge(out),
+            Err(e) => result.merge(WorkerOut {
+                errors: 1,
+                error_samples: vec![format!("worker panicked: {e}")],
+                ..WorkerOut::default()
+            }),
+        }
+    }
+    result.elapsed = started.elapsed();
+    result
+}
+
+/// Runs a closed loop of `limits.conns` concurrent in-process tasks (no HTTP).
+async fn run_inprocess<F, Fut>(limits: Limits, f: F) -> RunResult
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<(), String>> + Send,
+{
+    let f = Arc::new(f);
+    let issued = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let deadline = started + limits.max_time;
+    let tasks: Vec<_> = (0..limits.conns)
+        .map(|_| {
+            let f = f.clone();
+            let issued = issued.clone();
+            tokio::spawn(async move {
+                let mut out = WorkerOut::default();
+                while Instant::now() < deadline {
+                    let i = issued.fetch_add(1, Ordering::Relaxed);
+                    if i >= limits.max_requests {
+                        break;
+                    }
+                    let t = Instant::now();
+                    match f(i).await {
+                        Ok(()) => {
+                            out.ok += 1;
+                            out.latencies.push(t.elapsed().as_nanos() as u64);
+                        }
+                        Err(e) => out.error(e),
+                    }
+                }
+                out
+            })
+        })
+        .collect();
+    let mut result = RunResult::default();
+    for t in tasks {
+        if let Ok(out) = t.await {
+            result.merge(out);
+        }
+    }
+    result.elapsed = started.elapsed();
+    result
+}
+
+fn check_echo(status: StatusCode, body: &[u8]) -> bool {
+    status == StatusCode::OK && body == TOOL_CALL_BODY.as_bytes()
+}
+
+fn check_tool_call(status: StatusCode, body: &[u8]) -> bool {
+    status == StatusCode::OK && contains(body, br#""result""#) && contains(body, b"hi")
+}
+
+fn check_accepted(status: StatusCode, body: &[u8]) -> bool {
+    status == StatusCode::ACCEPTED && contains(body, br#""status":"accepted""#)
+}
+
+fn check_duplicate(status: StatusCode, body: &[u8]) -> bool {
+    status == StatusCode::ACCEPTED && contains(body, br#""status":"duplicate""#)
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+fn post_json(path: &str) -> http::request::Builder {
+    Request::post(path)
+        .header(http::header::HOST, "127.0.0.1")
+        .header(http::header::CONTENT_TYPE, "application/json")
+}
+
+// ---------------------------------------------------------------------------------------
+// Servers
+// ---------------------------------------------------------------------------------------
+
+async fn serve(router: Router) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    Ok(addr)
+}
+
+fn echo_router() -> Router {
+    Router::new().route("/echo", post(|Json(v): Json<Value>| async move { Json(v) }))
+}
+
+fn verify_only_router(secrets: Arc<Vec<String>>) -> Router {
+    Router::new().route(
+        "/hook",
+        post(move |headers: http::HeaderMap, body: Bytes| {
+            let secrets = secrets.clone();
+            async move {
+                let now = time::OffsetDateTime::now_utc().unix_timestamp();
+                match verify_standard(&secrets, &headers, &body, now) {
+                    Ok(d) => (
+                        StatusCode::ACCEPTED,
+                        Json(json!({"delivery": d.delivery_id, "status": "accepted", "routedTo": []})),
+                    ),
+                    Err(e) => (
+                        StatusCode::UNAUTHORIZED,
+                        Json(json!({"error": {"code": "invalid_signature", "message": e.to_string()}})),
+                    ),
+                }
+            }
+        }),
+    )
+}
+
+/// A host on a fresh temporary data directory, served on an ephemeral port.
+struct BenchHost {
+    host: Host,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+async fn open_host(webhook_secret: Option<&str>) -> anyhow::Result<BenchHost> {
+    let dir = tempfile::tempdir()?;
+    let mut config = HostConfig {
+        data_dir: dir.path().to_path_buf(),
+        operator_token: Some(OPERATOR_TOKEN.into()),
+        ..HostConfig::default()
+    };
+    if let Some(secret) = webhook_secret {
+        config.connectors.insert(
+            "hostile".into(),
+            ConnectorSettings {
+                webhook_secrets: vec![secret.to_string()],
+                ..ConnectorSettings::default()
+            },
+        );
+    }
+    let (host, _) = Host::open(config).await?;
+    let addr = serve(host.router()).await?;
+    Ok(BenchHost {
+        host,
+        addr,
+        _dir: dir,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Webhooks
+// ---------------------------------------------------------------------------------------
+
+/// A webhook body of about `pad` bytes of payload whose one message goes to `route`.
+fn webhook_body(route: &str, pad: usize) -> Bytes {
+    let body = json!({"messages": [{
+        "route": route,
+        "kind": "bench.event",
+        "threadKey": "t1",
+        "payload": {"pad": "x".repeat(pad)},
+    }]});
+    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+}
+
+/// Pre-signed deliveries: one unique id (and its signature) per request.
+struct Signed {
+    path: String,
+    body: Bytes,
+    timestamp: HeaderValue,
+    /// (webhook-id, webhook-signature)
+    headers: Vec<(HeaderValue, HeaderValue)>,
+}
+
+fn presign(secret: &str, path: &str, prefix: &str, body: Bytes, n: u64) -> anyhow::Result<Signed> {
+    let ts = time::OffsetDateTime::now_utc().unix_timestamp();
+    let mut headers = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let id = format!("{prefix}-{i}");
+        let sig = standard_signature(secret, &id, ts, &body);
+        headers.push((HeaderValue::from_str(&id)?, HeaderValue::from_str(&sig)?));
+    }
+    Ok(Signed {
+        path: path.to_string(),
+        body,
+        timestamp: HeaderValue::from_str(&ts.to_string())?,
+        headers,
+    })
+}
+
+fn webhook_requests(signed: Arc<Signed>) -> MakeRequest {
+    Arc::new(move |i| {
+        let (id, sig) = &signed.headers[(i as usize) % signed.headers.len()];
+        post_json(&signed.path)
+            .header("webhook-id", id.clone())
+            .header("webhook-timestamp", signed.timestamp.clone())
+            .header("webhook-signature", sig.clone())
+            .body(Full::new(signed.body.clone()))
+            .unwrap_or_default()
+    })
+}
+
+/// Pre-signs `limits.max_requests` deliveries and runs them (timestamps stay fresh: the
+/// run is far shorter than the ±300 s window).
+fn webhook_run(
+    client: &tokio::runtime::Runtime,
+    addr: SocketAddr,
+    limits: Limits,
+    secret: &str,
+    path: &str,
+    prefix: &str,
+    body: Bytes,
+    check: Check,
+) -> anyhow::Result<(RunResult, Arc<Signed>)> {
+    let signed = Arc::new(presign(secret, path, prefix, body, limits.max_requests)?);
+    let r = client.block_on(run_load(
+        addr,
+        limits,
+        webhook_requests(signed.clone()),
+        check,
+    ));
+    Ok((r, signed))
+}
+
+// ---------------------------------------------------------------------------------------
+// main
+// ---------------------------------------------------------------------------------------
+
+fn main() -> anyhow::Result<()> {
+    let limits = Limits {
+        conns: env_num("HTTP_LOAD_CONNS", 32)? as usize,
+        max_requests: env_num("HTTP_LOAD_REQS", 50_000)?,
+        max_time: Duration::from_secs(env_num("HTTP_LOAD_SECS", 5)?),
+    };
+    let client_threads = env_num("HTTP_LOAD_CLIENT_THREADS", 1)? as usize;
+    let large = env_num("HTTP_LOAD_BINDINGS", 10_000)? as usize;
+    if limits.conns == 0 || limits.max_requests == 0 || large < 10 {
+        bail!("HTTP_LOAD_CONNS and HTTP_LOAD_REQS must be > 0, HTTP_LOAD_BINDINGS >= 10");
+    }
+    let hostile = hostile_wasm()?;
+
+    let server = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("server")
+        .build()?;
+    let client = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(client_threads.max(1))
+        .enable_all()
+        .thread_name("load")
+        .build()?;
+
+    println!("# http_load: cargo bench -p connector-host --bench http_load");
+    println!(
+        "# {} connections, each run stops at {} requests or {} s; load generator: {} thread(s); \
+         server runtime: {} worker thread(s); {} cores",
+        limits.conns,
+        limits.max_requests,
+        limits.max_time.as_secs(),
+        client_threads.max(1),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+    );
+    let mut rows: Vec<Row> = Vec::new();
+
+    // ----- 1. plain axum echo --------------------------------------------------------
+    println!("\n[1] plain axum JSON echo handler (floor)");
+    let echo_addr = server.block_on(serve(echo_router()))?;
+    let echo_req: MakeRequest = Arc::new(|_| {
+        let body = Bytes::from_static(TOOL_CALL_BODY.as_bytes());
+        post_json("/echo").body(Full::new(body)).unwrap_or_default()
+    });
+    // Warm-up (connections, allocator), not reported.
+    let _ = client.block_on(run_load(
+        echo_addr,
+        Limits {
+            max_requests: 2_000,
+            ..limits
+        },
+        echo_req.clone(),
+        check_echo,
+    ));
+    let echo = client.block_on(run_load(echo_addr, limits, echo_req, check_echo));
+    print_run("echo", "req", &echo);
+    rows.push(Row::new("1  plain axum echo", "req", &echo, "floor".into()));
+
+    // ----- 2. tool calls --------------------------------------------------------------
+    println!("\n[2] POST /api/v1/agents/a1/tool-calls acme.echo");
+    let tools = server.block_on(open_host(None))?;
+    let token = server.block_on(async {
+        tools.host.put_unit("u1", None, None).await?;
+        tools.host.put_agent("a1", &["u1".into()], None).await?;
+        tools.host.bind("u1", "acme", json!({})).await?;
+        let t = tools.host.issue_agent_token("a1", Some(24 * 3600))?;
+        anyhow::Ok(t.token)
+    })?;
+    let bearer = HeaderValue::from_str(&format!("Bearer {token}"))?;
+    let tool_req: MakeRequest = Arc::new(move |_| {
+        let body = Bytes::from_static(TOOL_CALL_BODY.as_bytes());
+        post_json("/api/v1/agents/a1/tool-calls")
+            .header(http::header::AUTHORIZATION, bearer.clone())
+            .body(Full::new(body))
+            .unwrap_or_default()
+    });
+    let _ = client.block_on(run_load(
+        tools.addr,
+        Limits {
+            max_requests: 2_000,
+            ..limits
+        },
+        tool_req.clone(),
+        check_tool_call,
+    ));
+    let calls = client.block_on(run_load(tools.addr, limits, tool_req, check_tool_call));
+    print_run("tool calls", "req", &calls);
+    let call_ratio = calls.rate() / echo.rate().max(1e-9);
+    let p99 = calls.percentile(0.99);
+    let met = calls.rate() >= 10_000.0
+        && p99 <= Duration::from_millis(5)
+        && call_ratio >= 0.5
+        && calls.errors == 0;
+    println!(
+        "  ratio to (1): {call_ratio:.2}x; targets >= 10,000/s, p99 <= 5 ms, >= 0.5x: {}",
+        verdict(met)
+    );
+    rows.push(Row::new(
+        "2  HTTP tool-calls acme.echo",
+        "req",
+        &calls,
+        format!(
+            "{call_ratio:.2}x of (1); target >=10k/s, p99<=5ms, >=0.5x: {}",
+            verdict(met)
+        ),
+    ));
+
+    println!("\n[2b] diagnostic: Host::call_tool in-process, same concurrency, no HTTP");
+    let h = tools.host.clone();
+    let inproc = server.block_on(run_inprocess(limits, move |_| {
+        let h = h.clone();
+        async move {
+            h.call_tool("a1", "acme.echo", json!({"message": "hi"}))
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+    }));
+    print_run("in-process call_tool", "call", &inproc);
+    rows.push(Row::new(
+        "2b call_tool in-process (diag)",
+        "call",
+        &inproc,
+        format!(
+            "HTTP path is {:.2}x of this",
+            calls.rate() / inproc.rate().max(1e-9)
+        ),
+    ));
+
+    // ----- 3. bind + unbind -----------------------------------------------------------
+    println!("\n[3] bind + unbind of acme on one unit, Rust API, sequential");
+    let (pairs, binds, unbinds) = server.block_on(async {
+        tools.host.put_unit("bu", None, None).await?;
+        // Warm-up.
+        for _ in 0..50 {
+            tools.host.bind("bu", "acme", json!({})).await?;
+            tools.host.unbind("bu", "acme").await?;
+        }
+        let mut pairs = RunResult::default();
+        let mut binds = RunResult::default();
+        let mut unbinds = RunResult::default();
+        let started = Instant::now();
+        let deadline = started + limits.max_time;
+        let mut n = 0u64;
+        while n < limits.max_requests && Instant::now() < deadline {
+            n += 1;
+            let t0 = Instant::now();
+            let bound = tools.host.bind("bu", "acme", json!({})).await;
+            let t1 = Instant::now();
+            let unbound = tools.host.unbind("bu", "acme").await;
+            let t2 = Instant::now();
+            match (bound, unbound) {
+                (Ok(_), Ok(())) => {
+                    pairs.ok += 1;
+                    pairs.latencies.push((t2 - t0).as_nanos() as u64);
+                    binds.latencies.push((t1 - t0).as_nanos() as u64);
+                    unbinds.latencies.push((t2 - t1).as_nanos() as u64);
+                }
+                (b, u) => {
+                    let mut out = WorkerOut::default();
+                    out.error(format!("bind: {:?}, unbind: {:?}", b.err(), u.err()));
+                    pairs.merge(out);
+                }
+            }
+        }
+        pairs.elapsed = started.elapsed();
+        binds.ok = pairs.ok;
+        unbinds.ok = pairs.ok;
+        binds.elapsed = pairs.elapsed;
+        unbinds.elapsed = pairs.elapsed;
+        anyhow::Ok((pairs, binds, unbinds))
+    })?;
+    print_run("bind+unbind", "pair", &pairs);
+    println!(
+        "  of which bind p50 {} p99 {}, unbind p50 {} p99 {}",
+        ms(binds.percentile(0.5)),
+        ms(binds.percentile(0.99)),
+        ms(unbinds.percentile(0.5)),
+        ms(unbinds.percentile(0.99))
+    );
+    let met = pairs.rate() >= 2_000.0 && pairs.errors == 0;
+    println!("  target >= 2,000 pairs/s: {}", verdict(met));
+    rows.push(Row::new(
+        "3  bind+unbind (Rust API, seq.)",
+        "pair",
+        &pairs,
+        format!(
+            "bind p50 {}, unbind p50 {}; target >=2,000/s: {}",
+            ms(binds.percentile(0.5)),
+            ms(unbinds.percentile(0.5)),
+            verdict(met)
+        ),
+    ));
+    drop(tools);
+
+    // ----- 4. durable signed webhooks ---------------------------------------------------
+    let secret = {
+        use base64::Engine as _;
+        let key: [u8; 32] = rand::random();
+        format!(
+            "whsec_{}",
+            base64::engine::general_purpose::STANDARD.encode(key)
+        )
+    };
+    let body_r1 = webhook_body("r1", 8 * 1024 - 100);
+    println!(
+        "\n[4] POST /api/v1/webhooks/hostile, {} byte bodies, unique webhook-id, 1 binding",
+        body_r1.len()
+    );
+    let hooks = server.block_on(async {
+        let h = open_host(Some(&secret)).await?;
+        h.host.install_connector(&hostile, false).await?;
+        h.host.put_unit("w0", None, None).await?;
+        h.host
+            .bind("w0", "hostile", json!({"routes": ["r1"]}))
+            .await?;
+        anyhow::Ok(h)
+    })?;
+    let hook_path = "/api/v1/webhooks/hostile";
+    let warm = Limits {
+        max_requests: 500,
+        ..limits
+    };
+    let _ = webhook_run(
+        &client,
+        hooks.addr,
+        warm,
+        &secret,
+        hook_path,
+        "warm",
+        body_r1.clone(),
+        check_accepted,
+    )?;
+    let (durable, signed_durable) = webhook_run(
+        &client,
+        hooks.addr,
+        limits,
+        &secret,
+        hook_path,
+        "d",
+        body_r1.clone(),
+        check_accepted,
+    )?;
+    print_run("durable webhooks", "req", &durable);
+
+    println!("\n[4b] plain axum handler: verify_standard only, 202");
+    let verify_addr = server.block_on(serve(verify_only_router(Arc::new(vec![secret.clone()]))))?;
+    let (verify_only, _) = webhook_run(
+        &client,
+        verify_addr,
+        limits,
+        &secret,
+        "/hook",
+        "v",
+        body_r1.clone(),
+        check_accepted,
+    )?;
+    print_run("verify only", "req", &verify_only);
+    let hook_ratio = durable.rate() / verify_only.rate().max(1e-9);
+    let met = durable.rate() >= 3_000.0
+        && durable.percentile(0.99) <= Duration::from_millis(20)
+        && durable.errors == 0;
+    println!(
+        "  durable / verify-only: {hook_ratio:.3}x; targets >= 3,000/s, p99 <= 20 ms: {}",
+        verdict(met)
+    );
+    rows.push(Row::new(
+        "4  durable signed webhooks",
+        "req",
+        &durable,
+        format!(
+            "{hook_ratio:.3}x of (4b); target >=3,000/s, p99<=20ms: {}",
+            verdict(met)
+        ),
+    ));
+    rows.push(Row::new(
+        "4b verify-only axum handler",
+        "req",
+        &verify_only,
+        "HMAC-only floor".into(),
+    ));
+
+    println!("\n[4c] diagnostic: same deliveries routed to a key no binding has (no accept, no messages)");
+    let body_none = webhook_body("nobody", 8 * 1024 - 100);
+    let (unrouted, _) = webhook_run(
+        &client,
+        hooks.addr,
+        limits,
+        &secret,
+        hook_path,
+        "n",
+        body_none,
+        check_accepted,
+    )?;
+    print_run("unrouted", "req", &unrouted);
+    rows.push(Row::new(
+        "4c webhooks, no matching binding (diag)",
+        "req",
+        &unrouted,
+        "verify+store+translate, no accept/messages".into(),
+    ));
+
+    println!("\n[4d] diagnostic: re-sent delivery ids of (4) -> duplicate (verify + dedup only)");
+    let dup_limits = Limits {
+        max_requests: limits.max_requests.min(durable.ok + durable.errors).max(1),
+        ..limits
+    };
+    let duplicates = client.block_on(run_load(
+        hooks.addr,
+        dup_limits,
+        webhook_requests(signed_durable),
+        check_duplicate,
+    ));
+    print_run("duplicates", "req", &duplicates);
+    rows.push(Row::new(
+        "4d webhooks, duplicate ids (diag)",
+        "req",
+        &duplicates,
+        "verify + dedup lookup, no guest".into(),
+    ));
+    drop(hooks);
+
+    // ----- 5. routing flatness ----------------------------------------------------------
+    println!(
+        "\n[5] routing: 10 vs {large} bindings of hostile (one routing key each), deliveries to k0"
+    );
+    let body_k0 = webhook_body("k0", 8 * 1024 - 100);
+    let mut flat = Vec::new();
+    for n in [10usize, large] {
+        let started = Instant::now();
+        let h = server.block_on(async {
+            let h = open_host(Some(&secret)).await?;
+            h.host.install_connector(&hostile, false).await?;
+            for i in 0..n {
+                let unit = format!("u{i}");
+                h.host.put_unit(&unit, None, None).await?;
+                h.host
+                    .bind(&unit, "hostile", json!({"routes": [format!("k{i}")]}))
+                    .await?;
+                if (i + 1) % 1000 == 0 {
+                    println!(
+                        "  {n}-binding host: {} units + bindings, {:.1} s",
+                        i + 1,
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+            }
+            anyhow::Ok(h)
+        })?;
+        let took = started.elapsed();
+        println!(
+            "  {n}-binding host ready: {n} units + bindings in {:.2} s ({:.0}/s, incl. opening the host and installing hostile)",
+            took.as_secs_f64(),
+            n as f64 / took.as_secs_f64()
+        );
+        let _ = webhook_run(
+            &client,
+            h.addr,
+            warm,
+            &secret,
+            hook_path,
+            &format!("warm{n}"),
+            body_k0.clone(),
+            check_accepted,
+        )?;
+        flat.push((n, h));
+    }
+    let round_limits = Limits {
+        max_time: limits.max_time.mul_f64(0.6).max(Duration::from_secs(1)),
+        ..limits
+    };
+    let mut results: Vec<Vec<RunResult>> = vec![Vec::new(), Vec::new()];
+    for round in 0..2 {
+        for (k, (n, h)) in flat.iter().enumerate() {
+            let (r, _) = webhook_run(
+                &client,
+                h.addr,
+                round_limits,
+                &secret,
+                hook_path,
+                &format!("f{round}"),
+                body_k0.clone(),
+                check_accepted,
+            )?;
+            print_run(&format!("round {round}, {n} bindings"), "req", &r);
+            results[k].push(r);
+        }
+    }
+    let small = RunResult::combine(&results[0].iter().collect::<Vec<_>>());
+    let big = RunResult::combine(&results[1].iter().collect::<Vec<_>>());
+    let flat_ratio = small.rate() / big.rate().max(1e-9);
+    let p50_ratio =
+        big.percentile(0.5).as_secs_f64() / small.percentile(0.5).as_secs_f64().max(1e-12);
+    let met = flat_ratio <= 1.2 && small.errors == 0 && big.errors == 0;
+    println!(
+        "  throughput 10 / {large}: {flat_ratio:.3}; p50 {large} / 10: {p50_ratio:.3}; target <= 1.2: {}",
+        verdict(met)
+    );
+    rows.push(Row::new(
+        "5a webhooks, 10 bindings",
+        "req",
+        &small,
+        "2 rounds combined".into(),
+    ));
+    rows.push(Row::new(
+        &format!("5b webhooks, {large} bindings"),
+        "req",
+        &big,
+        format!(
+            "10/{large} rate ratio {flat_ratio:.3}, p50 ratio {p50_ratio:.3}; target <=1.2: {}",
+            verdict(met)
+        ),
+    ));
+    drop(flat);
+
+    // ----- table ----------------------------------------------------------------------
+    println!("\n# summary (cargo bench -p connector-host --bench http_load)");
+    println!(
+        "| {:<40} | {:>12} | {:>10} | {:>10} | {:>6} | note",
+        "scenario", "rate", "p50", "p99", "errors"
+    );
+    println!(
+        "|{:-<42}|{:-<14}|{:-<12}|{:-<12}|{:-<8}|------",
+        "", "", "", "", ""
+    );
+    for r in &rows {
+        println!(
+            "| {:<40} | {:>12} | {:>10} | {:>10} | {:>6} | {}",
+            r.name,
+            format!("{:.0} {}/s", r.rate, r.unit),
+            ms(r.p50),
+            ms(r.p99),
+            r.errors,
+            r.note
+        );
+    }
+    drop(server);
+    drop(client);
+    Ok(())
+}

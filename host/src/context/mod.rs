@@ -1,0 +1,221 @@
+//! The runtime context of an agent's container: env vars and files from every connector
+//! bound to the agent's units.
+//!
+//! Each bound connector (its closest binding, primary unit chain first) contributes
+//! through its `runtime-context` export. The host, not the connector, enforces who may
+//! write what: env names only under `SPRING_CONNECTOR_<SLUG>_` and files only under
+//! `.spring/connectors/<slug>/`, so one connector can never overwrite another's context or
+//! the container's own variables. The GitHub connector alone is granted one name outside
+//! its prefix, `GITHUB_TOKEN`, because `gh` and `git` read it. A breach or a collision
+//! fails the whole request: a half-built context is worse than none.
+
+use std::collections::{BTreeMap, HashSet};
+
+use serde::Serialize;
+use serde_json::json;
+
+use crate::error::{ErrorKind, HostError, HostResult};
+use crate::host::{check_id, Host};
+use crate::runtime::wit;
+use crate::store::{BindingRecord, Subject};
+
+/// One file of the context.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContextFile {
+    pub path: String,
+    pub content: String,
+}
+
+/// What an agent's container starts with.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RuntimeContext {
+    pub env: BTreeMap<String, String>,
+    pub files: Vec<ContextFile>,
+}
+
+/// The env prefix of connector `slug`: `SPRING_CONNECTOR_<SLUG>_`.
+pub fn env_prefix(slug: &str) -> String {
+    format!(
+        "SPRING_CONNECTOR_{}_",
+        slug.to_ascii_uppercase().replace('-', "_")
+    )
+}
+
+/// Env names outside the prefix that the host grants a connector.
+fn granted_names(slug: &str) -> &'static [&'static str] {
+    match slug {
+        "github" => &["GITHUB_TOKEN"],
+        _ => &[],
+    }
+}
+
+fn conflict(message: String, details: serde_json::Value) -> HostError {
+    HostError::new(ErrorKind::Internal, "context_conflict", message).with_details(details)
+}
+
+fn check_env_name(slug: &str, name: &str) -> HostResult<()> {
+    let prefix = env_prefix(slug);
+    let valid_chars = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+    if valid_chars
+        && (name.starts_with(&prefix) && name.len() > prefix.len()
+            || granted_names(slug).contains(&name))
+    {
+        Ok(())
+    } else {
+        Err(conflict(
+            format!("connector `{slug}` wrote env var `{name}`, outside its prefix `{prefix}`"),
+            json!({"connectors": [slug], "name": name}),
+        ))
+    }
+}
+
+fn check_file_path(slug: &str, path: &str) -> HostResult<()> {
+    let folder = format!(".spring/connectors/{slug}/");
+    let inside = path.starts_with(&folder)
+        && path.len() > folder.len()
+        && !path.contains('\\')
+        && !path.contains('\0')
+        && path
+            .split('/')
+            .all(|seg| !seg.is_empty() && seg != "." && seg != "..");
+    if inside {
+        Ok(())
+    } else {
+        Err(conflict(
+            format!("connector `{slug}` wrote file `{path}`, outside its folder `{folder}`"),
+            json!({"connectors": [slug], "path": path}),
+        ))
+    }
+}
+
+impl Host {
+    /// The env vars and files the container of `agent` starts with.
+    pub async fn runtime_context(&self, agent: &str) -> HostResult<RuntimeContext> {
+        check_id("agent", agent)?;
+        let bindings: Vec<BindingRecord> = {
+            let dir = self.inner.directory.read();
+            if dir.agent(agent).is_none() {
+                return Err(HostError::not_found(format!(
+                    "agent `{agent}` does not exist"
+                )));
+            }
+            let units = crate::grants::unit_order(&dir, &Subject::Agent(agent.to_string()))
+                .unwrap_or_default();
+            let mut seen = HashSet::new();
+            let mut closest = Vec::new();
+            for unit in units {
+                for b in dir.bindings_of(&unit) {
+                    if seen.insert(b.connector.clone()) {
+                        closest.push(b.clone());
+                    }
+                }
+            }
+            closest
+        };
+
+        let calls = bindings.iter().filter_map(|b| {
+            let connector = self.inner.registry.get(&b.connector)?;
+            let sandbox = self.sandbox(&b.connector, Some(b));
+            let binding = wit::Binding {
+                unit: b.unit_id.clone(),
+                config: b.config.to_string(),
+            };
+            let runtime = self.inner.runtime.clone();
+            Some(async move {
+                let result = runtime
+                    .runtime_context(connector.component(), &sandbox, binding)
+                    .await;
+                (connector.slug().to_string(), result)
+            })
+        });
+        let results = futures::future::join_all(calls).await;
+
+        let mut context = RuntimeContext::default();
+        let mut env_owner: BTreeMap<String, String> = BTreeMap::new();
+        let mut file_owner: BTreeMap<String, String> = BTreeMap::new();
+        for (slug, result) in results {
+            let contributed = match result {
+                Ok(Ok(ctx)) => ctx,
+                Ok(Err(message)) => {
+                    return Err(HostError::new(
+                        ErrorKind::BadGateway,
+                        "context_failed",
+                        format!(
+                            "connector `{slug}` could not build its runtime context: {message}"
+                        ),
+                    )
+                    .with_details(json!({"connector": slug})))
+                }
+                Err(e) => {
+                    let mut err = HostError::new(
+                        ErrorKind::BadGateway,
+                        "connector_trapped",
+                        format!("connector `{slug}`: {e}"),
+                    );
+                    if matches!(e, crate::runtime::GuestError::Timeout { .. }) {
+                        err.kind = ErrorKind::GatewayTimeout;
+                        err.code = "connector_timeout";
+                    }
+                    return Err(err);
+                }
+            };
+            for (name, value) in contributed.env {
+                check_env_name(&slug, &name)?;
+                if let Some(other) = env_owner.insert(name.clone(), slug.clone()) {
+                    return Err(conflict(
+                        format!("connectors `{other}` and `{slug}` both wrote env var `{name}`"),
+                        json!({"connectors": [other, slug], "name": name}),
+                    ));
+                }
+                context.env.insert(name, value);
+            }
+            for (path, content) in contributed.files {
+                check_file_path(&slug, &path)?;
+                if let Some(other) = file_owner.insert(path.clone(), slug.clone()) {
+                    return Err(conflict(
+                        format!("connectors `{other}` and `{slug}` both wrote file `{path}`"),
+                        json!({"connectors": [other, slug], "path": path}),
+                    ));
+                }
+                context.files.push(ContextFile { path, content });
+            }
+        }
+        context.files.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(context)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_and_folders_are_enforced() {
+        assert_eq!(env_prefix("my-conn"), "SPRING_CONNECTOR_MY_CONN_");
+        assert!(check_env_name("acme", "SPRING_CONNECTOR_ACME_X").is_ok());
+        assert!(check_env_name("acme", "SPRING_CONNECTOR_ACME_").is_err());
+        assert!(check_env_name("acme", "SPRING_CONNECTOR_OTHER_X").is_err());
+        assert!(check_env_name("acme", "PATH").is_err());
+        assert!(check_env_name("acme", "GITHUB_TOKEN").is_err());
+        assert!(check_env_name("github", "GITHUB_TOKEN").is_ok());
+        assert!(check_env_name("acme", "SPRING_CONNECTOR_ACME_lower").is_err());
+        assert!(check_file_path("acme", ".spring/connectors/acme/a.json").is_ok());
+        assert!(check_file_path("acme", ".spring/connectors/acme/sub/a.json").is_ok());
+        for bad in [
+            ".spring/connectors/other/a",
+            ".spring/connectors/acme/../other/a",
+            "/etc/passwd",
+            ".spring/connectors/acme/",
+            ".spring/connectors/acme//a",
+            ".spring/connectors/acmex/a",
+        ] {
+            assert!(check_file_path("acme", bad).is_err(), "{bad}");
+        }
+        let err = check_env_name("acme", "HOME").unwrap_err();
+        assert_eq!(err.code, "context_conflict");
+        assert_eq!(err.kind.status(), 500);
+    }
+}
