@@ -14,7 +14,7 @@ use connector_guest_build::{build_components, rust_path_literal, write_if_change
 fn bundled() -> Vec<GuestSpec> {
     vec![
         GuestSpec::new("acme"),
-        // GuestSpec::new("github"),
+        GuestSpec::new("github"),
         // GuestSpec::new("arxiv"),
     ]
 }

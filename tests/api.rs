@@ -799,3 +799,68 @@ async fn a_crash_between_binding_and_grant_leaves_neither() {
     let (_, t) = h.op(Method::GET, "/api/v1/agents/a/tools", None).await;
     assert!(tool_names(&t["tools"]).contains(&"acme.echo".to_string()));
 }
+
+async fn install_bytes(h: &TestHost, path: &str, query: &str) -> (u16, Value) {
+    let r = h
+        .client
+        .post(h.at(&format!("/api/v1/connectors{query}")))
+        .bearer_auth(OPERATOR_TOKEN)
+        .header("content-type", "application/wasm")
+        .body(std::fs::read(path).unwrap())
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_keeps_bindings_and_refuses_to_break_them_unless_forced() {
+    let h = TestHost::start().await;
+    let v1 = h.install(guests::HOSTILE).await;
+    h.unit("u1", None).await;
+    h.unit("u2", None).await;
+    h.agent("a1", &["u1"]).await;
+    h.agent("a2", &["u2"]).await;
+    h.bind("u1", "hostile", json!({})).await;
+    h.bind("u2", "hostile", json!({"region": "eu"})).await;
+
+    // v2 requires `region`: u1's binding would break.
+    let (s, b) = install_bytes(&h, guests::HOSTILE_V2, "").await;
+    assert_eq!((s, code(&b)), (409, "rotation_breaks_bindings"), "{b}");
+    assert_eq!(b["error"]["details"]["bindings"][0]["unitId"], "u1");
+    let (_, now) = h.op(Method::GET, "/api/v1/connectors/hostile", None).await;
+    assert_eq!(
+        now["digest"], v1["digest"],
+        "a refused rotation changes nothing"
+    );
+
+    // Forced: the breaking binding is unbound (its grants revoked), the other one kept.
+    let (s, v2) = install_bytes(&h, guests::HOSTILE_V2, "?force=true").await;
+    assert_eq!(s, 200, "{v2}");
+    assert_eq!(v2["version"], "2.0.0");
+    assert_ne!(v2["digest"], v1["digest"]);
+    let (_, b1) = h.op(Method::GET, "/api/v1/units/u1/connectors", None).await;
+    assert_eq!(b1["bindings"], json!([]));
+    let (_, b2) = h.op(Method::GET, "/api/v1/units/u2/connectors", None).await;
+    assert_eq!(b2["bindings"][0]["config"], json!({"region": "eu"}));
+    let (_, t1) = h.op(Method::GET, "/api/v1/agents/a1/tools", None).await;
+    assert!(!tool_names(&t1["tools"])
+        .iter()
+        .any(|n| n.starts_with("hostile.")));
+    let (_, t2) = h.op(Method::GET, "/api/v1/agents/a2/tools", None).await;
+    assert_eq!(
+        find(&t2["tools"], "hostile.counter")["provenance"],
+        "connector:hostile"
+    );
+    // The stored state agrees with what the API shows.
+    let snapshot = h.host.store().load().await.unwrap();
+    assert_eq!(snapshot.bindings.len(), 1);
+    assert_eq!(snapshot.grants.len(), 1);
+
+    // Rotating back (v1 accepts any config) keeps the remaining binding.
+    let (s, _) = install_bytes(&h, guests::HOSTILE, "").await;
+    assert_eq!(s, 200);
+    let (_, b2) = h.op(Method::GET, "/api/v1/units/u2/connectors", None).await;
+    assert_eq!(b2["bindings"].as_array().unwrap().len(), 1);
+}

@@ -20,7 +20,13 @@ const BAD_MANIFEST_FEATURES: &[&str] = &[
 ];
 
 fn specs() -> Vec<GuestSpec> {
-    let mut specs = vec![GuestSpec::new("hostile"), GuestSpec::new("no-exports")];
+    let mut specs = vec![
+        GuestSpec::new("hostile"),
+        GuestSpec::new("hostile")
+            .features(&["v2"])
+            .output_name("hostile-v2"),
+        GuestSpec::new("no-exports"),
+    ];
     for feature in BAD_MANIFEST_FEATURES {
         specs.push(
             GuestSpec::new("bad-manifest")

@@ -608,24 +608,28 @@ impl Host {
             installed_at: now_rfc3339(),
         };
         let namespace = record.namespace.clone();
-        self.inner.store.put_connector(&record).await?;
-        for (b, _) in &broken {
-            self.inner.store.delete_binding(&b.unit_id, &slug).await?;
-        }
-        for b in &kept {
-            let grant = self.binding_grant(&b.unit_id, &slug, &namespace);
-            self.inner.store.put_binding(b, &grant).await?;
-        }
+        let kept: Vec<(BindingRecord, GrantRecord)> = kept
+            .into_iter()
+            .map(|b| {
+                let grant = self.binding_grant(&b.unit_id, &slug, &namespace);
+                (b, grant)
+            })
+            .collect();
+        let removed: Vec<String> = broken.iter().map(|(b, _)| b.unit_id.clone()).collect();
+        // Connector, re-derived grants, dropped and re-keyed bindings: one transaction.
+        self.inner
+            .store
+            .rotate_connector(&record, &kept, &removed)
+            .await?;
         let info = prepared.info().clone();
         {
             let mut dir = self.inner.directory.write();
             self.inner.registry.insert(prepared);
             dir.rename_connector_namespace(&slug, &namespace);
-            for (b, _) in &broken {
-                dir.remove_binding(&b.unit_id, &slug);
+            for unit in &removed {
+                dir.remove_binding(unit, &slug);
             }
-            for b in kept {
-                let grant = self.binding_grant(&b.unit_id, &slug, &namespace);
+            for (b, grant) in kept {
                 dir.put_binding(b, grant);
             }
             self.inner.resolver.invalidate();

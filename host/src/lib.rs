@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod context;
 pub mod error;
+pub mod github_app;
 pub mod grants;
 pub mod host;
 pub mod registry;

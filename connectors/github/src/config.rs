@@ -62,9 +62,11 @@ impl GithubConfig {
             );
         }
         if self.installation_id == Some(0) {
-            return Err("`installationId` must be a positive integer: the number at the end \
+            return Err(
+                "`installationId` must be a positive integer: the number at the end \
                         of https://github.com/settings/installations/<id>"
-                .to_owned());
+                    .to_owned(),
+            );
         }
         if let Some(name) = &self.pat_secret {
             validate_secret_name(name)?;
@@ -143,8 +145,7 @@ fn is_repo_name(s: &str) -> bool {
     (1..=100).contains(&s.len())
         && s != "."
         && s != ".."
-        && s
-            .bytes()
+        && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
@@ -257,7 +258,11 @@ fn validate_label_pattern(field: &str, i: usize, pattern: &str) -> Result<(), St
             "`{field}[{i}]` `{pattern}` uses `*` in the middle or at the start: only a \
              trailing `*` is a wildcard (`prefix*`), or `*` alone for any label; for example \
              `{}*`",
-            pattern.trim_matches('*').split('*').next().unwrap_or_default()
+            pattern
+                .trim_matches('*')
+                .split('*')
+                .next()
+                .unwrap_or_default()
         ));
     }
     Ok(())
@@ -286,7 +291,8 @@ pub fn eq_ignore_case(a: &str, b: &str) -> bool {
 /// Case-insensitive prefix test.
 fn starts_with_ignore_case(s: &str, prefix: &str) -> bool {
     if s.is_ascii() && prefix.is_ascii() {
-        s.len() >= prefix.len() && s.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
+        s.len() >= prefix.len()
+            && s.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
     } else {
         let mut s = s.chars().flat_map(char::to_lowercase);
         prefix

@@ -38,9 +38,11 @@ pub const HANDLED_EVENTS: [&str; 9] = [
 /// and every other event. A body that is not GitHub's JSON is an error.
 pub fn translate(hook: &Webhook) -> Result<Vec<Message>, String> {
     let Some(event) = hook.header("x-github-event") else {
-        return Err("the delivery has no X-GitHub-Event header: it does not come from a \
+        return Err(
+            "the delivery has no X-GitHub-Event header: it does not come from a \
                     GitHub webhook"
-            .to_owned());
+                .to_owned(),
+        );
     };
     if !HANDLED_EVENTS.contains(&event) {
         // `ping` and everything this connector does not translate: nothing to deliver.
@@ -93,9 +95,11 @@ fn json_body(hook: &Webhook) -> Result<Cow<'_, [u8]>, String> {
             return Ok(Cow::Owned(percent_decode(value)));
         }
     }
-    Err("the form-encoded delivery has no `payload` field; set the webhook's content type \
+    Err(
+        "the form-encoded delivery has no `payload` field; set the webhook's content type \
          to application/json"
-        .to_owned())
+            .to_owned(),
+    )
 }
 
 /// Decodes `application/x-www-form-urlencoded` bytes (`+` is a space).
@@ -108,15 +112,13 @@ fn percent_decode(input: &[u8]) -> Vec<u8> {
     while i < input.len() {
         match input[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < input.len() => {
-                match (hex(input[i + 1]), hex(input[i + 2])) {
-                    (Some(h), Some(l)) => {
-                        out.push(h << 4 | l);
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
+            b'%' if i + 2 < input.len() => match (hex(input[i + 1]), hex(input[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h << 4 | l);
+                    i += 2;
                 }
-            }
+                _ => out.push(b'%'),
+            },
             b => out.push(b),
         }
         i += 1;
@@ -168,7 +170,7 @@ impl Serialize for Text<'_> {
 
 /// A user-written body: `\r\n` becomes `\n`, and it is cut to [`MAX_BODY_CHARS`]
 /// characters (then ending in `…`).
-fn body_text(body: Option<&Text<'_>>) -> Option<String> {
+pub(crate) fn body_text(body: Option<&Text<'_>>) -> Option<String> {
     let body = body?.as_str();
     let (cut, truncated) = match body.char_indices().nth(MAX_BODY_CHARS) {
         Some((end, _)) => (&body[..end], true),
@@ -186,7 +188,7 @@ fn body_text(body: Option<&Text<'_>>) -> Option<String> {
 }
 
 /// Whether [`body_text`] had to cut `body`.
-fn body_truncated(body: Option<&Text<'_>>) -> bool {
+pub(crate) fn body_truncated(body: Option<&Text<'_>>) -> bool {
     body.is_some_and(|b| b.as_str().char_indices().nth(MAX_BODY_CHARS).is_some())
 }
 
@@ -871,7 +873,11 @@ fn installation(e: InstallationEvent<'_>) -> Result<Message, String> {
         action: text(&e.action),
         installation_id: e.installation.id,
         account: login(&e.installation.account),
-        repositories: e.repositories.as_deref().map(full_names).unwrap_or_default(),
+        repositories: e
+            .repositories
+            .as_deref()
+            .map(full_names)
+            .unwrap_or_default(),
         sender: login(&e.sender),
     };
     Ok(Message {

@@ -44,7 +44,10 @@ pub enum GithubAppError {
         "installation {installation_id} has been suspended; GitHub mints no tokens for it \
          until it is unsuspended (403: {message})"
     )]
-    Suspended { installation_id: u64, message: String },
+    Suspended {
+        installation_id: u64,
+        message: String,
+    },
 
     /// GitHub refused the App's JWT for a reason other than its timestamps (401): usually
     /// a key that does not belong to the App, or a wrong App id.
@@ -100,7 +103,10 @@ pub enum GithubAppError {
 
     /// GitHub answered success with something that is not `{token, expires_at}`.
     #[error("GitHub's answer for installation {installation_id} is not a token: {reason}")]
-    InvalidResponse { installation_id: u64, reason: String },
+    InvalidResponse {
+        installation_id: u64,
+        reason: String,
+    },
 
     /// GitHub handed out a token that is already expired by its own clock.
     #[error(
@@ -114,5 +120,8 @@ pub enum GithubAppError {
 
     /// A bug or a shutdown: the exchange task did not finish.
     #[error("minting a token for installation {installation_id} failed inside the host: {reason}")]
-    Internal { installation_id: u64, reason: String },
+    Internal {
+        installation_id: u64,
+        reason: String,
+    },
 }

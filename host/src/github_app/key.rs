@@ -39,10 +39,12 @@ pub(super) fn parse(bytes: &[u8]) -> Result<EncodingKey, String> {
     match label {
         "RSA PRIVATE KEY" | "PRIVATE KEY" => {}
         "ENCRYPTED PRIVATE KEY" => {
-            return Err("the key is encrypted with a passphrase; store it unencrypted \
+            return Err(
+                "the key is encrypted with a passphrase; store it unencrypted \
                         (`openssl pkcs8 -topk8 -nocrypt -in <encrypted> -out <plain>`) and \
                         protect the file instead"
-                .into())
+                    .into(),
+            )
         }
         "PUBLIC KEY" | "RSA PUBLIC KEY" => {
             return Err("it is a public key; the App's private key is needed".into())

@@ -212,6 +212,16 @@ pub trait Store: Send + Sync + 'static {
     /// `connector:<slug>`, in one transaction.
     async fn delete_connector(&self, slug: &str) -> StoreResult<bool>;
 
+    /// A rotation in one transaction: upserts the connector (re-deriving its grants as
+    /// `put_connector` does), deletes the bindings of `removed` units (with their grants)
+    /// and upserts the `kept` bindings with their grants (new routing keys).
+    async fn rotate_connector(
+        &self,
+        connector: &ConnectorRecord,
+        kept: &[(BindingRecord, GrantRecord)],
+        removed: &[String],
+    ) -> StoreResult<()>;
+
     /// Upserts a unit.
     async fn put_unit(&self, unit: &UnitRecord) -> StoreResult<()>;
 

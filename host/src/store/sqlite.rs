@@ -315,6 +315,92 @@ fn decode_delivery(row: DeliveryRow) -> StoreResult<DeliveryRecord> {
     })
 }
 
+/// Upserts a connector and re-derives its `connector:<slug>` grants (inside `tx`).
+fn write_connector(tx: &Transaction<'_>, inner: &Inner, c: &ConnectorRecord) -> StoreResult<()> {
+    let db = |e| map_err("put_connector", e);
+    tx.execute(
+        "INSERT INTO connectors (slug, namespace, digest, component, bundled, installed_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (slug) DO UPDATE SET
+             namespace = excluded.namespace,
+             digest = excluded.digest,
+             component = excluded.component,
+             bundled = excluded.bundled,
+             installed_at = excluded.installed_at",
+        params![
+            c.slug,
+            c.namespace,
+            c.digest,
+            c.component,
+            c.bundled,
+            c.installed_at
+        ],
+    )
+    .map_err(db)?;
+    inner.trip(FailPoint::AfterConnectorWrite)?;
+    // Several grants of one subject collapsing onto `<ns>.*` keep one row.
+    tx.execute(
+        "UPDATE OR REPLACE grants SET tool = ?1, namespace = ?2 WHERE provenance = ?3",
+        params![
+            format!("{}.*", c.namespace),
+            c.namespace,
+            connector_provenance(&c.slug)
+        ],
+    )
+    .map_err(db)?;
+    Ok(())
+}
+
+/// Upserts a binding and its grant (inside `tx`).
+fn write_binding(
+    tx: &Transaction<'_>,
+    inner: &Inner,
+    b: &BindingRecord,
+    g: &GrantRecord,
+) -> StoreResult<()> {
+    let ctx = "put_binding";
+    let db = |e| map_err(ctx, e);
+    let config = encode_json(ctx, &b.config)?;
+    let routing_keys = encode_json(ctx, &b.routing_keys)?;
+    tx.execute(
+        "INSERT INTO bindings (unit_id, connector, config, routing_keys, bound_at)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (unit_id, connector) DO UPDATE SET
+             config = excluded.config,
+             routing_keys = excluded.routing_keys,
+             bound_at = excluded.bound_at",
+        params![b.unit_id, b.connector, config, routing_keys, b.bound_at],
+    )
+    .map_err(db)?;
+    inner.trip(FailPoint::AfterBindingWrite)?;
+    upsert_grant(tx, &g).map_err(db)?;
+    Ok(())
+}
+
+/// Deletes a binding and the unit's grants it wrote (inside `tx`).
+fn remove_binding(
+    tx: &Transaction<'_>,
+    inner: &Inner,
+    unit_id: &str,
+    connector: &str,
+) -> StoreResult<bool> {
+    let db = |e| map_err("delete_binding", e);
+    let n = tx
+        .execute(
+            "DELETE FROM bindings WHERE unit_id = ?1 AND connector = ?2",
+            [unit_id, connector],
+        )
+        .map_err(db)?;
+    inner.trip(FailPoint::AfterBindingDelete)?;
+    tx.execute(
+        "DELETE FROM grants
+         WHERE subject_kind = 'unit' AND subject_id = ?1 AND provenance = ?2",
+        [unit_id, &connector_provenance(connector)],
+    )
+    .map_err(db)?;
+    Ok(n > 0)
+}
+
 /// Creates `path` with mode 0600 if it does not exist yet (an existing file is left as is).
 fn create_private_file(path: &Path) -> StoreResult<()> {
     if path.exists() {
@@ -700,38 +786,7 @@ impl Store for SqliteStore {
     async fn put_connector(&self, connector: &ConnectorRecord) -> StoreResult<()> {
         let c = connector.clone();
         self.write("put_connector", move |tx, inner| {
-            let db = |e| map_err("put_connector", e);
-            tx.execute(
-                "INSERT INTO connectors (slug, namespace, digest, component, bundled, installed_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT (slug) DO UPDATE SET
-                     namespace = excluded.namespace,
-                     digest = excluded.digest,
-                     component = excluded.component,
-                     bundled = excluded.bundled,
-                     installed_at = excluded.installed_at",
-                params![
-                    c.slug,
-                    c.namespace,
-                    c.digest,
-                    c.component,
-                    c.bundled,
-                    c.installed_at
-                ],
-            )
-            .map_err(db)?;
-            inner.trip(FailPoint::AfterConnectorWrite)?;
-            // Several grants of one subject collapsing onto `<ns>.*` keep one row.
-            tx.execute(
-                "UPDATE OR REPLACE grants SET tool = ?1, namespace = ?2 WHERE provenance = ?3",
-                params![
-                    format!("{}.*", c.namespace),
-                    c.namespace,
-                    connector_provenance(&c.slug)
-                ],
-            )
-            .map_err(db)?;
-            Ok(())
+            write_connector(tx, inner, &c)
         })
         .await
     }
@@ -844,23 +899,7 @@ impl Store for SqliteStore {
         let b = binding.clone();
         let g = grant.clone();
         self.write("put_binding", move |tx, inner| {
-            let ctx = "put_binding";
-            let db = |e| map_err(ctx, e);
-            let config = encode_json(ctx, &b.config)?;
-            let routing_keys = encode_json(ctx, &b.routing_keys)?;
-            tx.execute(
-                "INSERT INTO bindings (unit_id, connector, config, routing_keys, bound_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (unit_id, connector) DO UPDATE SET
-                     config = excluded.config,
-                     routing_keys = excluded.routing_keys,
-                     bound_at = excluded.bound_at",
-                params![b.unit_id, b.connector, config, routing_keys, b.bound_at],
-            )
-            .map_err(db)?;
-            inner.trip(FailPoint::AfterBindingWrite)?;
-            upsert_grant(tx, &g).map_err(db)?;
-            Ok(())
+            write_binding(tx, inner, &b, &g)
         })
         .await
     }
@@ -869,21 +908,29 @@ impl Store for SqliteStore {
         let unit_id = unit_id.to_owned();
         let connector = connector.to_owned();
         self.write("delete_binding", move |tx, inner| {
-            let db = |e| map_err("delete_binding", e);
-            let n = tx
-                .execute(
-                    "DELETE FROM bindings WHERE unit_id = ?1 AND connector = ?2",
-                    [&unit_id, &connector],
-                )
-                .map_err(db)?;
-            inner.trip(FailPoint::AfterBindingDelete)?;
-            tx.execute(
-                "DELETE FROM grants
-                 WHERE subject_kind = 'unit' AND subject_id = ?1 AND provenance = ?2",
-                [&unit_id, &connector_provenance(&connector)],
-            )
-            .map_err(db)?;
-            Ok(n > 0)
+            remove_binding(tx, inner, &unit_id, &connector)
+        })
+        .await
+    }
+
+    async fn rotate_connector(
+        &self,
+        connector: &ConnectorRecord,
+        kept: &[(BindingRecord, GrantRecord)],
+        removed: &[String],
+    ) -> StoreResult<()> {
+        let c = connector.clone();
+        let kept = kept.to_vec();
+        let removed = removed.to_vec();
+        self.write("rotate_connector", move |tx, inner| {
+            write_connector(tx, inner, &c)?;
+            for unit in &removed {
+                remove_binding(tx, inner, unit, &c.slug)?;
+            }
+            for (b, g) in &kept {
+                write_binding(tx, inner, b, g)?;
+            }
+            Ok(())
         })
         .await
     }

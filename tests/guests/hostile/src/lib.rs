@@ -70,9 +70,26 @@ struct TokenArgs {
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Any JSON object.
+#[cfg_attr(feature = "v2", allow(dead_code))]
 fn any_object() -> Value {
     json!({"type": "object"})
 }
+
+/// Version 2 (feature `v2`, built as `hostile-v2.wasm` for rotation tests) requires a
+/// `region` in every binding's configuration.
+#[cfg(feature = "v2")]
+fn v2_config() -> Value {
+    json!({"type": "object", "required": ["region"], "properties": {"region": {"type": "string"}}})
+}
+
+#[cfg(not(feature = "v2"))]
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+#[cfg(feature = "v2")]
+const VERSION: &str = "2.0.0";
+#[cfg(not(feature = "v2"))]
+const CONFIG_SCHEMA: fn() -> Value = any_object;
+#[cfg(feature = "v2")]
+const CONFIG_SCHEMA: fn() -> Value = v2_config;
 
 /// The connector.
 pub struct Hostile;
@@ -82,8 +99,8 @@ impl Connector for Hostile {
         Manifest::new("hostile")
             .display_name("Hostile")
             .description("Misbehaves on purpose; for the host's tests only.")
-            .version(env!("CARGO_PKG_VERSION"))
-            .config_schema(any_object)
+            .version(VERSION)
+            .config_schema(CONFIG_SCHEMA)
             .webhook(WebhookScheme::StandardWebhooks)
             .allowed_host("127.0.0.1")
             .allowed_host("localhost")

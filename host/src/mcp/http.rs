@@ -1,0 +1,613 @@
+//! The Streamable HTTP endpoint `/mcp/agents/{agentId}`: POST (client messages), GET (the
+//! server→client stream), DELETE (end the session).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::jsonrpc::{
+    self, classify, params_object, Incoming, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST,
+    METHOD_NOT_FOUND, NOT_FOUND, NOT_GRANTED, PARSE_ERROR, UNAUTHORIZED,
+};
+use super::session::{Session, Sessions};
+use super::tools::{call_error, CallError, CallResult, ToolsList};
+use super::{negotiate, BATCH_VERSION, MAX_BODY_BYTES, SUPPORTED_VERSIONS};
+use crate::api::{authorize, Access};
+use crate::error::{ErrorKind, HostError};
+use crate::store::Subject;
+
+/// `Mcp-Session-Id`.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+/// `MCP-Protocol-Version`.
+pub const VERSION_HEADER: &str = "mcp-protocol-version";
+/// Methods this server answers; anything else is `-32601`, with or without a session.
+const METHODS: [&str; 4] = ["initialize", "ping", "tools/list", "tools/call"];
+
+type McpState = State<Arc<Sessions>>;
+
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn rpc_error(status: StatusCode, id: &Value, code: i64, message: &str) -> Response {
+    json_response(status, jsonrpc::error(id, code, message, None))
+}
+
+fn accepted() -> Response {
+    StatusCode::ACCEPTED.into_response()
+}
+
+/// The agent's own token, or the operator token: else `401` (no or an invalid token) or
+/// `403` (another agent's token), with a JSON-RPC error body.
+fn authenticate(sessions: &Sessions, headers: &HeaderMap, agent: &str) -> Result<(), Response> {
+    let Err(e) = authorize(sessions.host(), headers, Access::Agent(agent)) else {
+        return Ok(());
+    };
+    let status = if e.kind == ErrorKind::Forbidden {
+        StatusCode::FORBIDDEN
+    } else {
+        StatusCode::UNAUTHORIZED
+    };
+    let data = serde_json::json!({ "code": e.code });
+    let mut response = json_response(
+        status,
+        jsonrpc::error(&Value::Null, UNAUTHORIZED, &e.message, Some(&data)),
+    );
+    if status == StatusCode::UNAUTHORIZED {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    Err(response)
+}
+
+/// The spec asks servers to validate `Origin`: a browser page may only come from this
+/// host itself. (The bearer token is the real guard: a page on another origin never
+/// has it, and this endpoint answers no CORS preflight.)
+fn check_origin(headers: &HeaderMap) -> Result<(), Response> {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    let same = origin
+        .to_str()
+        .ok()
+        .and_then(|o| o.split_once("://"))
+        .zip(host)
+        .is_some_and(|((scheme, authority), host)| {
+            let strip = |a: &str| {
+                let default = if scheme.eq_ignore_ascii_case("https") {
+                    ":443"
+                } else {
+                    ":80"
+                };
+                a.trim_end_matches('/')
+                    .strip_suffix(default)
+                    .unwrap_or(a.trim_end_matches('/'))
+                    .to_ascii_lowercase()
+            };
+            strip(authority) == strip(host)
+        });
+    if same {
+        Ok(())
+    } else {
+        Err(rpc_error(
+            StatusCode::FORBIDDEN,
+            &Value::Null,
+            UNAUTHORIZED,
+            "Forbidden: the Origin header names another site",
+        ))
+    }
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            let mime = ct.split(';').next().unwrap_or("").trim();
+            mime.eq_ignore_ascii_case("application/json") || mime.ends_with("+json")
+        })
+}
+
+fn too_large() -> Response {
+    rpc_error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &Value::Null,
+        INVALID_REQUEST,
+        &format!(
+            "Request too large: at most {} MiB per message",
+            MAX_BODY_BYTES / (1024 * 1024)
+        ),
+    )
+}
+
+async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, Response> {
+    use http_body_util::BodyExt;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(too_large());
+    }
+    match http_body_util::Limited::new(body, MAX_BODY_BYTES)
+        .collect()
+        .await
+    {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(e) => Err(rpc_error(
+            StatusCode::BAD_REQUEST,
+            &Value::Null,
+            INVALID_REQUEST,
+            &format!("could not read the request body: {e}"),
+        )),
+    }
+}
+
+/// The request's session: `400` without `Mcp-Session-Id`, `404` when it is unknown, ended
+/// or another agent's, `400` when `MCP-Protocol-Version` is unsupported or is not the
+/// revision the session negotiated (an absent header means the negotiated one).
+fn session_of(
+    sessions: &Sessions,
+    headers: &HeaderMap,
+    agent: &str,
+    id: &Value,
+) -> Result<Arc<Session>, Response> {
+    let Some(raw) = headers.get(SESSION_HEADER) else {
+        return Err(rpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            INVALID_REQUEST,
+            "Bad Request: the Mcp-Session-Id header is required; send `initialize` first to get one",
+        ));
+    };
+    let session = raw
+        .to_str()
+        .ok()
+        .and_then(|sid| sessions.get(sid, agent))
+        .ok_or_else(|| {
+            rpc_error(
+                StatusCode::NOT_FOUND,
+                id,
+                NOT_FOUND,
+                "Session not found: it ended or never existed; send `initialize` without Mcp-Session-Id to start a new one",
+            )
+        })?;
+    if let Some(v) = headers.get(VERSION_HEADER) {
+        let v = v.to_str().unwrap_or("");
+        if !SUPPORTED_VERSIONS.contains(&v) {
+            return Err(rpc_error(
+                StatusCode::BAD_REQUEST,
+                id,
+                INVALID_REQUEST,
+                &format!(
+                    "Bad Request: unsupported MCP-Protocol-Version `{}`; supported: {}",
+                    v.chars().take(40).collect::<String>(),
+                    SUPPORTED_VERSIONS.join(", ")
+                ),
+            ));
+        }
+        if v != session.version {
+            return Err(rpc_error(
+                StatusCode::BAD_REQUEST,
+                id,
+                INVALID_REQUEST,
+                &format!(
+                    "Bad Request: MCP-Protocol-Version `{v}` is not the revision this session negotiated (`{}`)",
+                    session.version
+                ),
+            ));
+        }
+    }
+    Ok(session)
+}
+
+/// `POST /mcp/agents/{agentId}`: one JSON-RPC message (or, at `2025-03-26`, a batch).
+pub async fn post(
+    State(sessions): McpState,
+    Path(agent): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    if let Err(r) = authenticate(&sessions, &headers, &agent).and_then(|()| check_origin(&headers))
+    {
+        return r;
+    }
+    if !is_json(&headers) {
+        return rpc_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            &Value::Null,
+            INVALID_REQUEST,
+            "Unsupported Media Type: send JSON-RPC with Content-Type: application/json",
+        );
+    }
+    let bytes = match read_body(&headers, body).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let value: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                &Value::Null,
+                PARSE_ERROR,
+                &format!("Parse error: {e}"),
+            )
+        }
+    };
+    match value {
+        Value::Array(items) => batch(&sessions, &agent, &headers, items).await,
+        single => one(&sessions, &agent, &headers, single).await,
+    }
+}
+
+async fn one(sessions: &Arc<Sessions>, agent: &str, headers: &HeaderMap, value: Value) -> Response {
+    let message = match classify(value) {
+        Ok(m) => m,
+        Err(invalid) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                &invalid.id,
+                INVALID_REQUEST,
+                invalid.message,
+            )
+        }
+    };
+    match message {
+        Incoming::Request { id, method, params } => {
+            if method == "initialize" {
+                return initialize(sessions, agent, headers, &id, params);
+            }
+            if !METHODS.contains(&method.as_str()) && !headers.contains_key(SESSION_HEADER) {
+                // No such method in any state: say so (clients probing for newer
+                // lifecycles, such as `server/discover`, fall back to `initialize`).
+                return json_response(StatusCode::OK, method_not_found(&id, &method));
+            }
+            let session = match session_of(sessions, headers, agent, &id) {
+                Ok(s) => s,
+                Err(r) => return r,
+            };
+            json_response(
+                StatusCode::OK,
+                request(sessions, &session, &id, &method, params).await,
+            )
+        }
+        Incoming::Notification { .. } | Incoming::Response => {
+            match session_of(sessions, headers, agent, &Value::Null) {
+                // Notifications (`initialized`, `cancelled`, progress, ...) need no action
+                // here: a client abandoning a call closes its request, which drops the call.
+                Ok(_) => accepted(),
+                Err(r) => r,
+            }
+        }
+    }
+}
+
+/// JSON-RPC batches exist only in protocol revision `2025-03-26` (removed in
+/// `2025-06-18`): there they are answered (requests concurrently, answers in one array);
+/// in a session at any later revision a batch is `400` / `-32600`.
+async fn batch(
+    sessions: &Arc<Sessions>,
+    agent: &str,
+    headers: &HeaderMap,
+    items: Vec<Value>,
+) -> Response {
+    if items.is_empty() {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            &Value::Null,
+            INVALID_REQUEST,
+            "Invalid Request: an empty batch",
+        );
+    }
+    let session = match session_of(sessions, headers, agent, &Value::Null) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    if session.version != BATCH_VERSION {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            &Value::Null,
+            INVALID_REQUEST,
+            &format!(
+                "Invalid Request: JSON-RPC batches are not supported at protocol revision {} (MCP removed them in 2025-06-18); send one message per POST",
+                session.version
+            ),
+        );
+    }
+    let answers = futures::future::join_all(items.into_iter().map(|item| {
+        let session = session.clone();
+        async move {
+            match classify(item) {
+                Err(invalid) => Some(jsonrpc::error(
+                    &invalid.id,
+                    INVALID_REQUEST,
+                    invalid.message,
+                    None,
+                )),
+                Ok(Incoming::Request { id, method, .. }) if method == "initialize" => {
+                    Some(jsonrpc::error(
+                        &id,
+                        INVALID_REQUEST,
+                        "Invalid Request: `initialize` cannot be part of a batch",
+                        None,
+                    ))
+                }
+                Ok(Incoming::Request { id, method, params }) => {
+                    Some(request(sessions, &session, &id, &method, params).await)
+                }
+                Ok(_) => None,
+            }
+        }
+    }))
+    .await;
+    let answers: Vec<Vec<u8>> = answers.into_iter().flatten().collect();
+    if answers.is_empty() {
+        return accepted();
+    }
+    let mut body = Vec::with_capacity(answers.iter().map(|a| a.len() + 1).sum::<usize>() + 2);
+    body.push(b'[');
+    for (i, a) in answers.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(a);
+    }
+    body.push(b']');
+    json_response(StatusCode::OK, body)
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct InitializeResult<'a> {
+    protocol_version: &'a str,
+    capabilities: Capabilities,
+    server_info: ServerInfo,
+    instructions: String,
+}
+
+#[derive(Serialize)]
+struct Capabilities {
+    tools: ListChanged,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ListChanged {
+    list_changed: bool,
+}
+
+#[derive(Serialize)]
+struct ServerInfo {
+    name: &'static str,
+    version: &'static str,
+}
+
+fn initialize(
+    sessions: &Arc<Sessions>,
+    agent: &str,
+    headers: &HeaderMap,
+    id: &Value,
+    params: Option<Value>,
+) -> Response {
+    if let Some(sid) = headers.get(SESSION_HEADER) {
+        return match sid.to_str().ok().and_then(|s| sessions.get(s, agent)) {
+            Some(_) => rpc_error(
+                StatusCode::BAD_REQUEST,
+                id,
+                INVALID_REQUEST,
+                "Invalid Request: this session is already initialized; send `initialize` without Mcp-Session-Id to start another",
+            ),
+            None => rpc_error(
+                StatusCode::NOT_FOUND,
+                id,
+                NOT_FOUND,
+                "Session not found: send `initialize` without Mcp-Session-Id",
+            ),
+        };
+    }
+    let params = match params_object(params) {
+        Ok(p) => p,
+        Err(m) => return rpc_error(StatusCode::OK, id, INVALID_PARAMS, m),
+    };
+    let Some(requested) = params.get("protocolVersion").and_then(Value::as_str) else {
+        return rpc_error(
+            StatusCode::OK,
+            id,
+            INVALID_PARAMS,
+            "`params.protocolVersion` (a string) is required",
+        );
+    };
+    let version = negotiate(requested);
+    let session = match sessions.create(agent, version) {
+        Ok(s) => s,
+        Err(e) if e.kind == ErrorKind::InvalidRequest => {
+            return rpc_error(StatusCode::BAD_REQUEST, id, INVALID_REQUEST, &e.message)
+        }
+        Err(e) => return rpc_error(StatusCode::NOT_FOUND, id, NOT_FOUND, &e.message),
+    };
+    tracing::debug!(agent, version, session = %session.id, "MCP session opened");
+    let body = jsonrpc::result(
+        id,
+        InitializeResult {
+            protocol_version: version,
+            capabilities: Capabilities {
+                tools: ListChanged { list_changed: true },
+            },
+            server_info: ServerInfo {
+                name: "connector-host",
+                version: env!("CARGO_PKG_VERSION"),
+            },
+            instructions: format!(
+                "The tools of agent `{agent}`: its connectors' tools (named <namespace>.<tool>) and the platform's sv.* tools. The set follows what the operator binds and grants; watch for notifications/tools/list_changed."
+            ),
+        },
+    );
+    let mut response = json_response(StatusCode::OK, body);
+    if let Ok(v) = HeaderValue::from_str(&session.id) {
+        response.headers_mut().insert(SESSION_HEADER, v);
+    }
+    response
+}
+
+fn method_not_found(id: &Value, method: &str) -> Vec<u8> {
+    let method: String = method.chars().take(100).collect();
+    jsonrpc::error(
+        id,
+        METHOD_NOT_FOUND,
+        &format!("Method not found: `{method}` (this server offers tools: tools/list, tools/call, ping)"),
+        None,
+    )
+}
+
+#[derive(Serialize)]
+struct Empty {}
+
+/// Answers one request of an open session.
+async fn request(
+    sessions: &Sessions,
+    session: &Session,
+    id: &Value,
+    method: &str,
+    params: Option<Value>,
+) -> Vec<u8> {
+    match method {
+        "ping" => jsonrpc::result(id, Empty {}),
+        "tools/list" => {
+            let params = match params_object(params) {
+                Ok(p) => p,
+                Err(m) => return jsonrpc::error(id, INVALID_PARAMS, m, None),
+            };
+            if params.get("cursor").is_some_and(|c| !c.is_null()) {
+                return jsonrpc::error(
+                    id,
+                    INVALID_PARAMS,
+                    "Invalid params: unknown cursor (this server lists every tool in one page)",
+                    None,
+                );
+            }
+            match sessions
+                .host()
+                .effective_tools(&Subject::Agent(session.agent.to_string()))
+            {
+                Ok(tools) => jsonrpc::result(id, ToolsList(&tools)),
+                Err(e) => host_error(id, e),
+            }
+        }
+        "tools/call" => call(sessions, session, id, params).await,
+        _ => method_not_found(id, method),
+    }
+}
+
+fn host_error(id: &Value, e: HostError) -> Vec<u8> {
+    let code = if e.kind == ErrorKind::NotFound {
+        NOT_FOUND
+    } else {
+        INTERNAL_ERROR
+    };
+    jsonrpc::error(id, code, &e.message, None)
+}
+
+async fn call(sessions: &Sessions, session: &Session, id: &Value, params: Option<Value>) -> Vec<u8> {
+    let mut params = match params_object(params) {
+        Ok(p) => p,
+        Err(m) => return jsonrpc::error(id, INVALID_PARAMS, m, None),
+    };
+    let Some(Value::String(name)) = params.remove("name") else {
+        return jsonrpc::error(
+            id,
+            INVALID_PARAMS,
+            "Invalid params: `name` (the tool's name, a string) is required",
+            None,
+        );
+    };
+    let arguments = match params.remove("arguments") {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(v) => v,
+    };
+    match sessions
+        .host()
+        .call_tool(&session.agent, &name, arguments)
+        .await
+    {
+        Ok(value) => jsonrpc::result(id, CallResult::success(value)),
+        Err(e) => match call_error(e) {
+            CallError::Rpc(code, message, data) => {
+                let message = if code == NOT_GRANTED || code == INVALID_PARAMS {
+                    message
+                } else {
+                    format!("Internal error: {message}")
+                };
+                jsonrpc::error(id, code, &message, Some(&data))
+            }
+            CallError::Result(failure) => jsonrpc::result(id, failure),
+        },
+    }
+}
+
+/// `GET /mcp/agents/{agentId}`: the session's server→client stream (Server-Sent Events,
+/// `event: message`, one JSON-RPC notification per event). Opening a new stream ends the
+/// previous one of the same session.
+pub async fn get(
+    State(sessions): McpState,
+    Path(agent): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = authenticate(&sessions, &headers, &agent).and_then(|()| check_origin(&headers))
+    {
+        return r;
+    }
+    let session = match session_of(&sessions, &headers, &agent, &Value::Null) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let rx = session.open_stream();
+    let events = futures::stream::unfold(rx, |mut rx| async move {
+        let (id, message) = rx.recv().await?;
+        let event = Event::default()
+            .event("message")
+            .id(id.to_string())
+            .data(&*message);
+        Some((Ok::<_, Infallible>(event), rx))
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+/// `DELETE /mcp/agents/{agentId}`: ends the session (`204`); its stream closes and later
+/// requests with its id get `404`.
+pub async fn delete(
+    State(sessions): McpState,
+    Path(agent): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = authenticate(&sessions, &headers, &agent).and_then(|()| check_origin(&headers))
+    {
+        return r;
+    }
+    match session_of(&sessions, &headers, &agent, &Value::Null) {
+        Ok(session) => {
+            sessions.remove(&session.id);
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(r) => r,
+    }
+}

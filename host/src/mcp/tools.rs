@@ -1,0 +1,243 @@
+//! `tools/list` and `tools/call`: the agent's effective tools as MCP tools, and host
+//! errors as MCP answers.
+
+use std::hash::Hasher;
+
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
+use serde_json::{Map, Value};
+
+use super::jsonrpc;
+use crate::error::HostError;
+use crate::grants::{Provider, ResolvedTools};
+use crate::registry::ToolInfo;
+
+/// The `tools/list` result of an effective tool set: `{"tools": [Tool]}`.
+///
+/// Tools of the image tier are left out: they run inside the agent's own container, so a
+/// call through the host always fails (`unknown_tool`); listing them would only invite
+/// the model to call tools it cannot reach here.
+pub struct ToolsList<'a>(pub &'a ResolvedTools);
+
+impl Serialize for ToolsList<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        struct Tools<'a>(&'a ResolvedTools);
+        impl Serialize for Tools<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut seq = serializer.serialize_seq(None)?;
+                for tool in self.0.iter() {
+                    if !matches!(tool.group.provider, Provider::Image(_)) {
+                        seq.serialize_element(&McpTool(tool.info))?;
+                    }
+                }
+                seq.end()
+            }
+        }
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry("tools", &Tools(self.0))?;
+        map.end()
+    }
+}
+
+/// One MCP `Tool`: `{name, description, inputSchema, annotations}`. The contract's
+/// annotations already carry MCP's `ToolAnnotations` names (`readOnlyHint`, ...).
+struct McpTool<'a>(&'a ToolInfo);
+
+impl Serialize for McpTool<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let info = self.0;
+        let mut map = serializer.serialize_map(Some(4))?;
+        map.serialize_entry("name", &info.name)?;
+        map.serialize_entry("description", &info.description)?;
+        map.serialize_entry("inputSchema", &InputSchema(&info.input_schema))?;
+        map.serialize_entry("annotations", &info.annotations)?;
+        map.end()
+    }
+}
+
+/// MCP requires `inputSchema` to be an object schema with `"type": "object"`. Connector
+/// schemas are; anything else is presented as one (without copying the schema).
+struct InputSchema<'a>(&'a Value);
+
+impl Serialize for InputSchema<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("object") => {
+                o.serialize(serializer)
+            }
+            Value::Object(o) => {
+                let mut map = serializer.serialize_map(None)?;
+                map.serialize_entry("type", "object")?;
+                for (k, v) in o.iter().filter(|(k, _)| *k != "type") {
+                    map.serialize_entry(k, v)?;
+                }
+                map.end()
+            }
+            _ => {
+                let mut map = serializer.serialize_map(Some(1))?;
+                map.serialize_entry("type", "object")?;
+                map.end()
+            }
+        }
+    }
+}
+
+/// A fingerprint of what `tools/list` shows for `tools`: equal fingerprints, same list.
+pub fn fingerprint(tools: &ResolvedTools) -> u64 {
+    struct HashWriter(std::collections::hash_map::DefaultHasher);
+    impl std::io::Write for HashWriter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.write(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut w = HashWriter(Default::default());
+    // Serialising into a hasher cannot fail.
+    let _ = serde_json::to_writer(&mut w, &ToolsList(tools));
+    w.0.finish()
+}
+
+/// A successful call: the result as JSON text content, and as structured content (the
+/// result itself when it is an object, else `{"result": value}`).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallResult {
+    content: [TextContent; 1],
+    structured_content: Value,
+    is_error: bool,
+}
+
+#[derive(Serialize)]
+struct TextContent {
+    r#type: &'static str,
+    text: String,
+}
+
+impl CallResult {
+    pub fn success(value: Value) -> Self {
+        let text = value.to_string();
+        let structured_content = if value.is_object() {
+            value
+        } else {
+            let mut m = Map::with_capacity(1);
+            m.insert("result".into(), value);
+            Value::Object(m)
+        };
+        CallResult {
+            content: [TextContent {
+                r#type: "text",
+                text,
+            }],
+            structured_content,
+            is_error: false,
+        }
+    }
+}
+
+/// A call the connector itself failed: a result with `isError: true`, the message as text.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolFailure {
+    content: [TextContent; 1],
+    is_error: bool,
+}
+
+/// How a failed `Host::call_tool` is answered.
+pub enum CallError {
+    /// A JSON-RPC error: code, message, data.
+    Rpc(i64, String, Value),
+    /// A result with `isError: true` (the connector's own failure).
+    Result(ToolFailure),
+}
+
+/// Maps a host error to the MCP answer: not granted → `-32002`; unknown tool or invalid
+/// arguments → `-32602` (data lists the JSON pointers); a connector's own failure
+/// (`tool_failed`, `connector_trapped`, `connector_timeout`) → a result with `isError`;
+/// anything else → `-32603`. `data` always carries the host's error `code` and `details`.
+pub fn call_error(err: HostError) -> CallError {
+    let code = match err.code {
+        "tool_failed" | "connector_trapped" | "connector_timeout" => {
+            return CallError::Result(ToolFailure {
+                content: [TextContent {
+                    r#type: "text",
+                    text: format!("{}: {}", err.code, err.message),
+                }],
+                is_error: true,
+            })
+        }
+        "tool_not_granted" | "not_found" => jsonrpc::NOT_GRANTED,
+        "unknown_tool" | "invalid_arguments" | "invalid_request" => jsonrpc::INVALID_PARAMS,
+        _ => jsonrpc::INTERNAL_ERROR,
+    };
+    let mut data = Map::new();
+    data.insert("code".into(), Value::String(err.code.into()));
+    if let Some(details) = err.details {
+        if let Some(v) = details.get("violations") {
+            data.insert("violations".into(), v.clone());
+        }
+        data.insert("details".into(), details);
+    }
+    CallError::Rpc(code, err.message, Value::Object(data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+    use serde_json::json;
+
+    #[test]
+    fn input_schemas_are_object_schemas() {
+        let s = |v: Value| serde_json::to_value(InputSchema(&v)).unwrap();
+        let good = json!({"type": "object", "properties": {"a": {"type": "string"}}});
+        assert_eq!(s(good.clone()), good);
+        assert_eq!(
+            s(json!({"properties": {}})),
+            json!({"type": "object", "properties": {}})
+        );
+        assert_eq!(s(json!(true)), json!({"type": "object"}));
+        assert_eq!(s(json!({"type": "string"})), json!({"type": "object"}));
+    }
+
+    #[test]
+    fn results_carry_text_and_structured_content() {
+        let r = serde_json::to_value(CallResult::success(json!({"message": "hi"}))).unwrap();
+        assert_eq!(
+            r,
+            json!({"content": [{"type": "text", "text": "{\"message\":\"hi\"}"}], "structuredContent": {"message": "hi"}, "isError": false})
+        );
+        let r = serde_json::to_value(CallResult::success(json!([1, 2]))).unwrap();
+        assert_eq!(r["structuredContent"], json!({"result": [1, 2]}));
+        assert_eq!(r["content"][0]["text"], "[1,2]");
+    }
+
+    #[test]
+    fn host_errors_map_to_mcp() {
+        let e = |code, kind| HostError::new(kind, code, "m");
+        assert!(matches!(
+            call_error(e("tool_not_granted", ErrorKind::Forbidden)),
+            CallError::Rpc(-32002, _, _)
+        ));
+        assert!(matches!(
+            call_error(e("unknown_tool", ErrorKind::NotFound)),
+            CallError::Rpc(-32602, _, _)
+        ));
+        for code in ["tool_failed", "connector_trapped", "connector_timeout"] {
+            assert!(matches!(
+                call_error(e(code, ErrorKind::BadGateway)),
+                CallError::Result(_)
+            ));
+        }
+        let invalid = e("invalid_arguments", ErrorKind::Unprocessable)
+            .with_details(json!({"violations": [{"pointer": "/message", "message": "x"}]}));
+        let CallError::Rpc(code, _, data) = call_error(invalid) else {
+            panic!("not an rpc error")
+        };
+        assert_eq!(code, -32602);
+        assert_eq!(data["violations"][0]["pointer"], "/message");
+        assert_eq!(data["code"], "invalid_arguments");
+    }
+}

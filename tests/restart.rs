@@ -1,0 +1,183 @@
+//! State survives a restart of the real `connector-host serve` process (even a SIGKILL).
+
+use integration_tests::guests;
+use integration_tests::harness::{ServerProcess, OPERATOR_TOKEN};
+use serde_json::{json, Value};
+
+async fn call(
+    client: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    token: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = client.request(method, url).bearer_auth(token);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let r = req.send().await.unwrap();
+    let s = r.status().as_u16();
+    (s, r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_agents_bindings_grants_and_tokens_survive_a_kill_and_restart() {
+    let data = tempfile::tempdir().unwrap();
+    let client = reqwest::Client::new();
+    let mut server = ServerProcess::start(data.path(), &[]).await;
+    let u = |p: &str, s: &ServerProcess| format!("{}/api/v1{p}", s.url);
+    use reqwest::Method as M;
+
+    // An operator-installed component, units, an agent, a binding, an explicit grant.
+    let r = client
+        .post(u("/connectors", &server))
+        .bearer_auth(OPERATOR_TOKEN)
+        .header("content-type", "application/wasm")
+        .body(std::fs::read(guests::HOSTILE).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    assert_eq!(
+        call(
+            &client,
+            M::PUT,
+            u("/units/org", &server),
+            OPERATOR_TOKEN,
+            Some(json!({}))
+        )
+        .await
+        .0,
+        201
+    );
+    assert_eq!(
+        call(
+            &client,
+            M::PUT,
+            u("/units/team", &server),
+            OPERATOR_TOKEN,
+            Some(json!({"parent": "org"}))
+        )
+        .await
+        .0,
+        201
+    );
+    assert_eq!(
+        call(
+            &client,
+            M::PUT,
+            u("/agents/ada", &server),
+            OPERATOR_TOKEN,
+            Some(json!({"units": ["team"]}))
+        )
+        .await
+        .0,
+        201
+    );
+    assert_eq!(
+        call(
+            &client,
+            M::PUT,
+            u("/units/org/connectors/acme", &server),
+            OPERATOR_TOKEN,
+            Some(json!({"config": {"greeting": "hi"}}))
+        )
+        .await
+        .0,
+        201
+    );
+    assert_eq!(
+        call(
+            &client,
+            M::POST,
+            u("/agents/ada/grants", &server),
+            OPERATOR_TOKEN,
+            Some(json!({"tool": "hostile.counter"}))
+        )
+        .await
+        .0,
+        201
+    );
+    let (_, token) = call(
+        &client,
+        M::POST,
+        u("/agents/ada/tokens", &server),
+        OPERATOR_TOKEN,
+        Some(json!({})),
+    )
+    .await;
+    let token = token["token"].as_str().unwrap().to_string();
+    let (_, before) = call(
+        &client,
+        M::GET,
+        u("/agents/ada/tools", &server),
+        &token,
+        None,
+    )
+    .await;
+
+    server.kill9();
+    let server = ServerProcess::start(data.path(), &[]).await;
+
+    let (s, after) = call(
+        &client,
+        M::GET,
+        u("/agents/ada/tools", &server),
+        &token,
+        None,
+    )
+    .await;
+    assert_eq!(
+        s, 200,
+        "the agent token still works after a restart: {after}"
+    );
+    assert_eq!(after, before);
+    let (_, unit) = call(
+        &client,
+        M::GET,
+        u("/units/team", &server),
+        OPERATOR_TOKEN,
+        None,
+    )
+    .await;
+    assert_eq!(unit["parent"], "org");
+    let (_, bindings) = call(
+        &client,
+        M::GET,
+        u("/units/org/connectors", &server),
+        OPERATOR_TOKEN,
+        None,
+    )
+    .await;
+    assert_eq!(bindings["bindings"][0]["config"], json!({"greeting": "hi"}));
+    let (s, r) = call(
+        &client,
+        M::POST,
+        u("/agents/ada/tool-calls", &server),
+        &token,
+        Some(json!({"tool": "acme.echo", "arguments": {"message": "after restart"}})),
+    )
+    .await;
+    assert_eq!(
+        (s, r["result"]["message"].as_str()),
+        (200, Some("after restart"))
+    );
+    let (s, r) = call(
+        &client,
+        M::POST,
+        u("/agents/ada/tool-calls", &server),
+        &token,
+        Some(json!({"tool": "hostile.counter", "arguments": {}})),
+    )
+    .await;
+    assert_eq!(
+        (s, r["result"].clone()),
+        (200, json!(1)),
+        "the installed component and the explicit grant survived"
+    );
+    // The compiled-component cache was used on the second start.
+    let cached = std::fs::read_dir(data.path().join("compiled"))
+        .unwrap()
+        .count();
+    assert!(cached >= 2, "compiled components are cached on disk");
+}
