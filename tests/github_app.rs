@@ -279,7 +279,7 @@ async fn skew_correction_is_never_looped() {
         .await
         .expect_err("always rejected");
     assert!(matches!(err, GithubAppError::ClockSkew { .. }), "{err:?}");
-    let message = err.to_string(); eprintln!("MSG: {message}");
+    let message = err.to_string();
     assert!(message.contains("clock"), "{message}");
     assert!(
         message.contains("('iat')"),
@@ -304,7 +304,7 @@ async fn a_key_of_another_app_is_reported_from_githubs_401() {
     let app = GithubApp::new(&settings(&fake, &key)).expect("a well-formed key loads");
     let err = app.installation_token(7).await.expect_err("wrong key");
     assert!(matches!(err, GithubAppError::JwtRejected { .. }), "{err:?}");
-    let message = err.to_string(); eprintln!("MSG: {message}");
+    let message = err.to_string();
     assert!(message.contains("401"), "{message}");
     assert!(message.contains("could not be decoded"), "{message}");
     assert!(message.contains(&key.display().to_string()), "{message}");
@@ -373,7 +373,7 @@ async fn key_problems_fail_at_start_up_naming_the_file() {
             std::fs::write(&path, content).expect("write");
         }
         let err = GithubApp::new(&settings(&fake, &path)).expect_err(name);
-        let message = err.to_string(); eprintln!("MSG: {message}");
+        let message = err.to_string();
         assert!(
             matches!(
                 err,
@@ -450,7 +450,7 @@ async fn suspended_installation_is_reported() {
         ),
         "{err:?}"
     );
-    let message = err.to_string(); eprintln!("MSG: {message}");
+    let message = err.to_string();
     assert!(message.contains("suspended"), "{message}");
     assert!(message.contains("installation 31"), "{message}");
 }
@@ -521,7 +521,7 @@ async fn timeouts_and_unreachable_github_are_clear_errors() {
     .expect("loads");
     let err = app.installation_token(7).await.expect_err("unreachable");
     assert!(matches!(err, GithubAppError::Transport { .. }), "{err:?}");
-    assert!(err.to_string().contains("cannot reach GitHub"), "{err}"); eprintln!("MSG: {err}");
+    assert!(err.to_string().contains("cannot reach GitHub"), "{err}");
 }
 
 #[tokio::test]

@@ -566,8 +566,13 @@ async fn webhook_steps(
     use connector_host::store::{DeliveryRecord, DeliveryStatus, MessageRecord};
 
     let connector = host.connector("hostile")?;
-    let sandbox = host.sandbox("hostile", &[]);
-    let bound = host.sandbox("hostile", &["r1".to_string()]);
+    let sandbox = host.sandbox("hostile", None);
+    let binding = host
+        .all_bindings()
+        .into_iter()
+        .find(|b| b.unit_id == "w0" && b.connector == "hostile")
+        .ok_or_else(|| anyhow!("hostile is not bound to w0"))?;
+    let bound = host.sandbox("hostile", Some(&binding));
     let p50 = |mut v: Vec<u64>| {
         v.sort_unstable();
         Duration::from_nanos(v[v.len() / 2])

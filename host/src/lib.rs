@@ -12,6 +12,7 @@ pub mod error;
 pub mod github_app;
 pub mod grants;
 pub mod host;
+pub mod mcp;
 pub mod registry;
 pub mod runtime;
 pub mod server;

@@ -112,6 +112,7 @@ pub fn router(host: Host) -> Router {
         .nest("/api/v1", api)
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
+        .merge(crate::mcp::router(host.clone()))
         .fallback(not_found)
         .with_state(host)
 }

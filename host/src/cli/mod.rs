@@ -19,6 +19,7 @@ pub mod client;
 pub mod connectors;
 pub mod context;
 pub mod inspect;
+pub mod mcp;
 pub mod messages;
 pub mod serve;
 pub mod tools;
@@ -152,6 +153,10 @@ pub enum Command {
 
     /// Show an agent's runtime context (env vars and files), or write it out
     Context(context::ContextArgs),
+
+    /// Serve an agent's tools as a local MCP server on stdin/stdout (bridged to the host)
+    #[command(after_help = mcp::HELP)]
+    Mcp(mcp::McpArgs),
 }
 
 const SERVE_HELP: &str = "\
@@ -242,6 +247,7 @@ pub fn run_remote(remote: &RemoteArgs, command: Command) -> Result<(), CliError>
         Command::Connectors(cmd) => connectors::run(&client, cmd),
         Command::Messages(args) => messages::run(&client, args),
         Command::Context(args) => context::run(&client, args),
+        Command::Mcp(args) => mcp::run(remote, args),
         Command::Serve(_) | Command::Inspect(_) => Err(CliError::usage(
             "this command does not talk to a running host",
         )),

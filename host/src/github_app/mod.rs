@@ -701,11 +701,12 @@ mod tests {
         let errors = vec![
             GithubAppError::InvalidKey {
                 path: KEY_PKCS1.into(),
-                reason: key::parse(
+                reason: match key::parse(
                     b"-----BEGIN RSA PRIVATE KEY-----\nQUJD\n-----END RSA PRIVATE KEY-----",
-                )
-                .err()
-                .expect("bad"),
+                ) {
+                    Ok(_) => panic!("a damaged key parsed"),
+                    Err(reason) => reason,
+                },
             },
             GithubAppError::JwtRejected {
                 message: "A JSON web token could not be decoded".into(),

@@ -472,7 +472,9 @@ fn method_not_found(id: &Value, method: &str) -> Vec<u8> {
     jsonrpc::error(
         id,
         METHOD_NOT_FOUND,
-        &format!("Method not found: `{method}` (this server offers tools: tools/list, tools/call, ping)"),
+        &format!(
+            "Method not found: `{method}` (this server offers tools: tools/list, tools/call, ping)"
+        ),
         None,
     )
 }
@@ -525,7 +527,12 @@ fn host_error(id: &Value, e: HostError) -> Vec<u8> {
     jsonrpc::error(id, code, &e.message, None)
 }
 
-async fn call(sessions: &Sessions, session: &Session, id: &Value, params: Option<Value>) -> Vec<u8> {
+async fn call(
+    sessions: &Sessions,
+    session: &Session,
+    id: &Value,
+    params: Option<Value>,
+) -> Vec<u8> {
     let mut params = match params_object(params) {
         Ok(p) => p,
         Err(m) => return jsonrpc::error(id, INVALID_PARAMS, m, None),

@@ -86,7 +86,9 @@ pub fn classify(value: Value) -> Result<Incoming, Invalid> {
         None if id.is_some() && (obj.contains_key("result") || obj.contains_key("error")) => {
             Ok(Incoming::Response)
         }
-        None => invalid("Invalid Request: a message needs a `method`, or `result`/`error` and an `id`"),
+        None => {
+            invalid("Invalid Request: a message needs a `method`, or `result`/`error` and an `id`")
+        }
     }
 }
 
@@ -128,7 +130,14 @@ pub fn result<T: Serialize>(id: &Value, result: T) -> Vec<u8> {
         id,
         result,
     })
-    .unwrap_or_else(|e| error(id, INTERNAL_ERROR, &format!("cannot serialise the result: {e}"), None))
+    .unwrap_or_else(|e| {
+        error(
+            id,
+            INTERNAL_ERROR,
+            &format!("cannot serialise the result: {e}"),
+            None,
+        )
+    })
 }
 
 /// `{"jsonrpc": "2.0", "id": id, "error": {code, message, data?}}` as bytes.
@@ -179,10 +188,22 @@ mod tests {
             (json!([]), Value::Null),
             (json!("ping"), Value::Null),
             (json!({"id": 1, "method": "ping"}), json!(1)),
-            (json!({"jsonrpc": "1.0", "id": 1, "method": "ping"}), json!(1)),
-            (json!({"jsonrpc": "2.0", "id": null, "method": "ping"}), Value::Null),
-            (json!({"jsonrpc": "2.0", "id": {}, "method": "ping"}), Value::Null),
-            (json!({"jsonrpc": "2.0", "id": "x", "method": 5}), json!("x")),
+            (
+                json!({"jsonrpc": "1.0", "id": 1, "method": "ping"}),
+                json!(1),
+            ),
+            (
+                json!({"jsonrpc": "2.0", "id": null, "method": "ping"}),
+                Value::Null,
+            ),
+            (
+                json!({"jsonrpc": "2.0", "id": {}, "method": "ping"}),
+                Value::Null,
+            ),
+            (
+                json!({"jsonrpc": "2.0", "id": "x", "method": 5}),
+                json!("x"),
+            ),
             (json!({"jsonrpc": "2.0", "result": {}}), Value::Null),
         ] {
             let err = classify(bad.clone()).expect_err(&bad.to_string());

@@ -88,9 +88,8 @@ impl Session {
     }
 }
 
-static LIST_CHANGED: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| {
-    jsonrpc::notification("notifications/tools/list_changed").into()
-});
+static LIST_CHANGED: std::sync::LazyLock<Arc<str>> =
+    std::sync::LazyLock::new(|| jsonrpc::notification("notifications/tools/list_changed").into());
 
 /// Every session of one router, and the watcher.
 pub struct Sessions {
@@ -134,7 +133,11 @@ impl Sessions {
     }
 
     /// Opens a session for `agent` (which must exist) at protocol revision `version`.
-    pub fn create(self: &Arc<Self>, agent: &str, version: &'static str) -> HostResult<Arc<Session>> {
+    pub fn create(
+        self: &Arc<Self>,
+        agent: &str,
+        version: &'static str,
+    ) -> HostResult<Arc<Session>> {
         let known = self.fingerprint(agent)?;
         let session = Arc::new(Session {
             id: crate::auth::random_secret(18).into(),

@@ -174,11 +174,20 @@ pub fn call_error(err: HostError) -> CallError {
     };
     let mut data = Map::new();
     data.insert("code".into(), Value::String(err.code.into()));
-    if let Some(details) = err.details {
-        if let Some(v) = details.get("violations") {
-            data.insert("violations".into(), v.clone());
+    match err.details {
+        // Invalid arguments: `data.violations` = [{pointer, message}].
+        Some(Value::Object(mut details)) if details.contains_key("violations") => {
+            if let Some(v) = details.remove("violations") {
+                data.insert("violations".into(), v);
+            }
+            if !details.is_empty() {
+                data.insert("details".into(), Value::Object(details));
+            }
         }
-        data.insert("details".into(), details);
+        Some(details) => {
+            data.insert("details".into(), details);
+        }
+        None => {}
     }
     CallError::Rpc(code, err.message, Value::Object(data))
 }

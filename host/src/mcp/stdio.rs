@@ -1,0 +1,629 @@
+//! The stdio bridge behind `connector-host mcp`: newline-delimited JSON-RPC on
+//! stdin/stdout, forwarded to a host's Streamable HTTP endpoint, for agent runtimes that
+//! only launch local MCP servers.
+//!
+//! - Each stdin line is one JSON-RPC message (or batch), POSTed as is. `initialize` is
+//!   sent before the next line is read and its `Mcp-Session-Id` and negotiated revision
+//!   are kept for every later message; other requests run concurrently (their answers
+//!   may come out of order, as JSON-RPC allows); notifications and client responses are
+//!   sent in order.
+//! - Answers (`application/json`, or `text/event-stream` from other servers) become
+//!   stdout lines. An HTTP failure without a JSON-RPC body becomes a JSON-RPC error for
+//!   that request id, so the client never waits for an answer that cannot come.
+//! - After `initialize` a GET stream relays the server's notifications
+//!   (`notifications/tools/list_changed`) to stdout, reconnecting with backoff.
+//! - When the host forgets the session (`404`, e.g. after a restart), the bridge replays
+//!   the client's `initialize` and `notifications/initialized` once and retries the
+//!   message: the client never sees the session change.
+//! - At end of input the bridge waits for answers in flight (up to 5 s), ends the
+//!   session with `DELETE` and exits 0. stdout carries only JSON-RPC; diagnostics go to
+//!   stderr.
+
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::{StatusCode, Url};
+use serde_json::{json, Value};
+
+use super::jsonrpc::{INTERNAL_ERROR, PARSE_ERROR};
+use super::{SESSION_HEADER, VERSION_HEADER};
+
+/// Where the bridge forwards to.
+#[derive(Debug, Clone)]
+pub struct BridgeConfig {
+    /// The MCP endpoint, e.g. `http://127.0.0.1:8787/mcp/agents/ada`.
+    pub endpoint: Url,
+    /// The bearer token (an agent token, or the operator token).
+    pub token: Option<String>,
+}
+
+/// Runs the bridge on this process's stdin/stdout until stdin ends.
+pub fn run(config: BridgeConfig) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("could not start the async runtime: {e}"))?;
+    let bridge = Arc::new(Bridge::new(config)?);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    // Blocking stdin reads live on their own thread; one wake-up per line.
+    std::thread::Builder::new()
+        .name("mcp-stdin".into())
+        .spawn(move || {
+            let mut stdin = std::io::stdin().lock();
+            loop {
+                let mut line = Vec::new();
+                match stdin.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        if tx.send(Bytes::from(line)).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        })
+        .map_err(|e| format!("could not start the stdin reader: {e}"))?;
+    runtime.block_on(bridge.serve(rx));
+    Ok(())
+}
+
+#[derive(Default)]
+struct SessionState {
+    id: Option<HeaderValue>,
+    version: Option<HeaderValue>,
+    /// The client's `initialize` request, replayed when the host forgets the session.
+    initialize: Option<Value>,
+    /// Bumped whenever the session changes.
+    generation: u64,
+}
+
+struct Bridge {
+    http: reqwest::Client,
+    endpoint: Url,
+    auth: Option<HeaderValue>,
+    state: Mutex<SessionState>,
+    reinitialize: tokio::sync::Mutex<()>,
+}
+
+/// What a line holds.
+enum Kind {
+    Initialize,
+    /// A request (answered), or a batch.
+    Request(Option<Value>),
+    /// A notification or a client response (not answered).
+    Other,
+}
+
+fn kind_of(message: &Value) -> Kind {
+    match message {
+        Value::Object(o) => match (o.get("method").and_then(Value::as_str), o.get("id")) {
+            (Some("initialize"), Some(_)) => Kind::Initialize,
+            (Some(_), Some(id)) => Kind::Request(Some(id.clone())),
+            _ => Kind::Other,
+        },
+        Value::Array(_) => Kind::Request(None),
+        _ => Kind::Other,
+    }
+}
+
+/// Writes one JSON-RPC message as one stdout line. A closed stdout means the client is
+/// gone: exit.
+fn emit(json: &[u8]) {
+    let mut line = if json.contains(&b'\n') || json.contains(&b'\r') {
+        // SSE data may span lines; a stdout message may not.
+        match serde_json::from_slice::<Value>(json) {
+            Ok(v) => v.to_string().into_bytes(),
+            Err(_) => return,
+        }
+    } else {
+        json.to_vec()
+    };
+    line.push(b'\n');
+    let mut out = std::io::stdout().lock();
+    if out.write_all(&line).and_then(|()| out.flush()).is_err() {
+        std::process::exit(0);
+    }
+}
+
+fn emit_error(id: &Value, code: i64, message: &str) {
+    let error = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    emit(error.to_string().as_bytes());
+}
+
+impl Bridge {
+    fn new(config: BridgeConfig) -> Result<Self, String> {
+        let auth = match config.token {
+            Some(t) => {
+                let mut v = HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| {
+                    "the token contains characters that cannot be sent in an HTTP header"
+                        .to_string()
+                })?;
+                v.set_sensitive(true);
+                Some(v)
+            }
+            None => None,
+        };
+        let http = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_secs(10))
+            .user_agent(concat!(
+                "connector-host-mcp-bridge/",
+                env!("CARGO_PKG_VERSION")
+            ))
+            .build()
+            .map_err(|e| format!("could not create the HTTP client: {e}"))?;
+        Ok(Bridge {
+            http,
+            endpoint: config.endpoint,
+            auth,
+            state: Mutex::new(SessionState::default()),
+            reinitialize: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    async fn serve(self: Arc<Self>, mut lines: tokio::sync::mpsc::UnboundedReceiver<Bytes>) {
+        let mut in_flight = tokio::task::JoinSet::new();
+        while let Some(line) = lines.recv().await {
+            while in_flight.try_join_next().is_some() {}
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let message: Value = match serde_json::from_slice(&line) {
+                Ok(v) => v,
+                Err(e) => {
+                    emit_error(&Value::Null, PARSE_ERROR, &format!("Parse error: {e}"));
+                    continue;
+                }
+            };
+            match kind_of(&message) {
+                Kind::Initialize => self.initialize(line, message).await,
+                Kind::Request(id) => {
+                    in_flight.spawn(self.clone().forward(line, id));
+                }
+                Kind::Other => self.clone().forward(line, None).await,
+            }
+        }
+        let drain = async { while in_flight.join_next().await.is_some() {} };
+        let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
+        self.end_session().await;
+    }
+
+    fn headers(&self, state: &SessionState) -> HeaderMap {
+        let mut h = HeaderMap::with_capacity(5);
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        h.insert(
+            ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        if let Some(auth) = &self.auth {
+            h.insert(AUTHORIZATION, auth.clone());
+        }
+        if let Some(id) = &state.id {
+            h.insert(SESSION_HEADER, id.clone());
+        }
+        if let Some(v) = &state.version {
+            h.insert(VERSION_HEADER, v.clone());
+        }
+        h
+    }
+
+    async fn post(&self, body: Bytes, headers: HeaderMap) -> reqwest::Result<reqwest::Response> {
+        self.http
+            .post(self.endpoint.clone())
+            .headers(headers)
+            .body(body)
+            .send()
+            .await
+    }
+
+    fn unreachable(&self, e: &reqwest::Error) -> String {
+        format!(
+            "connector-host bridge: the request to {} failed: {e}",
+            self.endpoint
+        )
+    }
+
+    /// `initialize`: a new session (any previous one is forgotten), then its GET stream.
+    async fn initialize(self: &Arc<Self>, line: Bytes, message: Value) {
+        let id = message.get("id").cloned().unwrap_or(Value::Null);
+        let headers = {
+            let mut state = self.state.lock();
+            *state = SessionState {
+                initialize: Some(message),
+                generation: state.generation + 1,
+                ..SessionState::default()
+            };
+            self.headers(&state)
+        };
+        match self.post(line, headers).await {
+            Ok(response) => {
+                if let Some(generation) = self.adopt_session(&response) {
+                    let answer = self.answer(response, Some(&id)).await;
+                    self.adopt_version(answer.as_deref());
+                    if let Some(answer) = answer {
+                        emit(&answer);
+                    }
+                    tokio::spawn(self.clone().listen(generation));
+                } else {
+                    self.relay(response, Some(&id)).await;
+                }
+            }
+            Err(e) => emit_error(&id, INTERNAL_ERROR, &self.unreachable(&e)),
+        }
+    }
+
+    /// Takes the session id of a successful `initialize` answer; returns the new generation.
+    fn adopt_session(&self, response: &reqwest::Response) -> Option<u64> {
+        if !response.status().is_success() {
+            return None;
+        }
+        let mut state = self.state.lock();
+        state.id = response.headers().get(SESSION_HEADER).cloned();
+        state.generation += 1;
+        Some(state.generation)
+    }
+
+    fn adopt_version(&self, answer: Option<&[u8]>) {
+        let version = answer
+            .and_then(|a| serde_json::from_slice::<Value>(a).ok())
+            .and_then(|v| {
+                v.pointer("/result/protocolVersion")
+                    .and_then(Value::as_str)
+                    .and_then(|s| HeaderValue::from_str(s).ok())
+            });
+        self.state.lock().version = version;
+    }
+
+    /// Forwards one message (retrying once through a replayed `initialize` when the
+    /// host no longer knows the session) and relays the answer.
+    async fn forward(self: Arc<Self>, line: Bytes, id: Option<Value>) {
+        for attempt in 0..2 {
+            let (headers, generation, had_session) = {
+                let state = self.state.lock();
+                (
+                    self.headers(&state),
+                    state.generation,
+                    state.id.is_some() && state.initialize.is_some(),
+                )
+            };
+            match self.post(line.clone(), headers).await {
+                Ok(r) if r.status() == StatusCode::NOT_FOUND && had_session && attempt == 0 => {
+                    if !self.reinitialize(generation).await {
+                        self.relay(r, id.as_ref()).await;
+                        return;
+                    }
+                }
+                Ok(r) => {
+                    self.relay(r, id.as_ref()).await;
+                    return;
+                }
+                Err(e) => {
+                    let message = self.unreachable(&e);
+                    match &id {
+                        Some(id) => emit_error(id, INTERNAL_ERROR, &message),
+                        None => eprintln!("{message}"),
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Replays the client's `initialize` (unless another task already did since
+    /// `seen_generation`). Returns whether a session is now open.
+    async fn reinitialize(self: &Arc<Self>, seen_generation: u64) -> bool {
+        let _one_at_a_time = self.reinitialize.lock().await;
+        let (init, headers) = {
+            let mut state = self.state.lock();
+            if state.generation != seen_generation {
+                return state.id.is_some();
+            }
+            let Some(mut init) = state.initialize.clone() else {
+                return false;
+            };
+            init["id"] = json!("connector-host-bridge-reinitialize");
+            state.id = None;
+            state.version = None;
+            (init, self.headers(&state))
+        };
+        let Ok(response) = self.post(Bytes::from(init.to_string()), headers).await else {
+            return false;
+        };
+        let Some(generation) = self.adopt_session(&response) else {
+            return false;
+        };
+        let answer = response.bytes().await.ok();
+        self.adopt_version(answer.as_deref());
+        let initialized =
+            Bytes::from_static(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        let headers = self.headers(&self.state.lock());
+        let _ = self.post(initialized, headers).await;
+        eprintln!("connector-host bridge: the host had ended the MCP session; started a new one");
+        tokio::spawn(self.clone().listen(generation));
+        true
+    }
+
+    /// The JSON-RPC answer in a response, if any (the first message of an SSE answer).
+    async fn answer(&self, response: reqwest::Response, id: Option<&Value>) -> Option<Vec<u8>> {
+        let mut answers = Vec::new();
+        self.collect(response, id, &mut |a| answers.push(a.to_vec()))
+            .await;
+        let mut answers = answers.into_iter();
+        let first = answers.next();
+        for more in answers {
+            emit(&more);
+        }
+        first
+    }
+
+    /// Writes the answers in `response` to stdout.
+    async fn relay(&self, response: reqwest::Response, id: Option<&Value>) {
+        self.collect(response, id, &mut |a| emit(a)).await;
+    }
+
+    /// Calls `sink` with each JSON-RPC message `response` carries; an answer without one
+    /// to a request becomes a JSON-RPC error with its id.
+    async fn collect(
+        &self,
+        mut response: reqwest::Response,
+        id: Option<&Value>,
+        sink: &mut (dyn FnMut(&[u8]) + Send),
+    ) {
+        let status = response.status();
+        let is_sse = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.starts_with("text/event-stream"));
+        if is_sse {
+            let mut parser = SseParser::default();
+            let mut answered = false;
+            while let Ok(Some(chunk)) = response.chunk().await {
+                for event in parser.feed(&chunk) {
+                    answered |= is_answer(&event);
+                    sink(&event);
+                }
+                if answered {
+                    return;
+                }
+            }
+            if let (Some(id), false) = (id, answered) {
+                emit_error(
+                    id,
+                    INTERNAL_ERROR,
+                    "the host's answer stream ended without an answer",
+                );
+            }
+            return;
+        }
+        let body = response.bytes().await.unwrap_or_default();
+        if status == StatusCode::ACCEPTED && body.is_empty() {
+            if let Some(id) = id {
+                emit_error(
+                    id,
+                    INTERNAL_ERROR,
+                    "the host accepted the request without answering it",
+                );
+            }
+            return;
+        }
+        match serde_json::from_slice::<Value>(&body) {
+            // An error without an id (rejected before the id was read): give it the id.
+            Ok(mut v) if v.get("error").is_some() && v.get("id") == Some(&Value::Null) => {
+                if let Some(id) = id {
+                    v["id"] = id.clone();
+                }
+                sink(v.to_string().as_bytes());
+            }
+            Ok(v) if v.get("jsonrpc").is_some() || v.is_array() => sink(&body),
+            _ => {
+                let text: String = String::from_utf8_lossy(&body).chars().take(300).collect();
+                let message = format!("the host answered HTTP {status}: {text}");
+                match id {
+                    Some(id) => emit_error(id, INTERNAL_ERROR, &message),
+                    None if !status.is_success() => eprintln!("connector-host bridge: {message}"),
+                    None => {}
+                }
+            }
+        }
+    }
+
+    /// Relays the session's GET stream to stdout while the session lasts.
+    async fn listen(self: Arc<Self>, generation: u64) {
+        let mut delay = Duration::from_millis(250);
+        let mut last_event_id: Option<String> = None;
+        loop {
+            let mut headers = {
+                let state = self.state.lock();
+                if state.generation != generation || state.id.is_none() {
+                    return;
+                }
+                self.headers(&state)
+            };
+            headers.remove(CONTENT_TYPE);
+            headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+            if let Some(id) = last_event_id
+                .as_deref()
+                .and_then(|i| HeaderValue::from_str(i).ok())
+            {
+                headers.insert("last-event-id", id);
+            }
+            match self
+                .http
+                .get(self.endpoint.clone())
+                .headers(headers)
+                .send()
+                .await
+            {
+                Ok(mut response) if response.status().is_success() => {
+                    delay = Duration::from_millis(250);
+                    let mut parser = SseParser::default();
+                    while let Ok(Some(chunk)) = response.chunk().await {
+                        for event in parser.feed(&chunk) {
+                            emit(&event);
+                        }
+                        if let Some(id) = parser.last_id.take() {
+                            last_event_id = Some(id);
+                        }
+                    }
+                }
+                // No stream offered, or the session is gone (a replayed `initialize`
+                // starts a new listener), or the token is refused: stop.
+                Ok(response)
+                    if matches!(
+                        response.status(),
+                        StatusCode::METHOD_NOT_ALLOWED
+                            | StatusCode::NOT_FOUND
+                            | StatusCode::UNAUTHORIZED
+                            | StatusCode::FORBIDDEN
+                    ) =>
+                {
+                    if !matches!(
+                        response.status(),
+                        StatusCode::METHOD_NOT_ALLOWED | StatusCode::NOT_FOUND
+                    ) {
+                        eprintln!(
+                            "connector-host bridge: the host refused the notification stream ({})",
+                            response.status()
+                        );
+                    }
+                    return;
+                }
+                Ok(_) | Err(_) => {}
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(10));
+        }
+    }
+
+    async fn end_session(&self) {
+        let headers = {
+            let state = self.state.lock();
+            if state.id.is_none() {
+                return;
+            }
+            self.headers(&state)
+        };
+        let delete = self
+            .http
+            .delete(self.endpoint.clone())
+            .headers(headers)
+            .send();
+        let _ = tokio::time::timeout(Duration::from_secs(2), delete).await;
+    }
+}
+
+/// Whether an SSE message is an answer (a result or error), which ends a POST's stream.
+fn is_answer(message: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(message)
+        .is_ok_and(|v| v.get("result").is_some() || v.get("error").is_some())
+}
+
+/// An incremental `text/event-stream` parser yielding the data of `message` events.
+#[derive(Default)]
+struct SseParser {
+    buffer: Vec<u8>,
+    data: Vec<u8>,
+    event: Option<String>,
+    last_id: Option<String>,
+}
+
+impl SseParser {
+    fn feed(&mut self, chunk: &[u8]) -> Vec<Vec<u8>> {
+        self.buffer.extend_from_slice(chunk);
+        let mut out = Vec::new();
+        let mut start = 0;
+        while let Some(pos) = self.buffer[start..]
+            .iter()
+            .position(|b| *b == b'\n' || *b == b'\r')
+        {
+            let end = start + pos;
+            let line = self.buffer[start..end].to_vec();
+            let mut next = end + 1;
+            if self.buffer[end] == b'\r' {
+                if next == self.buffer.len() {
+                    break; // a CR at the end of a chunk: wait for a possible LF
+                }
+                if self.buffer[next] == b'\n' {
+                    next += 1;
+                }
+            }
+            start = next;
+            self.line(&line, &mut out);
+        }
+        self.buffer.drain(..start);
+        out
+    }
+
+    fn line(&mut self, line: &[u8], out: &mut Vec<Vec<u8>>) {
+        if line.is_empty() {
+            let data = std::mem::take(&mut self.data);
+            let event = self.event.take();
+            if !data.is_empty() && event.as_deref().is_none_or(|e| e == "message") {
+                out.push(data);
+            }
+            return;
+        }
+        if line[0] == b':' {
+            return;
+        }
+        let (field, value) = match line.iter().position(|b| *b == b':') {
+            Some(i) => {
+                let v = &line[i + 1..];
+                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+            }
+            None => (line, &b""[..]),
+        };
+        match field {
+            b"data" => {
+                if !self.data.is_empty() {
+                    self.data.push(b'\n');
+                }
+                self.data.extend_from_slice(value);
+            }
+            b"event" => self.event = Some(String::from_utf8_lossy(value).into_owned()),
+            b"id" => self.last_id = Some(String::from_utf8_lossy(value).into_owned()),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sse_events_across_chunks_and_line_endings() {
+        let mut p = SseParser::default();
+        assert!(p
+            .feed(b": keep-alive\n\nevent: message\nid: 1\nda")
+            .is_empty());
+        let out = p.feed(b"ta: {\"a\":1}\r\n\r\ndata: x\ndata: y\n\n");
+        assert_eq!(out, vec![b"{\"a\":1}".to_vec(), b"x\ny".to_vec()]);
+        assert_eq!(p.last_id.as_deref(), Some("1"));
+        let out = p.feed(b"event: other\ndata: z\n\ndata:w\r");
+        assert!(out.is_empty());
+        assert_eq!(p.feed(b"\r\n"), vec![b"w".to_vec()]);
+    }
+
+    #[test]
+    fn kinds() {
+        assert!(matches!(
+            kind_of(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize"})),
+            Kind::Initialize
+        ));
+        assert!(matches!(
+            kind_of(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})),
+            Kind::Request(Some(_))
+        ));
+        assert!(matches!(
+            kind_of(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"})),
+            Kind::Other
+        ));
+        assert!(matches!(kind_of(&json!([])), Kind::Request(None)));
+    }
+}

@@ -1,0 +1,152 @@
+//! The `connector-host` binary as a connector developer and an operator use it.
+
+use std::process::{Command, Output};
+
+use integration_tests::guests;
+use integration_tests::harness::{host_binary, ServerProcess, OPERATOR_TOKEN};
+use serde_json::Value;
+
+fn run(args: &[&str], url: Option<&str>) -> Output {
+    let mut cmd = Command::new(host_binary());
+    cmd.args(args)
+        .env_remove("CONNECTOR_HOST_OPERATOR_TOKEN")
+        .env("RUST_LOG", "error");
+    if let Some(url) = url {
+        cmd.env("CONNECTOR_HOST_URL", url)
+            .env("CONNECTOR_HOST_OPERATOR_TOKEN", OPERATOR_TOKEN);
+    }
+    cmd.output().expect("run connector-host")
+}
+
+fn stdout_json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[test]
+fn inspect_prints_the_connector_or_names_the_broken_rule() {
+    let out = run(&["inspect", guests::HOSTILE], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c = stdout_json(&out);
+    assert_eq!(c["slug"], "hostile");
+    assert_eq!(c["webhook"]["scheme"], "standard-webhooks");
+    assert!(c["digest"].as_str().unwrap().starts_with("sha256:"));
+
+    let out = run(&["inspect", guests::BAD_MANIFEST_UPPERCASE_ID], None);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Acme.Echo") && err.contains("tool_id_pattern"),
+        "{err}"
+    );
+
+    let out = run(&["inspect", "/definitely/missing.wasm"], None);
+    assert!(!out.status.success());
+}
+
+#[test]
+fn call_runs_one_tool_locally() {
+    let out = run(&["call", guests::HOSTILE, "counter", "{}"], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout_json(&out), serde_json::json!(1));
+    let out = run(
+        &[
+            "call",
+            guests::HOSTILE,
+            "hostile.huge",
+            r#"{"bytes": "many"}"#,
+        ],
+        None,
+    );
+    assert!(
+        !out.status.success(),
+        "schema violations are refused before the guest runs"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/bytes"));
+    let out = run(
+        &["call", guests::HOSTILE, "panic", r#"{"message":"cli"}"#],
+        None,
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("deliberate panic: cli"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_day_over_the_cli() {
+    let data = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(data.path(), &[]).await;
+    let url = server.url.clone();
+    tokio::task::spawn_blocking(move || {
+        let ok = |args: &[&str]| {
+            let out = run(args, Some(&url));
+            assert!(
+                out.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            out
+        };
+        ok(&["connectors", "install", guests::HOSTILE]);
+        let list = stdout_json(&ok(&["connectors", "list"]));
+        assert!(list["connectors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["slug"] == "hostile"));
+        ok(&["units", "put", "eng"]);
+        ok(&["units", "put", "backend", "--parent", "eng"]);
+        ok(&["agents", "put", "ada", "--unit", "backend"]);
+        ok(&["bind", "eng", "acme", "--config", r#"{"greeting":"hi"}"#]);
+        let table = String::from_utf8(ok(&["tools", "--agent", "ada"]).stdout).unwrap();
+        assert!(
+            table.contains("acme.echo")
+                && table.contains("connector:acme")
+                && table.contains("eng"),
+            "{table}"
+        );
+        let json = stdout_json(&ok(&["tools", "--agent", "ada", "--json"]));
+        assert!(json.to_string().contains("acme.timestamp"));
+        let result = stdout_json(&ok(&[
+            "call",
+            "ada",
+            "acme.echo",
+            r#"{"message":"from the cli"}"#,
+        ]));
+        assert_eq!(result["message"], "from the cli");
+        let ctx = String::from_utf8(ok(&["context", "ada", "--env"]).stdout).unwrap();
+        assert!(ctx.contains("SPRING_CONNECTOR_ACME_GREETING=hi"), "{ctx}");
+        ok(&["unbind", "eng", "acme"]);
+        let out = run(
+            &["call", "ada", "acme.echo", r#"{"message":"x"}"#],
+            Some(&url),
+        );
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("tool_not_granted"));
+        ok(&["connectors", "remove", "hostile"]);
+        ok(&["agents", "delete", "ada"]);
+        ok(&["units", "delete", "backend"]);
+        ok(&["units", "delete", "eng"]);
+        let out = run(&["units", "get", "eng"], Some(&url));
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("not_found"));
+    })
+    .await
+    .unwrap();
+    // Not reachable: a clear message.
+    let out = run(&["units", "get", "x"], Some("http://127.0.0.1:9"));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("connector-host serve"));
+}

@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Drives connector-host's MCP surface with the official MCP Python SDK (PyPI `mcp`).
+
+A client nobody on this project wrote: whatever it does against the host must work
+(CONTRACT.md §5). Run by `tests/mcp.rs`; by hand:
+
+    python client_check.py --url http://127.0.0.1:8787 --agent ada --token AGENT_TOKEN \
+        --operator-token OP --unit team --binary target/debug/connector-host
+
+The agent must have `acme` bound and the `hostile` test connector installed but not
+bound to --unit. Two legs, each over its own transport:
+
+1. Streamable HTTP (`streamable_http_client`, or `streamablehttp_client` in SDK 1.x)
+   with the agent token as a bearer header;
+2. stdio, launching `connector-host mcp --agent ... --url ... --token ...`
+   (`stdio_client`).
+
+Each leg: initialize, list tools (acme.echo present), call acme.echo and check the
+structured result, call a tool of the unbound `hostile` connector (error -32002), bind
+`hostile` through the REST API mid-session and wait for
+`notifications/tools/list_changed` (via a message handler), see the new tool listed and
+callable, then unbind it again. Prints one line per check; exits non-zero on failure.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import time
+import urllib.request
+
+import mcp
+from mcp import ClientSession
+
+try:  # SDK 2.x
+    from mcp.shared.exceptions import MCPError as RpcError
+except ImportError:  # SDK 1.x
+    from mcp.shared.exceptions import McpError as RpcError
+
+NOTIFY_TIMEOUT_S = 10.0
+
+
+def log(msg):
+    print(f"[client_check] {msg}", flush=True)
+
+
+def rest(base, token, method, path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(base + path, data=data, method=method)
+    req.add_header("authorization", f"Bearer {token}")
+    if data is not None:
+        req.add_header("content-type", "application/json")
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return resp.status
+
+
+def method_of(message):
+    for obj in (message, getattr(message, "root", None)):
+        m = getattr(obj, "method", None)
+        if isinstance(m, str):
+            return m
+    return None
+
+
+@contextlib.asynccontextmanager
+async def http_transport(url, token):
+    headers = {"Authorization": f"Bearer {token}"}
+    try:
+        from mcp.client.streamable_http import streamable_http_client  # SDK 2.x
+    except ImportError:
+        streamable_http_client = None
+    if streamable_http_client is not None:
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        async with create_mcp_http_client(headers=headers) as client:
+            async with streamable_http_client(url, http_client=client) as streams:
+                yield streams[0], streams[1]
+    else:
+        from mcp.client.streamable_http import streamablehttp_client  # SDK 1.x
+
+        async with streamablehttp_client(url, headers=headers) as (read, write, _):
+            yield read, write
+
+
+@contextlib.asynccontextmanager
+async def stdio_transport(binary, url, agent, token):
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(
+        command=binary,
+        args=["mcp", "--agent", agent, "--url", url, "--token", token],
+        env={"RUST_LOG": "warn"},
+    )
+    async with stdio_client(params) as streams:
+        yield streams[0], streams[1]
+
+
+async def leg(name, transport, a):
+    changed = asyncio.Event()
+    seen = []
+
+    async def on_message(message):
+        if isinstance(message, Exception):
+            log(f"{name}: transport reported {message!r}")
+            return
+        method = method_of(message)
+        seen.append(method)
+        if method == "notifications/tools/list_changed":
+            changed.set()
+
+    async with transport as (read, write):
+        async with ClientSession(read, write, message_handler=on_message) as session:
+            init = await session.initialize()
+            version = getattr(init, "protocol_version", None) or getattr(init, "protocolVersion", None)
+            server = init.server_info if hasattr(init, "server_info") else init.serverInfo
+            assert server.name == "connector-host", server
+            caps = init.capabilities
+            assert caps.tools is not None, caps
+            list_changed = getattr(caps.tools, "list_changed", None)
+            if list_changed is None:
+                list_changed = getattr(caps.tools, "listChanged", None)
+            assert list_changed is True, caps.tools
+            log(f"{name}: initialized at protocol revision {version}")
+
+            tools = await session.list_tools()
+            names = [t.name for t in tools.tools]
+            assert "acme.echo" in names, names
+            assert not any(n.startswith("hostile.") for n in names), names
+            echo = next(t for t in tools.tools if t.name == "acme.echo")
+            schema = echo.input_schema if hasattr(echo, "input_schema") else echo.inputSchema
+            assert schema["type"] == "object" and "message" in schema["properties"], schema
+            hints = echo.annotations
+            read_only = getattr(hints, "read_only_hint", None)
+            if read_only is None:
+                read_only = getattr(hints, "readOnlyHint", None)
+            assert read_only is True, hints
+            log(f"{name}: tools/list has {len(names)} tools, acme.echo among them")
+
+            result = await session.call_tool("acme.echo", {"message": "hi"})
+            is_error = getattr(result, "is_error", None)
+            if is_error is None:
+                is_error = getattr(result, "isError", None)
+            structured = getattr(result, "structured_content", None)
+            if structured is None:
+                structured = getattr(result, "structuredContent", None)
+            assert not is_error, result
+            assert structured == {"message": "hi"}, result
+            assert json.loads(result.content[0].text) == {"message": "hi"}, result
+            log(f"{name}: acme.echo answered {structured}")
+
+            try:
+                await session.call_tool("hostile.counter", {})
+            except RpcError as e:
+                code = e.error.code
+                assert code == -32002, f"expected -32002, got {code}: {e.error.message}"
+                log(f"{name}: hostile.counter (unbound) refused with {code}")
+            else:
+                raise AssertionError("calling a tool of an unbound connector succeeded")
+
+            # Mid-session: bind hostile through the REST API; the session must hear of it.
+            changed.clear()
+            started = time.monotonic()
+            status = rest(a.rest, a.operator_token, "PUT",
+                          f"/api/v1/units/{a.unit}/connectors/hostile", {"config": {}})
+            assert status in (200, 201), status
+            try:
+                await asyncio.wait_for(changed.wait(), NOTIFY_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                raise AssertionError(
+                    f"no notifications/tools/list_changed within {NOTIFY_TIMEOUT_S}s after the bind; saw {seen}")
+            log(f"{name}: notifications/tools/list_changed {1000 * (time.monotonic() - started):.0f} ms after the bind")
+
+            tools = await session.list_tools()
+            names = [t.name for t in tools.tools]
+            assert "hostile.counter" in names, names
+            result = await session.call_tool("hostile.counter", {})
+            structured = getattr(result, "structured_content", None)
+            if structured is None:
+                structured = getattr(result, "structuredContent", None)
+            assert structured == {"result": 1}, result
+            log(f"{name}: hostile.counter now listed and callable")
+
+            changed.clear()
+            rest(a.rest, a.operator_token, "DELETE", f"/api/v1/units/{a.unit}/connectors/hostile")
+            await asyncio.wait_for(changed.wait(), NOTIFY_TIMEOUT_S)
+            log(f"{name}: unbinding announced too")
+
+
+async def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", required=True, help="base URL of the host")
+    ap.add_argument("--agent", required=True)
+    ap.add_argument("--token", required=True, help="the agent's token")
+    ap.add_argument("--operator-token", required=True)
+    ap.add_argument("--unit", required=True, help="a unit of the agent, to bind hostile to")
+    ap.add_argument("--binary", required=True, help="the connector-host binary (stdio leg)")
+    a = ap.parse_args()
+    a.rest = a.url.rstrip("/")
+    endpoint = f"{a.rest}/mcp/agents/{a.agent}"
+    try:
+        from importlib.metadata import version
+        log(f"MCP Python SDK {version('mcp')}")
+    except Exception:  # pragma: no cover
+        log(f"MCP Python SDK {getattr(mcp, '__version__', '?')}")
+    await leg("http", http_transport(endpoint, a.token), a)
+    await leg("stdio", stdio_transport(a.binary, a.rest, a.agent, a.token), a)
+    log("all checks passed")
+
+
+if __name__ == "__main__":
+    try:
+        asyncio.run(main())
+    except AssertionError as e:
+        print(f"[client_check] FAILED: {e}", file=sys.stderr, flush=True)
+        raise
