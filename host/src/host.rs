@@ -340,10 +340,20 @@ impl Host {
                 config.data_dir.display()
             )
         })?;
+        // The App key is read and proven at start-up: a bad key fails here, not at first use.
+        let github_app = match &config.github_app {
+            Some(settings) => Some(Arc::new(
+                crate::github_app::GithubApp::new(settings)
+                    .map_err(|e| anyhow::anyhow!("github_app: {e}"))?,
+            )),
+            None => None,
+        };
         let runtime = Arc::new(ConnectorRuntime::new(RuntimeOptions {
             limits: config.limits,
             cache_dir: Some(config.data_dir.join("compiled")),
-            installation_tokens: None,
+            installation_tokens: github_app
+                .clone()
+                .map(|app| app as Arc<dyn crate::runtime::InstallationTokens>),
         })?);
         let (operator, generated_operator_token) = match &config.operator_token {
             Some(t) if !t.is_empty() => (OperatorToken::new(t), None),

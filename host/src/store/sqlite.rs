@@ -373,7 +373,7 @@ fn write_binding(
     )
     .map_err(db)?;
     inner.trip(FailPoint::AfterBindingWrite)?;
-    upsert_grant(tx, &g).map_err(db)?;
+    upsert_grant(tx, g).map_err(db)?;
     Ok(())
 }
 
