@@ -555,6 +555,141 @@ fn webhook_run(
     Ok((r, signed))
 }
 
+async fn call_tool_inprocess(host: &Host, limits: Limits) -> RunResult {
+    let h = host.clone();
+    run_inprocess(limits, move |_| {
+        let h = h.clone();
+        async move {
+            h.call_tool("a1", "acme.echo", json!({"message": "hi"}))
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+    })
+    .await
+}
+
+fn delivery_record(
+    id: &str,
+    body: &Bytes,
+    headers: Vec<(String, String)>,
+) -> connector_host::store::DeliveryRecord {
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    connector_host::store::DeliveryRecord {
+        connector: "hostile".into(),
+        delivery_id: id.to_string(),
+        event: None,
+        headers,
+        body: body.to_vec(),
+        received_unix: now,
+        received_at: connector_host::host::now_rfc3339(),
+        status: connector_host::store::DeliveryStatus::Pending,
+        attempts: 0,
+        error: None,
+        routed_to: Vec::new(),
+    }
+}
+
+fn message_record(
+    id: &str,
+    kind: &str,
+    payload: &Value,
+    received_at: &str,
+) -> connector_host::store::MessageRecord {
+    connector_host::store::MessageRecord {
+        seq: 0,
+        id: format!("msg_{id}"),
+        unit_id: "w0".into(),
+        connector: "hostile".into(),
+        kind: kind.to_string(),
+        delivery_id: id.to_string(),
+        thread_key: Some("t1".into()),
+        payload: payload.clone(),
+        received_at: received_at.to_string(),
+    }
+}
+
+/// Only the store's two transactions of a delivery, concurrently (no HTTP, no guest).
+async fn store_only(host: &Host, body: &Bytes, prefix: &str, limits: Limits) -> RunResult {
+    let payload: Value = serde_json::from_slice::<Value>(body).unwrap_or_default()["messages"][0]
+        ["payload"]
+        .clone();
+    let (h, body, prefix) = (host.clone(), body.clone(), prefix.to_string());
+    run_inprocess(limits, move |i| {
+        let (h, body, payload) = (h.clone(), body.clone(), payload.clone());
+        let id = format!("{prefix}-{i}");
+        async move {
+            let record = delivery_record(&id, &body, Vec::new());
+            let fresh = h
+                .store()
+                .insert_delivery(&record, 7 * 24 * 3600)
+                .await
+                .map_err(|e| e.to_string())?;
+            if !fresh {
+                return Err("duplicate".into());
+            }
+            let m = message_record(&id, "bench.event", &payload, &record.received_at);
+            h.store()
+                .complete_delivery("hostile", &id, &[m], &["w0".to_string()])
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// Only the guest's translate-webhook + accept of a delivery, concurrently (no store).
+async fn guest_only(host: &Host, body: &Bytes, limits: Limits) -> anyhow::Result<RunResult> {
+    use connector_host::runtime::wit;
+    let connector = host.connector("hostile")?;
+    let binding = host
+        .all_bindings()
+        .into_iter()
+        .find(|b| b.unit_id == "w0" && b.connector == "hostile")
+        .ok_or_else(|| anyhow!("hostile is not bound to w0"))?;
+    let sandbox = Arc::new(host.sandbox("hostile", None));
+    let bound = Arc::new(host.sandbox("hostile", Some(&binding)));
+    let (h, body) = (host.clone(), body.clone());
+    Ok(run_inprocess(limits, move |_| {
+        let (h, body, connector) = (h.clone(), body.to_vec(), connector.clone());
+        let (sandbox, bound) = (sandbox.clone(), bound.clone());
+        async move {
+            let messages = h
+                .runtime()
+                .translate_webhook(
+                    connector.component(),
+                    &sandbox,
+                    wit::Webhook {
+                        headers: vec![(
+                            "content-type".to_string(),
+                            "application/json".to_string(),
+                        )],
+                        body,
+                    },
+                )
+                .await
+                .map_err(|e| e.to_string())??;
+            for m in messages {
+                let binding = wit::Binding {
+                    unit: "w0".into(),
+                    config: r#"{"routes":["r1"]}"#.into(),
+                };
+                if !h
+                    .runtime()
+                    .accept(connector.component(), &bound, binding, m)
+                    .await
+                    .map_err(|e| e.to_string())?
+                {
+                    return Err("not accepted".into());
+                }
+            }
+            Ok(())
+        }
+    })
+    .await)
+}
+
 /// p50 of each step a delivery goes through, run in-process one after the other:
 /// the guest's `translate-webhook` and `accept`, and the store's two transactions.
 async fn webhook_steps(
@@ -563,7 +698,6 @@ async fn webhook_steps(
     n: usize,
 ) -> anyhow::Result<Vec<(&'static str, Duration)>> {
     use connector_host::runtime::wit;
-    use connector_host::store::{DeliveryRecord, DeliveryStatus, MessageRecord};
 
     let connector = host.connector("hostile")?;
     let sandbox = host.sandbox("hostile", None);
@@ -607,19 +741,7 @@ async fn webhook_steps(
             .map_err(|e| anyhow!("verify: {e}"))?;
         verify.push(t.elapsed().as_nanos() as u64);
 
-        let record = DeliveryRecord {
-            connector: "hostile".into(),
-            delivery_id: id.clone(),
-            event: None,
-            headers: headers.clone(),
-            body: body.to_vec(),
-            received_unix: now,
-            received_at: connector_host::host::now_rfc3339(),
-            status: DeliveryStatus::Pending,
-            attempts: 0,
-            error: None,
-            routed_to: Vec::new(),
-        };
+        let record = delivery_record(&id, body, headers.clone());
         let t = Instant::now();
         host.store().insert_delivery(&record, 7 * 24 * 3600).await?;
         insert.push(t.elapsed().as_nanos() as u64);
@@ -663,17 +785,7 @@ async fn webhook_steps(
             bail!("accept said no");
         }
 
-        let stored = MessageRecord {
-            seq: 0,
-            id: format!("msg_steps_{i}"),
-            unit_id: "w0".into(),
-            connector: "hostile".into(),
-            kind: message.kind.clone(),
-            delivery_id: id.clone(),
-            thread_key: Some("t1".into()),
-            payload: payload.clone(),
-            received_at: record.received_at.clone(),
-        };
+        let stored = message_record(&id, &message.kind, &payload, &record.received_at);
         let t = Instant::now();
         host.store()
             .complete_delivery("hostile", &id, &[stored], &["w0".to_string()])
@@ -780,7 +892,12 @@ fn main() -> anyhow::Result<()> {
         tool_req.clone(),
         check_tool_call,
     ));
-    let calls = client.block_on(run_load(tools.addr, limits, tool_req, check_tool_call));
+    let calls = client.block_on(run_load(
+        tools.addr,
+        limits,
+        tool_req.clone(),
+        check_tool_call,
+    ));
     print_run("tool calls", "req", &calls);
     let call_ratio = calls.rate() / echo.rate().max(1e-9);
     let p99 = calls.percentile(0.99);
@@ -803,16 +920,7 @@ fn main() -> anyhow::Result<()> {
     ));
 
     println!("\n[2b] diagnostic: Host::call_tool in-process, same concurrency, no HTTP");
-    let h = tools.host.clone();
-    let inproc = server.block_on(run_inprocess(limits, move |_| {
-        let h = h.clone();
-        async move {
-            h.call_tool("a1", "acme.echo", json!({"message": "hi"}))
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        }
-    }));
+    let inproc = server.block_on(call_tool_inprocess(&tools.host, limits));
     print_run("in-process call_tool", "call", &inproc);
     rows.push(Row::new(
         "2b call_tool in-process (diag)",
@@ -822,6 +930,38 @@ fn main() -> anyhow::Result<()> {
             "HTTP path is {:.2}x of this",
             calls.rate() / inproc.rate().max(1e-9)
         ),
+    ));
+
+    println!("\n[2c] diagnostic: Host::call_tool in-process, one task (no concurrency)");
+    let one = Limits { conns: 1, ..limits };
+    let inproc1 = server.block_on(call_tool_inprocess(&tools.host, one));
+    print_run("in-process call_tool, 1 task", "call", &inproc1);
+    rows.push(Row::new(
+        "2c call_tool in-process, 1 task (diag)",
+        "call",
+        &inproc1,
+        format!(
+            "{} conc. tasks give {:.2}x of this",
+            limits.conns,
+            inproc.rate() / inproc1.rate().max(1e-9)
+        ),
+    ));
+
+    let few = Limits {
+        conns: 8.min(limits.conns),
+        ..limits
+    };
+    println!(
+        "\n[2d] diagnostic: HTTP tool calls with {} connections instead of {}",
+        few.conns, limits.conns
+    );
+    let calls_few = client.block_on(run_load(tools.addr, few, tool_req, check_tool_call));
+    print_run("tool calls", "req", &calls_few);
+    rows.push(Row::new(
+        &format!("2d HTTP tool-calls, {} conns (diag)", few.conns),
+        "req",
+        &calls_few,
+        "p99 vs concurrency".into(),
     ));
 
     // ----- 3. bind + unbind -----------------------------------------------------------
@@ -1027,6 +1167,32 @@ fn main() -> anyhow::Result<()> {
         ms(steps_sum),
         1.0 / steps_sum.as_secs_f64().max(1e-9)
     );
+
+    println!(
+        "\n[4g] diagnostic: store only (insert_delivery + complete_delivery, 8 KiB), {} tasks",
+        limits.conns
+    );
+    let store_run = server.block_on(store_only(&hooks.host, &body_r1, "so", limits));
+    print_run("store only", "delivery", &store_run);
+    rows.push(Row::new(
+        "4g store txns only, in-process (diag)",
+        "dlv",
+        &store_run,
+        "SQLite ceiling: 2 txns/delivery".into(),
+    ));
+
+    println!(
+        "\n[4h] diagnostic: guest only (translate-webhook + accept, 8 KiB), {} tasks",
+        limits.conns
+    );
+    let guest_run = server.block_on(guest_only(&hooks.host, &body_r1, limits))?;
+    print_run("guest only", "delivery", &guest_run);
+    rows.push(Row::new(
+        "4h guest calls only, in-process (diag)",
+        "dlv",
+        &guest_run,
+        "wasm ceiling: 2 fresh instances/delivery".into(),
+    ));
 
     println!("\n[4f] diagnostic: durable webhooks with a small (~200 byte) body, 1 binding");
     let body_small = webhook_body("r1", 100);
