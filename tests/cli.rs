@@ -128,6 +128,25 @@ async fn an_operators_day_over_the_cli() {
         assert_eq!(result["message"], "from the cli");
         let ctx = String::from_utf8(ok(&["context", "ada", "--env"]).stdout).unwrap();
         assert!(ctx.contains("SPRING_CONNECTOR_ACME_GREETING=hi"), "{ctx}");
+        ok(&[
+            "bind",
+            "backend",
+            "hostile",
+            "--config",
+            r#"{"files": {".spring/connectors/hostile/notes.txt": "hello file"}}"#,
+        ]);
+        let dir = tempfile::tempdir().unwrap();
+        ok(&[
+            "context",
+            "ada",
+            "--write-files",
+            dir.path().to_str().unwrap(),
+        ]);
+        let written =
+            std::fs::read_to_string(dir.path().join(".spring/connectors/hostile/notes.txt"))
+                .unwrap();
+        assert_eq!(written, "hello file");
+        ok(&["unbind", "backend", "hostile"]);
         ok(&["unbind", "eng", "acme"]);
         let out = run(
             &["call", "ada", "acme.echo", r#"{"message":"x"}"#],

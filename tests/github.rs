@@ -17,12 +17,16 @@ const SECRET: &str = "It's a Secret to Everybody";
 const PAT: &str = "ghp_0123456789abcdefPATVALUE";
 
 fn fixture(name: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../connectors/github/fixtures").join(format!("{name}.json"));
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../connectors/github/fixtures")
+        .join(format!("{name}.json"));
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn key(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/github").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/github")
+        .join(name)
 }
 
 async fn setup() -> (TestHost, FakeGithub) {
@@ -49,8 +53,14 @@ async fn setup() -> (TestHost, FakeGithub) {
     }
     h.bind("web", "github", json!({"repo": "octo-org/hello-world", "installationId": INSTALLATION, "reviewer": "hubot"})).await;
     h.bind("docs", "github", json!({"repo": "Octo-Org/Hello-World", "installationId": INSTALLATION, "excludeLabels": ["area/*"]})).await;
-    h.bind("other", "github", json!({"repo": "octo-org/another-repo"})).await;
-    h.bind("pat", "github", json!({"repo": "octo-org/pat-repo", "patSecret": "ci-bot"})).await;
+    h.bind("other", "github", json!({"repo": "octo-org/another-repo"}))
+        .await;
+    h.bind(
+        "pat",
+        "github",
+        json!({"repo": "octo-org/pat-repo", "patSecret": "ci-bot"}),
+    )
+    .await;
     h.agent("dev", &["web"]).await;
     h.agent("writer", &["pat"]).await;
     (h, fake)
@@ -73,13 +83,20 @@ async fn deliver(h: &TestHost, event: &str, id: &str, body: &[u8]) -> (u16, Valu
 }
 
 fn sorted(v: &Value) -> Vec<String> {
-    let mut out: Vec<String> = v.as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect();
+    let mut out: Vec<String> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect();
     out.sort();
     out
 }
 
 async fn inbox(h: &TestHost, unit: &str) -> Vec<Value> {
-    let (_, b) = h.op(Method::GET, &format!("/api/v1/units/{unit}/messages"), None).await;
+    let (_, b) = h
+        .op(Method::GET, &format!("/api/v1/units/{unit}/messages"), None)
+        .await;
     b["messages"].as_array().unwrap().clone()
 }
 
@@ -98,7 +115,10 @@ async fn deliveries_reach_the_matching_units_with_kind_and_thread() {
     assert_eq!(m[0]["connector"], "github");
     assert!(m[0]["payload"]["title"].is_string(), "{}", m[0]["payload"]);
     assert!(inbox(&h, "docs").await.is_empty());
-    assert!(inbox(&h, "other").await.is_empty(), "an event of another repository reaches nobody there");
+    assert!(
+        inbox(&h, "other").await.is_empty(),
+        "an event of another repository reaches nobody there"
+    );
 
     // Push has no labels: both bindings of the repository get their own copy.
     let (_, b) = deliver(&h, "push", "g-2", &fixture("push")).await;
@@ -109,7 +129,11 @@ async fn deliveries_reach_the_matching_units_with_kind_and_thread() {
 
     // The 25 KiB pull request and the installation event (routed by installation id).
     let (_, b) = deliver(&h, "pull_request", "g-3", &fixture("pull_request.opened")).await;
-    assert_eq!(sorted(&b["routedTo"]), ["web"], "area/* excludes the PR from docs");
+    assert_eq!(
+        sorted(&b["routedTo"]),
+        ["web"],
+        "area/* excludes the PR from docs"
+    );
     let (_, b) = deliver(&h, "installation", "g-4", &fixture("installation.created")).await;
     assert_eq!(sorted(&b["routedTo"]), ["docs", "web"]);
     let last = inbox(&h, "web").await;
@@ -125,7 +149,10 @@ async fn deliveries_reach_the_matching_units_with_kind_and_thread() {
         .post(h.at("/api/v1/webhooks/github"))
         .header("x-github-event", "issues")
         .header("x-github-delivery", "g-6")
-        .header("x-hub-signature-256", github_signature("wrong", &fixture("issues.opened")))
+        .header(
+            "x-hub-signature-256",
+            github_signature("wrong", &fixture("issues.opened")),
+        )
         .body(fixture("issues.opened"))
         .send()
         .await
@@ -162,26 +189,45 @@ async fn runtime_context_has_the_contract_env_and_file_and_one_exchange() {
     for t in tasks {
         answers.push(t.await.unwrap());
     }
-    assert_eq!(fake.exchanges(), 1, "one exchange for 100 concurrent requests");
+    assert_eq!(
+        fake.exchanges(),
+        1,
+        "one exchange for 100 concurrent requests"
+    );
     let (s, ctx) = &answers[0];
     assert_eq!(*s, 200, "{ctx}");
     let env = &ctx["env"];
     assert_eq!(env["SPRING_CONNECTOR_GITHUB_OWNER"], "octo-org");
     assert_eq!(env["SPRING_CONNECTOR_GITHUB_REPO"], "hello-world");
-    assert_eq!(env["SPRING_CONNECTOR_GITHUB_INSTALLATION_ID"], INSTALLATION.to_string());
+    assert_eq!(
+        env["SPRING_CONNECTOR_GITHUB_INSTALLATION_ID"],
+        INSTALLATION.to_string()
+    );
     assert_eq!(env["SPRING_CONNECTOR_GITHUB_REVIEWER"], "hubot");
     let minted = env["SPRING_CONNECTOR_GITHUB_TOKEN"].as_str().unwrap();
     assert!(minted.starts_with("ghs_"), "{minted}");
     assert_eq!(env["GITHUB_TOKEN"], minted);
-    assert!(time::OffsetDateTime::parse(env["SPRING_CONNECTOR_GITHUB_TOKEN_EXPIRES_AT"].as_str().unwrap(), &time::format_description::well_known::Rfc3339).is_ok());
+    assert!(time::OffsetDateTime::parse(
+        env["SPRING_CONNECTOR_GITHUB_TOKEN_EXPIRES_AT"]
+            .as_str()
+            .unwrap(),
+        &time::format_description::well_known::Rfc3339
+    )
+    .is_ok());
     for (name, _) in env.as_object().unwrap() {
-        assert!(name.starts_with("SPRING_CONNECTOR_GITHUB_") || name == "GITHUB_TOKEN", "{name}");
+        assert!(
+            name.starts_with("SPRING_CONNECTOR_GITHUB_") || name == "GITHUB_TOKEN",
+            "{name}"
+        );
     }
     let files = ctx["files"].as_array().unwrap();
     assert_eq!(files.len(), 1);
     assert_eq!(files[0]["path"], ".spring/connectors/github/binding.json");
     let content = files[0]["content"].as_str().unwrap();
-    assert!(!content.contains(minted), "the context file never contains the token");
+    assert!(
+        !content.contains(minted),
+        "the context file never contains the token"
+    );
     let binding: Value = serde_json::from_str(content).unwrap();
     assert_eq!(binding["owner"], "octo-org");
     assert_eq!(binding["repo"], "hello-world");
@@ -189,14 +235,20 @@ async fn runtime_context_has_the_contract_env_and_file_and_one_exchange() {
     assert_eq!(binding["reviewer"], "hubot");
     assert_eq!(binding["ownerUnitId"], "web");
     assert!(binding["tokenExpiresAt"].is_string());
-    assert!(answers.iter().all(|(s, c)| *s == 200 && c["env"]["GITHUB_TOKEN"] == minted));
+    assert!(answers
+        .iter()
+        .all(|(s, c)| *s == 200 && c["env"]["GITHUB_TOKEN"] == minted));
 
     // The personal-access-token route: the operator's named secret, no installation.
-    let (s, ctx) = h.op(Method::GET, "/api/v1/agents/writer/runtime-context", None).await;
+    let (s, ctx) = h
+        .op(Method::GET, "/api/v1/agents/writer/runtime-context", None)
+        .await;
     assert_eq!(s, 200, "{ctx}");
     assert_eq!(ctx["env"]["SPRING_CONNECTOR_GITHUB_TOKEN"], PAT);
     assert_eq!(ctx["env"]["GITHUB_TOKEN"], PAT);
-    assert!(ctx["env"].get("SPRING_CONNECTOR_GITHUB_INSTALLATION_ID").is_none());
+    assert!(ctx["env"]
+        .get("SPRING_CONNECTOR_GITHUB_INSTALLATION_ID")
+        .is_none());
     assert!(!ctx["files"][0]["content"].as_str().unwrap().contains(PAT));
     assert_eq!(fake.exchanges(), 1);
 }
@@ -205,18 +257,49 @@ async fn runtime_context_has_the_contract_env_and_file_and_one_exchange() {
 async fn bad_bindings_are_refused_and_suspension_is_reported() {
     let (h, fake) = setup().await;
     let (s, b) = h
-        .op(Method::PUT, "/api/v1/units/other/connectors/github", Some(json!({"config": {"repo": "not a repo"}})))
+        .op(
+            Method::PUT,
+            "/api/v1/units/other/connectors/github",
+            Some(json!({"config": {"repo": "not a repo"}})),
+        )
         .await;
-    assert_eq!((s, b["error"]["code"].as_str()), (422, Some("invalid_config")), "{b}");
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (422, Some("invalid_config")),
+        "{b}"
+    );
     let (s, b) = h
-        .op(Method::PUT, "/api/v1/units/other/connectors/github", Some(json!({"config": {"repo": "a/b", "installationId": 1, "patSecret": "ci-bot"}})))
+        .op(
+            Method::PUT,
+            "/api/v1/units/other/connectors/github",
+            Some(json!({"config": {"repo": "a/b", "installationId": 1, "patSecret": "ci-bot"}})),
+        )
         .await;
-    assert_eq!((s, b["error"]["code"].as_str()), (422, Some("invalid_config")), "{b}");
-    let (s, _) = h.op(Method::PUT, "/api/v1/units/other/connectors/github", Some(json!({"config": {}}))).await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (422, Some("invalid_config")),
+        "{b}"
+    );
+    let (s, _) = h
+        .op(
+            Method::PUT,
+            "/api/v1/units/other/connectors/github",
+            Some(json!({"config": {}})),
+        )
+        .await;
     assert_eq!(s, 422, "repo is required");
 
     fake.suspend(INSTALLATION);
-    let (s, b) = h.op(Method::GET, "/api/v1/agents/dev/runtime-context", None).await;
+    let (s, b) = h
+        .op(Method::GET, "/api/v1/agents/dev/runtime-context", None)
+        .await;
     assert_eq!(s, 502, "{b}");
-    assert!(b["error"]["message"].as_str().unwrap().to_lowercase().contains("suspended"), "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_lowercase()
+            .contains("suspended"),
+        "{b}"
+    );
 }

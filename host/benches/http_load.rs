@@ -537,10 +537,9 @@ fn webhook_requests(signed: Arc<Signed>) -> MakeRequest {
 /// run is far shorter than the ±300 s window).
 fn webhook_run(
     client: &tokio::runtime::Runtime,
-    addr: SocketAddr,
+    (addr, path): (SocketAddr, &str),
     limits: Limits,
     secret: &str,
-    path: &str,
     prefix: &str,
     body: Bytes,
     check: Check,
@@ -611,9 +610,8 @@ fn message_record(
 
 /// Only the store's two transactions of a delivery, concurrently (no HTTP, no guest).
 async fn store_only(host: &Host, body: &Bytes, prefix: &str, limits: Limits) -> RunResult {
-    let payload: Value = serde_json::from_slice::<Value>(body).unwrap_or_default()["messages"][0]
-        ["payload"]
-        .clone();
+    let payload: Value =
+        serde_json::from_slice::<Value>(body).unwrap_or_default()["messages"][0]["payload"].clone();
     let (h, body, prefix) = (host.clone(), body.clone(), prefix.to_string());
     run_inprocess(limits, move |i| {
         let (h, body, payload) = (h.clone(), body.clone(), payload.clone());
@@ -661,10 +659,7 @@ async fn guest_only(host: &Host, body: &Bytes, limits: Limits) -> anyhow::Result
                     connector.component(),
                     &sandbox,
                     wit::Webhook {
-                        headers: vec![(
-                            "content-type".to_string(),
-                            "application/json".to_string(),
-                        )],
+                        headers: vec![("content-type".to_string(), "application/json".to_string())],
                         body,
                     },
                 )
@@ -947,6 +942,22 @@ fn main() -> anyhow::Result<()> {
         ),
     ));
 
+    println!("\n[2e] diagnostic: agent token verification (Host::agent_of_token), sequential");
+    let auth = {
+        let mut v = Vec::with_capacity(10_000);
+        for _ in 0..10_000 {
+            let t = Instant::now();
+            let agent = tools.host.agent_of_token(&token);
+            v.push(t.elapsed().as_nanos() as u64);
+            if agent.as_deref() != Some("a1") {
+                bail!("the agent token does not verify");
+            }
+        }
+        v.sort_unstable();
+        Duration::from_nanos(v[v.len() / 2])
+    };
+    println!("  agent_of_token p50 {}", ms(auth));
+
     let few = Limits {
         conns: 8.min(limits.conns),
         ..limits
@@ -1060,20 +1071,18 @@ fn main() -> anyhow::Result<()> {
     };
     let _ = webhook_run(
         &client,
-        hooks.addr,
+        (hooks.addr, hook_path),
         warm,
         &secret,
-        hook_path,
         "warm",
         body_r1.clone(),
         check_accepted,
     )?;
     let (durable, signed_durable) = webhook_run(
         &client,
-        hooks.addr,
+        (hooks.addr, hook_path),
         limits,
         &secret,
-        hook_path,
         "d",
         body_r1.clone(),
         check_accepted,
@@ -1084,10 +1093,9 @@ fn main() -> anyhow::Result<()> {
     let verify_addr = server.block_on(serve(verify_only_router(Arc::new(vec![secret.clone()]))))?;
     let (verify_only, _) = webhook_run(
         &client,
-        verify_addr,
+        (verify_addr, "/hook"),
         limits,
         &secret,
-        "/hook",
         "v",
         body_r1.clone(),
         check_accepted,
@@ -1121,10 +1129,9 @@ fn main() -> anyhow::Result<()> {
     let body_none = webhook_body("nobody", 8 * 1024 - 100);
     let (unrouted, _) = webhook_run(
         &client,
-        hooks.addr,
+        (hooks.addr, hook_path),
         limits,
         &secret,
-        hook_path,
         "n",
         body_none,
         check_accepted,
@@ -1181,6 +1188,25 @@ fn main() -> anyhow::Result<()> {
         "SQLite ceiling: 2 txns/delivery".into(),
     ));
 
+    println!("\n[4g1] diagnostic: store only, one task (no concurrency)");
+    let store_run1 = server.block_on(store_only(
+        &hooks.host,
+        &body_r1,
+        "so1",
+        Limits { conns: 1, ..limits },
+    ));
+    print_run("store only, 1 task", "delivery", &store_run1);
+    rows.push(Row::new(
+        "4g1 store txns only, 1 task (diag)",
+        "dlv",
+        &store_run1,
+        format!(
+            "{} tasks give {:.2}x of this",
+            limits.conns,
+            store_run.rate() / store_run1.rate().max(1e-9)
+        ),
+    ));
+
     println!(
         "\n[4h] diagnostic: guest only (translate-webhook + accept, 8 KiB), {} tasks",
         limits.conns
@@ -1198,10 +1224,9 @@ fn main() -> anyhow::Result<()> {
     let body_small = webhook_body("r1", 100);
     let (small_body, _) = webhook_run(
         &client,
-        hooks.addr,
+        (hooks.addr, hook_path),
         limits,
         &secret,
-        hook_path,
         "s",
         body_small,
         check_accepted,
@@ -1253,10 +1278,9 @@ fn main() -> anyhow::Result<()> {
         );
         let _ = webhook_run(
             &client,
-            h.addr,
+            (h.addr, hook_path),
             warm,
             &secret,
-            hook_path,
             &format!("warm{n}"),
             body_k0.clone(),
             check_accepted,
@@ -1272,10 +1296,9 @@ fn main() -> anyhow::Result<()> {
         for (k, (n, h)) in flat.iter().enumerate() {
             let (r, _) = webhook_run(
                 &client,
-                h.addr,
+                (h.addr, hook_path),
                 round_limits,
                 &secret,
-                hook_path,
                 &format!("f{round}"),
                 body_k0.clone(),
                 check_accepted,

@@ -38,11 +38,9 @@ pub const HANDLED_EVENTS: [&str; 9] = [
 /// and every other event. A body that is not GitHub's JSON is an error.
 pub fn translate(hook: &Webhook) -> Result<Vec<Message>, String> {
     let Some(event) = hook.header("x-github-event") else {
-        return Err(
-            "the delivery has no X-GitHub-Event header: it does not come from a \
-                    GitHub webhook"
-                .to_owned(),
-        );
+        let message = "the delivery has no X-GitHub-Event header: it does not come from a \
+                       GitHub webhook";
+        return Err(message.to_owned());
     };
     if !HANDLED_EVENTS.contains(&event) {
         // `ping` and everything this connector does not translate: nothing to deliver.
@@ -50,10 +48,14 @@ pub fn translate(hook: &Webhook) -> Result<Vec<Message>, String> {
     }
     let body = json_body(hook)?;
     let not_json = |e: serde_json::Error| {
-        format!(
-            "the `{event}` delivery is not GitHub's JSON payload ({e}); set the webhook's \
-             content type to application/json"
-        )
+        if e.is_data() {
+            format!("the `{event}` delivery does not have the shape GitHub documents: {e}")
+        } else {
+            format!(
+                "the `{event}` delivery is not JSON ({e}); set the webhook's content type to \
+                 application/json"
+            )
+        }
     };
     let body: &[u8] = &body;
     let message = match event {
@@ -169,9 +171,11 @@ impl Serialize for Text<'_> {
 }
 
 /// A user-written body: `\r\n` becomes `\n`, and it is cut to [`MAX_BODY_CHARS`]
-/// characters (then ending in `…`).
-pub(crate) fn body_text(body: Option<&Text<'_>>) -> Option<String> {
-    let body = body?.as_str();
+/// characters (then ending in `…`). Returns the text and whether it was cut.
+pub(crate) fn body_text(body: Option<&Text<'_>>) -> (Option<String>, bool) {
+    let Some(body) = body.map(Text::as_str) else {
+        return (None, false);
+    };
     let (cut, truncated) = match body.char_indices().nth(MAX_BODY_CHARS) {
         Some((end, _)) => (&body[..end], true),
         None => (body, false),
@@ -184,12 +188,7 @@ pub(crate) fn body_text(body: Option<&Text<'_>>) -> Option<String> {
     if truncated {
         out.push('…');
     }
-    Some(out)
-}
-
-/// Whether [`body_text`] had to cut `body`.
-pub(crate) fn body_truncated(body: Option<&Text<'_>>) -> bool {
-    body.is_some_and(|b| b.as_str().char_indices().nth(MAX_BODY_CHARS).is_some())
+    (Some(out), truncated)
 }
 
 /// The first line of a commit message.
@@ -307,7 +306,23 @@ struct Thread<'a> {
 struct Installation<'a> {
     id: u64,
     #[serde(borrow, default)]
-    account: Option<User<'a>>,
+    account: Option<Account<'a>>,
+}
+
+/// The account an App is installed on: a user or organization (`login`) or an
+/// enterprise (`slug`).
+#[derive(Deserialize)]
+struct Account<'a> {
+    #[serde(borrow, default)]
+    login: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    slug: Option<Text<'a>>,
+}
+
+fn account<'s>(account: &'s Option<Account<'_>>) -> Option<&'s str> {
+    account
+        .as_ref()
+        .and_then(|a| text(&a.login).or(text(&a.slug)))
 }
 
 #[derive(Deserialize)]
@@ -675,6 +690,7 @@ fn to_value<T: Serialize>(payload: &T) -> Result<Value, String> {
 fn issues(e: IssuesEvent<'_>) -> Result<Message, String> {
     let repository = e.repository.full_name.as_str();
     let issue = &e.issue;
+    let (body, body_truncated) = body_text(issue.body.as_ref());
     let payload = IssuePayload {
         action: text(&e.action),
         repository,
@@ -684,8 +700,8 @@ fn issues(e: IssuesEvent<'_>) -> Result<Message, String> {
         author: login(&issue.user),
         labels: names(&issue.labels),
         assignees: issue.assignees.iter().map(|u| u.login.as_str()).collect(),
-        body: body_text(issue.body.as_ref()),
-        body_truncated: body_truncated(issue.body.as_ref()),
+        body,
+        body_truncated,
         url: text(&issue.html_url),
         sender: login(&e.sender),
         label: e.label.as_ref().map(|l| l.name.as_str()),
@@ -700,6 +716,7 @@ fn issues(e: IssuesEvent<'_>) -> Result<Message, String> {
 
 fn issue_comment(e: IssueCommentEvent<'_>) -> Result<Message, String> {
     let repository = e.repository.full_name.as_str();
+    let (body, body_truncated) = body_text(e.comment.body.as_ref());
     let payload = CommentPayload {
         action: text(&e.action),
         repository,
@@ -708,8 +725,8 @@ fn issue_comment(e: IssueCommentEvent<'_>) -> Result<Message, String> {
         is_pull_request: e.issue.pull_request.is_some(),
         author: login(&e.comment.user),
         labels: names(&e.issue.labels),
-        body: body_text(e.comment.body.as_ref()),
-        body_truncated: body_truncated(e.comment.body.as_ref()),
+        body,
+        body_truncated,
         url: text(&e.comment.html_url),
         path: None,
         line: None,
@@ -726,6 +743,7 @@ fn issue_comment(e: IssueCommentEvent<'_>) -> Result<Message, String> {
 fn pull_request(e: PullRequestEvent<'_>) -> Result<Message, String> {
     let repository = e.repository.full_name.as_str();
     let pr = &e.pull_request;
+    let (body, body_truncated) = body_text(pr.body.as_ref());
     let payload = PullRequestPayload {
         action: text(&e.action),
         repository,
@@ -738,8 +756,8 @@ fn pull_request(e: PullRequestEvent<'_>) -> Result<Message, String> {
         labels: names(&pr.labels),
         base: pr.base.as_ref().map(|b| b.name.as_str()),
         head: pr.head.as_ref().map(|b| b.name.as_str()),
-        body: body_text(pr.body.as_ref()),
-        body_truncated: body_truncated(pr.body.as_ref()),
+        body,
+        body_truncated,
         url: text(&pr.html_url),
         sender: login(&e.sender),
         label: e.label.as_ref().map(|l| l.name.as_str()),
@@ -756,6 +774,7 @@ fn pull_request(e: PullRequestEvent<'_>) -> Result<Message, String> {
 fn review(e: ReviewEvent<'_>) -> Result<Message, String> {
     let repository = e.repository.full_name.as_str();
     let pr = &e.pull_request;
+    let (body, body_truncated) = body_text(e.review.body.as_ref());
     let payload = ReviewPayload {
         action: text(&e.action),
         repository,
@@ -764,8 +783,8 @@ fn review(e: ReviewEvent<'_>) -> Result<Message, String> {
         state: text(&e.review.state),
         author: login(&e.review.user),
         labels: names(&pr.labels),
-        body: body_text(e.review.body.as_ref()),
-        body_truncated: body_truncated(e.review.body.as_ref()),
+        body,
+        body_truncated,
         url: text(&e.review.html_url),
         sender: login(&e.sender),
     };
@@ -780,6 +799,7 @@ fn review(e: ReviewEvent<'_>) -> Result<Message, String> {
 fn review_comment(e: ReviewCommentEvent<'_>) -> Result<Message, String> {
     let repository = e.repository.full_name.as_str();
     let pr = &e.pull_request;
+    let (body, body_truncated) = body_text(e.comment.body.as_ref());
     let payload = CommentPayload {
         action: text(&e.action),
         repository,
@@ -788,8 +808,8 @@ fn review_comment(e: ReviewCommentEvent<'_>) -> Result<Message, String> {
         is_pull_request: true,
         author: login(&e.comment.user),
         labels: names(&pr.labels),
-        body: body_text(e.comment.body.as_ref()),
-        body_truncated: body_truncated(e.comment.body.as_ref()),
+        body,
+        body_truncated,
         url: text(&e.comment.html_url),
         path: text(&e.comment.path),
         line: e.comment.line,
@@ -872,7 +892,7 @@ fn installation(e: InstallationEvent<'_>) -> Result<Message, String> {
     let payload = InstallationPayload {
         action: text(&e.action),
         installation_id: e.installation.id,
-        account: login(&e.installation.account),
+        account: account(&e.installation.account),
         repositories: e
             .repositories
             .as_deref()
@@ -892,7 +912,7 @@ fn installation_repositories(e: InstallationRepositoriesEvent<'_>) -> Result<Mes
     let payload = InstallationRepositoriesPayload {
         action: text(&e.action),
         installation_id: e.installation.id,
-        account: login(&e.installation.account),
+        account: account(&e.installation.account),
         repository_selection: text(&e.repository_selection),
         added: full_names(&e.repositories_added),
         removed: full_names(&e.repositories_removed),

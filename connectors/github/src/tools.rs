@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::GithubConfig;
 use crate::context::token;
-use crate::events::{body_text, body_truncated, Text};
+use crate::events::{body_text, Text};
 
 /// The GitHub REST API.
 pub const API_BASE: &str = "https://api.github.com";
@@ -161,6 +161,7 @@ pub struct IssueSummary {
 pub fn summarize_issue(repository: &str, body: &[u8]) -> Result<IssueSummary, ToolError> {
     let issue: ApiIssue<'_> = serde_json::from_slice(body)
         .map_err(|e| ToolError::failed(format!("GitHub's answer is not an issue: {e}")))?;
+    let (body, body_truncated) = body_text(issue.body.as_ref());
     let owned = |t: &Option<Text<'_>>| t.as_ref().map(|t| t.as_str().to_owned());
     Ok(IssueSummary {
         repository: repository.to_owned(),
@@ -181,8 +182,8 @@ pub fn summarize_issue(repository: &str, body: &[u8]) -> Result<IssueSummary, To
             .collect(),
         comments: issue.comments,
         is_pull_request: issue.pull_request.is_some(),
-        body_truncated: body_truncated(issue.body.as_ref()),
-        body: body_text(issue.body.as_ref()),
+        body,
+        body_truncated,
         url: issue.html_url.as_str().to_owned(),
         created_at: owned(&issue.created_at),
         updated_at: owned(&issue.updated_at),

@@ -1,0 +1,424 @@
+//! MCP `tools/call` over Streamable HTTP versus the plain HTTP tool-call path, side by side
+//! in one run (BENCHMARKS.md: MCP `tools/call` ≤ 1.2× `POST /agents/{id}/tool-calls`).
+//!
+//! Command (from the workspace root):
+//!
+//! ```text
+//! cargo bench -p connector-host --bench mcp_load
+//! ```
+//!
+//! Knobs (environment): `MCP_LOAD_CONNS` (concurrent connections = MCP sessions, default
+//! 32), `MCP_LOAD_SECS` (time limit per timed run, default 3), `MCP_LOAD_REQS` (request
+//! limit per timed run, default 20000), `MCP_LOAD_ROUNDS` (alternating rounds, default 3).
+//!
+//! One host (bundled `acme` bound to a unit, one agent with an agent token) serves both
+//! paths on its own multi-thread runtime; the closed-loop load generator (HTTP/1.1
+//! keep-alive, 127.0.0.1, one thread) runs on a separate runtime in the same process.
+//! Each round runs, in this order: HTTP sequential (1 connection), MCP sequential (1
+//! connection, 1 session), HTTP with N connections, MCP with N connections (one session
+//! each); the rounds alternate so drift on a shared machine hits both paths alike. A
+//! request counts only with the expected answer (HTTP `200 {"result": {"message":"hi"}}`,
+//! MCP `200` with `"isError":false`). The ratio is MCP / HTTP: of the p50 latency for the
+//! sequential runs, and of the cost per call (HTTP calls/s over MCP calls/s) for the
+//! concurrent ones.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _};
+use bytes::Bytes;
+use connector_host::config::HostConfig;
+use connector_host::Host;
+use http::{HeaderValue, Request, StatusCode};
+use http_body_util::{BodyExt as _, Full};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+
+const OPERATOR_TOKEN: &str = "bench-operator-token";
+const HTTP_BODY: &str = r#"{"tool":"acme.echo","arguments":{"message":"hi"}}"#;
+const MCP_BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"acme.echo","arguments":{"message":"hi"}}}"#;
+const VERSION: &str = "2025-11-25";
+
+fn env_num(name: &str, default: u64) -> anyhow::Result<u64> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .with_context(|| format!("{name}={v} is not a number")),
+        Err(_) => Ok(default),
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Limits {
+    conns: usize,
+    max_requests: u64,
+    max_time: Duration,
+}
+
+#[derive(Default)]
+struct Run {
+    ok: u64,
+    errors: u64,
+    elapsed: Duration,
+    latencies: Vec<u64>,
+    samples: Vec<String>,
+}
+
+impl Run {
+    fn absorb(&mut self, other: Run) {
+        self.ok += other.ok;
+        self.errors += other.errors;
+        self.elapsed += other.elapsed;
+        self.latencies.extend(other.latencies);
+        for s in other.samples {
+            if self.samples.len() < 5 && !self.samples.contains(&s) {
+                self.samples.push(s);
+            }
+        }
+    }
+
+    fn rate(&self) -> f64 {
+        self.ok as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    fn percentile(&self, q: f64) -> Duration {
+        if self.latencies.is_empty() {
+            return Duration::ZERO;
+        }
+        let mut sorted = self.latencies.clone();
+        sorted.sort_unstable();
+        let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+        Duration::from_nanos(sorted[i])
+    }
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+/// Builds request `i` of connection `conn`.
+type Make = Arc<dyn Fn(usize) -> Request<Full<Bytes>> + Send + Sync>;
+type Check = fn(StatusCode, &[u8]) -> bool;
+
+async fn connect(addr: SocketAddr) -> anyhow::Result<Sender> {
+    let stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+async fn worker(
+    addr: SocketAddr,
+    conn: usize,
+    issued: Arc<AtomicU64>,
+    limits: Limits,
+    deadline: Instant,
+    make: Make,
+    check: Check,
+) -> Run {
+    let mut out = Run::default();
+    let mut sender = match connect(addr).await {
+        Ok(s) => s,
+        Err(e) => {
+            out.errors += 1;
+            out.samples.push(format!("connect: {e}"));
+            return out;
+        }
+    };
+    while Instant::now() < deadline && issued.fetch_add(1, Ordering::Relaxed) < limits.max_requests
+    {
+        let request = make(conn);
+        let started = Instant::now();
+        let answer = async {
+            sender.ready().await?;
+            let response = sender.send_request(request).await?;
+            let status = response.status();
+            let body = response.into_body().collect().await?.to_bytes();
+            anyhow::Ok((status, body))
+        }
+        .await;
+        let took = started.elapsed();
+        match answer {
+            Ok((status, body)) if check(status, &body) => {
+                out.ok += 1;
+                out.latencies.push(took.as_nanos() as u64);
+            }
+            Ok((status, body)) => {
+                out.errors += 1;
+                if out.samples.len() < 5 {
+                    out.samples.push(format!(
+                        "{status} {}",
+                        String::from_utf8_lossy(&body[..body.len().min(200)])
+                    ));
+                }
+            }
+            Err(e) => {
+                out.errors += 1;
+                out.samples.push(format!("transport: {e}"));
+                return out;
+            }
+        }
+    }
+    out
+}
+
+async fn load(addr: SocketAddr, limits: Limits, make: Make, check: Check) -> Run {
+    let issued = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let deadline = started + limits.max_time;
+    let tasks: Vec<_> = (0..limits.conns)
+        .map(|conn| {
+            tokio::spawn(worker(
+                addr,
+                conn,
+                issued.clone(),
+                limits,
+                deadline,
+                make.clone(),
+                check,
+            ))
+        })
+        .collect();
+    let mut run = Run::default();
+    for t in tasks {
+        if let Ok(out) = t.await {
+            run.absorb(out);
+        }
+    }
+    run.elapsed = started.elapsed();
+    run
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+fn check_http(status: StatusCode, body: &[u8]) -> bool {
+    status == StatusCode::OK && body == br#"{"result":{"message":"hi"}}"#
+}
+
+fn check_mcp(status: StatusCode, body: &[u8]) -> bool {
+    status == StatusCode::OK
+        && contains(body, br#""isError":false"#)
+        && contains(body, br#""structuredContent":{"message":"hi"}"#)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+fn print(label: &str, r: &Run) {
+    println!(
+        "  {label:<28} {:>8.0} calls/s   p50 {}   p99 {}   ok {}   errors {}",
+        r.rate(),
+        ms(r.percentile(0.5)),
+        ms(r.percentile(0.99)),
+        r.ok,
+        r.errors
+    );
+    for s in &r.samples {
+        println!("    error: {s}");
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let conns = env_num("MCP_LOAD_CONNS", 32)? as usize;
+    let max_requests = env_num("MCP_LOAD_REQS", 20_000)?;
+    let max_time = Duration::from_secs(env_num("MCP_LOAD_SECS", 3)?);
+    let rounds = env_num("MCP_LOAD_ROUNDS", 3)?;
+    if conns == 0 || max_requests == 0 || rounds == 0 {
+        bail!("MCP_LOAD_CONNS, MCP_LOAD_REQS and MCP_LOAD_ROUNDS must be > 0");
+    }
+    let server = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("server")
+        .build()?;
+    let client = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .thread_name("load")
+        .build()?;
+
+    // ----- the host ------------------------------------------------------------------------
+    let dir = tempfile::tempdir()?;
+    let (addr, agent_token) = server.block_on(async {
+        let config = HostConfig {
+            data_dir: dir.path().to_path_buf(),
+            operator_token: Some(OPERATOR_TOKEN.into()),
+            ..HostConfig::default()
+        };
+        let (host, _) = Host::open(config).await?;
+        host.put_unit("u1", None, None).await?;
+        host.put_agent("a1", &["u1".to_string()], None).await?;
+        host.bind("u1", "acme", json!({})).await?;
+        let token = host.issue_agent_token("a1", None)?.token;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let router = host.router();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        anyhow::Ok((addr, token))
+    })?;
+    let bearer = HeaderValue::from_str(&format!("Bearer {agent_token}"))?;
+
+    // ----- MCP sessions (one per connection) -------------------------------------------
+    let sessions: Vec<HeaderValue> = client.block_on(async {
+        let http = reqwest::Client::new();
+        let mut out = Vec::with_capacity(conns);
+        for _ in 0..conns {
+            let r = http
+                .post(format!("http://{addr}/mcp/agents/a1"))
+                .bearer_auth(&agent_token)
+                .json(
+                    &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                    "protocolVersion": VERSION, "capabilities": {},
+                    "clientInfo": {"name": "mcp_load", "version": "0"}}}),
+                )
+                .send()
+                .await?;
+            let session =
+                r.headers().get("mcp-session-id").cloned().ok_or_else(|| {
+                    anyhow!("initialize answered {} without a session", r.status())
+                })?;
+            let body: Value = r.json().await?;
+            if body["result"]["protocolVersion"] != VERSION {
+                bail!("initialize answered {body}");
+            }
+            http.post(format!("http://{addr}/mcp/agents/a1"))
+                .bearer_auth(&agent_token)
+                .header("mcp-session-id", session.clone())
+                .header("mcp-protocol-version", VERSION)
+                .json(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+                .send()
+                .await?;
+            out.push(session);
+        }
+        anyhow::Ok(out)
+    })?;
+    let sessions = Arc::new(sessions);
+
+    let http_make: Make = {
+        let bearer = bearer.clone();
+        Arc::new(move |_| {
+            Request::post("/api/v1/agents/a1/tool-calls")
+                .header(http::header::HOST, "127.0.0.1")
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .header(http::header::AUTHORIZATION, bearer.clone())
+                .body(Full::new(Bytes::from_static(HTTP_BODY.as_bytes())))
+                .unwrap_or_default()
+        })
+    };
+    let mcp_make: Make = {
+        let bearer = bearer.clone();
+        let sessions = sessions.clone();
+        Arc::new(move |conn| {
+            Request::post("/mcp/agents/a1")
+                .header(http::header::HOST, "127.0.0.1")
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .header(http::header::ACCEPT, "application/json, text/event-stream")
+                .header(http::header::AUTHORIZATION, bearer.clone())
+                .header("mcp-session-id", sessions[conn % sessions.len()].clone())
+                .header("mcp-protocol-version", VERSION)
+                .body(Full::new(Bytes::from_static(MCP_BODY.as_bytes())))
+                .unwrap_or_default()
+        })
+    };
+
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!("# mcp_load: cargo bench -p connector-host --bench mcp_load");
+    println!(
+        "# acme.echo {{\"message\":\"hi\"}}; {rounds} alternating rounds; each run stops at {max_requests} calls or {} s; \
+         concurrent = {conns} connections (MCP: one session each); load generator 1 thread; {cores} cores",
+        max_time.as_secs()
+    );
+    let seq = Limits {
+        conns: 1,
+        max_requests,
+        max_time,
+    };
+    let par = Limits {
+        conns,
+        max_requests,
+        max_time,
+    };
+    // Warm-up: connections, allocator, the component's instance pool.
+    let warm = Limits {
+        conns,
+        max_requests: 3_000,
+        max_time,
+    };
+    let _ = client.block_on(load(addr, warm, http_make.clone(), check_http));
+    let _ = client.block_on(load(addr, warm, mcp_make.clone(), check_mcp));
+
+    let mut totals: [Run; 4] = Default::default();
+    for round in 1..=rounds {
+        println!("\nround {round}");
+        let runs = [
+            (
+                "HTTP tool-calls, sequential",
+                seq,
+                &http_make,
+                check_http as Check,
+            ),
+            (
+                "MCP tools/call, sequential",
+                seq,
+                &mcp_make,
+                check_mcp as Check,
+            ),
+            (
+                "HTTP tool-calls, concurrent",
+                par,
+                &http_make,
+                check_http as Check,
+            ),
+            (
+                "MCP tools/call, concurrent",
+                par,
+                &mcp_make,
+                check_mcp as Check,
+            ),
+        ];
+        for (i, (label, limits, make, check)) in runs.into_iter().enumerate() {
+            let r = client.block_on(load(addr, limits, make.clone(), check));
+            print(label, &r);
+            totals[i].absorb(r);
+        }
+    }
+
+    println!("\nall rounds");
+    let labels = [
+        "HTTP tool-calls, sequential",
+        "MCP tools/call, sequential",
+        "HTTP tool-calls, concurrent",
+        "MCP tools/call, concurrent",
+    ];
+    for (label, run) in labels.iter().zip(&totals) {
+        print(label, run);
+    }
+    let p50 = |r: &Run| r.percentile(0.5).as_secs_f64();
+    let seq_ratio = p50(&totals[1]) / p50(&totals[0]).max(1e-12);
+    let seq_p99 = totals[1].percentile(0.99).as_secs_f64()
+        / totals[0].percentile(0.99).as_secs_f64().max(1e-12);
+    let par_ratio = totals[2].rate() / totals[3].rate().max(1e-9);
+    let par_p50 = p50(&totals[3]) / p50(&totals[2]).max(1e-12);
+    let verdict = |r: f64| if r <= 1.2 { "met" } else { "MISSED" };
+    println!("\nratios MCP / HTTP (target ≤ 1.2)");
+    println!(
+        "  sequential   p50 {seq_ratio:.3} ({})   p99 {seq_p99:.3}",
+        verdict(seq_ratio)
+    );
+    println!(
+        "  concurrent   cost per call (HTTP calls/s ÷ MCP calls/s) {par_ratio:.3} ({})   p50 {par_p50:.3}",
+        verdict(par_ratio)
+    );
+    let errors: u64 = totals.iter().map(|r| r.errors).sum();
+    if errors > 0 {
+        bail!("{errors} requests failed");
+    }
+    Ok(())
+}
