@@ -486,6 +486,16 @@ fn installation_created() {
 }
 
 #[test]
+fn installation_on_an_enterprise_names_its_slug() {
+    let mut raw: Value = serde_json::from_slice(&fixture("installation.created.json")).unwrap();
+    raw["installation"]["account"] = json!({"id": 1, "slug": "octo-enterprise", "name": "Octo"});
+    let m = Github::translate_webhook(&hook("installation", raw.to_string().into_bytes()))
+        .unwrap()
+        .remove(0);
+    assert_eq!(m.payload["account"], "octo-enterprise");
+}
+
+#[test]
 fn installation_repositories_added() {
     let m = one("installation_repositories.added.json");
     assert_eq!(m.kind, "installation_repositories.added");
