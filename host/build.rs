@@ -15,7 +15,7 @@ fn bundled() -> Vec<GuestSpec> {
     vec![
         GuestSpec::new("acme"),
         GuestSpec::new("github"),
-        // GuestSpec::new("arxiv"),
+        GuestSpec::new("arxiv"),
     ]
 }
 

@@ -98,6 +98,14 @@ fn hostile_wasm() -> anyhow::Result<Vec<u8>> {
     })
 }
 
+/// `/proc/loadavg`'s first three fields, or `?`.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "?".into())
+}
+
 // ---------------------------------------------------------------------------------------
 // Results
 // ---------------------------------------------------------------------------------------
@@ -837,6 +845,7 @@ fn main() -> anyhow::Result<()> {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
+    println!("# load average at start: {}", loadavg());
     let mut rows: Vec<Row> = Vec::new();
 
     // ----- 1. plain axum echo --------------------------------------------------------
@@ -1355,6 +1364,10 @@ fn main() -> anyhow::Result<()> {
             r.note
         );
     }
+    println!(
+        "# load average at end: {} (the machine is shared: other builds skew absolute figures)",
+        loadavg()
+    );
     drop(server);
     drop(client);
     Ok(())

@@ -440,6 +440,10 @@ impl Host {
                     .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
             }
         }
+        // Deliveries stored but not routed when the previous process stopped.
+        host.resume_deliveries()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot read stored webhook deliveries: {e}"))?;
         Ok((
             host,
             StartupReport {

@@ -5,5 +5,6 @@
 pub mod guests {
     include!(concat!(env!("OUT_DIR"), "/test_guests.rs"));
 }
+pub mod fake_arxiv;
 pub mod fake_github;
 pub mod harness;

@@ -18,9 +18,11 @@ pub mod call;
 pub mod client;
 pub mod connectors;
 pub mod context;
+pub mod dev;
 pub mod inspect;
 pub mod mcp;
 pub mod messages;
+pub mod new;
 pub mod serve;
 pub mod tools;
 pub mod units;
@@ -114,6 +116,14 @@ pub enum Command {
     /// Call a tool: locally in a component file, or through the host on behalf of an agent
     #[command(after_help = call::HELP)]
     Call(call::CallArgs),
+
+    /// Scaffold a new connector crate that builds and passes `inspect` as is
+    #[command(after_help = new::HELP)]
+    New(new::NewArgs),
+
+    /// Watch a component file: re-validate and print manifest changes on every rebuild
+    #[command(after_help = dev::HELP)]
+    Dev(dev::DevArgs),
 
     /// Create, show and delete units (they nest through --parent)
     #[command(subcommand)]
@@ -248,9 +258,9 @@ pub fn run_remote(remote: &RemoteArgs, command: Command) -> Result<(), CliError>
         Command::Messages(args) => messages::run(&client, args),
         Command::Context(args) => context::run(&client, args),
         Command::Mcp(args) => mcp::run(remote, args),
-        Command::Serve(_) | Command::Inspect(_) => Err(CliError::usage(
-            "this command does not talk to a running host",
-        )),
+        Command::Serve(_) | Command::Inspect(_) | Command::New(_) | Command::Dev(_) => Err(
+            CliError::usage("this command does not talk to a running host"),
+        ),
     }
 }
 

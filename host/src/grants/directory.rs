@@ -44,6 +44,7 @@ impl Directory {
             d.put_agent(a.clone());
         }
         for b in &snapshot.bindings {
+            d.index_routes(b);
             d.bindings
                 .entry(b.unit_id.clone())
                 .or_default()

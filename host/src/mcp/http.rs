@@ -36,6 +36,8 @@ const DRAIN_TIME: Duration = Duration::from_secs(5);
 const METHODS: [&str; 4] = ["initialize", "ping", "tools/list", "tools/call"];
 
 type McpState = State<Arc<Sessions>>;
+/// A request refused before it reaches a method (boxed: a `Response` is large).
+type Rejection = Box<Response>;
 
 fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
     let mut response = Response::new(Body::from(body));
@@ -57,7 +59,7 @@ fn accepted() -> Response {
 
 /// The agent's own token, or the operator token: else `401` (no or an invalid token) or
 /// `403` (another agent's token), with a JSON-RPC error body.
-fn authenticate(sessions: &Sessions, headers: &HeaderMap, agent: &str) -> Result<(), Response> {
+fn authenticate(sessions: &Sessions, headers: &HeaderMap, agent: &str) -> Result<(), Rejection> {
     let Err(e) = authorize(sessions.host(), headers, Access::Agent(agent)) else {
         return Ok(());
     };
@@ -76,13 +78,13 @@ fn authenticate(sessions: &Sessions, headers: &HeaderMap, agent: &str) -> Result
             .headers_mut()
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
-    Err(response)
+    Err(Box::new(response))
 }
 
 /// The spec asks servers to validate `Origin`: a browser page may only come from this
 /// host itself. (The bearer token is the real guard: a page on another origin never
 /// has it, and this endpoint answers no CORS preflight.)
-fn check_origin(headers: &HeaderMap) -> Result<(), Response> {
+fn check_origin(headers: &HeaderMap) -> Result<(), Rejection> {
     let Some(origin) = headers.get(header::ORIGIN) else {
         return Ok(());
     };
@@ -109,12 +111,12 @@ fn check_origin(headers: &HeaderMap) -> Result<(), Response> {
     if same {
         Ok(())
     } else {
-        Err(rpc_error(
+        Err(Box::new(rpc_error(
             StatusCode::FORBIDDEN,
             &Value::Null,
             UNAUTHORIZED,
             "Forbidden: the Origin header names another site",
-        ))
+        )))
     }
 }
 
@@ -196,9 +198,9 @@ fn session_of(
     headers: &HeaderMap,
     agent: &str,
     id: &Value,
-) -> Result<Arc<Session>, Response> {
+) -> Result<Arc<Session>, Rejection> {
     let Some(raw) = headers.get(SESSION_HEADER) else {
-        return Err(rpc_error(
+        return Err(Box::new(rpc_error(
             StatusCode::BAD_REQUEST,
             id,
             INVALID_REQUEST,
@@ -210,17 +212,17 @@ fn session_of(
         .ok()
         .and_then(|sid| sessions.get(sid, agent))
         .ok_or_else(|| {
-            rpc_error(
+            Box::new(rpc_error(
                 StatusCode::NOT_FOUND,
                 id,
                 NOT_FOUND,
                 "Session not found: it ended or never existed; send `initialize` without Mcp-Session-Id to start a new one",
-            )
+            ))
         })?;
     if let Some(v) = headers.get(VERSION_HEADER) {
         let v = v.to_str().unwrap_or("");
         if !SUPPORTED_VERSIONS.contains(&v) {
-            return Err(rpc_error(
+            return Err(Box::new(rpc_error(
                 StatusCode::BAD_REQUEST,
                 id,
                 INVALID_REQUEST,
@@ -229,10 +231,10 @@ fn session_of(
                     v.chars().take(40).collect::<String>(),
                     SUPPORTED_VERSIONS.join(", ")
                 ),
-            ));
+            )));
         }
         if v != session.version {
-            return Err(rpc_error(
+            return Err(Box::new(rpc_error(
                 StatusCode::BAD_REQUEST,
                 id,
                 INVALID_REQUEST,
@@ -240,7 +242,7 @@ fn session_of(
                     "Bad Request: MCP-Protocol-Version `{v}` is not the revision this session negotiated (`{}`)",
                     session.version
                 ),
-            ));
+            )));
         }
     }
     Ok(session)
@@ -255,7 +257,7 @@ pub async fn post(
 ) -> Response {
     if let Err(r) = authenticate(&sessions, &headers, &agent).and_then(|()| check_origin(&headers))
     {
-        return r;
+        return *r;
     }
     if !is_json(&headers) {
         return rpc_error(
@@ -267,7 +269,7 @@ pub async fn post(
     }
     let bytes = match read_body(&headers, body).await {
         Ok(b) => b,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let value: Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,
@@ -310,7 +312,7 @@ async fn one(sessions: &Arc<Sessions>, agent: &str, headers: &HeaderMap, value: 
             }
             let session = match session_of(sessions, headers, agent, &id) {
                 Ok(s) => s,
-                Err(r) => return r,
+                Err(r) => return *r,
             };
             json_response(
                 StatusCode::OK,
@@ -322,7 +324,7 @@ async fn one(sessions: &Arc<Sessions>, agent: &str, headers: &HeaderMap, value: 
                 // Notifications (`initialized`, `cancelled`, progress, ...) need no action
                 // here: a client abandoning a call closes its request, which drops the call.
                 Ok(_) => accepted(),
-                Err(r) => r,
+                Err(r) => *r,
             }
         }
     }
@@ -347,7 +349,7 @@ async fn batch(
     }
     let session = match session_of(sessions, headers, agent, &Value::Null) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if session.version != BATCH_VERSION {
         return rpc_error(
@@ -607,11 +609,11 @@ pub async fn get(
 ) -> Response {
     if let Err(r) = authenticate(&sessions, &headers, &agent).and_then(|()| check_origin(&headers))
     {
-        return r;
+        return *r;
     }
     let session = match session_of(&sessions, &headers, &agent, &Value::Null) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let rx = session.open_stream();
     let events = futures::stream::unfold(rx, |mut rx| async move {
@@ -636,13 +638,13 @@ pub async fn delete(
 ) -> Response {
     if let Err(r) = authenticate(&sessions, &headers, &agent).and_then(|()| check_origin(&headers))
     {
-        return r;
+        return *r;
     }
     match session_of(&sessions, &headers, &agent, &Value::Null) {
         Ok(session) => {
             sessions.remove(&session.id);
             StatusCode::NO_CONTENT.into_response()
         }
-        Err(r) => r,
+        Err(r) => *r,
     }
 }

@@ -91,6 +91,9 @@ impl Session {
 static LIST_CHANGED: std::sync::LazyLock<Arc<str>> =
     std::sync::LazyLock::new(|| jsonrpc::notification("notifications/tools/list_changed").into());
 
+/// Per agent: its last effective tool set and that set's fingerprint.
+type Fingerprints = HashMap<Arc<str>, (Arc<ResolvedTools>, u64)>;
+
 /// Every session of one router, and the watcher.
 pub struct Sessions {
     host: Host,
@@ -98,7 +101,7 @@ pub struct Sessions {
     table: RwLock<HashMap<Arc<str>, Arc<Session>>>,
     /// Per agent: the last effective tool set seen and its fingerprint (kept alive so
     /// its address cannot be reused by another set).
-    fingerprints: Mutex<HashMap<Arc<str>, (Arc<ResolvedTools>, u64)>>,
+    fingerprints: Mutex<Fingerprints>,
     watcher: std::sync::Once,
 }
 

@@ -24,8 +24,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
 use parking_lot::Mutex;
-use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST};
 use reqwest::{StatusCode, Url};
 use serde_json::{json, Value};
 
@@ -48,27 +49,135 @@ pub fn run(config: BridgeConfig) -> Result<(), String> {
         .build()
         .map_err(|e| format!("could not start the async runtime: {e}"))?;
     let bridge = Arc::new(Bridge::new(config)?);
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    // Blocking stdin reads live on their own thread; one wake-up per line.
-    std::thread::Builder::new()
-        .name("mcp-stdin".into())
-        .spawn(move || {
-            let mut stdin = std::io::stdin().lock();
-            loop {
-                let mut line = Vec::new();
-                match stdin.read_until(b'\n', &mut line) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {
-                        if tx.send(Bytes::from(line)).is_err() {
-                            break;
+    runtime.block_on(async move {
+        let lines = Lines::open()?;
+        bridge.serve(lines).await;
+        Ok(())
+    })
+}
+
+/// Lines of stdin. A pipe or socket is read on the event loop itself (non-blocking, so a
+/// message costs no hand-over between threads); anything else (a file, a terminal) by a
+/// blocking reader thread.
+enum Lines {
+    #[cfg(unix)]
+    Polled(PolledStdin),
+    Thread(tokio::sync::mpsc::UnboundedReceiver<Bytes>),
+}
+
+impl Lines {
+    fn open() -> Result<Lines, String> {
+        #[cfg(unix)]
+        if let Some(polled) = PolledStdin::open() {
+            return Ok(Lines::Polled(polled));
+        }
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        std::thread::Builder::new()
+            .name("mcp-stdin".into())
+            .spawn(move || {
+                let mut stdin = std::io::stdin().lock();
+                loop {
+                    let mut line = Vec::new();
+                    match stdin.read_until(b'\n', &mut line) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {
+                            if tx.send(Bytes::from(line)).is_err() {
+                                break;
+                            }
                         }
                     }
                 }
+            })
+            .map_err(|e| format!("could not start the stdin reader: {e}"))?;
+        Ok(Lines::Thread(rx))
+    }
+
+    async fn next(&mut self) -> Option<Bytes> {
+        match self {
+            #[cfg(unix)]
+            Lines::Polled(p) => p.next().await,
+            Lines::Thread(rx) => rx.recv().await,
+        }
+    }
+}
+
+/// A non-blocking stdin pipe on the event loop; restores the descriptor's flags on drop.
+#[cfg(unix)]
+struct PolledStdin {
+    fd: tokio::io::unix::AsyncFd<std::io::Stdin>,
+    flags: rustix::fs::OFlags,
+    buffer: Vec<u8>,
+    eof: bool,
+}
+
+#[cfg(unix)]
+impl PolledStdin {
+    fn open() -> Option<PolledStdin> {
+        use rustix::fs::{fcntl_getfl, fcntl_setfl, fstat, FileType, OFlags};
+        let stdin = std::io::stdin();
+        let kind = FileType::from_raw_mode(fstat(&stdin).ok()?.st_mode);
+        if !matches!(kind, FileType::Fifo | FileType::Socket) {
+            return None;
+        }
+        let flags = fcntl_getfl(&stdin).ok()?;
+        fcntl_setfl(&stdin, flags | OFlags::NONBLOCK).ok()?;
+        // SAFETY: `Stdin` always yields fd 0, which nothing in this process closes or
+        // replaces while the bridge runs (std never closes it), so the descriptor stays
+        // valid and the same for the whole life of the `AsyncFd`.
+        let registered = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(stdin, tokio::io::Interest::READABLE)
+        };
+        match registered {
+            Ok(fd) => Some(PolledStdin {
+                fd,
+                flags,
+                buffer: Vec::with_capacity(64 * 1024),
+                eof: false,
+            }),
+            Err(_) => {
+                let _ = fcntl_setfl(std::io::stdin(), flags);
+                None
             }
-        })
-        .map_err(|e| format!("could not start the stdin reader: {e}"))?;
-    runtime.block_on(bridge.serve(rx));
-    Ok(())
+        }
+    }
+
+    async fn next(&mut self) -> Option<Bytes> {
+        loop {
+            if let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
+                return Some(Bytes::from(self.buffer.drain(..=end).collect::<Vec<u8>>()));
+            }
+            if self.eof {
+                return (!self.buffer.is_empty())
+                    .then(|| Bytes::from(std::mem::take(&mut self.buffer)));
+            }
+            let Ok(mut ready) = self.fd.readable().await else {
+                self.eof = true;
+                continue;
+            };
+            let mut chunk = [0u8; 64 * 1024];
+            match ready.try_io(|fd| {
+                rustix::io::read(fd.get_ref(), &mut chunk[..]).map_err(std::io::Error::from)
+            }) {
+                Ok(Ok(0)) | Ok(Err(_)) => self.eof = true,
+                Ok(Ok(n)) => {
+                    self.buffer.extend_from_slice(&chunk[..n]);
+                    if n < chunk.len() {
+                        // A short read drained the pipe: wait for the next write instead
+                        // of asking again only to hear EAGAIN.
+                        ready.clear_ready();
+                    }
+                }
+                Err(_would_block) => {}
+            }
+        }
+    }
+}
+
+#[cfg(unix)]
+impl Drop for PolledStdin {
+    fn drop(&mut self) {
+        let _ = rustix::fs::fcntl_setfl(self.fd.get_ref(), self.flags);
+    }
 }
 
 #[derive(Default)]
@@ -83,6 +192,9 @@ struct SessionState {
 
 struct Bridge {
     http: reqwest::Client,
+    /// Keep-alive connections for `http://` endpoints (the hot path); `https://` goes
+    /// through `http`.
+    plain: Option<Plain>,
     endpoint: Url,
     auth: Option<HeaderValue>,
     state: Mutex<SessionState>,
@@ -98,16 +210,32 @@ enum Kind {
     Other,
 }
 
-fn kind_of(message: &Value) -> Kind {
-    match message {
-        Value::Object(o) => match (o.get("method").and_then(Value::as_str), o.get("id")) {
+/// The fields the bridge looks at; everything else in a message is skipped, not built.
+#[derive(serde::Deserialize)]
+struct Peek<'a> {
+    #[serde(default, borrow)]
+    method: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    id: Option<Value>,
+}
+
+/// Classifies a line (one JSON value); `Err` is the parse error.
+fn kind_of(line: &[u8]) -> Result<Kind, serde_json::Error> {
+    let first = line.iter().find(|b| !b.is_ascii_whitespace());
+    if first == Some(&b'{') {
+        let peek: Peek<'_> = serde_json::from_slice(line)?;
+        return Ok(match (peek.method.as_deref(), peek.id) {
             (Some("initialize"), Some(_)) => Kind::Initialize,
-            (Some(_), Some(id)) => Kind::Request(Some(id.clone())),
+            (Some(_), Some(id)) => Kind::Request(Some(id)),
             _ => Kind::Other,
-        },
-        Value::Array(_) => Kind::Request(None),
-        _ => Kind::Other,
+        });
     }
+    serde_json::from_slice::<serde::de::IgnoredAny>(line)?;
+    Ok(if first == Some(&b'[') {
+        Kind::Request(None)
+    } else {
+        Kind::Other
+    })
 }
 
 /// Writes one JSON-RPC message as one stdout line. A closed stdout means the client is
@@ -156,8 +284,12 @@ impl Bridge {
             ))
             .build()
             .map_err(|e| format!("could not create the HTTP client: {e}"))?;
+        let plain = (config.endpoint.scheme() == "http")
+            .then(|| Plain::new(&config.endpoint))
+            .flatten();
         Ok(Bridge {
             http,
+            plain,
             endpoint: config.endpoint,
             auth,
             state: Mutex::new(SessionState::default()),
@@ -165,22 +297,25 @@ impl Bridge {
         })
     }
 
-    async fn serve(self: Arc<Self>, mut lines: tokio::sync::mpsc::UnboundedReceiver<Bytes>) {
+    async fn serve(self: Arc<Self>, mut lines: Lines) {
         let mut in_flight = tokio::task::JoinSet::new();
-        while let Some(line) = lines.recv().await {
+        while let Some(line) = lines.next().await {
             while in_flight.try_join_next().is_some() {}
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            let message: Value = match serde_json::from_slice(&line) {
-                Ok(v) => v,
+            let kind = match kind_of(&line) {
+                Ok(kind) => kind,
                 Err(e) => {
                     emit_error(&Value::Null, PARSE_ERROR, &format!("Parse error: {e}"));
                     continue;
                 }
             };
-            match kind_of(&message) {
-                Kind::Initialize => self.initialize(line, message).await,
+            match kind {
+                Kind::Initialize => match serde_json::from_slice(&line) {
+                    Ok(message) => self.initialize(line, message).await,
+                    Err(e) => emit_error(&Value::Null, PARSE_ERROR, &format!("Parse error: {e}")),
+                },
                 Kind::Request(id) => {
                     in_flight.spawn(self.clone().forward(line, id));
                 }
@@ -211,16 +346,21 @@ impl Bridge {
         h
     }
 
-    async fn post(&self, body: Bytes, headers: HeaderMap) -> reqwest::Result<reqwest::Response> {
+    async fn post(&self, body: Bytes, headers: HeaderMap) -> Result<Answer, String> {
+        if let Some(plain) = &self.plain {
+            return plain.post(body, headers).await;
+        }
         self.http
             .post(self.endpoint.clone())
             .headers(headers)
             .body(body)
             .send()
             .await
+            .map(Answer::Reqwest)
+            .map_err(|e| e.to_string())
     }
 
-    fn unreachable(&self, e: &reqwest::Error) -> String {
+    fn unreachable(&self, e: &str) -> String {
         format!(
             "connector-host bridge: the request to {} failed: {e}",
             self.endpoint
@@ -257,7 +397,7 @@ impl Bridge {
     }
 
     /// Takes the session id of a successful `initialize` answer; returns the new generation.
-    fn adopt_session(&self, response: &reqwest::Response) -> Option<u64> {
+    fn adopt_session(&self, response: &Answer) -> Option<u64> {
         if !response.status().is_success() {
             return None;
         }
@@ -336,8 +476,8 @@ impl Bridge {
         let Some(generation) = self.adopt_session(&response) else {
             return false;
         };
-        let answer = response.bytes().await.ok();
-        self.adopt_version(answer.as_deref());
+        let answer = response.bytes().await;
+        self.adopt_version(Some(&answer));
         let initialized =
             Bytes::from_static(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
         let headers = self.headers(&self.state.lock());
@@ -348,7 +488,7 @@ impl Bridge {
     }
 
     /// The JSON-RPC answer in a response, if any (the first message of an SSE answer).
-    async fn answer(&self, response: reqwest::Response, id: Option<&Value>) -> Option<Vec<u8>> {
+    async fn answer(&self, response: Answer, id: Option<&Value>) -> Option<Vec<u8>> {
         let mut answers = Vec::new();
         self.collect(response, id, &mut |a| answers.push(a.to_vec()))
             .await;
@@ -361,7 +501,7 @@ impl Bridge {
     }
 
     /// Writes the answers in `response` to stdout.
-    async fn relay(&self, response: reqwest::Response, id: Option<&Value>) {
+    async fn relay(&self, response: Answer, id: Option<&Value>) {
         self.collect(response, id, &mut |a| emit(a)).await;
     }
 
@@ -369,7 +509,7 @@ impl Bridge {
     /// to a request becomes a JSON-RPC error with its id.
     async fn collect(
         &self,
-        mut response: reqwest::Response,
+        mut response: Answer,
         id: Option<&Value>,
         sink: &mut (dyn FnMut(&[u8]) + Send),
     ) {
@@ -382,7 +522,7 @@ impl Bridge {
         if is_sse {
             let mut parser = SseParser::default();
             let mut answered = false;
-            while let Ok(Some(chunk)) = response.chunk().await {
+            while let Some(chunk) = response.chunk().await {
                 for event in parser.feed(&chunk) {
                     answered |= is_answer(&event);
                     sink(&event);
@@ -400,7 +540,17 @@ impl Bridge {
             }
             return;
         }
-        let body = response.bytes().await.unwrap_or_default();
+        let is_json = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.starts_with("application/json"));
+        let body = response.bytes().await;
+        if status.is_success() && is_json && !body.is_empty() {
+            // The answer as the host wrote it (`emit` keeps it on one line).
+            sink(&body);
+            return;
+        }
         if status == StatusCode::ACCEPTED && body.is_empty() {
             if let Some(id) = id {
                 emit_error(
@@ -517,6 +667,165 @@ impl Bridge {
     }
 }
 
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+/// HTTP/1.1 keep-alive connections to an `http://` endpoint, straight on hyper: the
+/// bridge's hot path costs one write and one read per message, nothing more.
+struct Plain {
+    /// `host:port` to connect to.
+    authority: String,
+    host: HeaderValue,
+    path: String,
+    idle: Arc<Mutex<Vec<Sender>>>,
+}
+
+impl Plain {
+    fn new(url: &Url) -> Option<Plain> {
+        let host = url.host_str()?;
+        let port = url.port_or_known_default()?;
+        let host_header = match url.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_string(),
+        };
+        let path = match url.query() {
+            Some(q) => format!("{}?{q}", url.path()),
+            None => url.path().to_string(),
+        };
+        Some(Plain {
+            authority: format!("{host}:{port}"),
+            host: HeaderValue::from_str(&host_header).ok()?,
+            path,
+            idle: Arc::new(Mutex::new(Vec::new())),
+        })
+    }
+
+    async fn connect(&self) -> Result<Sender, String> {
+        let stream = tokio::time::timeout(
+            Duration::from_secs(10),
+            tokio::net::TcpStream::connect(&self.authority),
+        )
+        .await
+        .map_err(|_| format!("connecting to {} timed out", self.authority))?
+        .map_err(|e| format!("cannot connect to {}: {e}", self.authority))?;
+        let _ = stream.set_nodelay(true);
+        let (sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(|e| e.to_string())?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(sender)
+    }
+
+    async fn post(&self, body: Bytes, mut headers: HeaderMap) -> Result<Answer, String> {
+        headers.insert(HOST, self.host.clone());
+        let mut request = hyper::Request::post(self.path.as_str())
+            .body(Full::new(body))
+            .map_err(|e| e.to_string())?;
+        *request.headers_mut() = headers;
+        loop {
+            let pooled = loop {
+                match self.idle.lock().pop() {
+                    Some(s) if s.is_closed() => continue,
+                    other => break other,
+                }
+            };
+            let fresh = pooled.is_none();
+            let mut sender = match pooled {
+                Some(s) => s,
+                None => self.connect().await?,
+            };
+            if let Err(e) = sender.ready().await {
+                if fresh {
+                    return Err(e.to_string());
+                }
+                continue;
+            }
+            match sender.try_send_request(request).await {
+                Ok(response) => {
+                    let (parts, body) = response.into_parts();
+                    return Ok(Answer::Plain {
+                        status: parts.status,
+                        headers: parts.headers,
+                        body,
+                        conn: Some((sender, self.idle.clone())),
+                    });
+                }
+                // A pooled connection the host had closed: the request was never
+                // sent, so it is safe to send it again on a fresh one.
+                Err(mut e) => match e.take_message() {
+                    Some(unsent) if !fresh => request = unsent,
+                    _ => return Err(e.into_error().to_string()),
+                },
+            }
+        }
+    }
+}
+
+/// An HTTP answer from either transport.
+enum Answer {
+    Reqwest(reqwest::Response),
+    Plain {
+        status: StatusCode,
+        headers: HeaderMap,
+        body: hyper::body::Incoming,
+        /// Goes back to the pool once the body is read to its end.
+        conn: Option<(Sender, Arc<Mutex<Vec<Sender>>>)>,
+    },
+}
+
+impl Answer {
+    fn status(&self) -> StatusCode {
+        match self {
+            Answer::Reqwest(r) => r.status(),
+            Answer::Plain { status, .. } => *status,
+        }
+    }
+
+    fn headers(&self) -> &HeaderMap {
+        match self {
+            Answer::Reqwest(r) => r.headers(),
+            Answer::Plain { headers, .. } => headers,
+        }
+    }
+
+    /// The next piece of the body; `None` at its end (or on an error).
+    async fn chunk(&mut self) -> Option<Bytes> {
+        match self {
+            Answer::Reqwest(r) => r.chunk().await.ok().flatten(),
+            Answer::Plain { body, conn, .. } => loop {
+                match body.frame().await {
+                    Some(Ok(frame)) => {
+                        if let Ok(data) = frame.into_data() {
+                            return Some(data);
+                        }
+                    }
+                    Some(Err(_)) => {
+                        conn.take();
+                        return None;
+                    }
+                    None => {
+                        if let Some((sender, pool)) = conn.take() {
+                            pool.lock().push(sender);
+                        }
+                        return None;
+                    }
+                }
+            },
+        }
+    }
+
+    /// The whole body.
+    async fn bytes(mut self) -> Vec<u8> {
+        let mut all = Vec::new();
+        while let Some(chunk) = self.chunk().await {
+            all.extend_from_slice(&chunk);
+        }
+        all
+    }
+}
+
 /// Whether an SSE message is an answer (a result or error), which ends a POST's stream.
 fn is_answer(message: &[u8]) -> bool {
     serde_json::from_slice::<Value>(message)
@@ -612,18 +921,22 @@ mod tests {
 
     #[test]
     fn kinds() {
+        let kind = |s: &str| kind_of(s.as_bytes());
         assert!(matches!(
-            kind_of(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize"})),
-            Kind::Initialize
+            kind(r#"{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}"#),
+            Ok(Kind::Initialize)
         ));
         assert!(matches!(
-            kind_of(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})),
-            Kind::Request(Some(_))
+            kind(r#" {"jsonrpc": "2.0", "id": "a", "method": "tools/list"}"#),
+            Ok(Kind::Request(Some(Value::String(_))))
         ));
         assert!(matches!(
-            kind_of(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"})),
-            Kind::Other
+            kind(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#),
+            Ok(Kind::Other)
         ));
-        assert!(matches!(kind_of(&json!([])), Kind::Request(None)));
+        assert!(matches!(kind("[1, 2]"), Ok(Kind::Request(None))));
+        assert!(matches!(kind("17"), Ok(Kind::Other)));
+        assert!(kind("{nope").is_err());
+        assert!(kind(r#"{"method": "a\u00e9"} trailing"#).is_err());
     }
 }

@@ -32,6 +32,8 @@ use crate::store::{DeliveryRecord, DeliveryStatus, MessageRecord};
 
 /// How long a webhook request waits for routing before answering `queued`.
 pub const INLINE_ROUTING: Duration = Duration::from_secs(2);
+/// How many left-over deliveries are finished at once after a restart.
+const RESUME_CONCURRENCY: usize = 8;
 /// How long a delivery id is remembered for de-duplication.
 pub const DEDUP_WINDOW_SECS: i64 = 7 * 24 * 3600;
 
@@ -336,9 +338,16 @@ impl Host {
         }
         let host = self.clone();
         tokio::spawn(async move {
-            for record in unfinished {
-                let _ = host.process_delivery(record).await;
-            }
+            use futures::StreamExt;
+            // A few at a time: a slow delivery must not hold up the others.
+            futures::stream::iter(unfinished)
+                .for_each_concurrent(RESUME_CONCURRENCY, |record| {
+                    let host = host.clone();
+                    async move {
+                        let _ = host.process_delivery(record).await;
+                    }
+                })
+                .await;
         });
         Ok(n)
     }

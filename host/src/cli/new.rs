@@ -1,0 +1,441 @@
+//! `connector-host new SLUG`: scaffolds a connector crate that builds as is, passes
+//! `inspect`, and has one typed tool with a native unit test.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
+use super::CliError;
+use crate::registry::manifest::{is_namespace, is_slug};
+
+pub(crate) const HELP: &str = "\
+Writes a new connector crate into DIR (default ./SLUG): Cargo.toml, .gitignore, README.md and
+src/lib.rs with one typed tool `<namespace>.hello` and native unit tests. DIR must not exist
+or be empty. The crate builds as is:
+
+  cd DIR && cargo build --target wasm32-wasip2 --release
+
+The slug must match ^[a-z][a-z0-9_-]{0,62}$. The tool namespace defaults to the slug and must
+be one id segment [a-z][a-z0-9_]*, so a slug containing `-` needs --namespace.
+
+Examples:
+  connector-host new weather
+  connector-host new acme-crm --namespace acme_crm --dir ~/src/acme-crm";
+
+/// `new`.
+#[derive(Debug, Args)]
+pub struct NewArgs {
+    /// The connector's slug, e.g. `weather` (also the crate's package name).
+    #[arg(value_name = "SLUG")]
+    pub slug: String,
+
+    /// Directory to create the crate in [default: ./SLUG]. Must not exist or be empty.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+
+    /// The tool namespace [default: the slug]. Required when the slug contains `-`.
+    #[arg(long, value_name = "NS")]
+    pub namespace: Option<String>,
+}
+
+/// The `sdk/` folder of the checkout this binary was built from.
+const SDK_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../sdk");
+
+/// Runs `new`.
+pub fn run(args: NewArgs) -> Result<(), CliError> {
+    let namespace = check_names(&args.slug, args.namespace.as_deref())?;
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&args.slug));
+    check_dir(&dir)?;
+
+    let sdk = sdk_dependency();
+    let files = scaffold(&args.slug, &namespace, &sdk);
+    for (name, content) in &files {
+        let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                CliError::failed(format!("could not create {}: {e}", parent.display()))
+            })?;
+        }
+        std::fs::write(&path, content)
+            .map_err(|e| CliError::failed(format!("could not write {}: {e}", path.display())))?;
+    }
+
+    let wasm = wasm_path(&args.slug);
+    let shown = dir.display();
+    super::print_out(&format!(
+        "Created connector `{slug}` (tool namespace `{namespace}`) in {shown}\n\
+         \n\
+         Next steps:\n  \
+           cd {shown}\n  \
+           cargo test                                   # native unit tests of the manifest and the tool\n  \
+           cargo build --target wasm32-wasip2 --release # once: rustup target add wasm32-wasip2\n  \
+           connector-host inspect {wasm}\n  \
+           connector-host call {wasm} hello '{{\"name\": \"Ada\"}}'\n  \
+           connector-host dev {wasm} --call hello '{{\"name\": \"Ada\"}}'   # rebuild in another terminal\n\
+         \n\
+         The guide: docs/writing-a-connector.md in the connector-host repository.\n",
+        slug = args.slug,
+    ));
+    if let SdkDependency::Version = sdk {
+        super::print_out(&format!(
+            "\nNote: {SDK_DIR} does not exist, so Cargo.toml depends on connector-sdk = \"0.1\";\n\
+             point it at a checkout of connector-host (path or git dependency), see the comment there.\n"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the slug and the namespace against the registry's rules; returns the namespace.
+pub fn check_names(slug: &str, namespace: Option<&str>) -> Result<String, CliError> {
+    if !is_slug(slug) {
+        return Err(CliError::usage(format!(
+            "slug `{slug}` is invalid: a slug must match ^[a-z][a-z0-9_-]{{0,62}}$ \
+             (lowercase letters, digits, `_` and `-`, starting with a letter)"
+        )));
+    }
+    match namespace {
+        Some("sv") => Err(CliError::usage(
+            "tool namespace `sv` is reserved for the platform and may not be claimed",
+        )),
+        Some(ns) if !is_namespace(ns) => Err(CliError::usage(format!(
+            "tool namespace `{ns}` is invalid: a namespace must be one id segment [a-z][a-z0-9_]*"
+        ))),
+        Some(ns) => Ok(ns.to_string()),
+        None if slug == "sv" => Err(CliError::usage(
+            "tool namespace `sv` is reserved for the platform and may not be claimed \
+             (it defaults to the slug; choose another with --namespace NS)",
+        )),
+        None if !is_namespace(slug) => Err(CliError::usage(format!(
+            "slug `{slug}` cannot be the tool namespace: the namespace defaults to the slug and \
+             must be one id segment [a-z][a-z0-9_]* (no `-`); pass --namespace {}",
+            slug.replace('-', "_")
+        ))),
+        None => Ok(slug.to_string()),
+    }
+}
+
+/// Refuses a directory that exists and is not empty (or is not a directory).
+fn check_dir(dir: &Path) -> Result<(), CliError> {
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(CliError::usage(format!(
+                    "{} exists and is not empty: refusing to overwrite it (choose another --dir)",
+                    dir.display()
+                )));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(CliError::usage(format!(
+            "{} cannot be used: {e}",
+            dir.display()
+        ))),
+    }
+}
+
+/// How the scaffold depends on `connector-sdk`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SdkDependency {
+    /// A path dependency on a checkout (absolute path of its `sdk/` folder).
+    Path(String),
+    /// `connector-sdk = "0.1"`, with a comment on how to point it at a checkout.
+    Version,
+}
+
+fn sdk_dependency() -> SdkDependency {
+    match std::fs::canonicalize(SDK_DIR) {
+        Ok(path) if path.join("Cargo.toml").is_file() => {
+            SdkDependency::Path(path.to_string_lossy().into_owned())
+        }
+        _ => SdkDependency::Version,
+    }
+}
+
+/// The artifact `cargo build --target wasm32-wasip2 --release` produces (relative to the
+/// crate; cargo writes the library name, with `-` as `_`).
+pub fn wasm_path(slug: &str) -> String {
+    format!(
+        "target/wasm32-wasip2/release/{}.wasm",
+        slug.replace('-', "_")
+    )
+}
+
+/// `demo_conn` → `DemoConn`.
+fn type_name(slug: &str) -> String {
+    let mut name: String = slug
+        .split(['_', '-'])
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let mut c = p.chars();
+            match c.next() {
+                Some(first) => first.to_ascii_uppercase().to_string() + c.as_str(),
+                None => String::new(),
+            }
+        })
+        .collect();
+    if name.is_empty() || name == "Connector" || name == "Manifest" || name == "Tool" {
+        name.push_str("Impl");
+    }
+    name
+}
+
+/// `demo_conn` → `Demo Conn`.
+fn display_name(slug: &str) -> String {
+    slug.split(['_', '-'])
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let mut c = p.chars();
+            match c.next() {
+                Some(first) => first.to_ascii_uppercase().to_string() + c.as_str(),
+                None => String::new(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The files of the scaffold, by relative path.
+pub fn scaffold(slug: &str, namespace: &str, sdk: &SdkDependency) -> Vec<(&'static str, String)> {
+    let sdk_line = match sdk {
+        SdkDependency::Path(path) => format!(
+            "# The SDK of the connector-host checkout this crate was created from.\n\
+             connector-sdk = {{ path = \"{}\" }}",
+            path.replace('\\', "/")
+        ),
+        SdkDependency::Version => {
+            "# connector-sdk is not on crates.io yet: point this at a checkout of\n\
+             # connector-host, e.g. { path = \"/path/to/connector-host/sdk\" } or\n\
+             # { git = \"<connector-host repository URL>\" }.\n\
+             connector-sdk = \"0.1\""
+                .to_string()
+        }
+    };
+    let cargo_toml = format!(
+        r#"[package]
+name = "{slug}"
+version = "0.1.0"
+edition = "2021"
+publish = false
+
+[lib]
+# A WebAssembly component: build with `cargo build --target wasm32-wasip2 --release`.
+crate-type = ["cdylib"]
+
+[dependencies]
+{sdk_line}
+serde = {{ version = "1", features = ["derive"] }}
+serde_json = "1"
+schemars = "1"
+
+# A workspace of its own, so the crate builds even when created inside another workspace.
+[workspace]
+"#
+    );
+
+    let ty = type_name(slug);
+    let display = display_name(slug);
+    let namespace_line = if namespace == slug {
+        String::new()
+    } else {
+        format!("\n            .namespace(\"{namespace}\")")
+    };
+    let lib_rs = format!(
+        r#"//! The `{slug}` connector: a WebAssembly component for connector-host.
+//!
+//! Build: `cargo build --target wasm32-wasip2 --release`
+//! Check: `connector-host inspect target/wasm32-wasip2/release/{file}.wasm`
+
+use connector_sdk::{{CallContext, Connector, Manifest, Tool, ToolError}};
+use schemars::JsonSchema;
+use serde::{{Deserialize, Serialize}};
+
+// Doc comments on the struct and its fields become descriptions in the tool's inputSchema.
+/// Arguments of `{namespace}.hello`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HelloArgs {{
+    /// Who to greet.
+    pub name: String,
+}}
+
+/// Result of `{namespace}.hello`.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct Greeting {{
+    /// The greeting.
+    pub greeting: String,
+}}
+
+/// The connector.
+pub struct {ty};
+
+impl Connector for {ty} {{
+    fn manifest() -> Manifest {{
+        Manifest::new("{slug}"){namespace_line}
+            .display_name("{display}")
+            .description("Describe what {slug} connects to.")
+            .version(env!("CARGO_PKG_VERSION"))
+            // A relative name: the tool id is `{namespace}.hello`.
+            .tool(
+                Tool::new("hello", "Greets someone by name.", hello)
+                    .read_only()
+                    .idempotent(),
+            )
+    }}
+}}
+
+fn hello(_ctx: &CallContext, args: HelloArgs) -> Result<Greeting, ToolError> {{
+    if args.name.trim().is_empty() {{
+        return Err(ToolError::invalid_arguments("name is empty"));
+    }}
+    Ok(Greeting {{
+        greeting: format!("Hello, {{}}!", args.name),
+    }})
+}}
+
+connector_sdk::export!({ty});
+
+#[cfg(test)]
+mod tests {{
+    use super::*;
+    use connector_sdk::Binding;
+
+    fn ctx() -> CallContext {{
+        CallContext {{
+            binding: Binding {{
+                unit: "test".into(),
+                config: serde_json::json!({{}}),
+            }},
+            agent: None,
+            call_id: "test-call".into(),
+        }}
+    }}
+
+    #[test]
+    fn manifest_is_valid() {{
+        let manifest = {ty}::manifest();
+        assert_eq!(manifest.validate(), Ok(()));
+        assert_eq!(manifest.tool_ids(), ["{namespace}.hello"]);
+    }}
+
+    #[test]
+    fn hello_greets() {{
+        let args = HelloArgs {{
+            name: "Ada".into(),
+        }};
+        assert_eq!(hello(&ctx(), args).unwrap().greeting, "Hello, Ada!");
+        let empty = HelloArgs {{ name: " ".into() }};
+        assert!(matches!(
+            hello(&ctx(), empty),
+            Err(ToolError::InvalidArguments(_))
+        ));
+    }}
+}}
+"#,
+        file = slug.replace('-', "_"),
+    );
+
+    let wasm = wasm_path(slug);
+    let readme = format!(
+        r#"# {display}
+
+A connector for connector-host, scaffolded by `connector-host new`.
+
+```sh
+rustup target add wasm32-wasip2                  # once
+cargo test                                       # native unit tests
+cargo build --target wasm32-wasip2 --release     # build the component
+connector-host inspect {wasm}
+connector-host call {wasm} hello '{{"name": "Ada"}}'
+```
+
+`connector-host dev {wasm} --call hello '{{"name": "Ada"}}'` reloads the component on every
+rebuild and prints what changed in its manifest.
+
+Then, against a running host:
+
+```sh
+connector-host connectors install {wasm}
+connector-host units put demo
+connector-host agents put ada --unit demo
+connector-host bind demo {slug}
+connector-host call ada {namespace}.hello '{{"name": "Ada"}}'
+```
+
+See docs/writing-a-connector.md in the connector-host repository.
+"#
+    );
+
+    vec![
+        ("Cargo.toml", cargo_toml),
+        (".gitignore", "/target\nCargo.lock.bak\n".to_string()),
+        ("README.md", readme),
+        ("src/lib.rs", lib_rs),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_registry_rules() {
+        assert_eq!(check_names("demo_conn", None).unwrap(), "demo_conn");
+        assert_eq!(check_names("my-conn", Some("my_conn")).unwrap(), "my_conn");
+        let e = check_names("my-conn", None).unwrap_err();
+        assert_eq!(e.code, 2);
+        assert!(e.message.contains("--namespace my_conn"), "{}", e.message);
+        assert!(check_names("Demo", None).is_err());
+        assert!(check_names("9lives", None).is_err());
+        assert!(check_names(&"a".repeat(64), None).is_err());
+        assert!(check_names("ok", Some("not-ok")).is_err());
+        assert!(check_names("sv", None).is_err());
+        assert!(check_names("ok", Some("sv")).is_err());
+    }
+
+    #[test]
+    fn names_of_the_generated_code() {
+        assert_eq!(type_name("demo_conn"), "DemoConn");
+        assert_eq!(type_name("a-b_c"), "ABC");
+        assert_eq!(type_name("connector"), "ConnectorImpl");
+        assert_eq!(display_name("demo_conn"), "Demo Conn");
+        assert_eq!(
+            wasm_path("my-conn"),
+            "target/wasm32-wasip2/release/my_conn.wasm"
+        );
+    }
+
+    #[test]
+    fn writes_a_crate_and_refuses_a_non_empty_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("x");
+        run(NewArgs {
+            slug: "my-conn".into(),
+            dir: Some(target.clone()),
+            namespace: Some("mine".into()),
+        })
+        .unwrap();
+        let lib = std::fs::read_to_string(target.join("src/lib.rs")).unwrap();
+        assert!(lib.contains(".namespace(\"mine\")") && lib.contains("pub struct MyConn;"));
+        let cargo = std::fs::read_to_string(target.join("Cargo.toml")).unwrap();
+        assert!(cargo.contains("name = \"my-conn\"") && cargo.contains("\n[workspace]\n"));
+        assert!(cargo.contains("connector-sdk = { path = "), "{cargo}");
+        let again = run(NewArgs {
+            slug: "my-conn".into(),
+            dir: Some(target),
+            namespace: Some("mine".into()),
+        })
+        .unwrap_err();
+        assert!(again.message.contains("not empty"), "{}", again.message);
+    }
+
+    #[test]
+    fn version_dependency_explains_itself() {
+        let files = scaffold("x", "x", &SdkDependency::Version);
+        assert!(files[0].1.contains("connector-sdk = \"0.1\""));
+        assert!(files[0].1.contains("git = "));
+    }
+}
