@@ -723,7 +723,7 @@ async fn kill_round(round: usize) {
     // translated when the process is killed.
     let body_of = |i: usize| {
         let mut body = event("r", "kill.test");
-        body["sleep_ms"] = json!(if i % 2 == 0 { 0 } else { 3000 });
+        body["sleep_ms"] = json!(if i.is_multiple_of(2) { 0 } else { 3000 });
         body
     };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

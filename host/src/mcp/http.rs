@@ -205,7 +205,7 @@ fn session_of(
             id,
             INVALID_REQUEST,
             "Bad Request: the Mcp-Session-Id header is required; send `initialize` first to get one",
-        ));
+        )));
     };
     let session = raw
         .to_str()
@@ -269,7 +269,7 @@ pub async fn post(
     }
     let bytes = match read_body(&headers, body).await {
         Ok(b) => b,
-        Err(r) => return *r,
+        Err(r) => return r,
     };
     let value: Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,
