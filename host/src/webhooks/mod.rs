@@ -352,14 +352,8 @@ impl Host {
         Ok(n)
     }
 
-    /// Retries one stored delivery now.
-    pub async fn retry_delivery(
-        &self,
-        slug: &str,
-        delivery_id: &str,
-    ) -> HostResult<WebhookOutcome> {
-        let record = self
-            .inner
+    async fn stored_delivery(&self, slug: &str, delivery_id: &str) -> HostResult<DeliveryRecord> {
+        self.inner
             .store
             .delivery(slug, delivery_id)
             .await?
@@ -367,7 +361,16 @@ impl Host {
                 HostError::not_found(format!(
                     "no delivery `{delivery_id}` is stored for connector `{slug}`"
                 ))
-            })?;
+            })
+    }
+
+    /// Retries one stored delivery now.
+    pub async fn retry_delivery(
+        &self,
+        slug: &str,
+        delivery_id: &str,
+    ) -> HostResult<WebhookOutcome> {
+        let record = self.stored_delivery(slug, delivery_id).await?;
         if record.status == DeliveryStatus::Done {
             return Ok(WebhookOutcome {
                 delivery: record.delivery_id,
@@ -388,16 +391,7 @@ impl Host {
 
     /// What the operator sees of one delivery.
     pub async fn delivery(&self, slug: &str, delivery_id: &str) -> HostResult<DeliveryView> {
-        let d = self
-            .inner
-            .store
-            .delivery(slug, delivery_id)
-            .await?
-            .ok_or_else(|| {
-                HostError::not_found(format!(
-                    "no delivery `{delivery_id}` is stored for connector `{slug}`"
-                ))
-            })?;
+        let d = self.stored_delivery(slug, delivery_id).await?;
         Ok(DeliveryView {
             connector: d.connector,
             delivery: d.delivery_id,
