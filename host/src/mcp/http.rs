@@ -601,7 +601,7 @@ async fn call(
 
 /// `GET /mcp/agents/{agentId}`: the session's server→client stream (Server-Sent Events,
 /// `event: message`, one JSON-RPC notification per event). Opening a new stream ends the
-/// previous one of the same session.
+/// previous one of the same session; [`super::end_streams`] ends them all.
 pub async fn get(
     State(sessions): McpState,
     Path(agent): Path<String>,
@@ -616,13 +616,18 @@ pub async fn get(
         Err(r) => return *r,
     };
     let rx = session.open_stream();
-    let events = futures::stream::unfold(rx, |mut rx| async move {
-        let (id, message) = rx.recv().await?;
+    let ending = super::streams_ending();
+    let events = futures::stream::unfold((rx, ending), |(mut rx, mut ending)| async move {
+        let (id, message) = tokio::select! {
+            biased;
+            _ = ending.wait_for(|end| *end) => return None,
+            next = rx.recv() => next?,
+        };
         let event = Event::default()
             .event("message")
             .id(id.to_string())
             .data(&*message);
-        Some((Ok::<_, Infallible>(event), rx))
+        Some((Ok::<_, Infallible>(event), (rx, ending)))
     });
     Sse::new(events)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))

@@ -176,16 +176,6 @@ impl Sessions {
         Some(session)
     }
 
-    /// How many sessions are open.
-    pub fn len(&self) -> usize {
-        self.table.read().len()
-    }
-
-    /// Whether no session is open.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The fingerprint of `agent`'s current tool list (computed only when its effective
     /// tool set is a new one).
     fn fingerprint(&self, agent: &str) -> HostResult<u64> {

@@ -9,14 +9,14 @@ use serde_json::{Map, Value};
 
 use super::jsonrpc;
 use crate::error::HostError;
-use crate::grants::{Provider, ResolvedTools};
+use crate::grants::ResolvedTools;
 use crate::registry::ToolInfo;
 
 /// The `tools/list` result of an effective tool set: `{"tools": [Tool]}`.
 ///
-/// Tools of the image tier are left out: they run inside the agent's own container, so a
-/// call through the host always fails (`unknown_tool`); listing them would only invite
-/// the model to call tools it cannot reach here.
+/// Every tier is listed, as the contract says (`tools/list` = the effective tools). Tools
+/// of the image tier run inside the agent's own container: a call of one through the host
+/// is answered with an error saying so.
 pub struct ToolsList<'a>(pub &'a ResolvedTools);
 
 impl Serialize for ToolsList<'_> {
@@ -26,9 +26,7 @@ impl Serialize for ToolsList<'_> {
             fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 let mut seq = serializer.serialize_seq(None)?;
                 for tool in self.0.iter() {
-                    if !matches!(tool.group.provider, Provider::Image(_)) {
-                        seq.serialize_element(&McpTool(tool.info))?;
-                    }
+                    seq.serialize_element(&McpTool(tool.info))?;
                 }
                 seq.end()
             }
