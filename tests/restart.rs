@@ -181,3 +181,45 @@ async fn units_agents_bindings_grants_and_tokens_survive_a_kill_and_restart() {
         .count();
     assert!(cached >= 2, "compiled components are cached on disk");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_server_even_with_an_open_message_stream() {
+    let data = tempfile::tempdir().unwrap();
+    let client = reqwest::Client::new();
+    let mut server = ServerProcess::start(data.path(), &[]).await;
+    let (s, _) = call(
+        &client,
+        reqwest::Method::PUT,
+        format!("{}/api/v1/units/u", server.url),
+        OPERATOR_TOKEN,
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(s, 201);
+    let stream = client
+        .get(format!("{}/api/v1/units/u/messages/stream", server.url))
+        .bearer_auth(OPERATOR_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let pid = server.child.id().to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(exit) = server.child.try_wait().unwrap() {
+            assert!(exit.success(), "{exit:?}");
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(15),
+            "the server did not stop after SIGTERM"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    drop(stream);
+}

@@ -21,13 +21,28 @@ pub async fn serve(config: HostConfig) -> anyhow::Result<()> {
     let local = listener.local_addr().unwrap_or(listen);
     tracing::info!(address = %local, connectors = host.list_connectors().len(), "connector-host listening");
     eprintln!("connector-host listening on http://{local} (API under /api/v1)");
-    axum::serve(listener, host.router())
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|e| anyhow::anyhow!("server error: {e}"))?;
+    // Graceful shutdown waits for open connections; a long-lived stream (a unit's message
+    // stream, an MCP session) would hold it forever, so in-flight requests get a bounded
+    // grace period after the signal.
+    let stopping = std::sync::Arc::new(tokio::sync::Notify::new());
+    let signalled = stopping.clone();
+    let server = axum::serve(listener, host.router()).with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        signalled.notify_one();
+    });
+    tokio::select! {
+        result = server => result.map_err(|e| anyhow::anyhow!("server error: {e}"))?,
+        _ = async {
+            stopping.notified().await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => tracing::warn!("connections still open {SHUTDOWN_GRACE:?} after the stop signal; closing them"),
+    }
     tracing::info!("connector-host stopped");
     Ok(())
 }
+
+/// How long in-flight requests may run on after Ctrl-C or SIGTERM.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 async fn shutdown_signal() {
     let ctrl_c = async {
