@@ -230,12 +230,7 @@ fn guest_error(e: &GuestError) -> CliError {
 fn violations(heading: &str, found: &[SchemaViolation]) -> String {
     let mut text = heading.to_string();
     for v in found {
-        let pointer = if v.pointer.is_empty() {
-            "(root)"
-        } else {
-            &v.pointer
-        };
-        text.push_str(&format!("\n  {pointer}: {}", v.message));
+        text.push_str(&format!("\n  {v}"));
     }
     text
 }

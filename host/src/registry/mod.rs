@@ -32,6 +32,18 @@ pub struct SchemaViolation {
     pub message: String,
 }
 
+impl fmt::Display for SchemaViolation {
+    /// `<pointer>: <message>`, with `(root)` for the whole document.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pointer = if self.pointer.is_empty() {
+            "(root)"
+        } else {
+            &self.pointer
+        };
+        write!(f, "{pointer}: {}", self.message)
+    }
+}
+
 /// Why a component was not installed.
 #[derive(Debug)]
 pub enum InstallError {

@@ -260,20 +260,7 @@ impl Harness {
     /// `bind`; returns the routing keys. Later calls use this config.
     pub fn bind(&mut self, config: Value) -> Result<Vec<String>, Error> {
         if let Err(violations) = self.connector.check_config(&config) {
-            let lines: Vec<String> = violations
-                .iter()
-                .map(|v| {
-                    format!(
-                        "{}: {}",
-                        if v.pointer.is_empty() {
-                            "(root)"
-                        } else {
-                            &v.pointer
-                        },
-                        v.message
-                    )
-                })
-                .collect();
+            let lines: Vec<String> = violations.iter().map(ToString::to_string).collect();
             return Err(Error::new(
                 "invalid_config",
                 format!(
@@ -325,20 +312,7 @@ impl Harness {
             ));
         }
         if let Err(violations) = self.connector.check_arguments(&tool_id, &arguments) {
-            let lines: Vec<String> = violations
-                .iter()
-                .map(|v| {
-                    format!(
-                        "{}: {}",
-                        if v.pointer.is_empty() {
-                            "(root)"
-                        } else {
-                            &v.pointer
-                        },
-                        v.message
-                    )
-                })
-                .collect();
+            let lines: Vec<String> = violations.iter().map(ToString::to_string).collect();
             return Err(Error::new(
                 "invalid_arguments",
                 format!(
