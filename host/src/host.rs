@@ -274,19 +274,13 @@ pub fn mask_secrets(schema: &Value, config: &Value) -> Value {
     }
 }
 
-fn guest_error(err: GuestError) -> HostError {
-    match err {
-        GuestError::Timeout { .. } => HostError::new(
-            ErrorKind::GatewayTimeout,
-            "connector_timeout",
-            err.to_string(),
-        ),
-        other => HostError::new(
-            ErrorKind::BadGateway,
-            "connector_trapped",
-            other.to_string(),
-        ),
-    }
+/// A guest failure as the contract's error (`504 connector_timeout` or `502 connector_trapped`).
+pub(crate) fn guest_error(err: GuestError) -> HostError {
+    let kind = match err {
+        GuestError::Timeout { .. } => ErrorKind::GatewayTimeout,
+        _ => ErrorKind::BadGateway,
+    };
+    HostError::new(kind, err.code(), err.to_string())
 }
 
 fn install_error(err: InstallError) -> HostError {

@@ -219,11 +219,7 @@ pub async fn run_local(args: CallArgs) -> Result<(), CliError> {
 
 /// The contract's error code for a guest failure, then its description.
 fn guest_error(e: &GuestError) -> CliError {
-    let code = match e {
-        GuestError::Timeout { .. } => "connector_timeout",
-        _ => "connector_trapped",
-    };
-    CliError::failed(format!("{code}: {e}"))
+    CliError::failed(format!("{}: {e}", e.code()))
 }
 
 /// `heading`, then one `  <pointer>: <message>` line per violation.

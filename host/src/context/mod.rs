@@ -150,15 +150,8 @@ impl Host {
                     .with_details(json!({"connector": slug})))
                 }
                 Err(e) => {
-                    let mut err = HostError::new(
-                        ErrorKind::BadGateway,
-                        "connector_trapped",
-                        format!("connector `{slug}`: {e}"),
-                    );
-                    if matches!(e, crate::runtime::GuestError::Timeout { .. }) {
-                        err.kind = ErrorKind::GatewayTimeout;
-                        err.code = "connector_timeout";
-                    }
+                    let mut err = crate::host::guest_error(e);
+                    err.message = format!("connector `{slug}`: {}", err.message);
                     return Err(err);
                 }
             };

@@ -52,6 +52,17 @@ impl fmt::Display for GuestError {
 
 impl std::error::Error for GuestError {}
 
+impl GuestError {
+    /// The contract's error code: `connector_timeout` for a timeout, `connector_trapped`
+    /// for everything else.
+    pub fn code(&self) -> &'static str {
+        match self {
+            GuestError::Timeout { .. } => "connector_timeout",
+            _ => "connector_trapped",
+        }
+    }
+}
+
 /// Why a component could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {

@@ -72,11 +72,7 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 fn guest_error(e: &GuestError) -> Error {
-    let code = match e {
-        GuestError::Timeout { .. } => "connector_timeout",
-        _ => "connector_trapped",
-    };
-    Error::new(code, e.to_string())
+    Error::new(e.code(), e.to_string())
 }
 
 /// A message produced by `translate_webhook`.
