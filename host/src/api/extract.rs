@@ -5,7 +5,6 @@
 //! JSON, `400 invalid_request` for malformed JSON or unknown fields, `413` for an
 //! oversized body, `401`/`403` for authentication.
 
-use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{header, HeaderMap};
 use serde::de::DeserializeOwned;
@@ -55,6 +54,9 @@ pub fn authorize(host: &Host, headers: &HeaderMap, access: Access<'_>) -> Result
     }
 }
 
+/// Largest JSON request body.
+const MAX_JSON_BYTES: usize = 2 * 1024 * 1024;
+
 /// A JSON body; an empty body reads as `{}` so optional-only bodies may be omitted.
 pub struct ApiJson<T>(pub T);
 
@@ -65,26 +67,25 @@ where
 {
     type Rejection = HostError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
         let content_type = req
             .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(|s| s.to_ascii_lowercase());
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                HostError::new(
+        let (parts, body) = req.into_parts();
+        let bytes = super::read_limited(&parts.headers, body, MAX_JSON_BYTES)
+            .await
+            .map_err(|e| match e {
+                super::BodyError::TooLarge => HostError::new(
                     ErrorKind::PayloadTooLarge,
                     "payload_too_large",
                     "the request body is too large (at most 2 MiB of JSON)",
-                )
-            } else {
-                HostError::invalid_request(format!(
-                    "could not read the request body: {}",
-                    e.body_text()
-                ))
-            }
-        })?;
+                ),
+                super::BodyError::Unreadable(e) => {
+                    HostError::invalid_request(format!("could not read the request body: {e}"))
+                }
+            })?;
         let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
             b"{}"
         } else {

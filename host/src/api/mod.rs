@@ -4,6 +4,7 @@
 //! serialise the answer. Every rule lives in the host, so the Rust API and the HTTP API
 //! cannot disagree.
 
+mod body;
 mod extract;
 
 use std::sync::atomic::Ordering;
@@ -21,6 +22,7 @@ use crate::error::{ErrorKind, HostError};
 use crate::host::{Host, Written};
 use crate::store::Subject;
 
+pub use body::{read_limited, BodyError};
 pub use extract::{authorize, Access, ApiJson};
 
 impl IntoResponse for HostError {

@@ -28,10 +28,6 @@ use crate::store::Subject;
 pub const SESSION_HEADER: &str = "mcp-session-id";
 /// `MCP-Protocol-Version`.
 pub const VERSION_HEADER: &str = "mcp-protocol-version";
-/// How much of an oversized body is read (and dropped) before answering `413`.
-const DRAIN_BYTES: u64 = 64 * 1024 * 1024;
-/// How long an oversized body is drained before answering `413`.
-const DRAIN_TIME: Duration = Duration::from_secs(5);
 /// Methods this server answers; anything else is `-32601`, with or without a session.
 const METHODS: [&str; 4] = ["initialize", "ping", "tools/list", "tools/call"];
 
@@ -142,52 +138,20 @@ fn too_large() -> Response {
     )
 }
 
-/// Reads the body, at most [`MAX_BODY_BYTES`]. An oversized body is still drained (up to
-/// [`DRAIN_BYTES`], for at most [`DRAIN_TIME`]) before the `413`, so a client that is
-/// still sending reads the answer instead of a reset connection.
-async fn read_body(headers: &HeaderMap, mut body: Body) -> Result<Bytes, Response> {
-    use http_body_util::BodyExt;
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let unreadable = |e: axum::Error| {
-        rpc_error(
-            StatusCode::BAD_REQUEST,
-            &Value::Null,
-            INVALID_REQUEST,
-            &format!("could not read the request body: {e}"),
-        )
-    };
-    let mut seen = 0u64;
-    if declared.is_none_or(|n| n <= MAX_BODY_BYTES as u64) {
-        let mut buffer = Vec::with_capacity(declared.unwrap_or(0) as usize);
-        loop {
-            let Some(frame) = body.frame().await else {
-                return Ok(Bytes::from(buffer));
-            };
-            let Ok(data) = frame.map_err(unreadable)?.into_data() else {
-                continue;
-            };
-            seen += data.len() as u64;
-            if seen > MAX_BODY_BYTES as u64 {
-                break;
-            }
-            buffer.extend_from_slice(&data);
-        }
-    }
-    let drain = async {
-        while seen <= DRAIN_BYTES {
-            match body.frame().await {
-                Some(Ok(frame)) => {
-                    seen += frame.data_ref().map_or(0, |d| d.len() as u64);
-                }
-                Some(Err(_)) | None => break,
-            }
-        }
-    };
-    let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
-    Err(too_large())
+/// Reads the body, at most [`MAX_BODY_BYTES`] (an oversized one is drained before the
+/// `413`, see [`crate::api::read_limited`]).
+async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, Response> {
+    crate::api::read_limited(headers, body, MAX_BODY_BYTES)
+        .await
+        .map_err(|e| match e {
+            crate::api::BodyError::TooLarge => too_large(),
+            crate::api::BodyError::Unreadable(e) => rpc_error(
+                StatusCode::BAD_REQUEST,
+                &Value::Null,
+                INVALID_REQUEST,
+                &format!("could not read the request body: {e}"),
+            ),
+        })
 }
 
 /// The request's session: `400` without `Mcp-Session-Id`, `404` when it is unknown, ended

@@ -1,0 +1,70 @@
+//! Reading a request body with a size limit, answerably.
+//!
+//! Refusing an oversized body the moment the limit is passed closes the connection while
+//! the client is still sending, and the client then sees a reset instead of the `413`.
+//! So the rest of an oversized body is read and dropped (bounded in bytes and time)
+//! before the answer goes out.
+
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderMap};
+use http_body_util::BodyExt;
+
+/// How much of an oversized body is read (and dropped) before answering.
+const DRAIN_BYTES: u64 = 64 * 1024 * 1024;
+/// How long an oversized body is drained before answering.
+const DRAIN_TIME: Duration = Duration::from_secs(5);
+
+/// Why a body was not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyError {
+    /// Larger than the limit.
+    TooLarge,
+    /// The client's body stream failed.
+    Unreadable(String),
+}
+
+/// Reads `body`, at most `limit` bytes; an oversized body is drained (up to 64 MiB, for at
+/// most 5 s) before [`BodyError::TooLarge`] is returned.
+pub async fn read_limited(
+    headers: &HeaderMap,
+    mut body: Body,
+    limit: usize,
+) -> Result<Bytes, BodyError> {
+    let limit = limit as u64;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let mut seen = 0u64;
+    if declared.is_none_or(|n| n <= limit) {
+        let mut buffer = Vec::with_capacity(declared.unwrap_or(0) as usize);
+        loop {
+            let Some(frame) = body.frame().await else {
+                return Ok(Bytes::from(buffer));
+            };
+            let Ok(data) = frame
+                .map_err(|e| BodyError::Unreadable(e.to_string()))?
+                .into_data()
+            else {
+                continue;
+            };
+            seen += data.len() as u64;
+            if seen > limit {
+                break;
+            }
+            buffer.extend_from_slice(&data);
+        }
+    }
+    let drain = async {
+        while seen <= DRAIN_BYTES {
+            match body.frame().await {
+                Some(Ok(frame)) => seen += frame.data_ref().map_or(0, |d| d.len() as u64),
+                Some(Err(_)) | None => break,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+    Err(BodyError::TooLarge)
+}
