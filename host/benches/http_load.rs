@@ -594,6 +594,16 @@ fn delivery_record(
         attempts: 0,
         error: None,
         routed_to: Vec::new(),
+        claimed_by: None,
+        claim_until: 0,
+    }
+}
+
+/// A claim that holds for the whole run.
+fn bench_claim() -> connector_host::store::Claim {
+    connector_host::store::Claim {
+        owner: "bench".into(),
+        until_unix: i64::MAX / 2,
     }
 }
 
@@ -628,7 +638,7 @@ async fn store_only(host: &Host, body: &Bytes, prefix: &str, limits: Limits) -> 
             let record = delivery_record(&id, &body, Vec::new());
             let fresh = h
                 .store()
-                .insert_delivery(&record, 7 * 24 * 3600)
+                .insert_delivery(&record, 7 * 24 * 3600, &bench_claim())
                 .await
                 .map_err(|e| e.to_string())?;
             if !fresh {
@@ -746,7 +756,9 @@ async fn webhook_steps(
 
         let record = delivery_record(&id, body, headers.clone());
         let t = Instant::now();
-        host.store().insert_delivery(&record, 7 * 24 * 3600).await?;
+        host.store()
+            .insert_delivery(&record, 7 * 24 * 3600, &bench_claim())
+            .await?;
         insert.push(t.elapsed().as_nanos() as u64);
 
         let t = Instant::now();

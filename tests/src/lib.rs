@@ -8,3 +8,4 @@ pub mod guests {
 pub mod fake_arxiv;
 pub mod fake_github;
 pub mod harness;
+pub mod postgres;

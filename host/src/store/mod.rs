@@ -6,9 +6,13 @@
 //! the grants it re-derives — is one call here and one transaction in the database, so
 //! after any crash either all of it exists or none of it does.
 //!
-//! SQLite ([`sqlite::SqliteStore`]) is the default; the trait is async so a networked
-//! database with an async driver can implement it as well.
+//! SQLite ([`sqlite::SqliteStore`]) is the default for one host; PostgreSQL
+//! ([`postgres::PostgresStore`]) lets several replicas share one database. Both pass the
+//! same conformance suite (`conformance`), so they cannot drift apart.
 
+#[cfg(any(test, feature = "store-conformance"))]
+pub mod conformance;
+pub mod postgres;
 pub mod sqlite;
 
 use async_trait::async_trait;
@@ -134,6 +138,41 @@ pub struct DeliveryRecord {
     pub error: Option<String>,
     /// Units that received messages.
     pub routed_to: Vec<String>,
+    /// The replica working on it (see [`Claim`]); `None` once done or never claimed.
+    pub claimed_by: Option<String>,
+    /// Unix seconds until which `claimed_by` holds it; 0 when unclaimed.
+    pub claim_until: i64,
+}
+
+/// A replica's hold on a stored delivery: while it lasts no other replica starts the same
+/// delivery; when it lapses (the replica died or stalled) any replica may claim it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The claiming replica's id (stable across its restarts).
+    pub owner: String,
+    /// Unix second up to and including which the claim holds (it lapses after it).
+    pub until_unix: i64,
+}
+
+/// Which unfinished deliveries [`Store::claim_deliveries`] takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimScope {
+    /// Periodic sweep: pending deliveries that nobody holds (no claim, or a lapsed one).
+    Sweep,
+    /// A replica starting: as `Sweep`, plus failed deliveries nobody holds and every
+    /// pending or failed delivery the same owner held in its previous life (whatever the
+    /// claim's expiry; that process is gone).
+    Startup,
+}
+
+/// What [`Store::changes_since`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateCheck {
+    /// The current state version.
+    pub version: i64,
+    /// Whether some version in `(applied, version]` was written by another store handle
+    /// (another replica): the caller's in-memory state is stale and must be reloaded.
+    pub foreign: bool,
 }
 
 /// A message delivered into a unit's inbox.
@@ -161,6 +200,8 @@ pub struct Snapshot {
     pub bindings: Vec<BindingRecord>,
     pub grants: Vec<GrantRecord>,
     pub image_tools: Vec<ImageToolsRecord>,
+    /// The state version this snapshot reflects (see [`Store::changes_since`]).
+    pub version: i64,
 }
 
 /// A deliberate failure injected by tests between two writes of one transaction.
@@ -192,6 +233,44 @@ pub enum StoreError {
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// RFC 3339 of now (timestamps the stores write themselves).
+pub(crate) fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+/// A grant subject as its stored (kind, id) columns.
+pub(crate) fn subject_parts(subject: &Subject) -> (&'static str, &str) {
+    match subject {
+        Subject::Unit(id) => ("unit", id),
+        Subject::Agent(id) => ("agent", id),
+    }
+}
+
+/// The provenance of the grants a binding of connector `slug` writes.
+pub(crate) fn connector_provenance(slug: &str) -> String {
+    format!("connector:{slug}")
+}
+
+/// JSON text of a value the store keeps as text.
+pub(crate) fn encode_json<T: serde::Serialize>(context: &str, value: &T) -> StoreResult<String> {
+    serde_json::to_string(value)
+        .map_err(|e| StoreError::Unavailable(format!("{context}: cannot encode JSON: {e}")))
+}
+
+/// A value back from stored JSON text; malformed text is [`StoreError::Corrupt`].
+pub(crate) fn decode_json<T: serde::de::DeserializeOwned>(
+    what: &str,
+    text: &str,
+) -> StoreResult<T> {
+    serde_json::from_str(text).map_err(|e| {
+        StoreError::Corrupt(format!(
+            "{what} is not valid JSON of the expected shape: {e}"
+        ))
+    })
+}
 
 /// Persistence of units, agents, connectors, bindings and grants.
 ///
@@ -257,14 +336,28 @@ pub trait Store: Send + Sync + 'static {
     /// Upserts the image tools of an agent.
     async fn put_image_tools(&self, record: &ImageToolsRecord) -> StoreResult<()>;
 
-    /// Stores a verified delivery unless the same (connector, delivery id) was stored
-    /// within the last `dedup_window_secs` (then returns `false`: a duplicate). An older
-    /// row with the same id is replaced.
+    /// Stores a verified delivery, held by `claim`, unless the same (connector, delivery
+    /// id) was stored within the last `dedup_window_secs` (then returns `false`: a
+    /// duplicate). An older row with the same id is replaced. Atomic across processes:
+    /// of two concurrent inserts of the same id exactly one returns `true`.
     async fn insert_delivery(
         &self,
         delivery: &DeliveryRecord,
         dedup_window_secs: i64,
+        claim: &Claim,
     ) -> StoreResult<bool>;
+
+    /// Claims up to `limit` unfinished deliveries (oldest first) for `claim.owner` until
+    /// `claim.until_unix`, per `scope`, and returns them with the new claim. `now_unix`
+    /// decides which claims have lapsed. Rows another transaction is claiming at the same
+    /// moment are skipped, never waited for, so concurrent sweeps never take the same row.
+    async fn claim_deliveries(
+        &self,
+        claim: &Claim,
+        now_unix: i64,
+        scope: ClaimScope,
+        limit: u32,
+    ) -> StoreResult<Vec<DeliveryRecord>>;
 
     /// In one transaction: appends `messages` to their units' inboxes and marks the
     /// delivery done. If it is already done, nothing is written and `None` is returned, so
@@ -278,7 +371,8 @@ pub trait Store: Send + Sync + 'static {
         routed_to: &[String],
     ) -> StoreResult<Option<Vec<MessageRecord>>>;
 
-    /// Marks a delivery failed with `error` (it stays stored for a retry).
+    /// Marks a delivery failed with `error` (it stays stored for a retry) and releases
+    /// its claim.
     async fn fail_delivery(
         &self,
         connector: &str,
@@ -293,8 +387,25 @@ pub trait Store: Send + Sync + 'static {
         delivery_id: &str,
     ) -> StoreResult<Option<DeliveryRecord>>;
 
-    /// Deliveries that are pending or failed, oldest first (finished after a restart).
+    /// Deliveries that are pending or failed, oldest first.
     async fn unfinished_deliveries(&self) -> StoreResult<Vec<DeliveryRecord>>;
+
+    /// The current state version — a number that grows with every committed change to
+    /// connectors, units, agents, bindings, grants or image tools (deliveries and
+    /// messages do not count) — and whether another store handle wrote any version after
+    /// `applied`. Versions written through this handle are never `foreign`.
+    async fn changes_since(&self, applied: i64) -> StoreResult<StateCheck>;
+
+    /// Whether other processes may write the same database (replicas). A host on a shared
+    /// store checks [`Store::changes_since`] before serving a request.
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    /// The secret stored under `name`; if there is none yet, stores `candidate` and returns
+    /// it. Concurrent callers with different candidates all get the same (first) value.
+    /// Replicas use it to share keys (e.g. the agent-token key).
+    async fn shared_secret(&self, name: &str, candidate: &str) -> StoreResult<String>;
 
     /// A unit's messages with cursor greater than `after`, oldest first, at most `limit`.
     async fn messages(
@@ -323,7 +434,7 @@ pub fn open_store(url: &str) -> StoreResult<std::sync::Arc<dyn Store>> {
     let Some(rest) = url.strip_prefix("sqlite:") else {
         let scheme = url.split_once(':').map_or("(none)", |(scheme, _)| scheme);
         return Err(StoreError::Unavailable(format!(
-            "unsupported database_url scheme `{scheme}`: only sqlite://<path> is supported"
+            "unsupported database_url scheme `{scheme}`: use sqlite://<path> or postgres://user@host/db"
         )));
     };
     let path = rest.strip_prefix("//").unwrap_or(rest);
@@ -343,4 +454,19 @@ pub fn open_store(url: &str) -> StoreResult<std::sync::Arc<dyn Store>> {
         sqlite::SqliteStore::open(std::path::Path::new(path))?
     };
     Ok(std::sync::Arc::new(store))
+}
+
+/// Opens the store named by a `database_url` (CONTRACT §2): `postgres://…` /
+/// `postgresql://…` for PostgreSQL, otherwise as [`open_store`] (SQLite). Error messages
+/// never repeat the URL (it may carry a password).
+pub async fn open_database(url: &str) -> StoreResult<std::sync::Arc<dyn Store>> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(std::sync::Arc::new(
+            postgres::PostgresStore::connect(url).await?,
+        ));
+    }
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || open_store(&url))
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("opening the database did not finish: {e}")))?
 }

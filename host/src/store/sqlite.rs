@@ -2,7 +2,10 @@
 //!
 //! - One writer connection behind a mutex; every trait method runs on
 //!   [`tokio::task::spawn_blocking`] as one `BEGIN IMMEDIATE` transaction, so a failure
-//!   (or an injected [`FailPoint`]) anywhere in it rolls the whole change back.
+//!   (or an injected [`FailPoint`]) anywhere in it rolls the whole change back, and two
+//!   handles (or processes) on the same file never interleave inside one method: the
+//!   de-duplication check of [`Store::insert_delivery`] and the row selection of
+//!   [`Store::claim_deliveries`] are atomic with their writes.
 //! - WAL journal, `synchronous=NORMAL`, `foreign_keys=ON`, a busy timeout of
 //!   [`BUSY_TIMEOUT`]. A database locked for longer than that is reported as
 //!   [`StoreError::Unavailable`].
@@ -18,8 +21,30 @@
 //! memberships and image tools need a stored agent. A binding's connector, a unit's parent
 //! and an agent's unit ids are not enforced here (the caller checks them); deleting a unit
 //! leaves agents' memberships of it alone, like its children.
+//!
+//! # State version
+//!
+//! The one-row table `state_version` counts committed changes to connectors, units,
+//! agents, bindings, grants and image tools: every call of a method that writes them
+//! (`put_*`, `delete_*`, `rotate_connector`) adds 1 inside its own transaction — also a
+//! delete that found nothing to delete, so the rule needs no per-method bookkeeping and
+//! a spurious bump only costs other handles one reload. A rolled-back call adds nothing.
+//! Deliveries, messages and shared secrets never change it: they are not part of the
+//! in-memory state a host keeps.
+//!
+//! [`Store::changes_since`] tells a handle's own versions from other handles' by
+//! remembering which versions its committed writes produced ([`OwnVersions`]). The record
+//! is made under a lock held across the commit, so a concurrent check on the same handle
+//! never sees a committed version that is not recorded yet, and it is dropped again if the
+//! commit fails. Versions are consecutive integers, so "all of `(applied, current]` is
+//! ours" is a count. Each check forgets the versions up to its `applied`, and the record is
+//! capped; forgetting a version only ever makes it look foreign (one needless reload),
+//! never the other way round.
+//!
+//! An SQLite host is a single process ([`Store::is_shared`] is `false`), but nothing here
+//! depends on that: two handles on one file behave as two replicas would.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,9 +57,10 @@ use rusqlite::{
 use serde_json::Value;
 
 use super::{
-    AgentRecord, BindingRecord, ConnectorRecord, DeliveryRecord, DeliveryStatus, FailPoint,
-    GrantRecord, ImageToolsRecord, MessageRecord, Snapshot, Store, StoreError, StoreResult,
-    Subject, UnitRecord,
+    connector_provenance, decode_json, encode_json, now_rfc3339, subject_parts, AgentRecord,
+    BindingRecord, Claim, ClaimScope, ConnectorRecord, DeliveryRecord, DeliveryStatus, FailPoint,
+    GrantRecord, ImageToolsRecord, MessageRecord, Snapshot, StateCheck, Store, StoreError,
+    StoreResult, Subject, UnitRecord,
 };
 
 /// How long a statement waits for another connection's lock before giving up.
@@ -133,6 +159,22 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX messages_by_unit ON messages (unit_id, seq);
     "#,
+    // 3: replicas — delivery claims, the state version, shared secrets.
+    r#"
+    ALTER TABLE deliveries ADD COLUMN claimed_by TEXT;
+    ALTER TABLE deliveries ADD COLUMN claim_until INTEGER NOT NULL DEFAULT 0;
+
+    CREATE TABLE state_version (
+        id      INTEGER PRIMARY KEY CHECK (id = 1),
+        version INTEGER NOT NULL
+    );
+    INSERT INTO state_version (id, version) VALUES (1, 0);
+
+    CREATE TABLE host_secrets (
+        name  TEXT PRIMARY KEY NOT NULL,
+        value TEXT NOT NULL
+    );
+    "#,
 ];
 
 /// The newest schema version this host knows.
@@ -141,10 +183,83 @@ fn latest_version() -> i64 {
     MIGRATIONS.len() as i64
 }
 
+/// At most this many separate runs of own versions are remembered (see [`OwnVersions`]).
+const OWN_VERSION_RUNS: usize = 1024;
+
+/// The state versions this handle's committed writes produced, as runs of consecutive
+/// versions (`start -> end`, both inclusive): a handle that is the only writer keeps one
+/// run however many writes it makes.
+#[derive(Debug, Default)]
+struct OwnVersions {
+    runs: BTreeMap<i64, i64>,
+}
+
+impl OwnVersions {
+    fn insert(&mut self, version: i64) {
+        let (mut start, mut end) = (version, version);
+        if let Some((&s, &e)) = self.runs.range(..=version).next_back() {
+            if e >= version {
+                return;
+            }
+            if e + 1 == version {
+                start = s;
+            }
+        }
+        if let Some(next_end) = self.runs.remove(&(version + 1)) {
+            end = next_end;
+        }
+        self.runs.insert(start, end);
+        // Forgetting the oldest only makes those versions look foreign.
+        while self.runs.len() > OWN_VERSION_RUNS {
+            self.runs.pop_first();
+        }
+    }
+
+    fn remove(&mut self, version: i64) {
+        let Some((&start, &end)) = self.runs.range(..=version).next_back() else {
+            return;
+        };
+        if end < version {
+            return;
+        }
+        self.runs.remove(&start);
+        if start < version {
+            self.runs.insert(start, version - 1);
+        }
+        if version < end {
+            self.runs.insert(version + 1, end);
+        }
+    }
+
+    /// Forgets every version `<= upto`.
+    fn prune(&mut self, upto: i64) {
+        while let Some((&start, &end)) = self.runs.first_key_value() {
+            if start > upto {
+                break;
+            }
+            self.runs.remove(&start);
+            if end > upto {
+                self.runs.insert(upto + 1, end);
+                break;
+            }
+        }
+    }
+
+    /// How many remembered versions lie in `(after, upto]`.
+    fn count_in(&self, after: i64, upto: i64) -> i64 {
+        self.runs
+            .range(..=upto)
+            .map(|(&start, &end)| (end.min(upto) - start.max(after + 1) + 1).max(0))
+            .sum()
+    }
+}
+
 /// The state shared with the blocking tasks.
 struct Inner {
     conn: Mutex<Connection>,
     fail_point: Mutex<Option<FailPoint>>,
+    /// Locked after `conn`, never before.
+    own_versions: Mutex<OwnVersions>,
 }
 
 impl Inner {
@@ -215,6 +330,7 @@ impl SqliteStore {
             inner: Arc::new(Inner {
                 conn: Mutex::new(conn),
                 fail_point: Mutex::new(None),
+                own_versions: Mutex::new(OwnVersions::default()),
             }),
             path,
         })
@@ -227,6 +343,24 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Transaction<'_>, &Inner) -> StoreResult<T> + Send + 'static,
     {
+        self.transaction(op, false, f).await
+    }
+
+    /// As [`SqliteStore::write`], for a change to the state: also bumps the state version
+    /// in the same transaction and records the new version as this handle's own.
+    async fn write_state<T, F>(&self, op: &'static str, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Transaction<'_>, &Inner) -> StoreResult<T> + Send + 'static,
+    {
+        self.transaction(op, true, f).await
+    }
+
+    async fn transaction<T, F>(&self, op: &'static str, bump: bool, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Transaction<'_>, &Inner) -> StoreResult<T> + Send + 'static,
+    {
         let inner = Arc::clone(&self.inner);
         tokio::task::spawn_blocking(move || {
             let mut conn = inner.conn.lock();
@@ -234,7 +368,19 @@ impl SqliteStore {
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|e| map_err(op, e))?;
             let out = f(&tx, &inner)?;
-            tx.commit().map_err(|e| map_err(op, e))?;
+            if !bump {
+                tx.commit().map_err(|e| map_err(op, e))?;
+                return Ok(out);
+            }
+            let version = bump_state_version(&tx).map_err(|e| map_err(op, e))?;
+            // Recorded before the commit and under a lock held across it: a check on this
+            // handle never sees the new version without knowing it is ours.
+            let mut own = inner.own_versions.lock();
+            own.insert(version);
+            if let Err(e) = tx.commit() {
+                own.remove(version);
+                return Err(map_err(op, e));
+            }
             Ok(out)
         })
         .await
@@ -244,7 +390,22 @@ impl SqliteStore {
     }
 }
 
-const DELIVERY_COLUMNS: &str = "SELECT connector, delivery_id, event, headers, body, received_unix, received_at, status, attempts, error, routed_to FROM deliveries";
+/// Adds 1 to the state version (inside `tx`) and returns the new version.
+fn bump_state_version(tx: &Transaction<'_>) -> rusqlite::Result<i64> {
+    tx.query_row(
+        "UPDATE state_version SET version = version + 1 WHERE id = 1 RETURNING version",
+        [],
+        |r| r.get(0),
+    )
+}
+
+fn read_state_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("SELECT version FROM state_version WHERE id = 1", [], |r| {
+        r.get(0)
+    })
+}
+
+const DELIVERY_COLUMNS: &str = "SELECT connector, delivery_id, event, headers, body, received_unix, received_at, status, attempts, error, routed_to, claimed_by, claim_until FROM deliveries";
 
 type DeliveryRow = (
     String,
@@ -258,6 +419,8 @@ type DeliveryRow = (
     u32,
     Option<String>,
     String,
+    Option<String>,
+    i64,
 );
 
 fn read_delivery_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeliveryRow> {
@@ -273,6 +436,8 @@ fn read_delivery_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeliveryRow> {
         r.get(8)?,
         r.get(9)?,
         r.get(10)?,
+        r.get(11)?,
+        r.get(12)?,
     ))
 }
 
@@ -289,6 +454,8 @@ fn decode_delivery(row: DeliveryRow) -> StoreResult<DeliveryRecord> {
         attempts,
         error,
         routed_to,
+        claimed_by,
+        claim_until,
     ) = row;
     let status = match status.as_str() {
         "pending" => DeliveryStatus::Pending,
@@ -312,6 +479,8 @@ fn decode_delivery(row: DeliveryRow) -> StoreResult<DeliveryRecord> {
         status,
         attempts,
         error,
+        claimed_by,
+        claim_until,
     })
 }
 
@@ -503,12 +672,6 @@ fn refuse_newer(applied: &BTreeSet<i64>) -> StoreResult<()> {
     }
 }
 
-fn now_rfc3339() -> String {
-    time::OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
-}
-
 /// Maps a rusqlite error onto the store's error kinds, naming what was being done.
 fn map_err(context: &str, e: rusqlite::Error) -> StoreError {
     use rusqlite::Error as E;
@@ -545,30 +708,6 @@ fn map_err(context: &str, e: rusqlite::Error) -> StoreError {
         }
         _ => StoreError::Unavailable(format!("{context}: {e}")),
     }
-}
-
-fn subject_parts(subject: &Subject) -> (&'static str, &str) {
-    match subject {
-        Subject::Unit(id) => ("unit", id),
-        Subject::Agent(id) => ("agent", id),
-    }
-}
-
-fn connector_provenance(slug: &str) -> String {
-    format!("connector:{slug}")
-}
-
-fn encode_json<T: serde::Serialize>(context: &str, value: &T) -> StoreResult<String> {
-    serde_json::to_string(value)
-        .map_err(|e| StoreError::Unavailable(format!("{context}: cannot encode JSON: {e}")))
-}
-
-fn decode_json<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> StoreResult<T> {
-    serde_json::from_str(text).map_err(|e| {
-        StoreError::Corrupt(format!(
-            "{what} is not valid JSON of the expected shape: {e}"
-        ))
-    })
 }
 
 /// Upserts a grant, keeping its place (rowid) and its original `created_at`.
@@ -765,6 +904,8 @@ fn load_snapshot(tx: &Transaction<'_>) -> StoreResult<Snapshot> {
         });
     }
 
+    let version = read_state_version(tx).map_err(db)?;
+
     Ok(Snapshot {
         connectors,
         units,
@@ -772,20 +913,21 @@ fn load_snapshot(tx: &Transaction<'_>) -> StoreResult<Snapshot> {
         bindings,
         grants,
         image_tools,
+        version,
     })
 }
 
 #[async_trait]
 impl Store for SqliteStore {
     async fn load(&self) -> StoreResult<Snapshot> {
-        // A write transaction too: it gives one consistent view, and the single connection
-        // is serialised anyway.
+        // A write transaction too: it gives one consistent view (the version included), and
+        // the single connection is serialised anyway.
         self.write("load", |tx, _| load_snapshot(tx)).await
     }
 
     async fn put_connector(&self, connector: &ConnectorRecord) -> StoreResult<()> {
         let c = connector.clone();
-        self.write("put_connector", move |tx, inner| {
+        self.write_state("put_connector", move |tx, inner| {
             write_connector(tx, inner, &c)
         })
         .await
@@ -793,7 +935,7 @@ impl Store for SqliteStore {
 
     async fn delete_connector(&self, slug: &str) -> StoreResult<bool> {
         let slug = slug.to_owned();
-        self.write("delete_connector", move |tx, _| {
+        self.write_state("delete_connector", move |tx, _| {
             let db = |e| map_err("delete_connector", e);
             tx.execute("DELETE FROM bindings WHERE connector = ?1", [&slug])
                 .map_err(db)?;
@@ -812,7 +954,7 @@ impl Store for SqliteStore {
 
     async fn put_unit(&self, unit: &UnitRecord) -> StoreResult<()> {
         let u = unit.clone();
-        self.write("put_unit", move |tx, _| {
+        self.write_state("put_unit", move |tx, _| {
             tx.execute(
                 "INSERT INTO units (id, parent, display_name, created_at) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (id) DO UPDATE SET
@@ -829,7 +971,7 @@ impl Store for SqliteStore {
 
     async fn delete_unit(&self, id: &str) -> StoreResult<bool> {
         let id = id.to_owned();
-        self.write("delete_unit", move |tx, _| {
+        self.write_state("delete_unit", move |tx, _| {
             let db = |e| map_err("delete_unit", e);
             tx.execute("DELETE FROM bindings WHERE unit_id = ?1", [&id])
                 .map_err(db)?;
@@ -848,7 +990,7 @@ impl Store for SqliteStore {
 
     async fn put_agent(&self, agent: &AgentRecord) -> StoreResult<()> {
         let a = agent.clone();
-        self.write("put_agent", move |tx, _| {
+        self.write_state("put_agent", move |tx, _| {
             let db = |e| map_err("put_agent", e);
             tx.execute(
                 "INSERT INTO agents (id, display_name, created_at) VALUES (?1, ?2, ?3)
@@ -876,7 +1018,7 @@ impl Store for SqliteStore {
 
     async fn delete_agent(&self, id: &str) -> StoreResult<bool> {
         let id = id.to_owned();
-        self.write("delete_agent", move |tx, _| {
+        self.write_state("delete_agent", move |tx, _| {
             let db = |e| map_err("delete_agent", e);
             tx.execute("DELETE FROM agent_units WHERE agent_id = ?1", [&id])
                 .map_err(db)?;
@@ -898,7 +1040,7 @@ impl Store for SqliteStore {
     async fn put_binding(&self, binding: &BindingRecord, grant: &GrantRecord) -> StoreResult<()> {
         let b = binding.clone();
         let g = grant.clone();
-        self.write("put_binding", move |tx, inner| {
+        self.write_state("put_binding", move |tx, inner| {
             write_binding(tx, inner, &b, &g)
         })
         .await
@@ -907,7 +1049,7 @@ impl Store for SqliteStore {
     async fn delete_binding(&self, unit_id: &str, connector: &str) -> StoreResult<bool> {
         let unit_id = unit_id.to_owned();
         let connector = connector.to_owned();
-        self.write("delete_binding", move |tx, inner| {
+        self.write_state("delete_binding", move |tx, inner| {
             remove_binding(tx, inner, &unit_id, &connector)
         })
         .await
@@ -922,7 +1064,7 @@ impl Store for SqliteStore {
         let c = connector.clone();
         let kept = kept.to_vec();
         let removed = removed.to_vec();
-        self.write("rotate_connector", move |tx, inner| {
+        self.write_state("rotate_connector", move |tx, inner| {
             write_connector(tx, inner, &c)?;
             for unit in &removed {
                 remove_binding(tx, inner, unit, &c.slug)?;
@@ -937,7 +1079,7 @@ impl Store for SqliteStore {
 
     async fn put_grant(&self, grant: &GrantRecord) -> StoreResult<()> {
         let g = grant.clone();
-        self.write("put_grant", move |tx, _| {
+        self.write_state("put_grant", move |tx, _| {
             upsert_grant(tx, &g).map_err(|e| map_err("put_grant", e))
         })
         .await
@@ -952,7 +1094,7 @@ impl Store for SqliteStore {
         let subject = subject.clone();
         let tool = tool.to_owned();
         let provenance = provenance.to_owned();
-        self.write("delete_grant", move |tx, _| {
+        self.write_state("delete_grant", move |tx, _| {
             let (kind, id) = subject_parts(&subject);
             let n = tx
                 .execute(
@@ -968,7 +1110,7 @@ impl Store for SqliteStore {
 
     async fn put_image_tools(&self, record: &ImageToolsRecord) -> StoreResult<()> {
         let r = record.clone();
-        self.write("put_image_tools", move |tx, _| {
+        self.write_state("put_image_tools", move |tx, _| {
             let tools = encode_json("put_image_tools", &r.tools)?;
             tx.execute(
                 "INSERT INTO image_tools (agent_id, digest, tools) VALUES (?1, ?2, ?3)
@@ -987,8 +1129,12 @@ impl Store for SqliteStore {
         &self,
         delivery: &DeliveryRecord,
         dedup_window_secs: i64,
+        claim: &Claim,
     ) -> StoreResult<bool> {
         let d = delivery.clone();
+        let claim = claim.clone();
+        // The immediate transaction makes the check and the insert one step for every
+        // connection to the file.
         self.write("insert_delivery", move |tx, _| {
             let db = |e| map_err("insert_delivery", e);
             let existing: Option<i64> = tx
@@ -1005,14 +1151,15 @@ impl Store for SqliteStore {
             let headers = encode_json("insert_delivery", &d.headers)?;
             let routed = encode_json("insert_delivery", &d.routed_to)?;
             tx.execute(
-                "INSERT INTO deliveries (connector, delivery_id, event, headers, body, received_unix, received_at, status, attempts, error, routed_to)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                "INSERT INTO deliveries (connector, delivery_id, event, headers, body, received_unix, received_at, status, attempts, error, routed_to, claimed_by, claim_until)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
                  ON CONFLICT (connector, delivery_id) DO UPDATE SET
                      event = excluded.event, headers = excluded.headers, body = excluded.body,
                      received_unix = excluded.received_unix, received_at = excluded.received_at,
                      status = excluded.status, attempts = excluded.attempts, error = excluded.error,
-                     routed_to = excluded.routed_to",
-                params![d.connector, d.delivery_id, d.event, headers, d.body, d.received_unix, d.received_at, d.status.as_str(), d.attempts, d.error, routed],
+                     routed_to = excluded.routed_to, claimed_by = excluded.claimed_by,
+                     claim_until = excluded.claim_until",
+                params![d.connector, d.delivery_id, d.event, headers, d.body, d.received_unix, d.received_at, d.status.as_str(), d.attempts, d.error, routed, claim.owner, claim.until_unix],
             )
             .map_err(db)?;
             Ok(true)
@@ -1062,7 +1209,8 @@ impl Store for SqliteStore {
             }
             inner.trip(FailPoint::AfterMessagesWrite)?;
             tx.execute(
-                "UPDATE deliveries SET status = 'done', error = NULL, attempts = attempts + 1, routed_to = ?3
+                "UPDATE deliveries SET status = 'done', error = NULL, attempts = attempts + 1, routed_to = ?3,
+                     claimed_by = NULL, claim_until = 0
                  WHERE connector = ?1 AND delivery_id = ?2",
                 params![connector, delivery_id, routed],
             )
@@ -1085,12 +1233,71 @@ impl Store for SqliteStore {
         );
         self.write("fail_delivery", move |tx, _| {
             tx.execute(
-                "UPDATE deliveries SET status = 'failed', error = ?3, attempts = attempts + 1
+                "UPDATE deliveries SET status = 'failed', error = ?3, attempts = attempts + 1,
+                     claimed_by = NULL, claim_until = 0
                  WHERE connector = ?1 AND delivery_id = ?2 AND status != 'done'",
                 params![connector, delivery_id, error],
             )
             .map_err(|e| map_err("fail_delivery", e))?;
             Ok(())
+        })
+        .await
+    }
+
+    async fn claim_deliveries(
+        &self,
+        claim: &Claim,
+        now_unix: i64,
+        scope: ClaimScope,
+        limit: u32,
+    ) -> StoreResult<Vec<DeliveryRecord>> {
+        let claim = claim.clone();
+        // One immediate transaction: no other connection can claim between the selection
+        // and the update, so concurrent sweeps take turns and never share a row. A claim
+        // still holds during its `until` second; it has lapsed once `now` is past it.
+        self.write("claim_deliveries", move |tx, _| {
+            let db = |e| map_err("claim_deliveries", e);
+            let filter = match scope {
+                ClaimScope::Sweep => {
+                    "status = 'pending' AND (claimed_by IS NULL OR claim_until < ?1)"
+                }
+                ClaimScope::Startup => {
+                    "status IN ('pending', 'failed')
+                     AND (claimed_by IS NULL OR claim_until < ?1 OR claimed_by = ?2)"
+                }
+            };
+            let mut select = tx
+                .prepare_cached(&format!(
+                    "{DELIVERY_COLUMNS} WHERE {filter} ORDER BY received_unix, rowid LIMIT ?3"
+                ))
+                .map_err(db)?;
+            let rows = select
+                .query_map(params![now_unix, claim.owner, limit], read_delivery_row)
+                .map_err(db)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(db)?;
+            let mut update = tx
+                .prepare_cached(
+                    "UPDATE deliveries SET claimed_by = ?1, claim_until = ?2
+                     WHERE connector = ?3 AND delivery_id = ?4",
+                )
+                .map_err(db)?;
+            let mut claimed = Vec::with_capacity(rows.len());
+            for row in rows {
+                let mut delivery = decode_delivery(row)?;
+                update
+                    .execute(params![
+                        claim.owner,
+                        claim.until_unix,
+                        delivery.connector,
+                        delivery.delivery_id
+                    ])
+                    .map_err(db)?;
+                delivery.claimed_by = Some(claim.owner.clone());
+                delivery.claim_until = claim.until_unix;
+                claimed.push(delivery);
+            }
+            Ok(claimed)
         })
         .await
     }
@@ -1137,6 +1344,45 @@ impl Store for SqliteStore {
                 )?);
             }
             Ok(out)
+        })
+        .await
+    }
+
+    async fn changes_since(&self, applied: i64) -> StoreResult<StateCheck> {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            let conn = inner.conn.lock();
+            let version = read_state_version(&conn).map_err(|e| map_err("changes_since", e))?;
+            let mut own = inner.own_versions.lock();
+            own.prune(applied);
+            // Every version in (applied, version] was produced by exactly one committed
+            // write; all of them are ours iff we remember that many.
+            let foreign = version > applied && own.count_in(applied, version) < version - applied;
+            Ok(StateCheck { version, foreign })
+        })
+        .await
+        .map_err(|e| {
+            StoreError::Unavailable(format!(
+                "changes_since: the database task did not finish: {e}"
+            ))
+        })?
+    }
+
+    async fn shared_secret(&self, name: &str, candidate: &str) -> StoreResult<String> {
+        let (name, candidate) = (name.to_owned(), candidate.to_owned());
+        self.write("shared_secret", move |tx, _| {
+            let db = |e| map_err("shared_secret", e);
+            tx.execute(
+                "INSERT OR IGNORE INTO host_secrets (name, value) VALUES (?1, ?2)",
+                [&name, &candidate],
+            )
+            .map_err(db)?;
+            tx.query_row(
+                "SELECT value FROM host_secrets WHERE name = ?1",
+                [&name],
+                |r| r.get(0),
+            )
+            .map_err(db)
         })
         .await
     }
@@ -1215,571 +1461,113 @@ impl Store for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::conformance::fixtures::*;
+    use crate::store::conformance::StoreFactory;
     use serde_json::json;
 
-    fn connector(slug: &str, namespace: &str, digest: &str) -> ConnectorRecord {
-        ConnectorRecord {
-            slug: slug.into(),
-            namespace: namespace.into(),
-            digest: digest.into(),
-            component: vec![0, 97, 115, 109, 1, 2, 3],
-            bundled: false,
-            installed_at: "2025-01-01T00:00:00Z".into(),
+    /// Every handle on one database file in a temporary directory.
+    struct SqliteFactory {
+        dir: tempfile::TempDir,
+    }
+
+    impl SqliteFactory {
+        fn new() -> Self {
+            Self {
+                dir: tempfile::tempdir().unwrap(),
+            }
         }
     }
 
-    fn unit(id: &str, parent: Option<&str>) -> UnitRecord {
-        UnitRecord {
-            id: id.into(),
-            parent: parent.map(Into::into),
-            display_name: Some(format!("Unit {id}")),
-            created_at: "2025-01-02T00:00:00Z".into(),
+    #[async_trait]
+    impl StoreFactory for SqliteFactory {
+        async fn open(&self) -> Arc<dyn Store> {
+            Arc::new(SqliteStore::open(&self.dir.path().join("host.db")).unwrap())
         }
     }
 
-    fn agent(id: &str, units: &[&str]) -> AgentRecord {
-        AgentRecord {
-            id: id.into(),
-            units: units.iter().map(|u| u.to_string()).collect(),
-            display_name: None,
-            created_at: "2025-01-03T00:00:00Z".into(),
+    mod conformance {
+        crate::store_conformance_tests!(super::SqliteFactory::new());
+    }
+
+    #[test]
+    fn own_versions_keep_runs_and_count_within_a_range() {
+        let mut own = OwnVersions::default();
+        for v in [3, 4, 5, 7, 9, 8, 1] {
+            own.insert(v);
         }
-    }
-
-    fn binding(unit_id: &str, connector: &str, config: Value) -> BindingRecord {
-        BindingRecord {
-            unit_id: unit_id.into(),
-            connector: connector.into(),
-            config,
-            routing_keys: vec![format!("{connector}:{unit_id}")],
-            bound_at: "2025-01-04T00:00:00Z".into(),
-        }
-    }
-
-    fn connector_grant(unit_id: &str, slug: &str, namespace: &str) -> GrantRecord {
-        GrantRecord {
-            subject: Subject::Unit(unit_id.into()),
-            tool: format!("{namespace}.*"),
-            namespace: namespace.into(),
-            provenance: format!("connector:{slug}"),
-            created_at: "2025-01-04T00:00:00Z".into(),
-        }
-    }
-
-    fn explicit_grant(subject: Subject, tool: &str) -> GrantRecord {
-        GrantRecord {
-            subject,
-            tool: tool.into(),
-            namespace: tool.split('.').next().unwrap_or_default().into(),
-            provenance: "explicit".into(),
-            created_at: "2025-01-05T00:00:00Z".into(),
-        }
-    }
-
-    /// A store with connector `acme` (namespace `acme`), units `root` and `team`
-    /// (child of root), `team` bound to `acme`.
-    async fn bound_store() -> SqliteStore {
-        let store = SqliteStore::open_in_memory().unwrap();
-        store
-            .put_connector(&connector("acme", "acme", "sha256:aa"))
-            .await
-            .unwrap();
-        store.put_unit(&unit("root", None)).await.unwrap();
-        store.put_unit(&unit("team", Some("root"))).await.unwrap();
-        store
-            .put_binding(
-                &binding("team", "acme", json!({"k": 1})),
-                &connector_grant("team", "acme", "acme"),
-            )
-            .await
-            .unwrap();
-        store
-    }
-
-    #[tokio::test]
-    async fn every_record_type_round_trips() {
-        let store = SqliteStore::open_in_memory().unwrap();
-        let mut gh = connector("github", "github", "sha256:01");
-        gh.bundled = true;
-        let acme = connector("acme", "acme", "sha256:02");
-        let root = unit("root", None);
-        let mut team = unit("team", Some("root"));
-        team.display_name = None;
-        let mut bot = agent("bot", &["team", "root"]);
-        bot.display_name = Some("Bot".into());
-        let b = BindingRecord {
-            unit_id: "team".into(),
-            connector: "github".into(),
-            config: json!({"repo": "o/r", "installationId": 7, "labels": ["a", "b"], "nested": {"x": null}}),
-            routing_keys: vec!["repo:o/r".into(), "installation:7".into()],
-            bound_at: "2025-02-01T00:00:00Z".into(),
-        };
-        let g = connector_grant("team", "github", "github");
-        let agent_grant = explicit_grant(Subject::Agent("bot".into()), "acme.echo");
-        let unit_grant = GrantRecord {
-            tool: "acme.*".into(),
-            ..explicit_grant(Subject::Unit("root".into()), "acme.x")
-        };
-        let image = ImageToolsRecord {
-            agent_id: "bot".into(),
-            digest: "sha256:ff".into(),
-            tools: json!([{"name": "img.run", "description": "d", "inputSchema": {"type": "object"}}]),
-        };
-
-        store.put_connector(&gh).await.unwrap();
-        store.put_connector(&acme).await.unwrap();
-        store.put_unit(&root).await.unwrap();
-        store.put_unit(&team).await.unwrap();
-        store.put_agent(&bot).await.unwrap();
-        store.put_binding(&b, &g).await.unwrap();
-        store.put_grant(&agent_grant).await.unwrap();
-        store.put_grant(&unit_grant).await.unwrap();
-        store.put_image_tools(&image).await.unwrap();
-
-        let expected = Snapshot {
-            connectors: vec![gh, acme],
-            units: vec![root, team],
-            agents: vec![bot],
-            bindings: vec![b],
-            grants: vec![g, agent_grant, unit_grant],
-            image_tools: vec![image],
-        };
-        assert_eq!(store.load().await.unwrap(), expected);
-    }
-
-    #[tokio::test]
-    async fn empty_database_loads_empty_snapshot() {
-        let store = SqliteStore::open_in_memory().unwrap();
-        assert_eq!(store.load().await.unwrap(), Snapshot::default());
-    }
-
-    #[tokio::test]
-    async fn load_keeps_insertion_order_and_agent_unit_order() {
-        let store = SqliteStore::open_in_memory().unwrap();
-        for id in ["b", "a", "c"] {
-            store.put_unit(&unit(id, None)).await.unwrap();
-        }
-        // An upsert keeps the row's place.
-        let mut a = unit("a", None);
-        a.display_name = Some("renamed".into());
-        store.put_unit(&a).await.unwrap();
-        // Deleting and adding puts the new row last.
-        store.delete_unit("b").await.unwrap();
-        store.put_unit(&unit("b", None)).await.unwrap();
-
-        store
-            .put_agent(&agent("z", &["c", "a", "b"]))
-            .await
-            .unwrap();
-        store.put_agent(&agent("y", &["b"])).await.unwrap();
-        for (u, c) in [("c", "zeta"), ("a", "alpha"), ("c", "alpha")] {
-            store
-                .put_binding(&binding(u, c, json!({})), &connector_grant(u, c, c))
-                .await
-                .unwrap();
-        }
-
-        let snap = store.load().await.unwrap();
-        let ids: Vec<_> = snap.units.iter().map(|u| u.id.as_str()).collect();
-        assert_eq!(ids, ["a", "c", "b"]);
-        assert_eq!(snap.units[0].display_name.as_deref(), Some("renamed"));
-        let agents: Vec<_> = snap
-            .agents
-            .iter()
-            .map(|a| (a.id.as_str(), a.units.clone()))
-            .collect();
+        own.insert(4);
         assert_eq!(
-            agents,
-            [
-                ("z", vec!["c".to_string(), "a".into(), "b".into()]),
-                ("y", vec!["b".to_string()])
-            ]
+            own.runs.iter().map(|(s, e)| (*s, *e)).collect::<Vec<_>>(),
+            [(1, 1), (3, 5), (7, 9)]
         );
-        let bindings: Vec<_> = snap
-            .bindings
-            .iter()
-            .map(|b| (b.unit_id.as_str(), b.connector.as_str()))
-            .collect();
-        assert_eq!(bindings, [("c", "zeta"), ("a", "alpha"), ("c", "alpha")]);
-        let grants: Vec<_> = snap
-            .grants
-            .iter()
-            .map(|g| (g.subject.clone(), g.tool.as_str()))
-            .collect();
+        assert_eq!(own.count_in(0, 9), 7);
+        assert_eq!(own.count_in(2, 5), 3);
+        assert_eq!(own.count_in(4, 8), 3);
+        assert_eq!(own.count_in(9, 20), 0);
+
+        own.remove(8);
+        assert_eq!(own.count_in(6, 9), 2);
+        own.remove(6);
+        own.insert(6);
+        own.insert(8);
         assert_eq!(
-            grants,
-            [
-                (Subject::Unit("c".into()), "zeta.*"),
-                (Subject::Unit("a".into()), "alpha.*"),
-                (Subject::Unit("c".into()), "alpha.*"),
-            ]
+            own.runs.iter().map(|(s, e)| (*s, *e)).collect::<Vec<_>>(),
+            [(1, 1), (3, 9)]
         );
+
+        own.prune(4);
+        assert_eq!(
+            own.runs.iter().map(|(s, e)| (*s, *e)).collect::<Vec<_>>(),
+            [(5, 9)]
+        );
+        own.prune(100);
+        assert!(own.runs.is_empty());
+    }
+
+    #[test]
+    fn own_versions_forget_the_oldest_runs_past_the_cap() {
+        let mut own = OwnVersions::default();
+        // Every other version: one run each.
+        for i in 0..(OWN_VERSION_RUNS as i64 + 10) {
+            own.insert(2 * i);
+        }
+        assert_eq!(own.runs.len(), OWN_VERSION_RUNS);
+        // The oldest are forgotten (they would look foreign), the newest kept.
+        assert_eq!(own.count_in(-1, 18), 0);
+        assert_eq!(own.count_in(-1, 20), 1);
     }
 
     #[tokio::test]
-    async fn upserts_replace_rows_without_duplicating() {
-        let store = bound_store().await;
-
-        // Connector: same slug, new digest and bytes.
-        let mut rotated = connector("acme", "acme", "sha256:bb");
-        rotated.component = vec![9, 9];
-        store.put_connector(&rotated).await.unwrap();
-
-        // Unit: new parent and name.
-        let mut team = unit("team", None);
-        team.display_name = Some("Team 2".into());
-        store.put_unit(&team).await.unwrap();
-
-        // Agent: memberships replaced, fewer than before.
-        store
-            .put_agent(&agent("bot", &["root", "team"]))
-            .await
-            .unwrap();
-        let mut bot = agent("bot", &["team"]);
-        bot.display_name = Some("Bot".into());
-        store.put_agent(&bot).await.unwrap();
-
-        // Binding: config replaced; the grant is not duplicated and keeps its created_at.
-        let rebound = BindingRecord {
-            routing_keys: vec![],
-            bound_at: "2025-03-01T00:00:00Z".into(),
-            ..binding("team", "acme", json!({"k": 2}))
-        };
-        let mut regrant = connector_grant("team", "acme", "acme");
-        regrant.created_at = "2025-03-01T00:00:00Z".into();
-        store.put_binding(&rebound, &regrant).await.unwrap();
-
-        // Grant: same key twice.
-        let g = explicit_grant(Subject::Agent("bot".into()), "acme.echo");
-        store.put_grant(&g).await.unwrap();
-        store.put_grant(&g).await.unwrap();
-
-        // Image tools: replaced.
-        let mut image = ImageToolsRecord {
-            agent_id: "bot".into(),
-            digest: "sha256:01".into(),
-            tools: json!([]),
-        };
-        store.put_image_tools(&image).await.unwrap();
-        image.digest = "sha256:02".into();
-        image.tools = json!([{"name": "img.x"}]);
-        store.put_image_tools(&image).await.unwrap();
-
-        let snap = store.load().await.unwrap();
-        assert_eq!(snap.connectors, vec![rotated]);
-        assert_eq!(snap.units, vec![unit("root", None), team]);
-        assert_eq!(snap.agents, vec![bot]);
-        assert_eq!(snap.bindings, vec![rebound]);
-        assert_eq!(
-            snap.grants,
-            vec![connector_grant("team", "acme", "acme"), g]
-        );
-        assert_eq!(snap.image_tools, vec![image]);
-    }
-
-    #[tokio::test]
-    async fn put_binding_fault_leaves_neither_binding_nor_grant() {
+    async fn a_single_writer_remembers_one_run() {
         let store = SqliteStore::open_in_memory().unwrap();
-        store
-            .put_connector(&connector("acme", "acme", "sha256:aa"))
-            .await
-            .unwrap();
-        store.put_unit(&unit("team", None)).await.unwrap();
-        let b = binding("team", "acme", json!({"k": 1}));
-        let g = connector_grant("team", "acme", "acme");
-
-        store.set_fail_point(Some(FailPoint::AfterBindingWrite));
-        let err = store.put_binding(&b, &g).await.unwrap_err();
-        assert!(
-            matches!(err, StoreError::Injected(FailPoint::AfterBindingWrite)),
-            "{err:?}"
-        );
-        let snap = store.load().await.unwrap();
-        assert!(snap.bindings.is_empty(), "{:?}", snap.bindings);
-        assert!(snap.grants.is_empty(), "{:?}", snap.grants);
-
-        // The fault was one-shot: the retry succeeds and writes both.
-        store.put_binding(&b, &g).await.unwrap();
-        let snap = store.load().await.unwrap();
-        assert_eq!(snap.bindings, vec![b.clone()]);
-        assert_eq!(snap.grants, vec![g.clone()]);
-
-        // A failed re-bind keeps the old config.
-        store.set_fail_point(Some(FailPoint::AfterBindingWrite));
-        let changed = binding("team", "acme", json!({"k": 2}));
-        assert!(store.put_binding(&changed, &g).await.is_err());
-        let snap = store.load().await.unwrap();
-        assert_eq!(snap.bindings, vec![b]);
-        assert_eq!(snap.grants, vec![g]);
-    }
-
-    #[tokio::test]
-    async fn delete_binding_fault_keeps_binding_and_grant() {
-        let store = bound_store().await;
-        let before = store.load().await.unwrap();
-
-        store.set_fail_point(Some(FailPoint::AfterBindingDelete));
-        let err = store.delete_binding("team", "acme").await.unwrap_err();
-        assert!(
-            matches!(err, StoreError::Injected(FailPoint::AfterBindingDelete)),
-            "{err:?}"
-        );
-        assert_eq!(store.load().await.unwrap(), before);
-
-        assert!(store.delete_binding("team", "acme").await.unwrap());
-        let snap = store.load().await.unwrap();
-        assert!(snap.bindings.is_empty());
-        assert!(snap.grants.is_empty());
-        assert!(!store.delete_binding("team", "acme").await.unwrap());
-    }
-
-    #[tokio::test]
-    async fn put_connector_fault_keeps_old_connector_and_grants() {
-        let store = bound_store().await;
-        let before = store.load().await.unwrap();
-
-        store.set_fail_point(Some(FailPoint::AfterConnectorWrite));
-        let err = store
-            .put_connector(&connector("acme", "acme2", "sha256:bb"))
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(err, StoreError::Injected(FailPoint::AfterConnectorWrite)),
-            "{err:?}"
-        );
-        assert_eq!(store.load().await.unwrap(), before);
-
-        store
-            .put_connector(&connector("acme", "acme2", "sha256:bb"))
-            .await
-            .unwrap();
-        let snap = store.load().await.unwrap();
+        for i in 0..50 {
+            store.put_unit(&unit(&format!("u{i}"), None)).await.unwrap();
+        }
+        assert_eq!(store.inner.own_versions.lock().runs.len(), 1);
+        let check = store.changes_since(0).await.unwrap();
         assert_eq!(
-            snap.connectors,
-            vec![connector("acme", "acme2", "sha256:bb")]
+            check,
+            StateCheck {
+                version: 50,
+                foreign: false
+            }
         );
-        assert_eq!(snap.grants, vec![connector_grant("team", "acme", "acme2")]);
+        // A check forgets what it has covered.
+        store.changes_since(40).await.unwrap();
+        assert_eq!(store.inner.own_versions.lock().count_in(0, 50), 10);
+        store.changes_since(50).await.unwrap();
+        assert!(store.inner.own_versions.lock().runs.is_empty());
     }
 
     #[tokio::test]
-    async fn fail_point_fires_only_at_its_own_step_and_can_be_disarmed() {
+    async fn delete_agent_leaves_no_membership_rows() {
         let store = SqliteStore::open_in_memory().unwrap();
-        store.put_unit(&unit("team", None)).await.unwrap();
-        store.set_fail_point(Some(FailPoint::AfterBindingDelete));
-        // Other steps pass while it stays armed.
-        store
-            .put_connector(&connector("acme", "acme", "sha256:aa"))
-            .await
-            .unwrap();
-        store
-            .put_binding(
-                &binding("team", "acme", json!({})),
-                &connector_grant("team", "acme", "acme"),
-            )
-            .await
-            .unwrap();
-        assert!(matches!(
-            store.delete_binding("team", "acme").await,
-            Err(StoreError::Injected(FailPoint::AfterBindingDelete))
-        ));
-
-        store.set_fail_point(Some(FailPoint::AfterBindingDelete));
-        store.set_fail_point(None);
-        assert!(store.delete_binding("team", "acme").await.unwrap());
-    }
-
-    #[tokio::test]
-    async fn rotation_rederives_only_that_connectors_grants() {
-        let store = bound_store().await;
-        store
-            .put_connector(&connector("other", "other", "sha256:cc"))
-            .await
-            .unwrap();
-        store
-            .put_binding(
-                &binding("root", "acme", json!({})),
-                &connector_grant("root", "acme", "acme"),
-            )
-            .await
-            .unwrap();
-        store
-            .put_binding(
-                &binding("root", "other", json!({})),
-                &connector_grant("root", "other", "other"),
-            )
-            .await
-            .unwrap();
-        let explicit = explicit_grant(Subject::Unit("team".into()), "acme.echo");
-        store.put_grant(&explicit).await.unwrap();
-        // A stale specific-tool grant of the same provenance collapses onto `<ns>.*`.
-        let stale = GrantRecord {
-            tool: "acme.echo".into(),
-            ..connector_grant("team", "acme", "acme")
-        };
-        store.put_grant(&stale).await.unwrap();
-
-        store
-            .put_connector(&connector("acme", "newns", "sha256:dd"))
-            .await
-            .unwrap();
-
-        let snap = store.load().await.unwrap();
-        let mut grants: Vec<_> = snap
-            .grants
-            .iter()
-            .map(|g| {
-                (
-                    g.subject.clone(),
-                    g.tool.clone(),
-                    g.namespace.clone(),
-                    g.provenance.clone(),
-                )
-            })
-            .collect();
-        grants.sort();
-        let s = |x: &str| x.to_string();
-        assert_eq!(
-            grants,
-            vec![
-                (
-                    Subject::Unit(s("root")),
-                    s("newns.*"),
-                    s("newns"),
-                    s("connector:acme")
-                ),
-                (
-                    Subject::Unit(s("root")),
-                    s("other.*"),
-                    s("other"),
-                    s("connector:other")
-                ),
-                (
-                    Subject::Unit(s("team")),
-                    s("acme.echo"),
-                    s("acme"),
-                    s("explicit")
-                ),
-                (
-                    Subject::Unit(s("team")),
-                    s("newns.*"),
-                    s("newns"),
-                    s("connector:acme")
-                ),
-            ]
-        );
-        // Bindings stay through a rotation.
-        assert_eq!(snap.bindings.len(), 3);
-    }
-
-    #[tokio::test]
-    async fn delete_connector_removes_its_bindings_and_grants_only() {
-        let store = bound_store().await;
-        store
-            .put_connector(&connector("other", "other", "sha256:cc"))
-            .await
-            .unwrap();
-        store
-            .put_binding(
-                &binding("root", "acme", json!({})),
-                &connector_grant("root", "acme", "acme"),
-            )
-            .await
-            .unwrap();
-        let other_binding = binding("team", "other", json!({}));
-        let other_grant = connector_grant("team", "other", "other");
-        store
-            .put_binding(&other_binding, &other_grant)
-            .await
-            .unwrap();
-        let explicit = explicit_grant(Subject::Unit("team".into()), "acme.echo");
-        store.put_grant(&explicit).await.unwrap();
-
-        assert!(store.delete_connector("acme").await.unwrap());
-        let snap = store.load().await.unwrap();
-        assert_eq!(
-            snap.connectors,
-            vec![connector("other", "other", "sha256:cc")]
-        );
-        assert_eq!(snap.bindings, vec![other_binding]);
-        assert_eq!(snap.grants, vec![other_grant, explicit]);
-        assert_eq!(snap.units.len(), 2);
-
-        assert!(!store.delete_connector("acme").await.unwrap());
-    }
-
-    #[tokio::test]
-    async fn delete_unit_removes_its_bindings_and_grants_only() {
-        let store = bound_store().await;
-        let root_binding = binding("root", "acme", json!({}));
-        let root_grant = connector_grant("root", "acme", "acme");
-        store.put_binding(&root_binding, &root_grant).await.unwrap();
-        store
-            .put_grant(&explicit_grant(Subject::Unit("team".into()), "acme.echo"))
-            .await
-            .unwrap();
-        store.put_agent(&agent("team", &["team"])).await.unwrap();
-        // Same id, but an agent: untouched by deleting the unit.
-        let agent_grant = explicit_grant(Subject::Agent("team".into()), "acme.echo");
-        store.put_grant(&agent_grant).await.unwrap();
-
-        assert!(store.delete_unit("team").await.unwrap());
-        let snap = store.load().await.unwrap();
-        assert_eq!(snap.units, vec![unit("root", None)]);
-        assert_eq!(snap.bindings, vec![root_binding]);
-        assert_eq!(snap.grants, vec![root_grant, agent_grant]);
-        assert_eq!(snap.connectors.len(), 1);
-        // Memberships are the caller's concern, like children.
-        assert_eq!(snap.agents, vec![agent("team", &["team"])]);
-
-        assert!(!store.delete_unit("team").await.unwrap());
-    }
-
-    #[tokio::test]
-    async fn delete_agent_removes_memberships_grants_and_image_tools() {
-        let store = bound_store().await;
+        populate_bound(&store).await;
         store
             .put_agent(&agent("bot", &["team", "root"]))
             .await
             .unwrap();
-        store.put_agent(&agent("other", &["team"])).await.unwrap();
-        store
-            .put_grant(&explicit_grant(Subject::Agent("bot".into()), "acme.echo"))
-            .await
-            .unwrap();
-        let other_grant = explicit_grant(Subject::Agent("other".into()), "acme.echo");
-        store.put_grant(&other_grant).await.unwrap();
-        // A unit with the agent's id keeps its grants.
-        store.put_unit(&unit("bot", None)).await.unwrap();
-        let unit_grant = explicit_grant(Subject::Unit("bot".into()), "acme.echo");
-        store.put_grant(&unit_grant).await.unwrap();
-        for id in ["bot", "other"] {
-            store
-                .put_image_tools(&ImageToolsRecord {
-                    agent_id: id.into(),
-                    digest: "sha256:ee".into(),
-                    tools: json!([]),
-                })
-                .await
-                .unwrap();
-        }
-
         assert!(store.delete_agent("bot").await.unwrap());
-        let snap = store.load().await.unwrap();
-        assert_eq!(snap.agents, vec![agent("other", &["team"])]);
-        assert_eq!(
-            snap.grants,
-            vec![
-                connector_grant("team", "acme", "acme"),
-                other_grant,
-                unit_grant
-            ]
-        );
-        let images: Vec<_> = snap
-            .image_tools
-            .iter()
-            .map(|i| i.agent_id.as_str())
-            .collect();
-        assert_eq!(images, ["other"]);
         let memberships: i64 = store
             .inner
             .conn
@@ -1791,53 +1579,12 @@ mod tests {
             )
             .unwrap();
         assert_eq!(memberships, 0);
-
-        assert!(!store.delete_agent("bot").await.unwrap());
-    }
-
-    #[tokio::test]
-    async fn delete_grant_matches_subject_tool_and_provenance() {
-        let store = bound_store().await;
-        let explicit = explicit_grant(Subject::Unit("team".into()), "acme.*");
-        store.put_grant(&explicit).await.unwrap();
-
-        assert!(!store
-            .delete_grant(&Subject::Agent("team".into()), "acme.*", "explicit")
-            .await
-            .unwrap());
-        assert!(store
-            .delete_grant(&Subject::Unit("team".into()), "acme.*", "explicit")
-            .await
-            .unwrap());
-        let snap = store.load().await.unwrap();
-        // The binding's grant (same subject and tool, other provenance) stays.
-        assert_eq!(snap.grants, vec![connector_grant("team", "acme", "acme")]);
-        assert!(!store
-            .delete_grant(&Subject::Unit("team".into()), "acme.*", "explicit")
-            .await
-            .unwrap());
-    }
-
-    #[tokio::test]
-    async fn binding_of_a_missing_unit_is_refused_and_leaves_nothing() {
-        let store = SqliteStore::open_in_memory().unwrap();
-        let err = store
-            .put_binding(
-                &binding("ghost", "acme", json!({})),
-                &connector_grant("ghost", "acme", "acme"),
-            )
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(err, StoreError::Unavailable(ref m) if m.contains("put_binding")),
-            "{err:?}"
-        );
-        assert_eq!(store.load().await.unwrap(), Snapshot::default());
     }
 
     #[tokio::test]
     async fn malformed_stored_json_is_reported_as_corrupt() {
-        let store = bound_store().await;
+        let store = SqliteStore::open_in_memory().unwrap();
+        populate_bound(&store).await;
         store
             .inner
             .conn
@@ -1873,21 +1620,6 @@ mod tests {
 
         other.execute_batch("ROLLBACK").unwrap();
         store.put_unit(&unit("a", None)).await.unwrap();
-    }
-
-    #[tokio::test]
-    async fn concurrent_writes_all_land() {
-        let store = SqliteStore::open_in_memory().unwrap();
-        let tasks: Vec<_> = (0..32)
-            .map(|i| {
-                let store = store.clone();
-                tokio::spawn(async move { store.put_unit(&unit(&format!("u{i}"), None)).await })
-            })
-            .collect();
-        for task in tasks {
-            task.await.unwrap().unwrap();
-        }
-        assert_eq!(store.load().await.unwrap().units.len(), 32);
     }
 
     fn migration_rows(path: &Path) -> Vec<(i64, String)> {
@@ -1947,6 +1679,57 @@ mod tests {
             let mode = std::fs::metadata(&path).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o600, "mode {mode:o}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_schema_2_database_gains_claims_the_version_and_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("host.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL);
+                 INSERT INTO schema_migrations VALUES (1, '2025-01-01T00:00:00Z'), (2, '2025-01-01T00:00:00Z');",
+            )
+            .unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.execute_batch(MIGRATIONS[1]).unwrap();
+            conn.execute_batch(
+                "INSERT INTO units (id, created_at) VALUES ('team', '2025-01-02T00:00:00Z');
+                 INSERT INTO deliveries (connector, delivery_id, headers, body, received_unix, received_at, status)
+                 VALUES ('acme', 'old', '[]', x'7b7d', 5, '2025-01-06T00:00:00Z', 'pending');",
+            )
+            .unwrap();
+        }
+
+        let store = SqliteStore::open(&path).unwrap();
+        let old = store.delivery("acme", "old").await.unwrap().unwrap();
+        assert_eq!((old.claimed_by, old.claim_until), (None, 0));
+        // Never claimed, so anyone's sweep takes it.
+        let taken = store
+            .claim_deliveries(
+                &Claim {
+                    owner: "a".into(),
+                    until_unix: 100,
+                },
+                10,
+                ClaimScope::Sweep,
+                10,
+            )
+            .await
+            .unwrap();
+        assert_eq!(taken.len(), 1);
+        let snap = store.load().await.unwrap();
+        assert_eq!((snap.units.len(), snap.version), (1, 0));
+        assert_eq!(store.shared_secret("k", "v").await.unwrap(), "v");
+        drop(store);
+        assert_eq!(
+            migration_rows(&path)
+                .iter()
+                .map(|(v, _)| *v)
+                .collect::<Vec<_>>(),
+            (1..=latest_version()).collect::<Vec<_>>()
+        );
     }
 
     #[tokio::test]

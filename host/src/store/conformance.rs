@@ -1,0 +1,1685 @@
+//! The behaviour every [`Store`] must have, as tests any implementation can run.
+//!
+//! The host is written against the trait, not against a database: which store an operator
+//! picks must not change what the host does. So the store-level tests live here, once, as
+//! plain async functions over a [`StoreFactory`], and each store instantiates all of them
+//! with one line of [`store_conformance_tests!`](crate::store_conformance_tests). A test
+//! that only makes sense for one database (its file, its migrations, its errors) stays
+//! with that store.
+//!
+//! Each case gets a fresh database from its own factory and may open several handles on
+//! it: two handles on one database stand for two replicas, which is how the concurrency
+//! cases (de-duplication, claims, foreign changes, shared secrets) are checked.
+//!
+//! What the suite leaves open: the state version's starting value and step (only that it
+//! grows with every change), and the wording of error messages.
+//!
+//! Compiled for this crate's tests and, with the `store-conformance` feature, for other
+//! crates' tests.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::json;
+
+use super::{
+    BindingRecord, Claim, ClaimScope, DeliveryRecord, DeliveryStatus, FailPoint, GrantRecord,
+    ImageToolsRecord, MessageRecord, Snapshot, StateCheck, Store, StoreError, Subject,
+};
+use fixtures::*;
+
+/// Opens handles on one database.
+#[async_trait]
+pub trait StoreFactory: Send + Sync {
+    /// A new handle (its own connections, its own memory of what it wrote) on this
+    /// factory's database: every call opens the same database, which starts out empty.
+    async fn open(&self) -> Arc<dyn Store>;
+}
+
+/// Defines one `#[tokio::test]` per conformance case, each on a fresh database.
+///
+/// `$factory` is an expression (it may `.await`) that evaluates to a new
+/// [`StoreFactory`](crate::store::conformance::StoreFactory) with its own empty database;
+/// it is evaluated once per test. The calling crate needs `tokio` with the `macros` and
+/// `rt-multi-thread` features.
+///
+/// ```ignore
+/// mod sqlite {
+///     connector_host::store_conformance_tests!(SqliteFactory::new());
+/// }
+/// ```
+#[macro_export]
+macro_rules! store_conformance_tests {
+    ($factory:expr) => {
+        $crate::store_conformance_tests!(@cases ($factory)
+            empty_database_loads_empty_snapshot
+            every_record_type_round_trips
+            load_keeps_insertion_order_and_agent_unit_order
+            upserts_replace_rows_without_duplicating
+            put_binding_fault_leaves_neither_binding_nor_grant
+            delete_binding_fault_keeps_binding_and_grant
+            put_connector_fault_keeps_old_connector_and_grants
+            fail_point_fires_only_at_its_own_step_and_can_be_disarmed
+            rotation_rederives_only_that_connectors_grants
+            rotate_connector_removes_and_rebinds_in_one_step
+            delete_connector_removes_its_bindings_and_grants_only
+            delete_unit_removes_its_bindings_and_grants_only
+            delete_agent_removes_memberships_grants_and_image_tools
+            delete_grant_matches_subject_tool_and_provenance
+            binding_of_a_missing_unit_is_refused_and_leaves_nothing
+            concurrent_writes_through_two_handles_all_land
+            deliveries_and_messages_round_trip
+            insert_delivery_deduplicates_within_the_window
+            concurrent_inserts_of_one_delivery_store_it_once
+            complete_delivery_fault_stores_no_messages
+            complete_twice_stores_messages_once
+            complete_and_fail_release_the_claim
+            sweep_skips_live_claims_and_takes_lapsed_ones
+            startup_takes_own_claims_and_unheld_failed_ones
+            concurrent_sweeps_never_take_the_same_delivery
+            changes_since_tells_own_writes_from_foreign_ones
+            every_state_write_changes_the_version
+            deliveries_messages_and_secrets_keep_the_version
+            load_version_matches_changes_since
+            shared_secret_first_writer_wins
+        );
+    };
+    (@cases ($factory:expr) $($case:ident)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let factory = $factory;
+                $crate::store::conformance::$case(&factory).await;
+            }
+        )*
+    };
+}
+
+/// Records the cases build from, and a populated store.
+pub mod fixtures {
+    use serde_json::{json, Value};
+
+    use crate::store::{
+        AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus,
+        GrantRecord, MessageRecord, Snapshot, Store, Subject, UnitRecord,
+    };
+
+    pub fn connector(slug: &str, namespace: &str, digest: &str) -> ConnectorRecord {
+        ConnectorRecord {
+            slug: slug.into(),
+            namespace: namespace.into(),
+            digest: digest.into(),
+            component: vec![0, 97, 115, 109, 1, 2, 3],
+            bundled: false,
+            installed_at: "2025-01-01T00:00:00Z".into(),
+        }
+    }
+
+    pub fn unit(id: &str, parent: Option<&str>) -> UnitRecord {
+        UnitRecord {
+            id: id.into(),
+            parent: parent.map(Into::into),
+            display_name: Some(format!("Unit {id}")),
+            created_at: "2025-01-02T00:00:00Z".into(),
+        }
+    }
+
+    pub fn agent(id: &str, units: &[&str]) -> AgentRecord {
+        AgentRecord {
+            id: id.into(),
+            units: units.iter().map(|u| u.to_string()).collect(),
+            display_name: None,
+            created_at: "2025-01-03T00:00:00Z".into(),
+        }
+    }
+
+    pub fn binding(unit_id: &str, connector: &str, config: Value) -> BindingRecord {
+        BindingRecord {
+            unit_id: unit_id.into(),
+            connector: connector.into(),
+            config,
+            routing_keys: vec![format!("{connector}:{unit_id}")],
+            bound_at: "2025-01-04T00:00:00Z".into(),
+        }
+    }
+
+    /// The grant a binding of `slug` gives `unit_id`: `<namespace>.*`.
+    pub fn connector_grant(unit_id: &str, slug: &str, namespace: &str) -> GrantRecord {
+        GrantRecord {
+            subject: Subject::Unit(unit_id.into()),
+            tool: format!("{namespace}.*"),
+            namespace: namespace.into(),
+            provenance: format!("connector:{slug}"),
+            created_at: "2025-01-04T00:00:00Z".into(),
+        }
+    }
+
+    pub fn explicit_grant(subject: Subject, tool: &str) -> GrantRecord {
+        GrantRecord {
+            subject,
+            tool: tool.into(),
+            namespace: tool.split('.').next().unwrap_or_default().into(),
+            provenance: "explicit".into(),
+            created_at: "2025-01-05T00:00:00Z".into(),
+        }
+    }
+
+    /// A pending delivery of connector `acme`, never claimed.
+    pub fn delivery(delivery_id: &str, received_unix: i64) -> DeliveryRecord {
+        DeliveryRecord {
+            connector: "acme".into(),
+            delivery_id: delivery_id.into(),
+            event: Some("push".into()),
+            headers: vec![
+                ("content-type".into(), "application/json".into()),
+                ("x-acme-delivery".into(), delivery_id.into()),
+            ],
+            body: format!(r#"{{"id":"{delivery_id}","bytes":"\u0000\u00ff"}}"#).into_bytes(),
+            received_unix,
+            received_at: "2025-01-06T00:00:00Z".into(),
+            status: DeliveryStatus::Pending,
+            attempts: 0,
+            error: None,
+            routed_to: Vec::new(),
+            claimed_by: None,
+            claim_until: 0,
+        }
+    }
+
+    /// A message of delivery `delivery_id` for `unit_id` (cursor not assigned yet).
+    pub fn message(id: &str, unit_id: &str, delivery_id: &str) -> MessageRecord {
+        MessageRecord {
+            seq: 0,
+            id: id.into(),
+            unit_id: unit_id.into(),
+            connector: "acme".into(),
+            kind: "acme.push".into(),
+            delivery_id: delivery_id.into(),
+            thread_key: Some(format!("thread-{delivery_id}")),
+            payload: json!({"message": id, "nested": {"n": [1, 2.5, null, "x"]}}),
+            received_at: "2025-01-06T00:00:01Z".into(),
+        }
+    }
+
+    pub fn claim(owner: &str, until_unix: i64) -> Claim {
+        Claim {
+            owner: owner.into(),
+            until_unix,
+        }
+    }
+
+    /// Writes connector `acme` (namespace `acme`), units `root` and `team` (child of
+    /// root), and `team` bound to `acme`.
+    pub async fn populate_bound(store: &dyn Store) {
+        store
+            .put_connector(&connector("acme", "acme", "sha256:aa"))
+            .await
+            .unwrap();
+        store.put_unit(&unit("root", None)).await.unwrap();
+        store.put_unit(&unit("team", Some("root"))).await.unwrap();
+        store
+            .put_binding(
+                &binding("team", "acme", json!({"k": 1})),
+                &connector_grant("team", "acme", "acme"),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// `snapshot` with its version zeroed, for comparing contents only.
+    pub fn contents(snapshot: &Snapshot) -> Snapshot {
+        Snapshot {
+            version: 0,
+            ..snapshot.clone()
+        }
+    }
+}
+
+/// A store opened and populated by [`fixtures::populate_bound`].
+async fn bound_store(factory: &dyn StoreFactory) -> Arc<dyn Store> {
+    let store = factory.open().await;
+    populate_bound(&*store).await;
+    store
+}
+
+async fn version(store: &dyn Store) -> i64 {
+    store.changes_since(0).await.unwrap().version
+}
+
+/// Starts `n` tasks together (behind a barrier) and returns their results in order.
+async fn together<T, F, Fut>(n: usize, task: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+{
+    let barrier = Arc::new(tokio::sync::Barrier::new(n));
+    let handles: Vec<_> = (0..n)
+        .map(|i| {
+            let barrier = Arc::clone(&barrier);
+            let fut = task(i);
+            tokio::spawn(async move {
+                barrier.wait().await;
+                fut.await
+            })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(n);
+    for handle in handles {
+        out.push(handle.await.expect("a conformance task panicked"));
+    }
+    out
+}
+
+pub async fn empty_database_loads_empty_snapshot(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    let snap = store.load().await.unwrap();
+    assert_eq!(contents(&snap), Snapshot::default());
+    assert_eq!(
+        store.changes_since(snap.version).await.unwrap(),
+        StateCheck {
+            version: snap.version,
+            foreign: false
+        }
+    );
+    assert!(store.unfinished_deliveries().await.unwrap().is_empty());
+    assert!(store.messages("team", 0, 10).await.unwrap().is_empty());
+    assert_eq!(store.delivery("acme", "d1").await.unwrap(), None);
+}
+
+pub async fn every_record_type_round_trips(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    let mut gh = connector("github", "github", "sha256:01");
+    gh.bundled = true;
+    let acme = connector("acme", "acme", "sha256:02");
+    let root = unit("root", None);
+    let mut team = unit("team", Some("root"));
+    team.display_name = None;
+    let mut bot = agent("bot", &["team", "root"]);
+    bot.display_name = Some("Bot".into());
+    let b = BindingRecord {
+        unit_id: "team".into(),
+        connector: "github".into(),
+        config: json!({"repo": "o/r", "installationId": 7, "labels": ["a", "b"], "nested": {"x": null}}),
+        routing_keys: vec!["repo:o/r".into(), "installation:7".into()],
+        bound_at: "2025-02-01T00:00:00Z".into(),
+    };
+    let g = connector_grant("team", "github", "github");
+    let agent_grant = explicit_grant(Subject::Agent("bot".into()), "acme.echo");
+    let unit_grant = GrantRecord {
+        tool: "acme.*".into(),
+        ..explicit_grant(Subject::Unit("root".into()), "acme.x")
+    };
+    let image = ImageToolsRecord {
+        agent_id: "bot".into(),
+        digest: "sha256:ff".into(),
+        tools: json!([{"name": "img.run", "description": "d", "inputSchema": {"type": "object"}}]),
+    };
+
+    store.put_connector(&gh).await.unwrap();
+    store.put_connector(&acme).await.unwrap();
+    store.put_unit(&root).await.unwrap();
+    store.put_unit(&team).await.unwrap();
+    store.put_agent(&bot).await.unwrap();
+    store.put_binding(&b, &g).await.unwrap();
+    store.put_grant(&agent_grant).await.unwrap();
+    store.put_grant(&unit_grant).await.unwrap();
+    store.put_image_tools(&image).await.unwrap();
+
+    let expected = Snapshot {
+        connectors: vec![gh, acme],
+        units: vec![root, team],
+        agents: vec![bot],
+        bindings: vec![b],
+        grants: vec![g, agent_grant, unit_grant],
+        image_tools: vec![image],
+        version: 0,
+    };
+    let snap = store.load().await.unwrap();
+    assert_eq!(contents(&snap), expected);
+    // Another handle reads the same.
+    assert_eq!(factory.open().await.load().await.unwrap(), snap);
+}
+
+pub async fn load_keeps_insertion_order_and_agent_unit_order(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    for id in ["b", "a", "c"] {
+        store.put_unit(&unit(id, None)).await.unwrap();
+    }
+    // An upsert keeps the row's place.
+    let mut a = unit("a", None);
+    a.display_name = Some("renamed".into());
+    store.put_unit(&a).await.unwrap();
+    // Deleting and adding puts the new row last.
+    store.delete_unit("b").await.unwrap();
+    store.put_unit(&unit("b", None)).await.unwrap();
+
+    store
+        .put_agent(&agent("z", &["c", "a", "b"]))
+        .await
+        .unwrap();
+    store.put_agent(&agent("y", &["b"])).await.unwrap();
+    for (u, c) in [("c", "zeta"), ("a", "alpha"), ("c", "alpha")] {
+        store
+            .put_binding(&binding(u, c, json!({})), &connector_grant(u, c, c))
+            .await
+            .unwrap();
+    }
+
+    let snap = store.load().await.unwrap();
+    let ids: Vec<_> = snap.units.iter().map(|u| u.id.as_str()).collect();
+    assert_eq!(ids, ["a", "c", "b"]);
+    assert_eq!(snap.units[0].display_name.as_deref(), Some("renamed"));
+    let agents: Vec<_> = snap
+        .agents
+        .iter()
+        .map(|a| (a.id.as_str(), a.units.clone()))
+        .collect();
+    assert_eq!(
+        agents,
+        [
+            ("z", vec!["c".to_string(), "a".into(), "b".into()]),
+            ("y", vec!["b".to_string()])
+        ]
+    );
+    let bindings: Vec<_> = snap
+        .bindings
+        .iter()
+        .map(|b| (b.unit_id.as_str(), b.connector.as_str()))
+        .collect();
+    assert_eq!(bindings, [("c", "zeta"), ("a", "alpha"), ("c", "alpha")]);
+    let grants: Vec<_> = snap
+        .grants
+        .iter()
+        .map(|g| (g.subject.clone(), g.tool.as_str()))
+        .collect();
+    assert_eq!(
+        grants,
+        [
+            (Subject::Unit("c".into()), "zeta.*"),
+            (Subject::Unit("a".into()), "alpha.*"),
+            (Subject::Unit("c".into()), "alpha.*"),
+        ]
+    );
+}
+
+pub async fn upserts_replace_rows_without_duplicating(factory: &dyn StoreFactory) {
+    let store = bound_store(factory).await;
+
+    // Connector: same slug, new digest and bytes.
+    let mut rotated = connector("acme", "acme", "sha256:bb");
+    rotated.component = vec![9, 9];
+    store.put_connector(&rotated).await.unwrap();
+
+    // Unit: new parent and name.
+    let mut team = unit("team", None);
+    team.display_name = Some("Team 2".into());
+    store.put_unit(&team).await.unwrap();
+
+    // Agent: memberships replaced, fewer than before.
+    store
+        .put_agent(&agent("bot", &["root", "team"]))
+        .await
+        .unwrap();
+    let mut bot = agent("bot", &["team"]);
+    bot.display_name = Some("Bot".into());
+    store.put_agent(&bot).await.unwrap();
+
+    // Binding: config replaced; the grant is not duplicated and keeps its created_at.
+    let rebound = BindingRecord {
+        routing_keys: vec![],
+        bound_at: "2025-03-01T00:00:00Z".into(),
+        ..binding("team", "acme", json!({"k": 2}))
+    };
+    let mut regrant = connector_grant("team", "acme", "acme");
+    regrant.created_at = "2025-03-01T00:00:00Z".into();
+    store.put_binding(&rebound, &regrant).await.unwrap();
+
+    // Grant: same key twice.
+    let g = explicit_grant(Subject::Agent("bot".into()), "acme.echo");
+    store.put_grant(&g).await.unwrap();
+    store.put_grant(&g).await.unwrap();
+
+    // Image tools: replaced.
+    let mut image = ImageToolsRecord {
+        agent_id: "bot".into(),
+        digest: "sha256:01".into(),
+        tools: json!([]),
+    };
+    store.put_image_tools(&image).await.unwrap();
+    image.digest = "sha256:02".into();
+    image.tools = json!([{"name": "img.x"}]);
+    store.put_image_tools(&image).await.unwrap();
+
+    let snap = store.load().await.unwrap();
+    assert_eq!(snap.connectors, vec![rotated]);
+    assert_eq!(snap.units, vec![unit("root", None), team]);
+    assert_eq!(snap.agents, vec![bot]);
+    assert_eq!(snap.bindings, vec![rebound]);
+    assert_eq!(
+        snap.grants,
+        vec![connector_grant("team", "acme", "acme"), g]
+    );
+    assert_eq!(snap.image_tools, vec![image]);
+}
+
+pub async fn put_binding_fault_leaves_neither_binding_nor_grant(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    store
+        .put_connector(&connector("acme", "acme", "sha256:aa"))
+        .await
+        .unwrap();
+    store.put_unit(&unit("team", None)).await.unwrap();
+    let b = binding("team", "acme", json!({"k": 1}));
+    let g = connector_grant("team", "acme", "acme");
+    let before = store.load().await.unwrap();
+
+    store.set_fail_point(Some(FailPoint::AfterBindingWrite));
+    let err = store.put_binding(&b, &g).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::Injected(FailPoint::AfterBindingWrite)),
+        "{err:?}"
+    );
+    // Nothing written, the version included.
+    assert_eq!(store.load().await.unwrap(), before);
+
+    // The fault was one-shot: the retry succeeds and writes both.
+    store.put_binding(&b, &g).await.unwrap();
+    let snap = store.load().await.unwrap();
+    assert_eq!(snap.bindings, vec![b.clone()]);
+    assert_eq!(snap.grants, vec![g.clone()]);
+
+    // A failed re-bind keeps the old config.
+    store.set_fail_point(Some(FailPoint::AfterBindingWrite));
+    let changed = binding("team", "acme", json!({"k": 2}));
+    assert!(store.put_binding(&changed, &g).await.is_err());
+    assert_eq!(store.load().await.unwrap(), snap);
+}
+
+pub async fn delete_binding_fault_keeps_binding_and_grant(factory: &dyn StoreFactory) {
+    let store = bound_store(factory).await;
+    let before = store.load().await.unwrap();
+
+    store.set_fail_point(Some(FailPoint::AfterBindingDelete));
+    let err = store.delete_binding("team", "acme").await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::Injected(FailPoint::AfterBindingDelete)),
+        "{err:?}"
+    );
+    assert_eq!(store.load().await.unwrap(), before);
+
+    assert!(store.delete_binding("team", "acme").await.unwrap());
+    let snap = store.load().await.unwrap();
+    assert!(snap.bindings.is_empty());
+    assert!(snap.grants.is_empty());
+    assert!(!store.delete_binding("team", "acme").await.unwrap());
+}
+
+pub async fn put_connector_fault_keeps_old_connector_and_grants(factory: &dyn StoreFactory) {
+    let store = bound_store(factory).await;
+    let before = store.load().await.unwrap();
+
+    store.set_fail_point(Some(FailPoint::AfterConnectorWrite));
+    let err = store
+        .put_connector(&connector("acme", "acme2", "sha256:bb"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::Injected(FailPoint::AfterConnectorWrite)),
+        "{err:?}"
+    );
+    assert_eq!(store.load().await.unwrap(), before);
+
+    // The same fault in a rotation leaves the bindings it would have rewritten.
+    store.set_fail_point(Some(FailPoint::AfterConnectorWrite));
+    let err = store
+        .rotate_connector(
+            &connector("acme", "acme2", "sha256:bb"),
+            &[],
+            &["team".to_string()],
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Injected(_)), "{err:?}");
+    assert_eq!(store.load().await.unwrap(), before);
+
+    store
+        .put_connector(&connector("acme", "acme2", "sha256:bb"))
+        .await
+        .unwrap();
+    let snap = store.load().await.unwrap();
+    assert_eq!(
+        snap.connectors,
+        vec![connector("acme", "acme2", "sha256:bb")]
+    );
+    assert_eq!(snap.grants, vec![connector_grant("team", "acme", "acme2")]);
+}
+
+pub async fn fail_point_fires_only_at_its_own_step_and_can_be_disarmed(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    store.put_unit(&unit("team", None)).await.unwrap();
+    store.set_fail_point(Some(FailPoint::AfterBindingDelete));
+    // Other steps pass while it stays armed.
+    store
+        .put_connector(&connector("acme", "acme", "sha256:aa"))
+        .await
+        .unwrap();
+    store
+        .put_binding(
+            &binding("team", "acme", json!({})),
+            &connector_grant("team", "acme", "acme"),
+        )
+        .await
+        .unwrap();
+    // A fault armed on one handle does not fire on another.
+    let other = factory.open().await;
+    assert!(!other.delete_binding("nobody", "acme").await.unwrap());
+    assert!(matches!(
+        store.delete_binding("team", "acme").await,
+        Err(StoreError::Injected(FailPoint::AfterBindingDelete))
+    ));
+
+    store.set_fail_point(Some(FailPoint::AfterBindingDelete));
+    store.set_fail_point(None);
+    assert!(store.delete_binding("team", "acme").await.unwrap());
+}
+
+pub async fn rotation_rederives_only_that_connectors_grants(factory: &dyn StoreFactory) {
+    let store = bound_store(factory).await;
+    store
+        .put_connector(&connector("other", "other", "sha256:cc"))
+        .await
+        .unwrap();
+    store
+        .put_binding(
+            &binding("root", "acme", json!({})),
+            &connector_grant("root", "acme", "acme"),
+        )
+        .await
+        .unwrap();
+    store
+        .put_binding(
+            &binding("root", "other", json!({})),
+            &connector_grant("root", "other", "other"),
+        )
+        .await
+        .unwrap();
+    let explicit = explicit_grant(Subject::Unit("team".into()), "acme.echo");
+    store.put_grant(&explicit).await.unwrap();
+    // A stale specific-tool grant of the same provenance collapses onto `<ns>.*`.
+    let stale = GrantRecord {
+        tool: "acme.echo".into(),
+        ..connector_grant("team", "acme", "acme")
+    };
+    store.put_grant(&stale).await.unwrap();
+
+    store
+        .put_connector(&connector("acme", "newns", "sha256:dd"))
+        .await
+        .unwrap();
+
+    let snap = store.load().await.unwrap();
+    let mut grants: Vec<_> = snap
+        .grants
+        .iter()
+        .map(|g| {
+            (
+                g.subject.clone(),
+                g.tool.clone(),
+                g.namespace.clone(),
+                g.provenance.clone(),
+            )
+        })
+        .collect();
+    grants.sort();
+    let s = |x: &str| x.to_string();
+    assert_eq!(
+        grants,
+        vec![
+            (
+                Subject::Unit(s("root")),
+                s("newns.*"),
+                s("newns"),
+                s("connector:acme")
+            ),
+            (
+                Subject::Unit(s("root")),
+                s("other.*"),
+                s("other"),
+                s("connector:other")
+            ),
+            (
+                Subject::Unit(s("team")),
+                s("acme.echo"),
+                s("acme"),
+                s("explicit")
+            ),
+            (
+                Subject::Unit(s("team")),
+                s("newns.*"),
+                s("newns"),
+                s("connector:acme")
+            ),
+        ]
+    );
+    // Bindings stay through a rotation.
+    assert_eq!(snap.bindings.len(), 3);
+}
+
+pub async fn rotate_connector_removes_and_rebinds_in_one_step(factory: &dyn StoreFactory) {
+    let store = bound_store(factory).await;
+    store
+        .put_binding(
+            &binding("root", "acme", json!({})),
+            &connector_grant("root", "acme", "acme"),
+        )
+        .await
+        .unwrap();
+    let rotated = connector("acme", "acme2", "sha256:ee");
+    let kept = BindingRecord {
+        routing_keys: vec!["new-key".into()],
+        ..binding("team", "acme", json!({"k": 1}))
+    };
+    let kept_grant = connector_grant("team", "acme", "acme2");
+    store
+        .rotate_connector(
+            &rotated,
+            &[(kept.clone(), kept_grant.clone())],
+            &["root".to_string()],
+        )
+        .await
+        .unwrap();
+
+    let snap = store.load().await.unwrap();
+    assert_eq!(snap.connectors, vec![rotated]);
+    assert_eq!(snap.bindings, vec![kept]);
+    assert_eq!(snap.grants, vec![kept_grant]);
+}
+
+pub async fn delete_connector_removes_its_bindings_and_grants_only(factory: &dyn StoreFactory) {
+    let store = bound_store(factory).await;
+    store
+        .put_connector(&connector("other", "other", "sha256:cc"))
+        .await
+        .unwrap();
+    store
+        .put_binding(
+            &binding("root", "acme", json!({})),
+            &connector_grant("root", "acme", "acme"),
+        )
+        .await
+        .unwrap();
+    let other_binding = binding("team", "other", json!({}));
+    let other_grant = connector_grant("team", "other", "other");
+    store
+        .put_binding(&other_binding, &other_grant)
+        .await
+        .unwrap();
+    let explicit = explicit_grant(Subject::Unit("team".into()), "acme.echo");
+    store.put_grant(&explicit).await.unwrap();
+
+    assert!(store.delete_connector("acme").await.unwrap());
+    let snap = store.load().await.unwrap();
+    assert_eq!(
+        snap.connectors,
+        vec![connector("other", "other", "sha256:cc")]
+    );
+    assert_eq!(snap.bindings, vec![other_binding]);
+    assert_eq!(snap.grants, vec![other_grant, explicit]);
+    assert_eq!(snap.units.len(), 2);
+
+    assert!(!store.delete_connector("acme").await.unwrap());
+}
+
+pub async fn delete_unit_removes_its_bindings_and_grants_only(factory: &dyn StoreFactory) {
+    let store = bound_store(factory).await;
+    let root_binding = binding("root", "acme", json!({}));
+    let root_grant = connector_grant("root", "acme", "acme");
+    store.put_binding(&root_binding, &root_grant).await.unwrap();
+    store
+        .put_grant(&explicit_grant(Subject::Unit("team".into()), "acme.echo"))
+        .await
+        .unwrap();
+    store.put_agent(&agent("team", &["team"])).await.unwrap();
+    // Same id, but an agent: untouched by deleting the unit.
+    let agent_grant = explicit_grant(Subject::Agent("team".into()), "acme.echo");
+    store.put_grant(&agent_grant).await.unwrap();
+
+    assert!(store.delete_unit("team").await.unwrap());
+    let snap = store.load().await.unwrap();
+    assert_eq!(snap.units, vec![unit("root", None)]);
+    assert_eq!(snap.bindings, vec![root_binding]);
+    assert_eq!(snap.grants, vec![root_grant, agent_grant]);
+    assert_eq!(snap.connectors.len(), 1);
+    // Memberships are the caller's concern, like children.
+    assert_eq!(snap.agents, vec![agent("team", &["team"])]);
+
+    assert!(!store.delete_unit("team").await.unwrap());
+}
+
+pub async fn delete_agent_removes_memberships_grants_and_image_tools(factory: &dyn StoreFactory) {
+    let store = bound_store(factory).await;
+    store
+        .put_agent(&agent("bot", &["team", "root"]))
+        .await
+        .unwrap();
+    store.put_agent(&agent("other", &["team"])).await.unwrap();
+    store
+        .put_grant(&explicit_grant(Subject::Agent("bot".into()), "acme.echo"))
+        .await
+        .unwrap();
+    let other_grant = explicit_grant(Subject::Agent("other".into()), "acme.echo");
+    store.put_grant(&other_grant).await.unwrap();
+    // A unit with the agent's id keeps its grants.
+    store.put_unit(&unit("bot", None)).await.unwrap();
+    let unit_grant = explicit_grant(Subject::Unit("bot".into()), "acme.echo");
+    store.put_grant(&unit_grant).await.unwrap();
+    for id in ["bot", "other"] {
+        store
+            .put_image_tools(&ImageToolsRecord {
+                agent_id: id.into(),
+                digest: "sha256:ee".into(),
+                tools: json!([]),
+            })
+            .await
+            .unwrap();
+    }
+
+    assert!(store.delete_agent("bot").await.unwrap());
+    let snap = store.load().await.unwrap();
+    assert_eq!(snap.agents, vec![agent("other", &["team"])]);
+    assert_eq!(
+        snap.grants,
+        vec![
+            connector_grant("team", "acme", "acme"),
+            other_grant,
+            unit_grant
+        ]
+    );
+    let images: Vec<_> = snap
+        .image_tools
+        .iter()
+        .map(|i| i.agent_id.as_str())
+        .collect();
+    assert_eq!(images, ["other"]);
+
+    // Re-created, the agent starts without the old memberships.
+    store.put_agent(&agent("bot", &[])).await.unwrap();
+    let snap = store.load().await.unwrap();
+    assert_eq!(snap.agents[1], agent("bot", &[]));
+    assert!(!snap
+        .grants
+        .iter()
+        .any(|g| g.subject == Subject::Agent("bot".into())));
+    store.delete_agent("bot").await.unwrap();
+
+    assert!(!store.delete_agent("bot").await.unwrap());
+}
+
+pub async fn delete_grant_matches_subject_tool_and_provenance(factory: &dyn StoreFactory) {
+    let store = bound_store(factory).await;
+    let explicit = explicit_grant(Subject::Unit("team".into()), "acme.*");
+    store.put_grant(&explicit).await.unwrap();
+
+    assert!(!store
+        .delete_grant(&Subject::Agent("team".into()), "acme.*", "explicit")
+        .await
+        .unwrap());
+    assert!(store
+        .delete_grant(&Subject::Unit("team".into()), "acme.*", "explicit")
+        .await
+        .unwrap());
+    let snap = store.load().await.unwrap();
+    // The binding's grant (same subject and tool, other provenance) stays.
+    assert_eq!(snap.grants, vec![connector_grant("team", "acme", "acme")]);
+    assert!(!store
+        .delete_grant(&Subject::Unit("team".into()), "acme.*", "explicit")
+        .await
+        .unwrap());
+}
+
+pub async fn binding_of_a_missing_unit_is_refused_and_leaves_nothing(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    let before = store.load().await.unwrap();
+    let err = store
+        .put_binding(
+            &binding("ghost", "acme", json!({})),
+            &connector_grant("ghost", "acme", "acme"),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+    assert_eq!(store.load().await.unwrap(), before);
+    assert_eq!(contents(&before), Snapshot::default());
+}
+
+pub async fn concurrent_writes_through_two_handles_all_land(factory: &dyn StoreFactory) {
+    let handles = [factory.open().await, factory.open().await];
+    let start = version(&*handles[0]).await;
+    let results = together(32, |i| {
+        let store = Arc::clone(&handles[i % 2]);
+        async move { store.put_unit(&unit(&format!("u{i}"), None)).await }
+    })
+    .await;
+    for result in results {
+        result.unwrap();
+    }
+    for store in &handles {
+        let snap = store.load().await.unwrap();
+        assert_eq!(snap.units.len(), 32);
+        assert!(snap.version >= start + 32, "{} -> {}", start, snap.version);
+        // Both wrote, so each sees the other's writes.
+        assert!(store.changes_since(start).await.unwrap().foreign);
+    }
+}
+
+pub async fn deliveries_and_messages_round_trip(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    // The claim argument decides, not the record's claim fields.
+    let d = DeliveryRecord {
+        claimed_by: Some("ignored".into()),
+        claim_until: 5,
+        ..delivery("d1", 1_000)
+    };
+    assert!(store
+        .insert_delivery(&d, 60, &claim("a", 1_060))
+        .await
+        .unwrap());
+    let held = DeliveryRecord {
+        claimed_by: Some("a".into()),
+        claim_until: 1_060,
+        ..d.clone()
+    };
+    assert_eq!(
+        store.delivery("acme", "d1").await.unwrap(),
+        Some(held.clone())
+    );
+    assert_eq!(store.delivery("other", "d1").await.unwrap(), None);
+    let older = delivery("d0", 900);
+    assert!(store
+        .insert_delivery(&older, 60, &claim("a", 960))
+        .await
+        .unwrap());
+    let unfinished: Vec<_> = store
+        .unfinished_deliveries()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| d.delivery_id)
+        .collect();
+    assert_eq!(unfinished, ["d0", "d1"]);
+
+    let messages = [
+        message("m1", "team", "d1"),
+        message("m2", "root", "d1"),
+        message("m3", "team", "d1"),
+    ];
+    let routed = vec!["team".to_string(), "root".to_string()];
+    let stored = store
+        .complete_delivery("acme", "d1", &messages, &routed)
+        .await
+        .unwrap()
+        .expect("first completion stores");
+    assert_eq!(stored.len(), 3);
+    for (s, m) in stored.iter().zip(&messages) {
+        assert!(s.seq > 0, "{s:?}");
+        assert_eq!(
+            MessageRecord {
+                seq: 0,
+                ..s.clone()
+            },
+            *m
+        );
+    }
+    assert!(stored[0].seq < stored[1].seq && stored[1].seq < stored[2].seq);
+
+    let done = store.delivery("acme", "d1").await.unwrap().unwrap();
+    assert_eq!(
+        done,
+        DeliveryRecord {
+            status: DeliveryStatus::Done,
+            attempts: 1,
+            routed_to: routed,
+            claimed_by: None,
+            claim_until: 0,
+            ..d.clone()
+        }
+    );
+
+    // Inboxes: per unit, by cursor, limited.
+    let team = store.messages("team", 0, 10).await.unwrap();
+    assert_eq!(team, vec![stored[0].clone(), stored[2].clone()]);
+    assert_eq!(
+        store.messages("team", stored[0].seq, 10).await.unwrap(),
+        vec![stored[2].clone()]
+    );
+    assert_eq!(
+        store.messages("team", 0, 1).await.unwrap(),
+        vec![stored[0].clone()]
+    );
+    assert!(store
+        .messages("team", stored[2].seq, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        store.messages("root", 0, 10).await.unwrap(),
+        vec![stored[1].clone()]
+    );
+    // Another handle reads the same.
+    let other = factory.open().await;
+    assert_eq!(other.messages("team", 0, 10).await.unwrap(), team);
+
+    // Pruning drops finished deliveries received before the cut, never their messages
+    // or unfinished ones.
+    assert_eq!(store.prune_deliveries(1_000).await.unwrap(), 0);
+    assert_eq!(store.prune_deliveries(2_000).await.unwrap(), 1);
+    assert_eq!(store.delivery("acme", "d1").await.unwrap(), None);
+    assert!(store.delivery("acme", "d0").await.unwrap().is_some());
+    assert_eq!(store.messages("team", 0, 10).await.unwrap(), team);
+}
+
+pub async fn insert_delivery_deduplicates_within_the_window(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    let first = delivery("d1", 1_000);
+    assert!(store
+        .insert_delivery(&first, 60, &claim("a", 1_030))
+        .await
+        .unwrap());
+    store.fail_delivery("acme", "d1", "boom").await.unwrap();
+    let failed = store.delivery("acme", "d1").await.unwrap().unwrap();
+
+    // Within the window (its end included): a duplicate, the stored row untouched.
+    for at in [1_000, 1_030, 1_060] {
+        let again = DeliveryRecord {
+            body: b"other".to_vec(),
+            ..delivery("d1", at)
+        };
+        assert!(
+            !store
+                .insert_delivery(&again, 60, &claim("b", at + 30))
+                .await
+                .unwrap(),
+            "received at {at}"
+        );
+        assert_eq!(store.delivery("acme", "d1").await.unwrap().unwrap(), failed);
+    }
+
+    // The same id of another connector is another delivery.
+    let elsewhere = DeliveryRecord {
+        connector: "other".into(),
+        ..delivery("d1", 1_001)
+    };
+    assert!(store
+        .insert_delivery(&elsewhere, 60, &claim("a", 1_031))
+        .await
+        .unwrap());
+
+    // After the window: the old row is replaced, state and claim included.
+    let later = DeliveryRecord {
+        body: b"later".to_vec(),
+        ..delivery("d1", 1_061)
+    };
+    assert!(store
+        .insert_delivery(&later, 60, &claim("b", 1_091))
+        .await
+        .unwrap());
+    assert_eq!(
+        store.delivery("acme", "d1").await.unwrap().unwrap(),
+        DeliveryRecord {
+            claimed_by: Some("b".into()),
+            claim_until: 1_091,
+            ..later
+        }
+    );
+    let unfinished = store.unfinished_deliveries().await.unwrap();
+    assert_eq!(unfinished.len(), 2, "{unfinished:?}");
+}
+
+pub async fn concurrent_inserts_of_one_delivery_store_it_once(factory: &dyn StoreFactory) {
+    let handles = [factory.open().await, factory.open().await];
+    // Three rounds on one id: the first insert, then twice after the window has passed
+    // (each round must replace the old row exactly once).
+    for (round, received) in [1_000, 2_000, 3_000].into_iter().enumerate() {
+        let results = together(40, |i| {
+            let store = Arc::clone(&handles[i % 2]);
+            let owner = format!("r{round}-{i}");
+            async move {
+                let d = DeliveryRecord {
+                    body: owner.clone().into_bytes(),
+                    ..delivery("same", received)
+                };
+                let inserted = store
+                    .insert_delivery(&d, 60, &claim(&owner, received + 30))
+                    .await
+                    .unwrap();
+                (owner, inserted)
+            }
+        })
+        .await;
+        let winners: Vec<_> = results.iter().filter(|(_, inserted)| *inserted).collect();
+        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+        let winner = &winners[0].0;
+        let stored = handles[0].delivery("acme", "same").await.unwrap().unwrap();
+        assert_eq!(stored.received_unix, received);
+        assert_eq!(stored.claimed_by.as_ref(), Some(winner), "round {round}");
+        assert_eq!(stored.body, winner.as_bytes(), "round {round}");
+    }
+}
+
+pub async fn complete_delivery_fault_stores_no_messages(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    assert!(store
+        .insert_delivery(&delivery("d1", 1_000), 60, &claim("a", 1_030))
+        .await
+        .unwrap());
+    let before = store.delivery("acme", "d1").await.unwrap().unwrap();
+    let messages = [message("m1", "team", "d1"), message("m2", "team", "d1")];
+    let routed = ["team".to_string()];
+
+    store.set_fail_point(Some(FailPoint::AfterMessagesWrite));
+    let err = store
+        .complete_delivery("acme", "d1", &messages, &routed)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::Injected(FailPoint::AfterMessagesWrite)),
+        "{err:?}"
+    );
+    assert!(store.messages("team", 0, 10).await.unwrap().is_empty());
+    assert_eq!(store.delivery("acme", "d1").await.unwrap().unwrap(), before);
+
+    // The retry stores the messages once.
+    let stored = store
+        .complete_delivery("acme", "d1", &messages, &routed)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(store.messages("team", 0, 10).await.unwrap(), stored);
+}
+
+pub async fn complete_twice_stores_messages_once(factory: &dyn StoreFactory) {
+    let (a, b) = (factory.open().await, factory.open().await);
+    for id in ["d1", "d2"] {
+        assert!(a
+            .insert_delivery(&delivery(id, 1_000), 60, &claim("a", 1_030))
+            .await
+            .unwrap());
+    }
+    let routed = ["team".to_string()];
+
+    // One after the other, through two handles.
+    let stored = a
+        .complete_delivery("acme", "d1", &[message("m1", "team", "d1")], &routed)
+        .await
+        .unwrap()
+        .unwrap();
+    let again = b
+        .complete_delivery("acme", "d1", &[message("m1b", "team", "d1")], &routed)
+        .await
+        .unwrap();
+    assert_eq!(again, None);
+    let again = a
+        .complete_delivery("acme", "d1", &[message("m1c", "root", "d1")], &routed)
+        .await
+        .unwrap();
+    assert_eq!(again, None);
+    assert_eq!(a.messages("team", 0, 10).await.unwrap(), stored);
+    assert!(a.messages("root", 0, 10).await.unwrap().is_empty());
+    let d1 = a.delivery("acme", "d1").await.unwrap().unwrap();
+    assert_eq!((d1.status, d1.attempts), (DeliveryStatus::Done, 1));
+
+    // At the same moment, through two handles: one stores, the others see it done.
+    let handles = [a, b];
+    let results = together(8, |i| {
+        let store = Arc::clone(&handles[i % 2]);
+        async move {
+            let m = message(&format!("m2-{i}"), "root", "d2");
+            store
+                .complete_delivery("acme", "d2", &[m], &["root".to_string()])
+                .await
+                .unwrap()
+        }
+    })
+    .await;
+    let stored: Vec<_> = results.into_iter().flatten().collect();
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert_eq!(handles[0].messages("root", 0, 10).await.unwrap(), stored[0]);
+}
+
+pub async fn complete_and_fail_release_the_claim(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    assert!(store
+        .insert_delivery(&delivery("d1", 1_000), 60, &claim("a", 100_000))
+        .await
+        .unwrap());
+
+    store.fail_delivery("acme", "d1", "boom").await.unwrap();
+    let failed = store.delivery("acme", "d1").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            failed.status,
+            failed.attempts,
+            failed.error.as_deref(),
+            failed.claimed_by.as_deref(),
+            failed.claim_until
+        ),
+        (DeliveryStatus::Failed, 1, Some("boom"), None, 0)
+    );
+
+    // Released, so another replica's start-up takes it at once.
+    let taken = store
+        .claim_deliveries(&claim("b", 2_000), 1_000, ClaimScope::Startup, 10)
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 1);
+    let held = store.delivery("acme", "d1").await.unwrap().unwrap();
+    assert_eq!(taken[0], held);
+    assert_eq!(
+        (held.claimed_by.as_deref(), held.claim_until),
+        (Some("b"), 2_000)
+    );
+
+    store.fail_delivery("acme", "d1", "again").await.unwrap();
+    let failed = store.delivery("acme", "d1").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            failed.attempts,
+            failed.claimed_by.as_deref(),
+            failed.claim_until
+        ),
+        (2, None, 0)
+    );
+    store
+        .claim_deliveries(&claim("b", 2_000), 1_000, ClaimScope::Startup, 10)
+        .await
+        .unwrap();
+
+    let routed = ["team".to_string()];
+    store
+        .complete_delivery("acme", "d1", &[message("m1", "team", "d1")], &routed)
+        .await
+        .unwrap()
+        .unwrap();
+    let done = store.delivery("acme", "d1").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            done.status,
+            done.attempts,
+            done.error.as_deref(),
+            done.claimed_by.as_deref(),
+            done.claim_until
+        ),
+        (DeliveryStatus::Done, 3, None, None, 0)
+    );
+
+    // A done delivery stays done.
+    store.fail_delivery("acme", "d1", "late").await.unwrap();
+    assert_eq!(store.delivery("acme", "d1").await.unwrap().unwrap(), done);
+    assert!(store.unfinished_deliveries().await.unwrap().is_empty());
+}
+
+fn ids(deliveries: &[DeliveryRecord]) -> Vec<&str> {
+    deliveries.iter().map(|d| d.delivery_id.as_str()).collect()
+}
+
+pub async fn sweep_skips_live_claims_and_takes_lapsed_ones(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    let now = 10_000;
+    let insert = |id: &'static str, received: i64, held: Claim| {
+        let store = Arc::clone(&store);
+        async move {
+            assert!(store
+                .insert_delivery(&delivery(id, received), 60, &held)
+                .await
+                .unwrap());
+        }
+    };
+    insert("old-lapsed", 1, claim("c", now - 100)).await;
+    insert("live", 2, claim("a", now + 60)).await;
+    insert("lapsed", 3, claim("a", now - 1)).await;
+    insert("failed", 4, claim("a", now + 60)).await;
+    store.fail_delivery("acme", "failed", "boom").await.unwrap();
+    insert("done", 5, claim("a", now - 1)).await;
+    store
+        .complete_delivery("acme", "done", &[], &[])
+        .await
+        .unwrap()
+        .unwrap();
+
+    // Oldest first; live claims (the sweeper's own included) and failed or done
+    // deliveries are left alone.
+    let taken = store
+        .claim_deliveries(&claim("a", now + 30), now, ClaimScope::Sweep, 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(&taken), ["old-lapsed", "lapsed"]);
+    for d in &taken {
+        assert_eq!(
+            (d.claimed_by.as_deref(), d.claim_until),
+            (Some("a"), now + 30)
+        );
+        assert_eq!(
+            store
+                .delivery("acme", &d.delivery_id)
+                .await
+                .unwrap()
+                .as_ref(),
+            Some(d)
+        );
+    }
+
+    // Nothing is left for anyone at the same moment.
+    let other = factory.open().await;
+    assert!(other
+        .claim_deliveries(&claim("b", now + 30), now, ClaimScope::Sweep, 10)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // Once every claim has lapsed, in order, at most `limit` at a time.
+    let later = now + 61;
+    let first = other
+        .claim_deliveries(&claim("b", later + 30), later, ClaimScope::Sweep, 1)
+        .await
+        .unwrap();
+    assert_eq!(ids(&first), ["old-lapsed"]);
+    let rest = other
+        .claim_deliveries(&claim("b", later + 30), later, ClaimScope::Sweep, 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(&rest), ["live", "lapsed"]);
+    let failed = store.delivery("acme", "failed").await.unwrap().unwrap();
+    assert_eq!(
+        (failed.status, failed.claimed_by),
+        (DeliveryStatus::Failed, None)
+    );
+}
+
+pub async fn startup_takes_own_claims_and_unheld_failed_ones(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    let now = 10_000;
+    let insert = |id: &'static str, received: i64, held: Claim| {
+        let store = Arc::clone(&store);
+        async move {
+            assert!(store
+                .insert_delivery(&delivery(id, received), 60, &held)
+                .await
+                .unwrap());
+        }
+    };
+    insert("a-live", 1, claim("a", now + 600)).await;
+    insert("b-live", 2, claim("b", now + 600)).await;
+    insert("failed", 3, claim("b", now + 600)).await;
+    store.fail_delivery("acme", "failed", "boom").await.unwrap();
+    insert("lapsed", 4, claim("c", now - 5)).await;
+    insert("done", 5, claim("a", now + 600)).await;
+    store
+        .complete_delivery("acme", "done", &[], &[])
+        .await
+        .unwrap()
+        .unwrap();
+
+    // A sweep takes neither the own live claim nor the failed delivery.
+    let swept = store
+        .claim_deliveries(&claim("a", now + 600), now, ClaimScope::Sweep, 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(&swept), ["lapsed"]);
+
+    // A restarted `a` takes back everything it held, whatever the expiry, and the failed
+    // delivery nobody holds.
+    let taken = store
+        .claim_deliveries(&claim("a", now + 900), now, ClaimScope::Startup, 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(&taken), ["a-live", "failed", "lapsed"]);
+    for d in &taken {
+        assert_eq!(
+            (d.claimed_by.as_deref(), d.claim_until),
+            (Some("a"), now + 900)
+        );
+    }
+    assert_eq!(taken[1].status, DeliveryStatus::Failed);
+
+    // Another replica starting finds only what it held itself.
+    assert!(store
+        .claim_deliveries(&claim("c", now + 900), now, ClaimScope::Startup, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let b = store
+        .claim_deliveries(&claim("b", now + 900), now, ClaimScope::Startup, 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(&b), ["b-live"]);
+
+    // Restarting again, `a` gets its own failed delivery back too; at most `limit`.
+    let again = store
+        .claim_deliveries(&claim("a", now + 1_000), now, ClaimScope::Startup, 2)
+        .await
+        .unwrap();
+    assert_eq!(ids(&again), ["a-live", "failed"]);
+}
+
+pub async fn concurrent_sweeps_never_take_the_same_delivery(factory: &dyn StoreFactory) {
+    let handles = [factory.open().await, factory.open().await];
+    let now = 10_000;
+    let all: BTreeSet<String> = (0..60).map(|i| format!("d{i:02}")).collect();
+    for (i, id) in all.iter().enumerate() {
+        assert!(handles[i % 2]
+            .insert_delivery(&delivery(id, i as i64), 60, &claim("gone", now - 1))
+            .await
+            .unwrap());
+    }
+
+    let results = together(8, |i| {
+        let store = Arc::clone(&handles[i % 2]);
+        let owner = format!("replica-{i}");
+        async move {
+            let mut mine = Vec::new();
+            // 60 deliveries, 3 at a time: far fewer rounds than this unless claims
+            // are handed out again.
+            for _ in 0..100 {
+                let batch = store
+                    .claim_deliveries(&claim(&owner, now + 600), now, ClaimScope::Sweep, 3)
+                    .await
+                    .unwrap();
+                if batch.is_empty() {
+                    return mine;
+                }
+                for d in batch {
+                    assert_eq!(d.claimed_by.as_deref(), Some(owner.as_str()));
+                    mine.push(d.delivery_id);
+                }
+            }
+            panic!("{owner} kept getting deliveries that are already claimed");
+        }
+    })
+    .await;
+
+    let taken: Vec<String> = results.into_iter().flatten().collect();
+    let unique: BTreeSet<String> = taken.iter().cloned().collect();
+    assert_eq!(taken.len(), unique.len(), "some delivery was taken twice");
+    assert_eq!(unique, all);
+}
+
+pub async fn changes_since_tells_own_writes_from_foreign_ones(factory: &dyn StoreFactory) {
+    let (a, b) = (factory.open().await, factory.open().await);
+    let va = a.load().await.unwrap().version;
+    let vb = b.load().await.unwrap().version;
+    assert_eq!(va, vb);
+
+    a.put_unit(&unit("u1", None)).await.unwrap();
+    let ca = a.changes_since(va).await.unwrap();
+    assert!(ca.version > va && !ca.foreign, "{ca:?}");
+    let cb = b.changes_since(vb).await.unwrap();
+    assert_eq!(
+        cb,
+        StateCheck {
+            version: ca.version,
+            foreign: true
+        }
+    );
+
+    // `b` reloads and is current again.
+    let reloaded = b.load().await.unwrap();
+    assert_eq!(reloaded.version, ca.version);
+    assert_eq!(reloaded.units, vec![unit("u1", None)]);
+    assert_eq!(
+        b.changes_since(reloaded.version).await.unwrap(),
+        StateCheck {
+            version: ca.version,
+            foreign: false
+        }
+    );
+
+    // And the other way round.
+    b.put_unit(&unit("u2", None)).await.unwrap();
+    let cb = b.changes_since(reloaded.version).await.unwrap();
+    assert!(cb.version > ca.version && !cb.foreign, "{cb:?}");
+    assert_eq!(
+        a.changes_since(ca.version).await.unwrap(),
+        StateCheck {
+            version: cb.version,
+            foreign: true
+        }
+    );
+
+    // Interleaved: a foreign write between two own ones is found; own writes after it
+    // are not foreign.
+    let v = cb.version;
+    a.put_unit(&unit("u3", None)).await.unwrap();
+    b.put_unit(&unit("u4", None)).await.unwrap();
+    let after_b = b.changes_since(v).await.unwrap();
+    assert!(after_b.foreign, "{after_b:?}");
+    a.put_unit(&unit("u5", None)).await.unwrap();
+    let current = a.changes_since(v).await.unwrap();
+    assert!(current.foreign, "{current:?}");
+    assert_eq!(
+        a.changes_since(after_b.version).await.unwrap(),
+        StateCheck {
+            version: current.version,
+            foreign: false
+        }
+    );
+    assert_eq!(
+        a.changes_since(current.version).await.unwrap(),
+        StateCheck {
+            version: current.version,
+            foreign: false
+        }
+    );
+
+    // A rolled-back write is nobody's version: the next foreign write is still foreign.
+    a.put_connector(&connector("acme", "acme", "sha256:aa"))
+        .await
+        .unwrap();
+    let before_fault = a.changes_since(current.version).await.unwrap();
+    assert!(!before_fault.foreign);
+    a.set_fail_point(Some(FailPoint::AfterBindingWrite));
+    assert!(a
+        .put_binding(
+            &binding("u1", "acme", json!({})),
+            &connector_grant("u1", "acme", "acme")
+        )
+        .await
+        .is_err());
+    assert_eq!(
+        a.changes_since(before_fault.version).await.unwrap(),
+        before_fault
+    );
+    b.put_unit(&unit("u6", None)).await.unwrap();
+    let after = a.changes_since(before_fault.version).await.unwrap();
+    assert!(
+        after.version > before_fault.version && after.foreign,
+        "{after:?}"
+    );
+
+    // A handle opened now has written nothing, so everything is foreign to it.
+    let c = factory.open().await;
+    assert_eq!(
+        c.changes_since(va).await.unwrap(),
+        StateCheck {
+            version: after.version,
+            foreign: true
+        }
+    );
+    assert!(!c.changes_since(after.version).await.unwrap().foreign);
+}
+
+/// Follows the version while `writer` writes and `watcher` only reads.
+struct Watch {
+    writer: Arc<dyn Store>,
+    watcher: Arc<dyn Store>,
+    applied: i64,
+}
+
+impl Watch {
+    /// Checks that the last write through `writer` made a new version, own to `writer`
+    /// and foreign to `watcher`.
+    async fn changed(&mut self, what: &str) {
+        let own = self.writer.changes_since(self.applied).await.unwrap();
+        assert!(own.version > self.applied, "{what} kept the version");
+        assert!(!own.foreign, "{what} is foreign to its writer");
+        let seen = self.watcher.changes_since(self.applied).await.unwrap();
+        assert_eq!(
+            seen,
+            StateCheck {
+                version: own.version,
+                foreign: true
+            },
+            "{what} as seen by another handle"
+        );
+        self.applied = own.version;
+    }
+}
+
+pub async fn every_state_write_changes_the_version(factory: &dyn StoreFactory) {
+    let a = factory.open().await;
+    let applied = a.load().await.unwrap().version;
+    let mut watch = Watch {
+        writer: Arc::clone(&a),
+        watcher: factory.open().await,
+        applied,
+    };
+
+    a.put_connector(&connector("acme", "acme", "sha256:aa"))
+        .await
+        .unwrap();
+    watch.changed("put_connector").await;
+    a.put_unit(&unit("team", None)).await.unwrap();
+    watch.changed("put_unit").await;
+    a.put_agent(&agent("bot", &["team"])).await.unwrap();
+    watch.changed("put_agent").await;
+    let b = binding("team", "acme", json!({}));
+    let g = connector_grant("team", "acme", "acme");
+    a.put_binding(&b, &g).await.unwrap();
+    watch.changed("put_binding").await;
+    let explicit = explicit_grant(Subject::Agent("bot".into()), "acme.echo");
+    a.put_grant(&explicit).await.unwrap();
+    watch.changed("put_grant").await;
+    a.put_image_tools(&ImageToolsRecord {
+        agent_id: "bot".into(),
+        digest: "sha256:ee".into(),
+        tools: json!([]),
+    })
+    .await
+    .unwrap();
+    watch.changed("put_image_tools").await;
+    a.rotate_connector(&connector("acme", "acme", "sha256:bb"), &[(b, g)], &[])
+        .await
+        .unwrap();
+    watch.changed("rotate_connector").await;
+    assert!(a
+        .delete_grant(&explicit.subject, &explicit.tool, &explicit.provenance)
+        .await
+        .unwrap());
+    watch.changed("delete_grant").await;
+    assert!(a.delete_binding("team", "acme").await.unwrap());
+    watch.changed("delete_binding").await;
+    assert!(a.delete_agent("bot").await.unwrap());
+    watch.changed("delete_agent").await;
+    assert!(a.delete_unit("team").await.unwrap());
+    watch.changed("delete_unit").await;
+    assert!(a.delete_connector("acme").await.unwrap());
+    watch.changed("delete_connector").await;
+}
+
+pub async fn deliveries_messages_and_secrets_keep_the_version(factory: &dyn StoreFactory) {
+    let (a, b) = (factory.open().await, factory.open().await);
+    a.put_unit(&unit("team", None)).await.unwrap();
+    let v = b.load().await.unwrap().version;
+
+    for id in ["d1", "d2", "d3"] {
+        a.insert_delivery(&delivery(id, 1_000), 60, &claim("a", 1_030))
+            .await
+            .unwrap();
+    }
+    a.insert_delivery(&delivery("d1", 1_000), 60, &claim("a", 1_030))
+        .await
+        .unwrap();
+    a.claim_deliveries(&claim("a", 2_000), 1_500, ClaimScope::Sweep, 10)
+        .await
+        .unwrap();
+    a.claim_deliveries(&claim("a", 2_000), 1_500, ClaimScope::Startup, 10)
+        .await
+        .unwrap();
+    a.fail_delivery("acme", "d2", "boom").await.unwrap();
+    a.complete_delivery("acme", "d1", &[message("m1", "team", "d1")], &[])
+        .await
+        .unwrap()
+        .unwrap();
+    a.prune_deliveries(5_000).await.unwrap();
+    a.shared_secret("key", "value").await.unwrap();
+    a.messages("team", 0, 10).await.unwrap();
+    a.unfinished_deliveries().await.unwrap();
+
+    let unchanged = StateCheck {
+        version: v,
+        foreign: false,
+    };
+    assert_eq!(a.changes_since(v).await.unwrap(), unchanged);
+    assert_eq!(b.changes_since(v).await.unwrap(), unchanged);
+    assert_eq!(a.load().await.unwrap().version, v);
+}
+
+pub async fn load_version_matches_changes_since(factory: &dyn StoreFactory) {
+    let (a, b) = (factory.open().await, factory.open().await);
+    let mut applied = a.load().await.unwrap().version;
+    for i in 0..4 {
+        let writer = if i % 2 == 0 { &a } else { &b };
+        writer
+            .put_unit(&unit(&format!("u{i}"), None))
+            .await
+            .unwrap();
+        for store in [&a, &b] {
+            let check = store.changes_since(applied).await.unwrap();
+            let snap = store.load().await.unwrap();
+            assert_eq!(snap.version, check.version, "after write {i}");
+            assert_eq!(snap.units.len(), i + 1);
+            // Loading changes nothing.
+            assert_eq!(store.changes_since(applied).await.unwrap(), check);
+        }
+        applied = a.changes_since(applied).await.unwrap().version;
+    }
+}
+
+pub async fn shared_secret_first_writer_wins(factory: &dyn StoreFactory) {
+    let (a, b) = (factory.open().await, factory.open().await);
+    assert_eq!(
+        a.shared_secret("token-key", "first").await.unwrap(),
+        "first"
+    );
+    assert_eq!(
+        b.shared_secret("token-key", "second").await.unwrap(),
+        "first"
+    );
+    assert_eq!(
+        a.shared_secret("token-key", "third").await.unwrap(),
+        "first"
+    );
+    // Names are independent.
+    assert_eq!(b.shared_secret("other", "b's").await.unwrap(), "b's");
+    assert_eq!(a.shared_secret("other", "a's").await.unwrap(), "b's");
+
+    // At the same moment through two handles: everyone gets the same, one of theirs.
+    let handles = [a, b];
+    let results = together(20, |i| {
+        let store = Arc::clone(&handles[i % 2]);
+        async move {
+            let candidate = format!("candidate-{i}");
+            let got = store.shared_secret("race", &candidate).await.unwrap();
+            (candidate, got)
+        }
+    })
+    .await;
+    let winners: BTreeSet<&str> = results.iter().map(|(_, got)| got.as_str()).collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    let winner = *winners.first().unwrap();
+    assert!(results.iter().any(|(candidate, _)| candidate == winner));
+    // A handle opened later reads it too.
+    let c = factory.open().await;
+    assert_eq!(c.shared_secret("race", "late").await.unwrap(), winner);
+}

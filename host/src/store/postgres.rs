@@ -1,0 +1,1235 @@
+//! A [`Store`] in PostgreSQL, shared by several host replicas.
+//!
+//! Why it is built this way:
+//! - **A pool, short transactions.** Every trait method takes a connection from a
+//!   `deadpool-postgres` pool and runs one transaction. A database that is down answers
+//!   at once with [`StoreError::Unavailable`] (the API turns that into `503`); when it is
+//!   back, broken connections are dropped at recycling and new ones are made, so the host
+//!   recovers by itself.
+//! - **Migrations under an advisory lock.** All pending migrations run in one transaction
+//!   that first takes `pg_advisory_xact_lock`, so replicas starting at the same moment
+//!   apply each migration once; a database with a newer schema than this host knows is
+//!   refused.
+//! - **A state version for the replicas' caches.** Every transaction that changes
+//!   connectors, units, agents, bindings, grants or image tools also bumps the one row of
+//!   `state_version`. Each replica keeps its working state in memory and asks
+//!   [`Store::changes_since`] before serving; a version it did not write itself means
+//!   another replica changed something, and it reloads.
+//! - **Deliveries are claimed.** `insert_delivery` is one `INSERT … ON CONFLICT … WHERE`
+//!   statement, so of two replicas receiving the same delivery exactly one stores it.
+//!   Unfinished deliveries carry a claim (owner + expiry); sweeps take unclaimed or
+//!   lapsed ones with `FOR UPDATE SKIP LOCKED`, so no two replicas work on the same one,
+//!   and a replica killed mid-way leaves its work to the others once its claim lapses.
+//! - **Inbox order is commit order.** Message cursors come from an identity column; the
+//!   transactions that append messages serialise on an advisory lock, so a reader paging
+//!   by cursor never skips a message that commits late with a smaller cursor. Those
+//!   transactions commit asynchronously (no WAL flush while the lock is held, which
+//!   halved webhook throughput): the delivery they complete was stored durably before it
+//!   was acknowledged, so a commit lost to a database crash only means the delivery is
+//!   routed again, its messages still written once.
+
+use std::collections::{BTreeSet, HashMap};
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{IsolationLevel, NoTls, Row};
+
+use super::{
+    connector_provenance, decode_json, encode_json, now_rfc3339, subject_parts, AgentRecord,
+    BindingRecord, Claim, ClaimScope, ConnectorRecord, DeliveryRecord, DeliveryStatus, FailPoint,
+    GrantRecord, ImageToolsRecord, MessageRecord, Snapshot, StateCheck, Store, StoreError,
+    StoreResult, Subject, UnitRecord,
+};
+
+/// How long a caller waits for a pooled connection, or for a new one to be made.
+const POOL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections per replica.
+const POOL_SIZE: usize = 16;
+/// Advisory lock keys (arbitrary constants, unique to this schema).
+const MIGRATION_LOCK: i64 = 0x636f_6e6e_6d69_6772;
+const INBOX_LOCK: i64 = 0x636f_6e6e_696e_6278;
+
+/// The schema, one entry per version (entry `i` is version `i + 1`). Append only.
+const MIGRATIONS: &[&str] = &[
+    // 1: the whole schema of SQLite's migrations 1-3, in PostgreSQL types. `ord` keeps
+    // the order rows were first written (upserts keep their place), like SQLite's rowid.
+    r#"
+    CREATE TABLE connectors (
+        ord          BIGINT GENERATED ALWAYS AS IDENTITY,
+        slug         TEXT PRIMARY KEY,
+        namespace    TEXT NOT NULL,
+        digest       TEXT NOT NULL,
+        component    BYTEA NOT NULL,
+        bundled      BOOLEAN NOT NULL,
+        installed_at TEXT NOT NULL
+    );
+    CREATE TABLE units (
+        ord          BIGINT GENERATED ALWAYS AS IDENTITY,
+        id           TEXT PRIMARY KEY,
+        parent       TEXT,
+        display_name TEXT,
+        created_at   TEXT NOT NULL
+    );
+    CREATE TABLE agents (
+        ord          BIGINT GENERATED ALWAYS AS IDENTITY,
+        id           TEXT PRIMARY KEY,
+        display_name TEXT,
+        created_at   TEXT NOT NULL
+    );
+    CREATE TABLE agent_units (
+        agent_id TEXT NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+        unit_id  TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        PRIMARY KEY (agent_id, position)
+    );
+    CREATE INDEX agent_units_by_unit ON agent_units (unit_id);
+    CREATE TABLE bindings (
+        ord          BIGINT GENERATED ALWAYS AS IDENTITY,
+        unit_id      TEXT NOT NULL REFERENCES units (id) ON DELETE CASCADE,
+        connector    TEXT NOT NULL,
+        config       TEXT NOT NULL,
+        routing_keys TEXT NOT NULL,
+        bound_at     TEXT NOT NULL,
+        PRIMARY KEY (unit_id, connector)
+    );
+    CREATE INDEX bindings_by_connector ON bindings (connector);
+    CREATE TABLE grants (
+        ord          BIGINT GENERATED ALWAYS AS IDENTITY,
+        subject_kind TEXT NOT NULL CHECK (subject_kind IN ('unit', 'agent')),
+        subject_id   TEXT NOT NULL,
+        tool         TEXT NOT NULL,
+        namespace    TEXT NOT NULL,
+        provenance   TEXT NOT NULL,
+        created_at   TEXT NOT NULL,
+        UNIQUE (subject_kind, subject_id, tool, provenance)
+    );
+    CREATE INDEX grants_by_provenance ON grants (provenance);
+    CREATE TABLE image_tools (
+        ord      BIGINT GENERATED ALWAYS AS IDENTITY,
+        agent_id TEXT PRIMARY KEY REFERENCES agents (id) ON DELETE CASCADE,
+        digest   TEXT NOT NULL,
+        tools    TEXT NOT NULL
+    );
+    CREATE TABLE deliveries (
+        ord           BIGINT GENERATED ALWAYS AS IDENTITY,
+        connector     TEXT NOT NULL,
+        delivery_id   TEXT NOT NULL,
+        event         TEXT,
+        headers       TEXT NOT NULL,
+        body          BYTEA NOT NULL,
+        received_unix BIGINT NOT NULL,
+        received_at   TEXT NOT NULL,
+        status        TEXT NOT NULL CHECK (status IN ('pending', 'done', 'failed')),
+        attempts      INTEGER NOT NULL DEFAULT 0,
+        error         TEXT,
+        routed_to     TEXT NOT NULL DEFAULT '[]',
+        claimed_by    TEXT,
+        claim_until   BIGINT NOT NULL DEFAULT 0,
+        PRIMARY KEY (connector, delivery_id)
+    );
+    CREATE INDEX deliveries_unfinished ON deliveries (status, received_unix);
+    CREATE TABLE messages (
+        seq         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id          TEXT NOT NULL UNIQUE,
+        unit_id     TEXT NOT NULL,
+        connector   TEXT NOT NULL,
+        kind        TEXT NOT NULL,
+        delivery_id TEXT NOT NULL,
+        thread_key  TEXT,
+        payload     TEXT NOT NULL,
+        received_at TEXT NOT NULL
+    );
+    CREATE INDEX messages_by_unit ON messages (unit_id, seq);
+    CREATE TABLE state_version (
+        id      BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (id),
+        version BIGINT NOT NULL
+    );
+    INSERT INTO state_version (id, version) VALUES (TRUE, 0);
+    CREATE TABLE host_secrets (
+        name  TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    "#,
+];
+
+const DELIVERY_COLUMNS: &str = "connector, delivery_id, event, headers, body, received_unix, \
+     received_at, status, attempts, error, routed_to, claimed_by, claim_until, ord";
+
+/// A [`Store`] in one PostgreSQL database (see the module docs).
+pub struct PostgresStore {
+    pool: Pool,
+    fail_point: Mutex<Option<FailPoint>>,
+    /// State versions written through this handle and not yet reported by
+    /// `changes_since` as applied.
+    own_versions: Mutex<BTreeSet<i64>>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may hold a password: it is never printed.
+        f.debug_struct("PostgresStore").finish_non_exhaustive()
+    }
+}
+
+/// A pooled connection.
+type Conn = deadpool_postgres::Object;
+/// A transaction on a pooled connection.
+type Tx<'a> = deadpool_postgres::Transaction<'a>;
+
+impl PostgresStore {
+    /// Connects to the database named by `url` (`postgres://user:password@host:port/db`,
+    /// or `postgresql://…`, with libpq-style options) and brings its schema up to date.
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        let mut config = tokio_postgres::Config::from_str(url).map_err(|e| {
+            // The parser's message names the bad option, never the password.
+            StoreError::Unavailable(format!("database_url is not a valid PostgreSQL URL: {e}"))
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(POOL_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("connector-host");
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(POOL_TIMEOUT))
+            .create_timeout(Some(POOL_TIMEOUT))
+            .recycle_timeout(Some(POOL_TIMEOUT))
+            .build()
+            .map_err(|e| {
+                StoreError::Unavailable(format!("cannot build the connection pool: {e}"))
+            })?;
+        let store = Self {
+            pool,
+            fail_point: Mutex::new(None),
+            own_versions: Mutex::new(BTreeSet::new()),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    async fn conn(&self, op: &str) -> StoreResult<Conn> {
+        self.pool.get().await.map_err(|e| {
+            StoreError::Unavailable(format!(
+                "{op}: cannot get a database connection ({e}); check that PostgreSQL is running \
+                 and reachable"
+            ))
+        })
+    }
+
+    /// Fails (and disarms) if `point` is the armed fault.
+    fn trip(&self, point: FailPoint) -> StoreResult<()> {
+        let mut armed = self.fail_point.lock();
+        if *armed == Some(point) {
+            *armed = None;
+            return Err(StoreError::Injected(point));
+        }
+        Ok(())
+    }
+
+    async fn migrate(&self) -> StoreResult<()> {
+        let ctx = "migrating the database schema";
+        let db = |e| map_err(ctx, e);
+        let mut conn = self.conn(ctx).await?;
+        let tx = conn.transaction().await.map_err(db)?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .await
+            .map_err(db)?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (
+                 version    BIGINT PRIMARY KEY,
+                 applied_at TEXT NOT NULL
+             )",
+        )
+        .await
+        .map_err(db)?;
+        let applied: BTreeSet<i64> = tx
+            .query("SELECT version FROM schema_migrations", &[])
+            .await
+            .map_err(db)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let latest = MIGRATIONS.len() as i64;
+        if let Some(&newest) = applied.last() {
+            if newest > latest {
+                return Err(StoreError::Corrupt(format!(
+                    "the database has schema version {newest} but this connector-host only \
+                     knows versions up to {latest}: the host is older than the database. Run a \
+                     newer connector-host, or restore a backup taken before the upgrade"
+                )));
+            }
+        }
+        for (index, sql) in MIGRATIONS.iter().enumerate() {
+            let version = index as i64 + 1;
+            if applied.contains(&version) {
+                continue;
+            }
+            tx.batch_execute(sql)
+                .await
+                .map_err(|e| map_err(&format!("applying schema migration {version}"), e))?;
+            tx.execute(
+                "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
+                &[&version, &now_rfc3339()],
+            )
+            .await
+            .map_err(db)?;
+            tracing::info!(version, "applied schema migration");
+        }
+        tx.commit().await.map_err(db)
+    }
+
+    /// Bumps the state version inside `tx`, commits, and remembers the new version as
+    /// this handle's own (so `changes_since` does not report it as foreign).
+    async fn commit_state(&self, tx: Tx<'_>, op: &str) -> StoreResult<()> {
+        let db = |e| map_err(op, e);
+        let row = tx
+            .query_one(
+                "UPDATE state_version SET version = version + 1 RETURNING version",
+                &[],
+            )
+            .await
+            .map_err(db)?;
+        let version: i64 = col(&row, 0)?;
+        tx.commit().await.map_err(db)?;
+        // Recorded only after the commit: a version recorded early could belong to
+        // another replica if this commit failed, and would hide its change.
+        self.own_versions.lock().insert(version);
+        Ok(())
+    }
+}
+
+/// Runs `$body` in one state-changing transaction bound to `$tx` and commits it with
+/// [`PostgresStore::commit_state`]; any error rolls the whole transaction back.
+macro_rules! state_tx {
+    ($self:ident, $op:expr, |$tx:ident| $body:block) => {{
+        let mut conn = $self.conn($op).await?;
+        let $tx = conn.transaction().await.map_err(|e| map_err($op, e))?;
+        let out: StoreResult<_> = async { $body }.await;
+        let out = out?;
+        $self.commit_state($tx, $op).await?;
+        Ok(out)
+    }};
+}
+
+/// Maps a driver error onto the store's error kinds, naming what was being done.
+fn map_err(context: &str, e: tokio_postgres::Error) -> StoreError {
+    match e.code() {
+        Some(code) if *code == SqlState::FOREIGN_KEY_VIOLATION => StoreError::Unavailable(format!(
+            "{context}: the database rejected the write ({e}); a referenced unit or agent must \
+             be stored first"
+        )),
+        Some(code) if code.code().starts_with("22") => {
+            StoreError::Corrupt(format!("{context}: a value is malformed: {e}"))
+        }
+        _ if e.is_closed() => StoreError::Unavailable(format!(
+            "{context}: the database connection was lost; retry when PostgreSQL is back"
+        )),
+        _ => match e.as_db_error() {
+            // The server's own words ("the database system is shutting down", …).
+            Some(db) => StoreError::Unavailable(format!(
+                "{context}: PostgreSQL refused: {} ({})",
+                db.message(),
+                db.code().code()
+            )),
+            None => StoreError::Unavailable(format!("{context}: {e}")),
+        },
+    }
+}
+
+/// Reads column `i` of `row`, reporting a type mismatch as corrupt data.
+fn col<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, i: usize) -> StoreResult<T> {
+    row.try_get(i)
+        .map_err(|e| StoreError::Corrupt(format!("a stored row is malformed: {e}")))
+}
+
+fn decode_delivery(row: &Row) -> StoreResult<DeliveryRecord> {
+    let delivery_id: String = col(row, 1)?;
+    let status: String = col(row, 7)?;
+    let status = match status.as_str() {
+        "pending" => DeliveryStatus::Pending,
+        "done" => DeliveryStatus::Done,
+        "failed" => DeliveryStatus::Failed,
+        other => {
+            return Err(StoreError::Corrupt(format!(
+                "delivery {delivery_id} has unknown status `{other}`"
+            )))
+        }
+    };
+    let headers: String = col(row, 3)?;
+    let routed: String = col(row, 10)?;
+    let attempts: i32 = col(row, 8)?;
+    Ok(DeliveryRecord {
+        connector: col(row, 0)?,
+        event: col(row, 2)?,
+        headers: decode_json("delivery headers", &headers)?,
+        body: col(row, 4)?,
+        received_unix: col(row, 5)?,
+        received_at: col(row, 6)?,
+        status,
+        attempts: u32::try_from(attempts).unwrap_or(0),
+        error: col(row, 9)?,
+        routed_to: decode_json("delivery routed_to", &routed)?,
+        claimed_by: col(row, 11)?,
+        claim_until: col(row, 12)?,
+        delivery_id,
+    })
+}
+
+async fn upsert_grant(tx: &Tx<'_>, grant: &GrantRecord) -> Result<(), tokio_postgres::Error> {
+    let (kind, id) = subject_parts(&grant.subject);
+    let stmt = tx
+        .prepare_cached(
+            "INSERT INTO grants (subject_kind, subject_id, tool, namespace, provenance, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (subject_kind, subject_id, tool, provenance)
+             DO UPDATE SET namespace = excluded.namespace",
+        )
+        .await?;
+    tx.execute(
+        &stmt,
+        &[
+            &kind,
+            &id,
+            &grant.tool,
+            &grant.namespace,
+            &grant.provenance,
+            &grant.created_at,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+impl PostgresStore {
+    /// Upserts a connector and re-derives its `connector:<slug>` grants (inside `tx`).
+    async fn write_connector(&self, tx: &Tx<'_>, c: &ConnectorRecord) -> StoreResult<()> {
+        let db = |e| map_err("put_connector", e);
+        tx.execute(
+            "INSERT INTO connectors (slug, namespace, digest, component, bundled, installed_at)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (slug) DO UPDATE SET
+                 namespace = excluded.namespace,
+                 digest = excluded.digest,
+                 component = excluded.component,
+                 bundled = excluded.bundled,
+                 installed_at = excluded.installed_at",
+            &[
+                &c.slug,
+                &c.namespace,
+                &c.digest,
+                &c.component,
+                &c.bundled,
+                &c.installed_at,
+            ],
+        )
+        .await
+        .map_err(db)?;
+        self.trip(FailPoint::AfterConnectorWrite)?;
+        let provenance = connector_provenance(&c.slug);
+        // Several grants of one subject collapsing onto `<ns>.*` keep one row (the oldest).
+        tx.execute(
+            "DELETE FROM grants g WHERE g.provenance = $1 AND EXISTS (
+                 SELECT 1 FROM grants o
+                 WHERE o.provenance = $1 AND o.subject_kind = g.subject_kind
+                   AND o.subject_id = g.subject_id AND o.ord < g.ord)",
+            &[&provenance],
+        )
+        .await
+        .map_err(db)?;
+        tx.execute(
+            "UPDATE grants SET tool = $1, namespace = $2 WHERE provenance = $3",
+            &[&format!("{}.*", c.namespace), &c.namespace, &provenance],
+        )
+        .await
+        .map_err(db)?;
+        Ok(())
+    }
+
+    /// Upserts a binding and its grant (inside `tx`).
+    async fn write_binding(
+        &self,
+        tx: &Tx<'_>,
+        b: &BindingRecord,
+        g: &GrantRecord,
+    ) -> StoreResult<()> {
+        let ctx = "put_binding";
+        let db = |e| map_err(ctx, e);
+        let config = encode_json(ctx, &b.config)?;
+        let routing_keys = encode_json(ctx, &b.routing_keys)?;
+        let stmt = tx
+            .prepare_cached(
+                "INSERT INTO bindings (unit_id, connector, config, routing_keys, bound_at)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (unit_id, connector) DO UPDATE SET
+                     config = excluded.config,
+                     routing_keys = excluded.routing_keys,
+                     bound_at = excluded.bound_at",
+            )
+            .await
+            .map_err(db)?;
+        tx.execute(
+            &stmt,
+            &[
+                &b.unit_id,
+                &b.connector,
+                &config,
+                &routing_keys,
+                &b.bound_at,
+            ],
+        )
+        .await
+        .map_err(db)?;
+        self.trip(FailPoint::AfterBindingWrite)?;
+        upsert_grant(tx, g).await.map_err(db)?;
+        Ok(())
+    }
+
+    /// Deletes a binding and the unit's grants it wrote (inside `tx`).
+    async fn remove_binding(
+        &self,
+        tx: &Tx<'_>,
+        unit_id: &str,
+        connector: &str,
+    ) -> StoreResult<bool> {
+        let db = |e| map_err("delete_binding", e);
+        let stmt = tx
+            .prepare_cached("DELETE FROM bindings WHERE unit_id = $1 AND connector = $2")
+            .await
+            .map_err(db)?;
+        let n = tx
+            .execute(&stmt, &[&unit_id, &connector])
+            .await
+            .map_err(db)?;
+        self.trip(FailPoint::AfterBindingDelete)?;
+        let stmt = tx
+            .prepare_cached(
+                "DELETE FROM grants
+                 WHERE subject_kind = 'unit' AND subject_id = $1 AND provenance = $2",
+            )
+            .await
+            .map_err(db)?;
+        tx.execute(&stmt, &[&unit_id, &connector_provenance(connector)])
+            .await
+            .map_err(db)?;
+        Ok(n > 0)
+    }
+}
+
+async fn load_snapshot(tx: &Tx<'_>) -> StoreResult<Snapshot> {
+    let ctx = "loading the stored state";
+    let db = |e| map_err(ctx, e);
+    let version: i64 = col(
+        &tx.query_one("SELECT version FROM state_version", &[])
+            .await
+            .map_err(db)?,
+        0,
+    )?;
+
+    let mut connectors = Vec::new();
+    for row in tx
+        .query(
+            "SELECT slug, namespace, digest, component, bundled, installed_at
+             FROM connectors ORDER BY ord",
+            &[],
+        )
+        .await
+        .map_err(db)?
+    {
+        connectors.push(ConnectorRecord {
+            slug: col(&row, 0)?,
+            namespace: col(&row, 1)?,
+            digest: col(&row, 2)?,
+            component: col(&row, 3)?,
+            bundled: col(&row, 4)?,
+            installed_at: col(&row, 5)?,
+        });
+    }
+
+    let mut units = Vec::new();
+    for row in tx
+        .query(
+            "SELECT id, parent, display_name, created_at FROM units ORDER BY ord",
+            &[],
+        )
+        .await
+        .map_err(db)?
+    {
+        units.push(UnitRecord {
+            id: col(&row, 0)?,
+            parent: col(&row, 1)?,
+            display_name: col(&row, 2)?,
+            created_at: col(&row, 3)?,
+        });
+    }
+
+    let mut memberships: HashMap<String, Vec<String>> = HashMap::new();
+    for row in tx
+        .query(
+            "SELECT agent_id, unit_id FROM agent_units ORDER BY agent_id, position",
+            &[],
+        )
+        .await
+        .map_err(db)?
+    {
+        memberships
+            .entry(col(&row, 0)?)
+            .or_default()
+            .push(col(&row, 1)?);
+    }
+    let mut agents = Vec::new();
+    for row in tx
+        .query(
+            "SELECT id, display_name, created_at FROM agents ORDER BY ord",
+            &[],
+        )
+        .await
+        .map_err(db)?
+    {
+        let id: String = col(&row, 0)?;
+        agents.push(AgentRecord {
+            units: memberships.remove(&id).unwrap_or_default(),
+            id,
+            display_name: col(&row, 1)?,
+            created_at: col(&row, 2)?,
+        });
+    }
+
+    let mut bindings = Vec::new();
+    for row in tx
+        .query(
+            "SELECT unit_id, connector, config, routing_keys, bound_at FROM bindings ORDER BY ord",
+            &[],
+        )
+        .await
+        .map_err(db)?
+    {
+        let unit_id: String = col(&row, 0)?;
+        let connector: String = col(&row, 1)?;
+        let what = format!("the binding of {connector} to unit {unit_id}");
+        let config: String = col(&row, 2)?;
+        let keys: String = col(&row, 3)?;
+        bindings.push(BindingRecord {
+            config: decode_json(&format!("the config of {what}"), &config)?,
+            routing_keys: decode_json(&format!("the routing keys of {what}"), &keys)?,
+            bound_at: col(&row, 4)?,
+            unit_id,
+            connector,
+        });
+    }
+
+    let mut grants = Vec::new();
+    for row in tx
+        .query(
+            "SELECT subject_kind, subject_id, tool, namespace, provenance, created_at
+             FROM grants ORDER BY ord",
+            &[],
+        )
+        .await
+        .map_err(db)?
+    {
+        let kind: String = col(&row, 0)?;
+        let id: String = col(&row, 1)?;
+        let tool: String = col(&row, 2)?;
+        let subject = match kind.as_str() {
+            "unit" => Subject::Unit(id),
+            "agent" => Subject::Agent(id),
+            other => {
+                return Err(StoreError::Corrupt(format!(
+                    "a grant of {tool} has the unknown subject kind {other:?}"
+                )))
+            }
+        };
+        grants.push(GrantRecord {
+            subject,
+            tool,
+            namespace: col(&row, 3)?,
+            provenance: col(&row, 4)?,
+            created_at: col(&row, 5)?,
+        });
+    }
+
+    let mut image_tools = Vec::new();
+    for row in tx
+        .query(
+            "SELECT agent_id, digest, tools FROM image_tools ORDER BY ord",
+            &[],
+        )
+        .await
+        .map_err(db)?
+    {
+        let agent_id: String = col(&row, 0)?;
+        let tools: String = col(&row, 2)?;
+        image_tools.push(ImageToolsRecord {
+            tools: decode_json(&format!("the image tools of agent {agent_id}"), &tools)?,
+            agent_id,
+            digest: col(&row, 1)?,
+        });
+    }
+
+    Ok(Snapshot {
+        connectors,
+        units,
+        agents,
+        bindings,
+        grants,
+        image_tools,
+        version,
+    })
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn load(&self) -> StoreResult<Snapshot> {
+        let ctx = "loading the stored state";
+        let mut conn = self.conn(ctx).await?;
+        // One consistent view of every table and the version it reflects.
+        let tx = conn
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(|e| map_err(ctx, e))?;
+        let snapshot = load_snapshot(&tx).await?;
+        tx.commit().await.map_err(|e| map_err(ctx, e))?;
+        Ok(snapshot)
+    }
+
+    async fn put_connector(&self, connector: &ConnectorRecord) -> StoreResult<()> {
+        state_tx!(self, "put_connector", |tx| {
+            self.write_connector(&tx, connector).await
+        })
+    }
+
+    async fn delete_connector(&self, slug: &str) -> StoreResult<bool> {
+        state_tx!(self, "delete_connector", |tx| {
+            let db = |e| map_err("delete_connector", e);
+            tx.execute("DELETE FROM bindings WHERE connector = $1", &[&slug])
+                .await
+                .map_err(db)?;
+            tx.execute(
+                "DELETE FROM grants WHERE provenance = $1",
+                &[&connector_provenance(slug)],
+            )
+            .await
+            .map_err(db)?;
+            let n = tx
+                .execute("DELETE FROM connectors WHERE slug = $1", &[&slug])
+                .await
+                .map_err(db)?;
+            Ok(n > 0)
+        })
+    }
+
+    async fn rotate_connector(
+        &self,
+        connector: &ConnectorRecord,
+        kept: &[(BindingRecord, GrantRecord)],
+        removed: &[String],
+    ) -> StoreResult<()> {
+        state_tx!(self, "rotate_connector", |tx| {
+            self.write_connector(&tx, connector).await?;
+            for unit in removed {
+                self.remove_binding(&tx, unit, &connector.slug).await?;
+            }
+            for (b, g) in kept {
+                self.write_binding(&tx, b, g).await?;
+            }
+            Ok(())
+        })
+    }
+
+    async fn put_unit(&self, unit: &UnitRecord) -> StoreResult<()> {
+        state_tx!(self, "put_unit", |tx| {
+            tx.execute(
+                "INSERT INTO units (id, parent, display_name, created_at)
+                 VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (id) DO UPDATE SET
+                     parent = excluded.parent,
+                     display_name = excluded.display_name,
+                     created_at = excluded.created_at",
+                &[&unit.id, &unit.parent, &unit.display_name, &unit.created_at],
+            )
+            .await
+            .map_err(|e| map_err("put_unit", e))?;
+            Ok(())
+        })
+    }
+
+    async fn delete_unit(&self, id: &str) -> StoreResult<bool> {
+        state_tx!(self, "delete_unit", |tx| {
+            let db = |e| map_err("delete_unit", e);
+            tx.execute("DELETE FROM bindings WHERE unit_id = $1", &[&id])
+                .await
+                .map_err(db)?;
+            tx.execute(
+                "DELETE FROM grants WHERE subject_kind = 'unit' AND subject_id = $1",
+                &[&id],
+            )
+            .await
+            .map_err(db)?;
+            let n = tx
+                .execute("DELETE FROM units WHERE id = $1", &[&id])
+                .await
+                .map_err(db)?;
+            Ok(n > 0)
+        })
+    }
+
+    async fn put_agent(&self, agent: &AgentRecord) -> StoreResult<()> {
+        state_tx!(self, "put_agent", |tx| {
+            let db = |e| map_err("put_agent", e);
+            tx.execute(
+                "INSERT INTO agents (id, display_name, created_at) VALUES ($1, $2, $3)
+                 ON CONFLICT (id) DO UPDATE SET
+                     display_name = excluded.display_name,
+                     created_at = excluded.created_at",
+                &[&agent.id, &agent.display_name, &agent.created_at],
+            )
+            .await
+            .map_err(db)?;
+            tx.execute("DELETE FROM agent_units WHERE agent_id = $1", &[&agent.id])
+                .await
+                .map_err(db)?;
+            for (position, unit) in agent.units.iter().enumerate() {
+                let position = i32::try_from(position)
+                    .map_err(|_| StoreError::Unavailable("put_agent: too many units".into()))?;
+                tx.execute(
+                    "INSERT INTO agent_units (agent_id, unit_id, position) VALUES ($1, $2, $3)",
+                    &[&agent.id, unit, &position],
+                )
+                .await
+                .map_err(db)?;
+            }
+            Ok(())
+        })
+    }
+
+    async fn delete_agent(&self, id: &str) -> StoreResult<bool> {
+        state_tx!(self, "delete_agent", |tx| {
+            let db = |e| map_err("delete_agent", e);
+            tx.execute("DELETE FROM agent_units WHERE agent_id = $1", &[&id])
+                .await
+                .map_err(db)?;
+            tx.execute("DELETE FROM image_tools WHERE agent_id = $1", &[&id])
+                .await
+                .map_err(db)?;
+            tx.execute(
+                "DELETE FROM grants WHERE subject_kind = 'agent' AND subject_id = $1",
+                &[&id],
+            )
+            .await
+            .map_err(db)?;
+            let n = tx
+                .execute("DELETE FROM agents WHERE id = $1", &[&id])
+                .await
+                .map_err(db)?;
+            Ok(n > 0)
+        })
+    }
+
+    async fn put_binding(&self, binding: &BindingRecord, grant: &GrantRecord) -> StoreResult<()> {
+        state_tx!(self, "put_binding", |tx| {
+            self.write_binding(&tx, binding, grant).await
+        })
+    }
+
+    async fn delete_binding(&self, unit_id: &str, connector: &str) -> StoreResult<bool> {
+        state_tx!(self, "delete_binding", |tx| {
+            self.remove_binding(&tx, unit_id, connector).await
+        })
+    }
+
+    async fn put_grant(&self, grant: &GrantRecord) -> StoreResult<()> {
+        state_tx!(self, "put_grant", |tx| {
+            upsert_grant(&tx, grant)
+                .await
+                .map_err(|e| map_err("put_grant", e))
+        })
+    }
+
+    async fn delete_grant(
+        &self,
+        subject: &Subject,
+        tool: &str,
+        provenance: &str,
+    ) -> StoreResult<bool> {
+        state_tx!(self, "delete_grant", |tx| {
+            let (kind, id) = subject_parts(subject);
+            let n = tx
+                .execute(
+                    "DELETE FROM grants WHERE subject_kind = $1 AND subject_id = $2
+                     AND tool = $3 AND provenance = $4",
+                    &[&kind, &id, &tool, &provenance],
+                )
+                .await
+                .map_err(|e| map_err("delete_grant", e))?;
+            Ok(n > 0)
+        })
+    }
+
+    async fn put_image_tools(&self, record: &ImageToolsRecord) -> StoreResult<()> {
+        state_tx!(self, "put_image_tools", |tx| {
+            let tools = encode_json("put_image_tools", &record.tools)?;
+            tx.execute(
+                "INSERT INTO image_tools (agent_id, digest, tools) VALUES ($1, $2, $3)
+                 ON CONFLICT (agent_id) DO UPDATE SET
+                     digest = excluded.digest,
+                     tools = excluded.tools",
+                &[&record.agent_id, &record.digest, &tools],
+            )
+            .await
+            .map_err(|e| map_err("put_image_tools", e))?;
+            Ok(())
+        })
+    }
+
+    async fn insert_delivery(
+        &self,
+        delivery: &DeliveryRecord,
+        dedup_window_secs: i64,
+        claim: &Claim,
+    ) -> StoreResult<bool> {
+        let ctx = "insert_delivery";
+        let db = |e| map_err(ctx, e);
+        let d = delivery;
+        let headers = encode_json(ctx, &d.headers)?;
+        let routed = encode_json(ctx, &d.routed_to)?;
+        let attempts = i32::try_from(d.attempts).unwrap_or(i32::MAX);
+        let window_start = d.received_unix.saturating_sub(dedup_window_secs);
+        let conn = self.conn(ctx).await?;
+        // One statement: of two replicas inserting the same id at once, the second waits
+        // for the first's row and then finds it inside the window (no row returned).
+        let stmt = conn
+            .prepare_cached(
+                "INSERT INTO deliveries (connector, delivery_id, event, headers, body,
+                     received_unix, received_at, status, attempts, error, routed_to,
+                     claimed_by, claim_until)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+                 ON CONFLICT (connector, delivery_id) DO UPDATE SET
+                     event = excluded.event, headers = excluded.headers, body = excluded.body,
+                     received_unix = excluded.received_unix, received_at = excluded.received_at,
+                     status = excluded.status, attempts = excluded.attempts,
+                     error = excluded.error, routed_to = excluded.routed_to,
+                     claimed_by = excluded.claimed_by, claim_until = excluded.claim_until
+                 WHERE deliveries.received_unix < $14
+                 RETURNING 1",
+            )
+            .await
+            .map_err(db)?;
+        let rows = conn
+            .query(
+                &stmt,
+                &[
+                    &d.connector,
+                    &d.delivery_id,
+                    &d.event,
+                    &headers,
+                    &d.body,
+                    &d.received_unix,
+                    &d.received_at,
+                    &d.status.as_str(),
+                    &attempts,
+                    &d.error,
+                    &routed,
+                    &claim.owner,
+                    &claim.until_unix,
+                    &window_start,
+                ],
+            )
+            .await
+            .map_err(db)?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn claim_deliveries(
+        &self,
+        claim: &Claim,
+        now_unix: i64,
+        scope: ClaimScope,
+        limit: u32,
+    ) -> StoreResult<Vec<DeliveryRecord>> {
+        let ctx = "claim_deliveries";
+        let db = |e| map_err(ctx, e);
+        let filter = match scope {
+            ClaimScope::Sweep => "status = 'pending' AND (claimed_by IS NULL OR claim_until < $3)",
+            ClaimScope::Startup => {
+                "status IN ('pending', 'failed')
+                 AND (claimed_by IS NULL OR claim_until < $3 OR claimed_by = $1)"
+            }
+        };
+        let sql = format!(
+            "UPDATE deliveries d SET claimed_by = $1, claim_until = $2
+             FROM (SELECT connector, delivery_id FROM deliveries WHERE {filter}
+                   ORDER BY received_unix, ord LIMIT $4 FOR UPDATE SKIP LOCKED) c
+             WHERE d.connector = c.connector AND d.delivery_id = c.delivery_id
+             RETURNING {}",
+            DELIVERY_COLUMNS
+                .split(", ")
+                .map(|c| format!("d.{c}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let conn = self.conn(ctx).await?;
+        let stmt = conn.prepare_cached(&sql).await.map_err(db)?;
+        let limit = i64::from(limit);
+        let rows = conn
+            .query(&stmt, &[&claim.owner, &claim.until_unix, &now_unix, &limit])
+            .await
+            .map_err(db)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let ord: i64 = col(row, 13)?;
+            out.push((ord, decode_delivery(row)?));
+        }
+        out.sort_by_key(|(ord, d)| (d.received_unix, *ord));
+        Ok(out.into_iter().map(|(_, d)| d).collect())
+    }
+
+    async fn complete_delivery(
+        &self,
+        connector: &str,
+        delivery_id: &str,
+        messages: &[MessageRecord],
+        routed_to: &[String],
+    ) -> StoreResult<Option<Vec<MessageRecord>>> {
+        let ctx = "complete_delivery";
+        let db = |e| map_err(ctx, e);
+        let routed = encode_json(ctx, &routed_to)?;
+        let mut conn = self.conn(ctx).await?;
+        let tx = conn.transaction().await.map_err(db)?;
+        // Asynchronous commit: the inbox lock below is then not held across a WAL flush.
+        // Safe for exactly-once: the delivery itself was stored with a synchronous commit
+        // before it was acknowledged, so if a database crash loses this commit the
+        // delivery is still pending and is routed again (its messages written once).
+        tx.batch_execute("SET LOCAL synchronous_commit = off")
+            .await
+            .map_err(db)?;
+        // The row lock makes two replicas completing the same delivery take turns; the
+        // second sees `done` and writes nothing.
+        let status = tx
+            .query_opt(
+                "SELECT status FROM deliveries WHERE connector = $1 AND delivery_id = $2
+                 FOR UPDATE",
+                &[&connector, &delivery_id],
+            )
+            .await
+            .map_err(db)?;
+        if let Some(row) = status {
+            let status: String = col(&row, 0)?;
+            if status == "done" {
+                return Ok(None);
+            }
+        }
+        let mut stored = Vec::with_capacity(messages.len());
+        if !messages.is_empty() {
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&INBOX_LOCK])
+                .await
+                .map_err(db)?;
+            let insert = tx
+                .prepare_cached(
+                    "INSERT INTO messages (id, unit_id, connector, kind, delivery_id,
+                         thread_key, payload, received_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING seq",
+                )
+                .await
+                .map_err(db)?;
+            for m in messages {
+                let payload = encode_json(ctx, &m.payload)?;
+                let row = tx
+                    .query_one(
+                        &insert,
+                        &[
+                            &m.id,
+                            &m.unit_id,
+                            &m.connector,
+                            &m.kind,
+                            &m.delivery_id,
+                            &m.thread_key,
+                            &payload,
+                            &m.received_at,
+                        ],
+                    )
+                    .await
+                    .map_err(db)?;
+                stored.push(MessageRecord {
+                    seq: col(&row, 0)?,
+                    ..m.clone()
+                });
+            }
+        }
+        self.trip(FailPoint::AfterMessagesWrite)?;
+        tx.execute(
+            "UPDATE deliveries SET status = 'done', error = NULL, attempts = attempts + 1,
+                 routed_to = $3, claimed_by = NULL, claim_until = 0
+             WHERE connector = $1 AND delivery_id = $2",
+            &[&connector, &delivery_id, &routed],
+        )
+        .await
+        .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        Ok(Some(stored))
+    }
+
+    async fn fail_delivery(
+        &self,
+        connector: &str,
+        delivery_id: &str,
+        error: &str,
+    ) -> StoreResult<()> {
+        let conn = self.conn("fail_delivery").await?;
+        conn.execute(
+            "UPDATE deliveries SET status = 'failed', error = $3, attempts = attempts + 1,
+                 claimed_by = NULL, claim_until = 0
+             WHERE connector = $1 AND delivery_id = $2 AND status <> 'done'",
+            &[&connector, &delivery_id, &error],
+        )
+        .await
+        .map_err(|e| map_err("fail_delivery", e))?;
+        Ok(())
+    }
+
+    async fn delivery(
+        &self,
+        connector: &str,
+        delivery_id: &str,
+    ) -> StoreResult<Option<DeliveryRecord>> {
+        let conn = self.conn("delivery").await?;
+        let row = conn
+            .query_opt(
+                &format!(
+                    "SELECT {DELIVERY_COLUMNS} FROM deliveries
+                     WHERE connector = $1 AND delivery_id = $2"
+                ),
+                &[&connector, &delivery_id],
+            )
+            .await
+            .map_err(|e| map_err("delivery", e))?;
+        row.as_ref().map(decode_delivery).transpose()
+    }
+
+    async fn unfinished_deliveries(&self) -> StoreResult<Vec<DeliveryRecord>> {
+        let conn = self.conn("unfinished_deliveries").await?;
+        let rows = conn
+            .query(
+                &format!(
+                    "SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE status <> 'done'
+                     ORDER BY received_unix, ord"
+                ),
+                &[],
+            )
+            .await
+            .map_err(|e| map_err("unfinished_deliveries", e))?;
+        rows.iter().map(decode_delivery).collect()
+    }
+
+    async fn messages(
+        &self,
+        unit_id: &str,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<MessageRecord>> {
+        let db = |e| map_err("messages", e);
+        let conn = self.conn("messages").await?;
+        let stmt = conn
+            .prepare_cached(
+                "SELECT seq, id, unit_id, connector, kind, delivery_id, thread_key, payload,
+                     received_at
+                 FROM messages WHERE unit_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            )
+            .await
+            .map_err(db)?;
+        let rows = conn
+            .query(&stmt, &[&unit_id, &after, &i64::from(limit)])
+            .await
+            .map_err(db)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let payload: String = col(row, 7)?;
+            out.push(MessageRecord {
+                seq: col(row, 0)?,
+                id: col(row, 1)?,
+                unit_id: col(row, 2)?,
+                connector: col(row, 3)?,
+                kind: col(row, 4)?,
+                delivery_id: col(row, 5)?,
+                thread_key: col(row, 6)?,
+                payload: decode_json::<Value>("message payload", &payload)?,
+                received_at: col(row, 8)?,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn prune_deliveries(&self, before_unix: i64) -> StoreResult<u64> {
+        let conn = self.conn("prune_deliveries").await?;
+        conn.execute(
+            "DELETE FROM deliveries WHERE status = 'done' AND received_unix < $1",
+            &[&before_unix],
+        )
+        .await
+        .map_err(|e| map_err("prune_deliveries", e))
+    }
+
+    async fn changes_since(&self, applied: i64) -> StoreResult<StateCheck> {
+        let ctx = "checking the state version";
+        let conn = self.conn(ctx).await?;
+        let stmt = conn
+            .prepare_cached("SELECT version FROM state_version")
+            .await
+            .map_err(|e| map_err(ctx, e))?;
+        let version: i64 = col(
+            &conn
+                .query_one(&stmt, &[])
+                .await
+                .map_err(|e| map_err(ctx, e))?,
+            0,
+        )?;
+        let mut own = self.own_versions.lock();
+        let foreign = version > applied
+            && own.range(applied.saturating_add(1)..=version).count() as i64 != version - applied;
+        // Versions at or below what the caller has applied are settled.
+        *own = own.split_off(&applied.min(version).saturating_add(1));
+        Ok(StateCheck { version, foreign })
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    async fn shared_secret(&self, name: &str, candidate: &str) -> StoreResult<String> {
+        let ctx = "shared_secret";
+        let db = |e| map_err(ctx, e);
+        let conn = self.conn(ctx).await?;
+        conn.execute(
+            "INSERT INTO host_secrets (name, value) VALUES ($1, $2)
+             ON CONFLICT (name) DO NOTHING",
+            &[&name, &candidate],
+        )
+        .await
+        .map_err(db)?;
+        let row = conn
+            .query_one("SELECT value FROM host_secrets WHERE name = $1", &[&name])
+            .await
+            .map_err(db)?;
+        col(&row, 0)
+    }
+
+    fn set_fail_point(&self, point: Option<FailPoint>) {
+        *self.fail_point.lock() = point;
+    }
+}

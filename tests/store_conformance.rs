@@ -1,0 +1,177 @@
+//! The store conformance suite (`connector_host::store::conformance`) against every store
+//! the host ships, through the crate's public API as a platform embedding it would use.
+//!
+//! Each store's module defines a factory (a fresh database per test, a new handle per
+//! `open`) and instantiates the whole suite with one line.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use connector_host::store::conformance::StoreFactory;
+use connector_host::store::Store;
+
+mod sqlite {
+    use super::*;
+    use connector_host::store::sqlite::SqliteStore;
+
+    /// Every handle on one database file in a temporary directory.
+    struct Factory {
+        dir: tempfile::TempDir,
+    }
+
+    impl Factory {
+        fn new() -> Self {
+            Self {
+                dir: tempfile::tempdir().expect("a temporary directory"),
+            }
+        }
+    }
+
+    #[async_trait]
+    impl StoreFactory for Factory {
+        async fn open(&self) -> Arc<dyn Store> {
+            let path = self.dir.path().join("host.db");
+            let store = tokio::task::spawn_blocking(move || SqliteStore::open(&path))
+                .await
+                .expect("opening the database finished")
+                .expect("the database opens");
+            Arc::new(store)
+        }
+    }
+
+    connector_host::store_conformance_tests!(Factory::new());
+}
+
+mod postgres {
+    use super::*;
+    use connector_host::store::postgres::PostgresStore;
+    use integration_tests::postgres::require_postgres;
+
+    /// Every handle on one fresh database of the test cluster; `None` (the test is
+    /// skipped with a notice) when no PostgreSQL server is installed outside CI.
+    struct Factory {
+        url: String,
+    }
+
+    #[async_trait]
+    impl StoreFactory for Factory {
+        async fn open(&self) -> Arc<dyn Store> {
+            Arc::new(
+                PostgresStore::connect(&self.url)
+                    .await
+                    .expect("the database opens"),
+            )
+        }
+    }
+
+    /// A factory on a fresh database, or a skip.
+    struct MaybeFactory(Option<Factory>);
+
+    impl MaybeFactory {
+        fn new() -> Self {
+            Self(require_postgres().map(|pg| Factory {
+                url: pg.fresh_database("conformance").expect("a fresh database"),
+            }))
+        }
+    }
+
+    #[async_trait]
+    impl StoreFactory for MaybeFactory {
+        async fn open(&self) -> Arc<dyn Store> {
+            match &self.0 {
+                Some(f) => f.open().await,
+                // Without PostgreSQL (and not under CI) the case runs on SQLite rather
+                // than not at all; the skip notice says PostgreSQL was not tested.
+                None => {
+                    let dir = tempfile::tempdir().expect("a temporary directory");
+                    let path = dir.keep().join("host.db");
+                    Arc::new(
+                        tokio::task::spawn_blocking(move || {
+                            connector_host::store::sqlite::SqliteStore::open(&path)
+                        })
+                        .await
+                        .expect("opening finished")
+                        .expect("the database opens"),
+                    )
+                }
+            }
+        }
+    }
+
+    connector_host::store_conformance_tests!(MaybeFactory::new());
+
+    /// PostgreSQL only: replicas starting at the same moment apply each migration once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_first_starts_migrate_once() {
+        let Some(pg) = require_postgres() else { return };
+        let url = pg.fresh_database("migrate_once").expect("a fresh database");
+        let opens = (0..8).map(|_| PostgresStore::connect(&url));
+        for result in futures::future::join_all(opens).await {
+            result.expect("every concurrent first start succeeds");
+        }
+        let db = url.rsplit('/').next().expect("database name");
+        let rows = pg
+            .psql(
+                db,
+                "SELECT count(*), count(DISTINCT version) FROM schema_migrations",
+            )
+            .expect("psql");
+        let (all, distinct) = rows.trim().split_once('|').expect("two columns");
+        assert_eq!(all, distinct, "a migration was recorded twice: {rows}");
+        assert_ne!(all, "0", "no migration recorded");
+    }
+
+    /// PostgreSQL only: a database written by a newer host is refused, not misread.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_database_from_a_newer_host_is_refused() {
+        let Some(pg) = require_postgres() else { return };
+        let url = pg.fresh_database("newer").expect("a fresh database");
+        PostgresStore::connect(&url).await.expect("first open");
+        let db = url.rsplit('/').next().expect("database name");
+        pg.psql(
+            db,
+            "INSERT INTO schema_migrations (version, applied_at) VALUES (999, 'later')",
+        )
+        .expect("psql");
+        let err = PostgresStore::connect(&url)
+            .await
+            .expect_err("a newer schema is refused");
+        assert!(err.to_string().contains("999"), "{err}");
+    }
+
+    /// PostgreSQL only: a database that is down is `Unavailable` at once, and the same
+    /// handle works again when it is back (no restart of the host).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_handle_outlives_a_database_restart() {
+        let Some(mut pg) = integration_tests::postgres::require_own_postgres() else {
+            return;
+        };
+        let url = pg.create_database("outlive").expect("database");
+        let store = PostgresStore::connect(&url).await.expect("open");
+        store.load().await.expect("load");
+        pg.stop().expect("stop");
+        let started = std::time::Instant::now();
+        let err = store.load().await.expect_err("down");
+        assert!(
+            matches!(err, connector_host::store::StoreError::Unavailable(_)),
+            "{err}"
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "failing took {:?}",
+            started.elapsed()
+        );
+        pg.start_again().expect("start");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            match store.load().await {
+                Ok(_) => break,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("the handle did not recover: {e}"),
+            }
+        }
+    }
+}
