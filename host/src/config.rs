@@ -41,7 +41,7 @@ pub struct GithubAppSettings {
 pub struct HostConfig {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
-    /// `sqlite://<path>` (default `sqlite://<data_dir>/host.db`).
+    /// `sqlite://<path>` (default `sqlite://<data_dir>/host.db`) or `postgres://…` (replicas).
     pub database_url: Option<String>,
     pub connectors_dir: Option<PathBuf>,
     /// `None`: generated on first start into `<data_dir>/operator-token`.
@@ -126,7 +126,10 @@ impl fmt::Debug for HostConfig {
         f.debug_struct("HostConfig")
             .field("listen", &self.listen)
             .field("data_dir", &self.data_dir)
-            .field("database_url", &self.database_url)
+            .field(
+                "database_url",
+                &self.database_url.as_deref().map(redact_credentials),
+            )
             .field("connectors_dir", &self.connectors_dir)
             .field(
                 "operator_token",
@@ -722,16 +725,38 @@ fn non_empty_path(setting: String, path: &Path) -> Result<PathBuf, ConfigError> 
     Ok(path.to_path_buf())
 }
 
+/// `url` with any `user:password@` part replaced by `***@` (for logs and `Debug`).
+pub fn redact_credentials(url: &str) -> String {
+    match (url.split_once("://"), url.rfind('@')) {
+        (Some((scheme, _)), Some(at)) if at > scheme.len() + 3 => {
+            format!("{scheme}://***{}", &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
 fn parse_database_url(setting: String, value: &str) -> Result<String, ConfigError> {
     let value = value.trim();
-    match value.strip_prefix("sqlite://") {
-        Some(path) if !path.is_empty() => Ok(value.to_string()),
-        _ => Err(invalid(
-            setting,
-            "a URL of the form sqlite://<path>, e.g. sqlite://./data/host.db",
-            Some(value),
-        )),
+    if let Some(path) = value.strip_prefix("sqlite://") {
+        if !path.is_empty() {
+            return Ok(value.to_string());
+        }
     }
+    for scheme in ["postgres://", "postgresql://"] {
+        if let Some(rest) = value.strip_prefix(scheme) {
+            if !rest.is_empty() {
+                return Ok(value.to_string());
+            }
+        }
+    }
+    // A PostgreSQL URL may carry a password: only the scheme is echoed back.
+    let shown = value.split_once("://").map_or(value, |(scheme, _)| scheme);
+    Err(invalid(
+        setting,
+        "a URL of the form sqlite://<path> (e.g. sqlite://./data/host.db) or \
+         postgres://user:password@host:port/database",
+        Some(shown),
+    ))
 }
 
 fn parse_token(setting: String, value: &str) -> Result<String, ConfigError> {
@@ -1091,6 +1116,29 @@ allow_private_networks = true
     }
 
     #[test]
+    fn database_urls_never_echo_credentials() {
+        let err = load(
+            None,
+            env(&[("CONNECTOR_HOST_DATABASE_URL", "mysql://root:hunter2@db/x")]),
+            &ServeFlags::default(),
+        )
+        .expect_err("mysql is not a supported database");
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        let config = load(
+            None,
+            env(&[(
+                "CONNECTOR_HOST_DATABASE_URL",
+                "postgres://host:hunter2@db.internal:5432/ch",
+            )]),
+            &ServeFlags::default(),
+        )
+        .expect("postgres URLs are accepted");
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("db.internal:5432/ch"), "{shown}");
+    }
+
+    #[test]
     fn bad_values_name_the_setting_and_the_form() {
         // (TOML text, environment, flags, the setting named, the expected form mentioned)
         type Case<'a> = (
@@ -1183,10 +1231,10 @@ allow_private_networks = true
             ),
             (
                 None,
-                env(&[("CONNECTOR_HOST_DATABASE_URL", "postgres://x")]),
+                env(&[("CONNECTOR_HOST_DATABASE_URL", "mysql://root:hunter2@db/x")]),
                 ServeFlags::default(),
                 "CONNECTOR_HOST_DATABASE_URL",
-                "sqlite://",
+                "postgres://",
             ),
             (
                 Some("[connectors.Bad_Slug]\n"),

@@ -184,6 +184,7 @@ pub(crate) struct Inner {
     pub(crate) http: reqwest::Client,
     pub(crate) in_flight: parking_lot::Mutex<std::collections::HashSet<(String, String)>>,
     pub(crate) inbox: tokio::sync::broadcast::Sender<Arc<crate::store::MessageRecord>>,
+    pub(crate) replica: crate::replicas::ReplicaState,
 }
 
 /// The connector host. Cheap to clone; all clones share one state.
@@ -349,19 +350,21 @@ impl Host {
                 .clone()
                 .map(|app| app as Arc<dyn crate::runtime::InstallationTokens>),
         })?);
-        let (operator, generated_operator_token) = match &config.operator_token {
-            Some(t) if !t.is_empty() => (OperatorToken::new(t), None),
-            _ => {
-                let path = config.data_dir.join("operator-token");
-                let (token, created) = read_or_create_secret(&path).map_err(|e| {
-                    anyhow::anyhow!("cannot read or create {}: {e}", path.display())
-                })?;
-                (OperatorToken::new(&token), created.then_some(token))
-            }
-        };
+        let (operator, generated_operator_token) = operator_token(&config, store.as_ref()).await?;
         let key_path = config.data_dir.join("agent-token-key");
-        let (agent_key, _) = read_or_create_secret(&key_path)
+        let (mut agent_key, _) = read_or_create_secret(&key_path)
             .map_err(|e| anyhow::anyhow!("cannot read or create {}: {e}", key_path.display()))?;
+        if store.is_shared() {
+            // Every replica must accept the agent tokens any replica issued.
+            agent_key = store
+                .shared_secret("agent-token-key", &agent_key)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot read the shared agent-token key: {e}"))?;
+        }
+        let replica_path = config.data_dir.join("replica-id");
+        let (replica_id, _) = read_or_create_secret(&replica_path).map_err(|e| {
+            anyhow::anyhow!("cannot read or create {}: {e}", replica_path.display())
+        })?;
 
         let snapshot = store
             .load()
@@ -386,6 +389,7 @@ impl Host {
                 .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))?,
             in_flight: parking_lot::Mutex::new(std::collections::HashSet::new()),
             inbox: tokio::sync::broadcast::channel(4096).0,
+            replica: crate::replicas::ReplicaState::new(replica_id, snapshot.version),
             config,
         };
         let host = Host {
@@ -438,6 +442,7 @@ impl Host {
         host.resume_deliveries()
             .await
             .map_err(|e| anyhow::anyhow!("cannot read stored webhook deliveries: {e}"))?;
+        host.start_background();
         Ok((
             host,
             StartupReport {
@@ -476,7 +481,7 @@ impl Host {
         self.inner.agent_tokens.verify(token).ok()
     }
 
-    fn remember_policy(&self, info: &Connector) {
+    pub(crate) fn remember_policy(&self, info: &Connector) {
         let settings = self.inner.config.connector(&info.slug);
         let policy = OutboundPolicy::new(
             &info.allowed_hosts,
@@ -1202,7 +1207,7 @@ impl Host {
         Ok(())
     }
 
-    fn cache_image_tools(&self, record: &ImageToolsRecord) {
+    pub(crate) fn cache_image_tools(&self, record: &ImageToolsRecord) {
         let tools: Vec<Arc<ToolInfo>> = record
             .tools
             .as_array()
@@ -1580,8 +1585,61 @@ fn validate_image_tools(tools: Value) -> HostResult<Value> {
     Ok(tools)
 }
 
+/// The operator token in force and, if it was generated now, its value (printed once).
+///
+/// Configured: that token. Otherwise, on a store only this process uses, the token in
+/// `<data_dir>/operator-token` (created on first start). On a shared store the replicas
+/// agree on one token through the database, which holds only its SHA-256: the first
+/// replica to start generates and prints it, the others accept the same token.
+async fn operator_token(
+    config: &HostConfig,
+    store: &dyn Store,
+) -> anyhow::Result<(OperatorToken, Option<String>)> {
+    if let Some(t) = config.operator_token.as_deref().filter(|t| !t.is_empty()) {
+        return Ok((OperatorToken::new(t), None));
+    }
+    let path = config.data_dir.join("operator-token");
+    if !store.is_shared() {
+        let (token, created) = read_or_create_secret(&path)
+            .map_err(|e| anyhow::anyhow!("cannot read or create {}: {e}", path.display()))?;
+        return Ok((OperatorToken::new(&token), created.then_some(token)));
+    }
+    let existing = std::fs::read_to_string(&path)
+        .ok()
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty());
+    let (candidate, generated) = match existing {
+        Some(t) => (t, false),
+        None => (crate::auth::random_secret(32), true),
+    };
+    let mine = OperatorToken::new(&candidate);
+    let shared = store
+        .shared_secret("operator-token-sha256", &mine.hex_digest())
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot read the shared operator token: {e}"))?;
+    if shared == mine.hex_digest() {
+        if generated {
+            let (written, _) = crate::auth::write_secret(&path, &candidate)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+            return Ok((mine, Some(written)));
+        }
+        return Ok((mine, None));
+    }
+    if !generated {
+        tracing::warn!(
+            path = %path.display(),
+            "this replica's operator-token file does not match the token the replicas share; use the token the first replica printed, or set operator_token on every replica"
+        );
+    }
+    let token = OperatorToken::from_hex_digest(&shared)
+        .ok_or_else(|| anyhow::anyhow!("the shared operator token in the database is malformed"))?;
+    Ok((token, None))
+}
+
 /// Opens the store named by the configuration's database URL.
 pub async fn open_store(config: &HostConfig) -> anyhow::Result<Arc<dyn Store>> {
     let url = config.database_url();
-    crate::store::open_store(&url).map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))
+    crate::store::open_database(&url)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))
 }

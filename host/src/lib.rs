@@ -14,6 +14,7 @@ pub mod grants;
 pub mod host;
 pub mod mcp;
 pub mod registry;
+pub mod replicas;
 pub mod runtime;
 pub mod server;
 pub mod store;

@@ -246,7 +246,7 @@ impl ServerProcess {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("spawn connector-host serve");
-        let server = ServerProcess {
+        let mut server = ServerProcess {
             child,
             addr,
             url: format!("http://{addr}"),
@@ -256,10 +256,13 @@ impl ServerProcess {
         server
     }
 
-    async fn wait_ready(&self) {
+    async fn wait_ready(&mut self) {
         let client = reqwest::Client::new();
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("connector-host serve exited before it was ready ({status}); its stderr is above");
+            }
             if let Ok(r) = client.get(format!("{}/healthz", self.url)).send().await {
                 if r.status().is_success() {
                     return;

@@ -107,16 +107,37 @@ pub fn router(host: Host) -> Router {
             post(introspect_image_tools),
         )
         .route("/agents/{agent}/tool-calls", post(call_tool))
-        .route("/agents/{agent}/runtime-context", get(runtime_context))
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics));
-    Router::new()
+        .route("/agents/{agent}/runtime-context", get(runtime_context));
+    // Everything that reads or writes state first catches up with other replicas
+    // (a no-op unless the database is shared); liveness and metrics do not.
+    let stateful = Router::new()
         .nest("/api/v1", api)
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
         .merge(crate::mcp::router(host.clone()))
+        .route_layer(axum::middleware::from_fn_with_state(
+            host.clone(),
+            refresh_first,
+        ));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/api/v1/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/metrics", get(metrics))
+        .merge(stateful)
         .fallback(not_found)
         .with_state(host)
+}
+
+/// Refreshes this replica's state before the request is handled; `503` if the shared
+/// database cannot be asked.
+async fn refresh_first(
+    State(host): State<Host>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match host.refresh().await {
+        Ok(()) => next.run(request).await,
+        Err(e) => e.into_response(),
+    }
 }
 
 async fn not_found() -> HostError {

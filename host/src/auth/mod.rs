@@ -38,6 +38,20 @@ impl OperatorToken {
         }
     }
 
+    /// From the hex SHA-256 of the token (how replicas share it without sharing the
+    /// token itself); `None` if `hex` is not 64 hex digits.
+    pub fn from_hex_digest(hex_digest: &str) -> Option<Self> {
+        let bytes = hex::decode(hex_digest.trim()).ok()?;
+        Some(Self {
+            digest: bytes.try_into().ok()?,
+        })
+    }
+
+    /// The hex SHA-256 of the token.
+    pub fn hex_digest(&self) -> String {
+        hex::encode(self.digest)
+    }
+
     /// Constant-time check of a presented token.
     pub fn matches(&self, presented: &str) -> bool {
         let presented: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
@@ -61,10 +75,15 @@ pub fn read_or_create_secret(path: &Path) -> std::io::Result<(String, bool)> {
             return Ok((existing, false));
         }
     }
+    write_secret(path, &random_secret(32)).map(|(s, _)| (s, true))
+}
+
+/// Writes `secret` to `path` (mode 0600, replacing the file). Returns it and `true`.
+pub fn write_secret(path: &Path, secret: &str) -> std::io::Result<(String, bool)> {
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir)?;
     }
-    let secret = random_secret(32);
+    let secret = secret.to_string();
     let mut options = fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]

@@ -12,9 +12,10 @@
 //!    one transaction, which refuses to run twice for the same delivery.
 //!
 //! Routing runs inline for up to two seconds; past that the answer is `queued` and the
-//! work finishes in the background. Anything not done when the process dies is picked up
-//! at the next start; a failed translation is kept, visible, and retried on start or on
-//! request.
+//! work finishes in the background. Every stored delivery carries a claim of the replica
+//! working on it ([`crate::replicas`]); anything not done when a process dies is picked up
+//! at its next start, or by any replica once the claim lapses; a failed translation is
+//! kept, visible, and retried on start or on request.
 
 pub mod verify;
 
@@ -24,6 +25,7 @@ use std::time::Duration;
 use futures::Stream;
 use serde::Serialize;
 use serde_json::{json, Value};
+use tokio::sync::broadcast::error::RecvError;
 
 use crate::error::{ErrorKind, HostError, HostResult};
 use crate::host::{now_rfc3339, Host};
@@ -32,8 +34,10 @@ use crate::store::{DeliveryRecord, DeliveryStatus, MessageRecord};
 
 /// How long a webhook request waits for routing before answering `queued`.
 pub const INLINE_ROUTING: Duration = Duration::from_secs(2);
-/// How many left-over deliveries are finished at once after a restart.
-const RESUME_CONCURRENCY: usize = 8;
+/// How many left-over deliveries one start claims (the periodic sweep takes the rest).
+const RESUME_LIMIT: u32 = 10_000;
+/// How often a live inbox stream re-reads a shared database for other replicas' messages.
+const SHARED_INBOX_POLL: Duration = Duration::from_millis(250);
 /// How long a delivery id is remembered for de-duplication.
 pub const DEDUP_WINDOW_SECS: i64 = 7 * 24 * 3600;
 
@@ -174,11 +178,16 @@ impl Host {
             attempts: 0,
             error: None,
             routed_to: Vec::new(),
+            claimed_by: None,
+            claim_until: 0,
         };
+        // Stored with this replica's claim: no other replica sweeps it up while the
+        // inline routing below is under way.
+        let claim = self.new_claim();
         if !self
             .inner
             .store
-            .insert_delivery(&record, DEDUP_WINDOW_SECS)
+            .insert_delivery(&record, DEDUP_WINDOW_SECS, &claim)
             .await?
         {
             return Ok(WebhookOutcome {
@@ -325,30 +334,19 @@ impl Host {
         Ok((messages, routed_to))
     }
 
-    /// Finishes every delivery that was stored but not done (after a restart), in the
-    /// background. Returns the number scheduled.
+    /// Claims every delivery that was stored but not done — this replica's own from before
+    /// a restart, and any nobody holds — and finishes them in the background. Returns the
+    /// number scheduled.
     pub async fn resume_deliveries(&self) -> HostResult<usize> {
-        let unfinished = self.inner.store.unfinished_deliveries().await?;
-        let n = unfinished.len();
+        let n = self
+            .finish_claimed(crate::store::ClaimScope::Startup, RESUME_LIMIT)
+            .await?;
         if n > 0 {
             tracing::info!(
                 deliveries = n,
                 "finishing webhook deliveries left over from a previous run"
             );
         }
-        let host = self.clone();
-        tokio::spawn(async move {
-            use futures::StreamExt;
-            // A few at a time: a slow delivery must not hold up the others.
-            futures::stream::iter(unfinished)
-                .for_each_concurrent(RESUME_CONCURRENCY, |record| {
-                    let host = host.clone();
-                    async move {
-                        let _ = host.process_delivery(record).await;
-                    }
-                })
-                .await;
-        });
         Ok(n)
     }
 
@@ -449,6 +447,11 @@ impl Host {
         // Subscribe before reading the backlog so nothing falls between the two.
         let mut live = self.inner.inbox.subscribe();
         let store = self.inner.store.clone();
+        // On a shared database other replicas append too: the store is the only source
+        // (read again on a local message and at least every `SHARED_INBOX_POLL`), since a
+        // message from this replica may carry a larger cursor than one another replica
+        // committed just before it.
+        let shared = store.is_shared();
         let unit = unit.to_string();
         Ok(async_stream(move |tx| async move {
             let mut last = after;
@@ -473,6 +476,12 @@ impl Host {
                     }
                 }
                 loop {
+                    if shared {
+                        match tokio::time::timeout(SHARED_INBOX_POLL, live.recv()).await {
+                            Err(_) | Ok(Ok(_)) | Ok(Err(RecvError::Lagged(_))) => break,
+                            Ok(Err(RecvError::Closed)) => return,
+                        }
+                    }
                     match live.recv().await {
                         Ok(m) => {
                             if m.unit_id != unit || m.seq <= last {
@@ -483,8 +492,8 @@ impl Host {
                                 return;
                             }
                         }
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                        Err(RecvError::Lagged(_)) => break,
+                        Err(RecvError::Closed) => return,
                     }
                 }
             }

@@ -1,0 +1,870 @@
+//! Several real `connector-host serve` replicas on one PostgreSQL database: what one
+//! replica writes, the others see on their next request; a webhook delivery sent to
+//! several replicas lands once; a replica killed mid-burst loses nothing; a database
+//! restarted under load is answered with `503` and recovered from; replicas starting
+//! together migrate once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use connector_host::webhooks::verify::standard_signature;
+use integration_tests::guests;
+use integration_tests::harness::{ServerProcess, OPERATOR_TOKEN};
+use integration_tests::postgres::{require_own_postgres, require_postgres};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+
+fn now() -> i64 {
+    time::OffsetDateTime::now_utc().unix_timestamp()
+}
+
+/// `n` replicas on `database_url`, each with its own data directory, the hostile test
+/// connector in its connectors directory and the webhook secret configured.
+async fn replicas(
+    n: usize,
+    database_url: &str,
+    extra: &[(&str, &str)],
+) -> (Vec<ServerProcess>, Vec<tempfile::TempDir>) {
+    let mut dirs = Vec::new();
+    for _ in 0..n {
+        let dir = tempfile::tempdir().unwrap();
+        let connectors = dir.path().join("connectors");
+        std::fs::create_dir_all(&connectors).unwrap();
+        std::fs::copy(guests::HOSTILE, connectors.join("hostile.wasm")).unwrap();
+        dirs.push(dir);
+    }
+    let starts = dirs.iter().map(|dir| {
+        let connectors = dir.path().join("connectors");
+        let mut env: Vec<(String, String)> = vec![
+            ("CONNECTOR_HOST_DATABASE_URL".into(), database_url.into()),
+            (
+                "CONNECTOR_HOST_HOSTILE_WEBHOOK_SECRET".into(),
+                SECRET.into(),
+            ),
+            (
+                "CONNECTOR_HOST_CONNECTORS_DIR".into(),
+                connectors.to_str().unwrap().into(),
+            ),
+        ];
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let path = dir.path().to_path_buf();
+        async move {
+            let env: Vec<(&str, &str)> =
+                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            ServerProcess::start(&path, &env).await
+        }
+    });
+    // All at once: they race for the migration and the bundled connectors' rows.
+    let servers = futures::future::join_all(starts).await;
+    (servers, dirs)
+}
+
+async fn call(
+    client: &reqwest::Client,
+    method: Method,
+    url: String,
+    token: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = client
+        .request(method, url)
+        .bearer_auth(token)
+        .timeout(Duration::from_secs(30));
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    match req.send().await {
+        Ok(r) => {
+            let s = r.status().as_u16();
+            (s, r.json().await.unwrap_or(Value::Null))
+        }
+        // A connection refused or reset (the replica was killed) reads as status 0.
+        Err(_) => (0, Value::Null),
+    }
+}
+
+async fn op(client: &reqwest::Client, method: Method, url: String, body: Option<Value>) -> u16 {
+    call(client, method, url, OPERATOR_TOKEN, body).await.0
+}
+
+/// Sends one Standard Webhooks delivery; `None` when the connection failed.
+async fn deliver(
+    client: &reqwest::Client,
+    base: &str,
+    id: &str,
+    body: &Value,
+) -> Option<(u16, Value)> {
+    let bytes = serde_json::to_vec(body).ok()?;
+    let ts = now();
+    let r = client
+        .post(format!("{base}/api/v1/webhooks/hostile"))
+        .header("content-type", "application/json")
+        .header("webhook-id", id)
+        .header("webhook-timestamp", ts.to_string())
+        .header(
+            "webhook-signature",
+            standard_signature(SECRET, id, ts, &bytes),
+        )
+        .timeout(Duration::from_secs(30))
+        .body(bytes)
+        .send()
+        .await
+        .ok()?;
+    let status = r.status().as_u16();
+    Some((status, r.json().await.unwrap_or(Value::Null)))
+}
+
+fn event(sleep_ms: u64) -> Value {
+    json!({
+        "messages": [{"route": "r", "kind": "replica.test", "threadKey": null, "payload": {"n": 1}}],
+        "sleep_ms": sleep_ms,
+    })
+}
+
+/// Every delivery id in `unit`'s inbox, with how many messages carry it.
+async fn inbox_counts(client: &reqwest::Client, base: &str, unit: &str) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    let mut cursor = String::new();
+    loop {
+        let (s, b) = call(
+            client,
+            Method::GET,
+            format!("{base}/api/v1/units/{unit}/messages?limit=500&after={cursor}"),
+            OPERATOR_TOKEN,
+            None,
+        )
+        .await;
+        assert_eq!(s, 200, "inbox of {unit}: {b}");
+        let messages = b["messages"].as_array().cloned().unwrap_or_default();
+        for m in &messages {
+            *counts
+                .entry(m["deliveryId"].as_str().unwrap_or_default().to_string())
+                .or_insert(0) += 1;
+        }
+        if messages.is_empty() {
+            return counts;
+        }
+        cursor = b["next"].as_str().unwrap_or_default().to_string();
+    }
+}
+
+/// Sets up units `u1`, `u2` bound to hostile (route `r`) and acme, and agent `ada` in `u1`.
+async fn setup_units(client: &reqwest::Client, base: &str) {
+    for u in ["u1", "u2"] {
+        assert_eq!(
+            op(
+                client,
+                Method::PUT,
+                format!("{base}/api/v1/units/{u}"),
+                Some(json!({}))
+            )
+            .await,
+            201
+        );
+        assert_eq!(
+            op(
+                client,
+                Method::PUT,
+                format!("{base}/api/v1/units/{u}/connectors/hostile"),
+                Some(json!({"config": {"routes": ["r"]}})),
+            )
+            .await,
+            201
+        );
+    }
+}
+
+/// The same component with a custom section appended: another digest, same behaviour
+/// (a rotation to a "new version").
+fn with_custom_section(component: &[u8], tag: &str) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let name = b"replica-test";
+    let mut payload = Vec::new();
+    leb(name.len(), &mut payload);
+    payload.extend_from_slice(name);
+    payload.extend_from_slice(tag.as_bytes());
+    let mut out = component.to_vec();
+    out.push(0);
+    leb(payload.len(), &mut out);
+    out.extend_from_slice(&payload);
+    out
+}
+
+/// Agent `ada` calls `acme.echo` on replica `base`.
+async fn echo_on(client: &reqwest::Client, base: &str, token: &str) -> (u16, Value) {
+    call(
+        client,
+        Method::POST,
+        format!("{base}/api/v1/agents/ada/tool-calls"),
+        token,
+        Some(json!({"tool": "acme.echo", "arguments": {"message": "hi"}})),
+    )
+    .await
+}
+
+fn tool_names(body: &Value) -> BTreeSet<String> {
+    body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["id"].as_str().or(t["name"].as_str()))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_one_replica_writes_the_next_request_on_any_other_sees() {
+    let Some(pg) = require_postgres() else { return };
+    let url = pg.fresh_database("replicas_see").unwrap();
+    let (servers, _dirs) = replicas(3, &url, &[]).await;
+    let (a, b, c) = (&servers[0].url, &servers[1].url, &servers[2].url);
+    let client = reqwest::Client::new();
+
+    // A unit and an agent made on A; the agent's token issued by B works on C.
+    assert_eq!(
+        op(
+            &client,
+            Method::PUT,
+            format!("{a}/api/v1/units/team"),
+            Some(json!({}))
+        )
+        .await,
+        201
+    );
+    assert_eq!(
+        op(
+            &client,
+            Method::PUT,
+            format!("{b}/api/v1/agents/ada"),
+            Some(json!({"units": ["team"]}))
+        )
+        .await,
+        201
+    );
+    let (s, t) = call(
+        &client,
+        Method::POST,
+        format!("{b}/api/v1/agents/ada/tokens"),
+        OPERATOR_TOKEN,
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(s, 201, "{t}");
+    let token = t["token"].as_str().unwrap().to_string();
+    let (s, body) = echo_on(&client, c, &token).await;
+    assert_eq!(s, 403, "not bound yet, so not granted: {body}");
+
+    // Bind on B; the very next request on C and on A sees the grant.
+    for round in 0..5 {
+        assert_eq!(
+            op(
+                &client,
+                Method::PUT,
+                format!("{b}/api/v1/units/team/connectors/acme"),
+                Some(json!({"config": {}})),
+            )
+            .await,
+            201,
+            "round {round}"
+        );
+        for base in [c, a] {
+            let (s, body) = echo_on(&client, base, &token).await;
+            assert_eq!(
+                s, 200,
+                "round {round}: call on {base} right after a bind on B: {body}"
+            );
+        }
+        // Unbind on C; the very next request on A and B no longer has the tool.
+        assert_eq!(
+            op(
+                &client,
+                Method::DELETE,
+                format!("{c}/api/v1/units/team/connectors/acme"),
+                None
+            )
+            .await,
+            204,
+            "round {round}"
+        );
+        for base in [a, b] {
+            let (s, body) = echo_on(&client, base, &token).await;
+            assert_eq!(
+                s, 403,
+                "round {round}: call on {base} right after an unbind on C: {body}"
+            );
+        }
+    }
+
+    // An explicit grant through A shows in B's effective tool set.
+    let (s, body) = call(
+        &client,
+        Method::POST,
+        format!("{a}/api/v1/agents/ada/grants"),
+        OPERATOR_TOKEN,
+        Some(json!({"tool": "acme.echo"})),
+    )
+    .await;
+    assert!(s == 201 || s == 200, "{s} {body}");
+    let (s, tools) = call(
+        &client,
+        Method::GET,
+        format!("{b}/api/v1/agents/ada/tools"),
+        OPERATOR_TOKEN,
+        None,
+    )
+    .await;
+    assert_eq!(s, 200, "{tools}");
+    assert!(
+        tool_names(&tools).contains("acme.echo"),
+        "B does not see A's explicit grant: {tools}"
+    );
+
+    // A rotation on C (a new digest of hostile) is what A reports next.
+    let rotated = with_custom_section(&std::fs::read(guests::HOSTILE).unwrap(), "v2");
+    let r = client
+        .post(format!("{c}/api/v1/connectors"))
+        .bearer_auth(OPERATOR_TOKEN)
+        .header("content-type", "application/wasm")
+        .body(rotated)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "rotation: {}", r.status());
+    let on_c: Value = r.json().await.unwrap();
+    let (s, on_a) = call(
+        &client,
+        Method::GET,
+        format!("{a}/api/v1/connectors/hostile"),
+        OPERATOR_TOKEN,
+        None,
+    )
+    .await;
+    assert_eq!(s, 200, "{on_a}");
+    assert_eq!(
+        on_a["digest"], on_c["digest"],
+        "A still serves the old version"
+    );
+
+    // A unit deleted on B is gone on C.
+    assert_eq!(
+        op(
+            &client,
+            Method::DELETE,
+            format!("{b}/api/v1/agents/ada"),
+            None
+        )
+        .await,
+        204
+    );
+    let (s, _) = call(
+        &client,
+        Method::GET,
+        format!("{c}/api/v1/agents/ada"),
+        OPERATOR_TOKEN,
+        None,
+    )
+    .await;
+    assert_eq!(s, 404, "C still has the agent B deleted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_sent_to_every_replica_at_once_is_accepted_by_exactly_one() {
+    let Some(pg) = require_postgres() else { return };
+    let url = pg.fresh_database("replicas_dedup").unwrap();
+    let (servers, _dirs) = replicas(3, &url, &[]).await;
+    let client = reqwest::Client::new();
+    setup_units(&client, &servers[0].url).await;
+    // A live inbox stream on replica 2 sees what every replica routes.
+    let stream = client
+        .get(format!(
+            "{}/api/v1/units/u1/messages/stream",
+            servers[2].url
+        ))
+        .bearer_auth(OPERATOR_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let streamed = tokio::spawn(async move {
+        use futures::StreamExt;
+        let mut body = stream.bytes_stream();
+        let mut text = String::new();
+        let mut ids: Vec<String> = Vec::new();
+        while ids.len() < 20 {
+            let Ok(Some(Ok(chunk))) =
+                tokio::time::timeout(Duration::from_secs(30), body.next()).await
+            else {
+                break;
+            };
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = text.find("\n\n") {
+                let block: String = text.drain(..end + 2).collect();
+                if let Some(data) = block.lines().find_map(|l| l.strip_prefix("data:")) {
+                    let m: Value = serde_json::from_str(data.trim()).unwrap_or(Value::Null);
+                    ids.push(m["deliveryId"].as_str().unwrap_or_default().to_string());
+                }
+            }
+        }
+        ids
+    });
+
+    for i in 0..20 {
+        let id = format!("same-{i}");
+        let sends = servers.iter().map(|s| {
+            let client = client.clone();
+            let base = s.url.clone();
+            let id = id.clone();
+            async move { deliver(&client, &base, &id, &event(0)).await }
+        });
+        let answers = futures::future::join_all(sends).await;
+        let mut taken = 0;
+        let mut duplicates = 0;
+        for answer in &answers {
+            match answer {
+                Some((202, b)) if b["status"] == "duplicate" => duplicates += 1,
+                Some((202, b)) if b["status"] == "accepted" || b["status"] == "queued" => {
+                    taken += 1
+                }
+                other => panic!("{id}: unexpected answer {other:?}"),
+            }
+        }
+        assert_eq!((taken, duplicates), (1, 2), "{id}: {answers:?}");
+    }
+    // Each delivery is in each bound unit exactly once, whichever replica is asked.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut complete = true;
+        for (unit, server) in [("u1", &servers[1]), ("u2", &servers[2])] {
+            let counts = inbox_counts(&client, &server.url, unit).await;
+            assert!(
+                counts.values().all(|&n| n == 1),
+                "{unit} got a delivery twice: {counts:?}"
+            );
+            complete &= counts.len() == 20;
+        }
+        if complete {
+            break;
+        }
+        assert!(Instant::now() < deadline, "deliveries did not all land");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let ids = streamed.await.unwrap();
+    let distinct: BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(
+        (ids.len(), distinct.len()),
+        (20, 20),
+        "the stream on replica 2 missed or repeated messages: {ids:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_during_a_burst_leaves_its_deliveries_to_the_others() {
+    let Some(pg) = require_postgres() else { return };
+    let url = pg.fresh_database("replicas_kill").unwrap();
+    // A 3 s call timeout makes the delivery lease 7 s.
+    let (mut servers, _dirs) =
+        replicas(3, &url, &[("CONNECTOR_HOST_CALL_TIMEOUT_MS", "3000")]).await;
+    let client = reqwest::Client::new();
+    setup_units(&client, &servers[0].url).await;
+
+    // A burst over all three replicas; every third delivery to replica 0 is slow (its
+    // translation outlasts the 2 s inline window, so it is answered `queued` and still
+    // being worked on when replica 0 is killed).
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..60 {
+        let client = client.clone();
+        let base = servers[i % 3].url.clone();
+        let tx = tx.clone();
+        let slow = i % 3 == 0 && (i / 3) % 3 == 0;
+        tokio::spawn(async move {
+            let id = format!("burst-{i}");
+            let answer = deliver(&client, &base, &id, &event(if slow { 2500 } else { 0 })).await;
+            let _ = tx.send((id, i % 3, answer));
+        });
+    }
+    drop(tx);
+    let mut answers = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while let Ok(Some(answer)) = tokio::time::timeout_at(deadline, rx.recv()).await {
+        let queued_on_0 =
+            answer.1 == 0 && matches!(&answer.2, Some((202, b)) if b["status"] == "queued");
+        answers.push(answer);
+        if queued_on_0 {
+            break;
+        }
+    }
+    servers[0].kill9();
+    while let Some(answer) = rx.recv().await {
+        answers.push(answer);
+    }
+    let mut acknowledged = BTreeSet::new();
+    let mut queued_on_killed = 0;
+    for (id, replica, answer) in &answers {
+        if let Some((202, b)) = answer {
+            assert!(
+                matches!(b["status"].as_str(), Some("accepted" | "queued")),
+                "{id}: {b}"
+            );
+            if *replica == 0 && b["status"] == "queued" {
+                queued_on_killed += 1;
+            }
+            acknowledged.insert(id.clone());
+        }
+    }
+    assert!(
+        queued_on_killed > 0,
+        "no delivery was acknowledged-but-unfinished on the killed replica"
+    );
+
+    // The survivors finish the killed replica's deliveries once its claims lapse.
+    let survivors = &servers[1..];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut all = true;
+        for (unit, server) in [("u1", &survivors[0]), ("u2", &survivors[1])] {
+            let counts = inbox_counts(&client, &server.url, unit).await;
+            assert!(
+                counts.values().all(|&n| n == 1),
+                "{unit} got a delivery twice: {counts:?}"
+            );
+            all &= acknowledged.iter().all(|id| counts.contains_key(id));
+        }
+        if all {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "acknowledged deliveries of the killed replica were never finished"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // Redelivering every acknowledged delivery changes nothing.
+    for id in &acknowledged {
+        let answer = deliver(&client, &survivors[0].url, id, &event(0)).await;
+        assert!(
+            matches!(&answer, Some((202, b)) if b["status"] == "duplicate"),
+            "{id}: {answer:?}"
+        );
+    }
+    for unit in ["u1", "u2"] {
+        let counts = inbox_counts(&client, &survivors[1].url, unit).await;
+        assert!(counts.values().all(|&n| n == 1), "{unit}: {counts:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_restarted_under_load_gets_503s_then_recovers_losing_nothing() {
+    let Some(mut pg) = require_own_postgres() else {
+        return;
+    };
+    let url = pg.create_database("restart_under_load").unwrap();
+    let (servers, _dirs) = replicas(2, &url, &[]).await;
+    let client = reqwest::Client::new();
+    setup_units(&client, &servers[0].url).await;
+    assert_eq!(
+        op(
+            &client,
+            Method::PUT,
+            format!("{}/api/v1/units/u1/connectors/acme", servers[0].url),
+            Some(json!({"config": {}}))
+        )
+        .await,
+        201
+    );
+    assert_eq!(
+        op(
+            &client,
+            Method::PUT,
+            format!("{}/api/v1/agents/ada", servers[0].url),
+            Some(json!({"units": ["u1"]}))
+        )
+        .await,
+        201
+    );
+    let (_, t) = call(
+        &client,
+        Method::POST,
+        format!("{}/api/v1/agents/ada/tokens", servers[1].url),
+        OPERATOR_TOKEN,
+        Some(json!({})),
+    )
+    .await;
+    let token = t["token"].as_str().unwrap().to_string();
+
+    // Load: deliveries and tool calls over both replicas until told to stop.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let client = client.clone();
+        let base = servers[w % 2].url.clone();
+        let stop = stop.clone();
+        let token = token.clone();
+        workers.push(tokio::spawn(async move {
+            let mut seen: Vec<(String, u16, String)> = Vec::new();
+            let mut calls: BTreeMap<u16, usize> = BTreeMap::new();
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let id = format!("load-{w}-{i}");
+                i += 1;
+                let started = Instant::now();
+                let answer = deliver(&client, &base, &id, &event(0)).await;
+                assert!(
+                    started.elapsed() < Duration::from_secs(12),
+                    "a webhook took {:?}: requests must fail fast while the database is down",
+                    started.elapsed()
+                );
+                let (status, body) = answer.unwrap_or((0, Value::Null));
+                seen.push((id, status, body["status"].as_str().unwrap_or("").into()));
+                let (s, _) = call(
+                    &client,
+                    Method::POST,
+                    format!("{base}/api/v1/agents/ada/tool-calls"),
+                    &token,
+                    Some(json!({"tool": "acme.echo", "arguments": {"message": "x"}})),
+                )
+                .await;
+                *calls.entry(s).or_insert(0) += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (seen, calls)
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    pg.stop().unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    pg.start_again().unwrap();
+    // Recovery by itself: within a bounded time every replica answers again.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for server in &servers {
+        loop {
+            let (s, _) = call(
+                &client,
+                Method::GET,
+                format!("{}/api/v1/units/u1", server.url),
+                OPERATOR_TOKEN,
+                None,
+            )
+            .await;
+            if s == 200 {
+                break;
+            }
+            assert_eq!(s, 503, "while recovering, only 503 is acceptable");
+            assert!(Instant::now() < deadline, "{} did not recover", server.url);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut acknowledged = BTreeSet::new();
+    let mut statuses: BTreeMap<u16, usize> = BTreeMap::new();
+    let mut call_statuses: BTreeMap<u16, usize> = BTreeMap::new();
+    for w in workers {
+        let (seen, calls) = w.await.unwrap();
+        for (id, status, outcome) in seen {
+            *statuses.entry(status).or_insert(0) += 1;
+            if status == 202 {
+                assert!(
+                    outcome == "accepted" || outcome == "queued",
+                    "{id}: {outcome}"
+                );
+                acknowledged.insert(id);
+            }
+        }
+        for (s, n) in calls {
+            *call_statuses.entry(s).or_insert(0) += n;
+        }
+    }
+    // Clean failures only: 202 or 503 for webhooks, 200 or 503 for tool calls.
+    assert!(
+        statuses.keys().all(|s| *s == 202 || *s == 503),
+        "webhook answers: {statuses:?}"
+    );
+    assert!(
+        call_statuses.keys().all(|s| *s == 200 || *s == 503),
+        "tool-call answers: {call_statuses:?}"
+    );
+    assert!(
+        statuses.get(&503).copied().unwrap_or(0) > 0,
+        "the outage was not noticed: {statuses:?}"
+    );
+    assert!(statuses.get(&202).copied().unwrap_or(0) > 0);
+    // Nothing acknowledged is lost, nothing lands twice.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut all = true;
+        for unit in ["u1", "u2"] {
+            let counts = inbox_counts(&client, &servers[1].url, unit).await;
+            assert!(counts.values().all(|&n| n == 1), "{unit}: {counts:?}");
+            all &= acknowledged.iter().all(|id| counts.contains_key(id));
+        }
+        if all {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "acknowledged deliveries were lost across the database restart"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_starting_together_apply_each_migration_once() {
+    let Some(pg) = require_postgres() else { return };
+    let url = pg.fresh_database("replicas_migrate").unwrap();
+    let (servers, _dirs) = replicas(3, &url, &[]).await;
+    assert_eq!(servers.len(), 3);
+    let db = url.rsplit('/').next().unwrap();
+    let rows = pg
+        .psql(
+            db,
+            "SELECT version, count(*) FROM schema_migrations GROUP BY version ORDER BY version",
+        )
+        .unwrap();
+    let lines: Vec<&str> = rows
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert!(!lines.is_empty(), "no migration recorded: {rows:?}");
+    for line in &lines {
+        assert!(
+            line.ends_with("|1"),
+            "a migration was recorded more than once: {rows}"
+        );
+    }
+    // And every replica serves.
+    let client = reqwest::Client::new();
+    for s in &servers {
+        let (status, body) = call(
+            &client,
+            Method::GET,
+            format!("{}/api/v1/connectors", s.url),
+            OPERATOR_TOKEN,
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installation_token_exchanges_are_bounded_by_one_per_replica() {
+    use connector_host::config::{ConnectorSettings, GithubAppSettings};
+    use integration_tests::fake_github::FakeGithub;
+    use integration_tests::harness::TestHost;
+
+    let Some(pg) = require_postgres() else { return };
+    let url = pg.fresh_database("replicas_github").unwrap();
+    let keys = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/github");
+    let public = std::fs::read_to_string(keys.join("app-public.pem")).unwrap();
+    let fake = FakeGithub::start(&public, "1012345").await;
+    fake.register(48213907);
+    let mut hosts = Vec::new();
+    for _ in 0..3 {
+        let (url, api_url, key) = (url.clone(), fake.url(), keys.join("app-key-pkcs1.pem"));
+        hosts.push(
+            TestHost::start_with(move |c| {
+                c.database_url = Some(url);
+                c.github_app = Some(GithubAppSettings {
+                    app_id: "1012345".into(),
+                    private_key_path: key,
+                    api_url,
+                });
+                c.connectors
+                    .insert("github".into(), ConnectorSettings::default());
+            })
+            .await,
+        );
+    }
+    hosts[0].unit("web", None).await;
+    hosts[1]
+        .bind(
+            "web",
+            "github",
+            json!({"repo": "octo-org/hello-world", "installationId": 48213907}),
+        )
+        .await;
+    hosts[2].agent("dev", &["web"]).await;
+    let token = hosts[0].agent_token("dev").await;
+
+    let mut tasks = Vec::new();
+    for i in 0..90 {
+        let client = hosts[i % 3].client.clone();
+        let url = hosts[i % 3].at("/api/v1/agents/dev/runtime-context");
+        let token = token.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = client.get(url).bearer_auth(token).send().await.unwrap();
+            (
+                r.status().as_u16(),
+                r.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }));
+    }
+    for t in tasks {
+        let (s, body) = t.await.unwrap();
+        assert_eq!(s, 200, "{body}");
+        assert!(body["env"]["GITHUB_TOKEN"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty()));
+    }
+    let exchanges = fake.exchanges();
+    assert!(
+        (1..=3).contains(&exchanges),
+        "90 requests over 3 replicas made {exchanges} exchanges (at most one per replica)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generated_operator_token_is_shared_by_digest_only() {
+    use connector_host::config::HostConfig;
+    use connector_host::Host;
+
+    let Some(pg) = require_postgres() else { return };
+    let url = pg.fresh_database("replicas_operator").unwrap();
+    let open = |dir: &std::path::Path| {
+        Host::open(HostConfig {
+            data_dir: dir.to_path_buf(),
+            database_url: Some(url.clone()),
+            operator_token: None,
+            ..HostConfig::default()
+        })
+    };
+    let (first_dir, second_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (first, report) = open(first_dir.path()).await.unwrap();
+    let token = report
+        .generated_operator_token
+        .expect("the first replica generates and prints the token");
+    let (second, report) = open(second_dir.path()).await.unwrap();
+    assert_eq!(
+        report.generated_operator_token, None,
+        "the second replica prints nothing"
+    );
+    assert!(first.is_operator_token(&token));
+    assert!(
+        second.is_operator_token(&token),
+        "replicas disagree on the token"
+    );
+    assert!(!second.is_operator_token("something-else"));
+    // The database holds a digest, never the token itself.
+    let db = url.rsplit('/').next().unwrap();
+    let stored = pg
+        .psql(db, "SELECT string_agg(value, ',') FROM host_secrets")
+        .unwrap();
+    assert!(!stored.contains(&token), "the token itself is stored");
+}
