@@ -121,6 +121,51 @@ mod postgres {
         assert_ne!(all, "0", "no migration recorded");
     }
 
+    /// PostgreSQL only: with stale writes refused, a write on top of another handle's
+    /// unseen change is refused and writes nothing; after a reload it goes through.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_racing_another_replicas_is_refused_until_reloaded() {
+        use connector_host::store::{StoreError, UnitRecord};
+        let Some(pg) = require_postgres() else { return };
+        let url = pg.fresh_database("stale").expect("a fresh database");
+        let unit = |id: &str| UnitRecord {
+            id: id.into(),
+            parent: None,
+            display_name: None,
+            created_at: "2026-01-01T00:00:00Z".into(),
+        };
+        let a = PostgresStore::connect(&url).await.expect("a");
+        let b = PostgresStore::connect(&url).await.expect("b");
+        a.refuse_stale_writes();
+        b.refuse_stale_writes();
+        a.load().await.expect("load a");
+        b.load().await.expect("load b");
+        a.put_unit(&unit("from-a")).await.expect("a is current");
+        a.put_unit(&unit("again-a"))
+            .await
+            .expect("a handle's own writes count as seen");
+        let err = b
+            .put_unit(&unit("from-b"))
+            .await
+            .expect_err("b has not seen a's writes");
+        assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+        let snap = b.load().await.expect("reload");
+        assert!(
+            !snap.units.iter().any(|u| u.id == "from-b"),
+            "written anyway"
+        );
+        b.put_unit(&unit("from-b")).await.expect("current again");
+
+        // `a` learns of b's write through changes_since (foreign), reloads, writes.
+        let applied = snap.version - 1;
+        let err = a.put_unit(&unit("late")).await.expect_err("b wrote since");
+        assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+        assert!(a.changes_since(applied).await.expect("check").foreign);
+        let snap = a.load().await.expect("reload a");
+        assert!(!a.changes_since(snap.version).await.expect("check").foreign);
+        a.put_unit(&unit("late")).await.expect("current again");
+    }
+
     /// PostgreSQL only: a database written by a newer host is refused, not misread.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_database_from_a_newer_host_is_refused() {

@@ -725,14 +725,31 @@ fn non_empty_path(setting: String, path: &Path) -> Result<PathBuf, ConfigError> 
     Ok(path.to_path_buf())
 }
 
-/// `url` with any `user:password@` part replaced by `***@` (for logs and `Debug`).
+/// `url` with any `user:password@` part replaced by `***@` and the value of any
+/// `password=` option replaced by `***` (for logs and `Debug`).
 pub fn redact_credentials(url: &str) -> String {
-    match (url.split_once("://"), url.rfind('@')) {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let mut out = match (base.split_once("://"), base.rfind('@')) {
         (Some((scheme, _)), Some(at)) if at > scheme.len() + 3 => {
-            format!("{scheme}://***{}", &url[at..])
+            format!("{scheme}://***{}", &base[at..])
         }
-        _ => url.to_string(),
+        _ => base.to_string(),
+    };
+    if let Some(query) = query {
+        let options: Vec<String> = query
+            .split('&')
+            .map(|option| match option.split_once('=') {
+                Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+                _ => option.to_string(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&options.join("&"));
     }
+    out
 }
 
 fn parse_database_url(setting: String, value: &str) -> Result<String, ConfigError> {
@@ -1136,6 +1153,21 @@ allow_private_networks = true
         let shown = format!("{config:?}");
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("db.internal:5432/ch"), "{shown}");
+        let config = load(
+            None,
+            env(&[(
+                "CONNECTOR_HOST_DATABASE_URL",
+                "postgres://db.internal/ch?sslmode=disable&password=hunter2&user=ch",
+            )]),
+            &ServeFlags::default(),
+        )
+        .expect("postgres URLs with options are accepted");
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(
+            shown.contains("sslmode=disable&password=***&user=ch"),
+            "{shown}"
+        );
     }
 
     #[test]

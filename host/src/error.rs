@@ -95,6 +95,11 @@ impl From<crate::store::StoreError> for HostError {
                 "store_unavailable",
                 format!("{err}; retry shortly"),
             ),
+            crate::store::StoreError::Conflict(_) => HostError::new(
+                ErrorKind::Conflict,
+                "state_changed",
+                format!("{err}; nothing was changed: retry the request"),
+            ),
             other => HostError::internal(other.to_string()),
         }
     }

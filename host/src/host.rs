@@ -370,6 +370,9 @@ impl Host {
             .load()
             .await
             .map_err(|e| anyhow::anyhow!("cannot load the stored state: {e}"))?;
+        // Every write below is checked against the state just loaded (and kept current
+        // by `refresh`): on a shared database, one racing another replica's is refused.
+        store.refuse_stale_writes();
         let inner = Inner {
             registry: ConnectorRegistry::new(runtime.clone()),
             runtime,
@@ -417,11 +420,9 @@ impl Host {
             if stored.is_some_and(|c| !c.bundled) {
                 continue;
             }
-            host.install_component(bytes, true, true)
-                .await
-                .map_err(|e| {
-                    anyhow::anyhow!("bundled connector `{name}` failed to install: {e}")
-                })?;
+            host.install_at_start(bytes, true).await.map_err(|e| {
+                anyhow::anyhow!("bundled connector `{name}` failed to install: {e}")
+            })?;
         }
         if let Some(dir) = host.inner.config.connectors_dir.clone() {
             let mut files: Vec<_> = std::fs::read_dir(&dir)
@@ -433,7 +434,7 @@ impl Host {
             for file in files {
                 let bytes = std::fs::read(&file)
                     .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
-                host.install_component(&bytes, false, true)
+                host.install_at_start(&bytes, false)
                     .await
                     .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
             }
@@ -531,6 +532,22 @@ impl Host {
     /// digest). A rotation keeps bindings, re-checks each binding's config against the new
     /// connector and refuses with `409 rotation_breaks_bindings` if any fails, unless
     /// `force` (then the failing bindings are unbound).
+    /// Installs a component at start-up. Replicas starting together race for the same
+    /// rows: a write refused because another replica wrote first is retried on the
+    /// refreshed state.
+    async fn install_at_start(&self, bytes: &[u8], bundled: bool) -> HostResult<Installed> {
+        let mut attempt = 0;
+        loop {
+            match self.install_component(bytes, bundled, true).await {
+                Err(e) if e.code == "state_changed" && attempt < 10 => {
+                    attempt += 1;
+                    self.refresh().await?;
+                }
+                other => return other,
+            }
+        }
+    }
+
     pub async fn install_connector(&self, bytes: &[u8], force: bool) -> HostResult<Installed> {
         self.install_component(bytes, false, force).await
     }
@@ -823,18 +840,21 @@ impl Host {
                 .collect()
         };
         self.inner.store.delete_unit(id).await?;
-        let mut updated = Vec::new();
+        {
+            self.inner.directory.write().remove_unit(id);
+            self.inner.resolver.invalidate();
+        }
         for mut agent in affected_agents {
             agent.units.retain(|u| u != id);
-            self.inner.store.put_agent(&agent).await?;
-            updated.push(agent);
+            if let Err(e) = self.inner.store.put_agent(&agent).await {
+                // The unit is gone but some agents still list it: memory and database may
+                // now differ, so the next refresh reloads everything.
+                self.mark_stale();
+                return Err(e.into());
+            }
+            self.inner.directory.write().put_agent(agent);
+            self.inner.resolver.invalidate();
         }
-        let mut dir = self.inner.directory.write();
-        dir.remove_unit(id);
-        for a in updated {
-            dir.put_agent(a);
-        }
-        self.inner.resolver.invalidate();
         Ok(())
     }
 

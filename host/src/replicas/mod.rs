@@ -26,17 +26,21 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::error::HostResult;
+use crate::error::{ErrorKind, HostError, HostResult};
 use crate::grants::Directory;
 use crate::host::{Host, Inner};
 use crate::store::{Claim, ClaimScope};
 
 /// How often a replica on a shared store checks for changes on its own.
 pub const BACKGROUND_REFRESH: Duration = Duration::from_millis(200);
+/// How long a request waits for the shared state check (a reload included) before it
+/// is answered `503`.
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often every host looks for deliveries nobody is working on.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
-/// How many deliveries one sweep claims.
-const SWEEP_BATCH: u32 = 32;
+/// How many deliveries one sweep claims: no more than are processed at once, so no
+/// claim lapses while its delivery waits its turn.
+const SWEEP_BATCH: u32 = CLAIMED_CONCURRENCY as u32;
 /// How many claimed deliveries are processed at once.
 pub(crate) const CLAIMED_CONCURRENCY: usize = 8;
 
@@ -51,6 +55,9 @@ pub(crate) struct ReplicaState {
     arrivals: AtomicU64,
     /// Every request with a ticket up to this one has been covered by a finished check.
     checked_through: AtomicU64,
+    /// Every request with a ticket up to this one was covered by a check that failed:
+    /// it gets that failure at once instead of queueing for a check of its own.
+    failed_through: AtomicU64,
     /// One check at a time.
     check: tokio::sync::Mutex<()>,
 }
@@ -62,6 +69,7 @@ impl ReplicaState {
             applied: AtomicI64::new(applied),
             arrivals: AtomicU64::new(0),
             checked_through: AtomicU64::new(0),
+            failed_through: AtomicU64::new(0),
             check: tokio::sync::Mutex::new(()),
         }
     }
@@ -111,10 +119,42 @@ impl Host {
             // A check that started after this request arrived has finished meanwhile.
             return Ok(());
         }
+        if replica.failed_through.load(Ordering::SeqCst) >= ticket {
+            return Err(HostError::new(
+                ErrorKind::Unavailable,
+                "store_unavailable",
+                "the shared database did not answer; retry shortly",
+            ));
+        }
         let covers = replica.arrivals.load(Ordering::SeqCst);
-        self.check_and_reload().await?;
-        replica.checked_through.fetch_max(covers, Ordering::SeqCst);
-        Ok(())
+        let checked = match tokio::time::timeout(CHECK_TIMEOUT, self.check_and_reload()).await {
+            Ok(result) => result,
+            Err(_) => Err(HostError::new(
+                ErrorKind::Unavailable,
+                "store_unavailable",
+                format!(
+                    "the shared database did not answer within {} s; retry shortly",
+                    CHECK_TIMEOUT.as_secs()
+                ),
+            )),
+        };
+        match checked {
+            Ok(()) => {
+                replica.checked_through.fetch_max(covers, Ordering::SeqCst);
+                Ok(())
+            }
+            Err(e) => {
+                replica.failed_through.fetch_max(covers, Ordering::SeqCst);
+                Err(e)
+            }
+        }
+    }
+
+    /// Forgets how current this replica's memory is: the next refresh reloads it (after
+    /// a write that failed half-way, when memory and database may differ).
+    pub(crate) fn mark_stale(&self) {
+        // Version 0 is nobody's write, so a check from -1 always finds a foreign one.
+        self.inner.replica.applied.store(-1, Ordering::SeqCst);
     }
 
     async fn check_and_reload(&self) -> HostResult<()> {
@@ -124,7 +164,13 @@ impl Host {
         if check.foreign {
             self.reload().await?;
         } else {
-            replica.applied.fetch_max(check.version, Ordering::SeqCst);
+            // Unless `mark_stale` ran meanwhile (then the next check reloads).
+            let _ = replica.applied.compare_exchange(
+                applied,
+                check.version.max(applied),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
         }
         Ok(())
     }
@@ -191,6 +237,9 @@ impl Host {
         if n == 0 {
             return Ok(0);
         }
+        // Claimed work is routed with the bindings in force now, not as of the last
+        // request this replica happened to serve.
+        self.refresh().await?;
         let host = self.clone();
         tokio::spawn(async move {
             use futures::StreamExt;

@@ -83,6 +83,7 @@ macro_rules! store_conformance_tests {
             deliveries_messages_and_secrets_keep_the_version
             load_version_matches_changes_since
             shared_secret_first_writer_wins
+            nul_characters_in_free_text_do_not_fail_a_write
         );
     };
     (@cases ($factory:expr) $($case:ident)*) => {
@@ -1682,4 +1683,57 @@ pub async fn shared_secret_first_writer_wins(factory: &dyn StoreFactory) {
     // A handle opened later reads it too.
     let c = factory.open().await;
     assert_eq!(c.shared_secret("race", "late").await.unwrap(), winner);
+}
+
+/// A NUL in text a guest or user supplies (a display name, a message kind or thread key,
+/// an error) is stored — as is, or replaced where the database cannot hold it — rather
+/// than failing the write (a failing completion would be retried forever).
+pub async fn nul_characters_in_free_text_do_not_fail_a_write(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    let same_but_nul =
+        |stored: &str, given: &str| stored == given || stored == given.replace('\0', "\u{fffd}");
+    let mut u = unit("team", None);
+    u.display_name = Some("Team\0X".into());
+    store.put_unit(&u).await.unwrap();
+    let snap = store.load().await.unwrap();
+    let name = snap.units[0].display_name.clone().unwrap_or_default();
+    assert!(same_but_nul(&name, "Team\0X"), "{name:?}");
+
+    let d = delivery("nul-1", 1_000);
+    assert!(store
+        .insert_delivery(&d, 100, &claim("r1", 2_000))
+        .await
+        .unwrap());
+    let mut m = message("m-nul", "team", "nul-1");
+    m.kind = "acme.\0push".into();
+    m.thread_key = Some("t\0".into());
+    let stored = store
+        .complete_delivery("acme", "nul-1", &[m], &["team".to_string()])
+        .await
+        .unwrap()
+        .expect("first completion stores");
+    assert_eq!(stored.len(), 1);
+    let read = store.messages("team", 0, 10).await.unwrap();
+    assert_eq!(read.len(), 1);
+    assert!(
+        same_but_nul(&read[0].kind, "acme.\0push"),
+        "{:?}",
+        read[0].kind
+    );
+
+    let d = delivery("nul-2", 1_000);
+    assert!(store
+        .insert_delivery(&d, 100, &claim("r1", 2_000))
+        .await
+        .unwrap());
+    store
+        .fail_delivery("acme", "nul-2", "guest said \0 no")
+        .await
+        .unwrap();
+    let failed = store.delivery("acme", "nul-2").await.unwrap().unwrap();
+    assert_eq!(failed.status, DeliveryStatus::Failed);
+    assert!(same_but_nul(
+        failed.error.as_deref().unwrap_or(""),
+        "guest said \0 no"
+    ));
 }

@@ -227,6 +227,10 @@ pub enum StoreError {
     /// Stored data cannot be read back (a migration is missing, a row is malformed).
     #[error("stored data is unreadable: {0}")]
     Corrupt(String),
+    /// Another replica changed the shared state after this one last read it; the write
+    /// was not applied (refresh and retry).
+    #[error("another replica changed the shared state at the same moment: {0}")]
+    Conflict(String),
     /// A test fault hook fired.
     #[error("injected fault at {0:?}")]
     Injected(FailPoint),
@@ -401,6 +405,13 @@ pub trait Store: Send + Sync + 'static {
     fn is_shared(&self) -> bool {
         false
     }
+
+    /// From now on, state writes through this handle refuse (with
+    /// [`StoreError::Conflict`], nothing written) to run on top of a version another
+    /// handle wrote that this one has not seen through `load` or `changes_since`. A host
+    /// serving from memory turns it on: it checked its rules (the unit exists, the
+    /// connector is installed) against that memory. A no-op where no other process writes.
+    fn refuse_stale_writes(&self) {}
 
     /// The secret stored under `name`; if there is none yet, stores `candidate` and returns
     /// it. Concurrent callers with different candidates all get the same (first) value.

@@ -22,11 +22,10 @@
 //!   and a replica killed mid-way leaves its work to the others once its claim lapses.
 //! - **Inbox order is commit order.** Message cursors come from an identity column; the
 //!   transactions that append messages serialise on an advisory lock, so a reader paging
-//!   by cursor never skips a message that commits late with a smaller cursor. Those
-//!   transactions commit asynchronously (no WAL flush while the lock is held, which
-//!   halved webhook throughput): the delivery they complete was stored durably before it
-//!   was acknowledged, so a commit lost to a database crash only means the delivery is
-//!   routed again, its messages still written once.
+//!   by cursor never skips a message that commits late with a smaller cursor. The lock
+//!   is held across the commit's WAL flush, which makes those commits one at a time: the
+//!   webhook throughput ceiling on PostgreSQL (asynchronous commit would lift it, but a
+//!   database crash could then hand out a cursor twice or show messages that vanish).
 
 use std::collections::{BTreeSet, HashMap};
 use std::str::FromStr;
@@ -48,6 +47,8 @@ use super::{
 
 /// How long a caller waits for a pooled connection, or for a new one to be made.
 const POOL_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest any statement may run (unless `options` in the URL says otherwise).
+const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Connections per replica.
 const POOL_SIZE: usize = 16;
 /// Advisory lock keys (arbitrary constants, unique to this schema).
@@ -167,6 +168,12 @@ pub struct PostgresStore {
     /// State versions written through this handle and not yet reported by
     /// `changes_since` as applied.
     own_versions: Mutex<BTreeSet<i64>>,
+    /// The state version the caller's in-memory state reflects (set by `load` and by a
+    /// `changes_since` that found nothing foreign). A state write refuses to run on top
+    /// of a foreign version newer than this: the caller validated it against stale state.
+    seen: std::sync::atomic::AtomicI64,
+    /// Whether `refuse_stale` is in force ([`Store::refuse_stale_writes`]).
+    guard_stale: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -195,6 +202,21 @@ impl PostgresStore {
         if config.get_application_name().is_none() {
             config.application_name("connector-host");
         }
+        // A database that stops answering (a half-open connection, a partitioned network)
+        // must fail requests, not hang them: dead peers are detected by keepalives and the
+        // TCP user timeout, and no statement runs longer than STATEMENT_TIMEOUT.
+        config
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(10))
+            .keepalives_interval(Duration::from_secs(2))
+            .keepalives_retries(3)
+            .tcp_user_timeout(Duration::from_secs(10));
+        if config.get_options().is_none() {
+            config.options(format!(
+                "-c statement_timeout={}",
+                STATEMENT_TIMEOUT.as_millis()
+            ));
+        }
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -216,6 +238,8 @@ impl PostgresStore {
             pool,
             fail_point: Mutex::new(None),
             own_versions: Mutex::new(BTreeSet::new()),
+            seen: std::sync::atomic::AtomicI64::new(0),
+            guard_stale: std::sync::atomic::AtomicBool::new(false),
         };
         store.migrate().await?;
         Ok(store)
@@ -292,6 +316,29 @@ impl PostgresStore {
         tx.commit().await.map_err(db)
     }
 
+    /// Locks the state version for the rest of `tx` (state writes of all replicas take
+    /// turns) and refuses to go on if another replica wrote a version the caller has not
+    /// seen: the caller checked its rules (the unit exists, the connector is installed)
+    /// against state that is no longer current.
+    async fn refuse_stale(&self, tx: &Tx<'_>, op: &str) -> StoreResult<()> {
+        let row = tx
+            .query_one("SELECT version FROM state_version FOR UPDATE", &[])
+            .await
+            .map_err(|e| map_err(op, e))?;
+        let current: i64 = col(&row, 0)?;
+        let seen = self.seen.load(std::sync::atomic::Ordering::SeqCst);
+        if current > seen && self.guard_stale.load(std::sync::atomic::Ordering::SeqCst) {
+            let own = self.own_versions.lock();
+            let mine = own.range(seen.saturating_add(1)..=current).count() as i64;
+            if mine != current - seen {
+                return Err(StoreError::Conflict(format!(
+                    "{op}: the state is at version {current}, this replica has seen {seen}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Bumps the state version inside `tx`, commits, and remembers the new version as
     /// this handle's own (so `changes_since` does not report it as foreign).
     async fn commit_state(&self, tx: Tx<'_>, op: &str) -> StoreResult<()> {
@@ -318,6 +365,7 @@ macro_rules! state_tx {
     ($self:ident, $op:expr, |$tx:ident| $body:block) => {{
         let mut conn = $self.conn($op).await?;
         let $tx = conn.transaction().await.map_err(|e| map_err($op, e))?;
+        $self.refuse_stale(&$tx, $op).await?;
         let out: StoreResult<_> = async { $body }.await;
         let out = out?;
         $self.commit_state($tx, $op).await?;
@@ -348,6 +396,22 @@ fn map_err(context: &str, e: tokio_postgres::Error) -> StoreError {
             None => StoreError::Unavailable(format!("{context}: {e}")),
         },
     }
+}
+
+/// `text` as PostgreSQL can store it: `text` columns cannot hold NUL characters (SQLite
+/// can), so guest- or user-supplied free text has them replaced with U+FFFD rather than
+/// failing the write (ids never contain one: they are validated before they get here).
+fn pg_text(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\0') {
+        std::borrow::Cow::Owned(text.replace('\0', "\u{fffd}"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
+/// [`pg_text`] of an optional text.
+fn pg_opt_text(text: &Option<String>) -> Option<std::borrow::Cow<'_, str>> {
+    text.as_deref().map(pg_text)
 }
 
 /// Reads column `i` of `row`, reporting a type mismatch as corrupt data.
@@ -706,6 +770,8 @@ impl Store for PostgresStore {
             .map_err(|e| map_err(ctx, e))?;
         let snapshot = load_snapshot(&tx).await?;
         tx.commit().await.map_err(|e| map_err(ctx, e))?;
+        self.seen
+            .fetch_max(snapshot.version, std::sync::atomic::Ordering::SeqCst);
         Ok(snapshot)
     }
 
@@ -762,7 +828,12 @@ impl Store for PostgresStore {
                      parent = excluded.parent,
                      display_name = excluded.display_name,
                      created_at = excluded.created_at",
-                &[&unit.id, &unit.parent, &unit.display_name, &unit.created_at],
+                &[
+                    &unit.id,
+                    &unit.parent,
+                    &pg_opt_text(&unit.display_name),
+                    &unit.created_at,
+                ],
             )
             .await
             .map_err(|e| map_err("put_unit", e))?;
@@ -798,7 +869,11 @@ impl Store for PostgresStore {
                  ON CONFLICT (id) DO UPDATE SET
                      display_name = excluded.display_name,
                      created_at = excluded.created_at",
-                &[&agent.id, &agent.display_name, &agent.created_at],
+                &[
+                    &agent.id,
+                    &pg_opt_text(&agent.display_name),
+                    &agent.created_at,
+                ],
             )
             .await
             .map_err(db)?;
@@ -1012,13 +1087,6 @@ impl Store for PostgresStore {
         let routed = encode_json(ctx, &routed_to)?;
         let mut conn = self.conn(ctx).await?;
         let tx = conn.transaction().await.map_err(db)?;
-        // Asynchronous commit: the inbox lock below is then not held across a WAL flush.
-        // Safe for exactly-once: the delivery itself was stored with a synchronous commit
-        // before it was acknowledged, so if a database crash loses this commit the
-        // delivery is still pending and is routed again (its messages written once).
-        tx.batch_execute("SET LOCAL synchronous_commit = off")
-            .await
-            .map_err(db)?;
         // The row lock makes two replicas completing the same delivery take turns; the
         // second sees `done` and writes nothing.
         let status = tx
@@ -1057,9 +1125,9 @@ impl Store for PostgresStore {
                             &m.id,
                             &m.unit_id,
                             &m.connector,
-                            &m.kind,
+                            &pg_text(&m.kind),
                             &m.delivery_id,
-                            &m.thread_key,
+                            &pg_opt_text(&m.thread_key),
                             &payload,
                             &m.received_at,
                         ],
@@ -1096,7 +1164,7 @@ impl Store for PostgresStore {
             "UPDATE deliveries SET status = 'failed', error = $3, attempts = attempts + 1,
                  claimed_by = NULL, claim_until = 0
              WHERE connector = $1 AND delivery_id = $2 AND status <> 'done'",
-            &[&connector, &delivery_id, &error],
+            &[&connector, &delivery_id, &pg_text(error)],
         )
         .await
         .map_err(|e| map_err("fail_delivery", e))?;
@@ -1202,6 +1270,10 @@ impl Store for PostgresStore {
         let mut own = self.own_versions.lock();
         let foreign = version > applied
             && own.range(applied.saturating_add(1)..=version).count() as i64 != version - applied;
+        if !foreign {
+            self.seen
+                .fetch_max(version, std::sync::atomic::Ordering::SeqCst);
+        }
         // Versions at or below what the caller has applied are settled.
         *own = own.split_off(&applied.min(version).saturating_add(1));
         Ok(StateCheck { version, foreign })
@@ -1209,6 +1281,11 @@ impl Store for PostgresStore {
 
     fn is_shared(&self) -> bool {
         true
+    }
+
+    fn refuse_stale_writes(&self) {
+        self.guard_stale
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     async fn shared_secret(&self, name: &str, candidate: &str) -> StoreResult<String> {

@@ -34,8 +34,6 @@ use crate::store::{DeliveryRecord, DeliveryStatus, MessageRecord};
 
 /// How long a webhook request waits for routing before answering `queued`.
 pub const INLINE_ROUTING: Duration = Duration::from_secs(2);
-/// How many left-over deliveries one start claims (the periodic sweep takes the rest).
-const RESUME_LIMIT: u32 = 10_000;
 /// How often a live inbox stream re-reads a shared database for other replicas' messages.
 const SHARED_INBOX_POLL: Duration = Duration::from_millis(250);
 /// How long a delivery id is remembered for de-duplication.
@@ -244,23 +242,31 @@ impl Host {
                     Ok(routed_to)
                 }
                 Ok(None) => Ok(routed_to),
-                Err(e) => Err(e.to_string()),
+                // The database is away: the delivery stays pending under this replica's
+                // claim and is retried once the claim lapses.
+                Err(e @ crate::store::StoreError::Unavailable(_)) => Err(e.to_string()),
+                // Anything else would fail the same way again: keep it failed, visible.
+                Err(e) => Err(self.record_failure(&record, e.to_string()).await),
             },
-            Err(error) => {
-                tracing::warn!(connector = %record.connector, delivery = %record.delivery_id, %error, "webhook delivery failed; kept for retry");
-                if let Err(e) = self
-                    .inner
-                    .store
-                    .fail_delivery(&record.connector, &record.delivery_id, &error)
-                    .await
-                {
-                    tracing::error!(error = %e, "could not record a failed delivery");
-                }
-                Err(error)
-            }
+            Err(error) => Err(self.record_failure(&record, error).await),
         };
         self.inner.in_flight.lock().remove(&key);
         outcome
+    }
+
+    /// Marks a delivery failed with `error` (kept, visible, retried on start or request)
+    /// and hands the error back.
+    async fn record_failure(&self, record: &DeliveryRecord, error: String) -> String {
+        tracing::warn!(connector = %record.connector, delivery = %record.delivery_id, %error, "webhook delivery failed; kept for retry");
+        if let Err(e) = self
+            .inner
+            .store
+            .fail_delivery(&record.connector, &record.delivery_id, &error)
+            .await
+        {
+            tracing::error!(error = %e, "could not record a failed delivery");
+        }
+        error
     }
 
     async fn route_delivery(
@@ -335,18 +341,55 @@ impl Host {
     }
 
     /// Claims every delivery that was stored but not done — this replica's own from before
-    /// a restart, and any nobody holds — and finishes them in the background. Returns the
-    /// number scheduled.
+    /// a restart, and any nobody holds (failed ones included) — and finishes them in the
+    /// background. Returns how many the first batch claimed (0: nothing was left over).
     pub async fn resume_deliveries(&self) -> HostResult<usize> {
-        let n = self
-            .finish_claimed(crate::store::ClaimScope::Startup, RESUME_LIMIT)
-            .await?;
-        if n > 0 {
-            tracing::info!(
-                deliveries = n,
-                "finishing webhook deliveries left over from a previous run"
-            );
+        // The first batch is claimed now (a database error fails the start); the rest in
+        // the background, a batch at a time, so no claim lapses while its delivery waits.
+        let claim_batch = |host: Host| async move {
+            host.inner
+                .store
+                .claim_deliveries(
+                    &host.new_claim(),
+                    time::OffsetDateTime::now_utc().unix_timestamp(),
+                    crate::store::ClaimScope::Startup,
+                    crate::replicas::CLAIMED_CONCURRENCY as u32,
+                )
+                .await
+        };
+        let first = claim_batch(self.clone()).await?;
+        let n = first.len();
+        if n == 0 {
+            return Ok(0);
         }
+        tracing::info!("finishing webhook deliveries left over from a previous run");
+        let host = self.clone();
+        tokio::spawn(async move {
+            // A delivery that fails again is released as failed, and a start-up claim
+            // takes failed ones: each is tried once per start.
+            let mut tried = std::collections::HashSet::new();
+            let mut batch = first;
+            loop {
+                batch.retain(|d| tried.insert((d.connector.clone(), d.delivery_id.clone())));
+                if batch.is_empty() {
+                    return;
+                }
+                futures::future::join_all(batch.into_iter().map(|d| {
+                    let host = host.clone();
+                    async move {
+                        let _ = host.process_delivery(d).await;
+                    }
+                }))
+                .await;
+                batch = match claim_batch(host.clone()).await {
+                    Ok(next) => next,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot claim left-over deliveries; the periodic sweep takes them later");
+                        return;
+                    }
+                };
+            }
+        });
         Ok(n)
     }
 
