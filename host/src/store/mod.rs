@@ -213,8 +213,8 @@ pub enum FailPoint {
     AfterBindingDelete,
     /// In `put_connector`: after the connector row is written, before grants are re-derived.
     AfterConnectorWrite,
-    /// In `complete_delivery`: after the messages are written, before the delivery is
-    /// marked done.
+    /// In `complete_delivery`: after the messages are written, before the completion
+    /// commits (the delivery must stay unfinished and the messages unwritten).
     AfterMessagesWrite,
 }
 

@@ -1087,68 +1087,81 @@ impl Store for PostgresStore {
         let routed = encode_json(ctx, &routed_to)?;
         let mut conn = self.conn(ctx).await?;
         let tx = conn.transaction().await.map_err(db)?;
-        // The row lock makes two replicas completing the same delivery take turns; the
-        // second sees `done` and writes nothing.
-        let status = tx
+        // Marking it done takes the row lock: two replicas completing the same delivery
+        // take turns, and the second finds it done and writes nothing.
+        let marked = tx
             .query_opt(
-                "SELECT status FROM deliveries WHERE connector = $1 AND delivery_id = $2
-                 FOR UPDATE",
-                &[&connector, &delivery_id],
+                "UPDATE deliveries SET status = 'done', error = NULL, attempts = attempts + 1,
+                     routed_to = $3, claimed_by = NULL, claim_until = 0
+                 WHERE connector = $1 AND delivery_id = $2 AND status <> 'done'
+                 RETURNING 1",
+                &[&connector, &delivery_id, &routed],
             )
             .await
             .map_err(db)?;
-        if let Some(row) = status {
-            let status: String = col(&row, 0)?;
-            if status == "done" {
+        if marked.is_none() {
+            let done = tx
+                .query_opt(
+                    "SELECT 1 FROM deliveries WHERE connector = $1 AND delivery_id = $2",
+                    &[&connector, &delivery_id],
+                )
+                .await
+                .map_err(db)?;
+            if done.is_some() {
                 return Ok(None);
             }
         }
         let mut stored = Vec::with_capacity(messages.len());
         if !messages.is_empty() {
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&INBOX_LOCK])
-                .await
-                .map_err(db)?;
+            let mut columns: [Vec<String>; 6] = Default::default();
+            let mut thread_keys: Vec<Option<String>> = Vec::with_capacity(messages.len());
+            for m in messages {
+                columns[0].push(m.id.clone());
+                columns[1].push(m.unit_id.clone());
+                columns[2].push(m.connector.clone());
+                columns[3].push(pg_text(&m.kind).into_owned());
+                columns[4].push(m.delivery_id.clone());
+                columns[5].push(encode_json(ctx, &m.payload)?);
+                thread_keys.push(pg_opt_text(&m.thread_key).map(|t| t.into_owned()));
+            }
+            let received: Vec<&str> = messages.iter().map(|m| m.received_at.as_str()).collect();
             let insert = tx
                 .prepare_cached(
                     "INSERT INTO messages (id, unit_id, connector, kind, delivery_id,
                          thread_key, payload, received_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING seq",
+                     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[],
+                         $5::text[], $6::text[], $7::text[], $8::text[])
+                     RETURNING id, seq",
                 )
                 .await
                 .map_err(db)?;
+            // The inbox lock is held from here to the commit; the two statements go out
+            // together (pipelined), so holding it costs one round trip and the commit.
+            let lock = tx.execute("SELECT pg_advisory_xact_lock($1)", &[&INBOX_LOCK]);
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+                &columns[0],
+                &columns[1],
+                &columns[2],
+                &columns[3],
+                &columns[4],
+                &thread_keys,
+                &columns[5],
+                &received,
+            ];
+            let rows = tx.query(&insert, &params);
+            let (_, rows) = futures::try_join!(lock, rows).map_err(db)?;
+            let mut seqs = HashMap::with_capacity(rows.len());
+            for row in &rows {
+                seqs.insert(col::<String>(row, 0)?, col::<i64>(row, 1)?);
+            }
             for m in messages {
-                let payload = encode_json(ctx, &m.payload)?;
-                let row = tx
-                    .query_one(
-                        &insert,
-                        &[
-                            &m.id,
-                            &m.unit_id,
-                            &m.connector,
-                            &pg_text(&m.kind),
-                            &m.delivery_id,
-                            &pg_opt_text(&m.thread_key),
-                            &payload,
-                            &m.received_at,
-                        ],
-                    )
-                    .await
-                    .map_err(db)?;
-                stored.push(MessageRecord {
-                    seq: col(&row, 0)?,
-                    ..m.clone()
-                });
+                let seq = seqs.get(&m.id).copied().ok_or_else(|| {
+                    StoreError::Corrupt(format!("message {} was not stored", m.id))
+                })?;
+                stored.push(MessageRecord { seq, ..m.clone() });
             }
         }
         self.trip(FailPoint::AfterMessagesWrite)?;
-        tx.execute(
-            "UPDATE deliveries SET status = 'done', error = NULL, attempts = attempts + 1,
-                 routed_to = $3, claimed_by = NULL, claim_until = 0
-             WHERE connector = $1 AND delivery_id = $2",
-            &[&connector, &delivery_id, &routed],
-        )
-        .await
-        .map_err(db)?;
         tx.commit().await.map_err(db)?;
         Ok(Some(stored))
     }
