@@ -19,8 +19,11 @@ const API_BASE: [&str; 2] = ["api", "v1"];
 /// to the host's call timeout).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a write refused as racing another replica's is sent in all.
+const STATE_CHANGED_ATTEMPTS: u64 = 4;
 
 /// The body of a request.
+#[derive(Clone)]
 pub enum Body {
     /// No body.
     Empty,
@@ -112,7 +115,8 @@ impl Client {
         self.send(Method::DELETE, segments, query, Body::Empty)
     }
 
-    /// Sends one request and interprets the answer.
+    /// Sends one request and interprets the answer. A write another replica's write
+    /// raced (`409 state_changed`: nothing was applied) is sent again, a few times.
     pub fn send(
         &self,
         method: Method,
@@ -120,6 +124,28 @@ impl Client {
         query: &[(&str, String)],
         body: Body,
     ) -> Result<Reply, CliError> {
+        let mut attempt = 1;
+        loop {
+            let (status, text) = self.send_once(method.clone(), segments, query, body.clone())?;
+            let raced = status == reqwest::StatusCode::CONFLICT
+                && serde_json::from_str::<Value>(&text)
+                    .is_ok_and(|v| v["error"]["code"] == "state_changed");
+            if raced && attempt < STATE_CHANGED_ATTEMPTS {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(20 * attempt));
+                continue;
+            }
+            return interpret(status, &text, self.token.is_some());
+        }
+    }
+
+    fn send_once(
+        &self,
+        method: Method,
+        segments: &[&str],
+        query: &[(&str, String)],
+        body: Body,
+    ) -> Result<(reqwest::StatusCode, String), CliError> {
         let url = self.url(segments, query);
         let mut request: RequestBuilder = self.http.request(method.clone(), url.clone());
         if let Some(token) = &self.token {
@@ -139,7 +165,7 @@ impl Client {
                 error_chain(&e)
             ))
         })?;
-        interpret(status, &text, self.token.is_some())
+        Ok((status, text))
     }
 
     fn transport_error(&self, e: &reqwest::Error) -> CliError {
@@ -288,6 +314,79 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A one-thread HTTP server answering `answers` in turn (one per connection);
+    /// returns its URL and how many requests it saw.
+    fn scripted_server(
+        answers: Vec<(u16, &'static str)>,
+    ) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = seen.clone();
+        std::thread::spawn(move || {
+            for (status, body) in answers {
+                let Ok((stream, _)) = listener.accept() else {
+                    return;
+                };
+                let mut reader = BufReader::new(stream);
+                let mut length = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut request_body = vec![0; length];
+                let _ = reader.read_exact(&mut request_body);
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut stream = reader.into_inner();
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        (url, seen)
+    }
+
+    fn client_of(url: &str) -> Client {
+        Client::new(&RemoteArgs {
+            url: url.into(),
+            token: Some("t".into()),
+        })
+        .expect("client")
+    }
+
+    #[test]
+    fn a_write_that_raced_another_replica_is_sent_again() {
+        let raced = r#"{"error": {"code": "state_changed", "message": "raced"}}"#;
+        let (url, seen) =
+            scripted_server(vec![(409, raced), (409, raced), (201, r#"{"id": "eng"}"#)]);
+        let reply = client_of(&url)
+            .put(&["units", "eng"], serde_json::json!({}))
+            .expect("the third attempt is applied");
+        assert_eq!(reply.status, StatusCode::CREATED);
+        assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 3);
+
+        // Other conflicts are answers, not retried.
+        let other = r#"{"error": {"code": "has_children", "message": "no"}}"#;
+        let (url, seen) = scripted_server(vec![(409, other), (201, "{}")]);
+        let err = client_of(&url)
+            .delete(&["units", "eng"], &[])
+            .expect_err("a real conflict is reported");
+        assert!(
+            err.message.contains("has_children") || err.message.contains("no"),
+            "{}",
+            err.message
+        );
+        assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
 
     #[test]
     fn urls_escape_segments_and_keep_prefixes() {
