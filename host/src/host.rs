@@ -399,22 +399,10 @@ impl Host {
             inner: Arc::new(inner),
         };
 
-        for record in &snapshot.image_tools {
-            host.cache_image_tools(record);
-        }
-        // Persisted connectors first, then bundled ones (unless the operator installed
-        // their own version of that slug), then the connectors directory.
-        for record in &snapshot.connectors {
-            match host.inner.registry.prepare(&record.component).await {
-                Ok(prepared) => {
-                    host.remember_policy(prepared.info());
-                    host.inner.registry.insert(prepared);
-                }
-                Err(e) => {
-                    tracing::error!(slug = %record.slug, error = %e, "a stored connector no longer loads; it stays stored but is not available")
-                }
-            }
-        }
+        // Persisted connectors and image tools first, then bundled connectors (unless the
+        // operator installed their own version of that slug), then the connectors
+        // directory.
+        host.adopt_stored(&snapshot).await;
         for (name, bytes) in BUNDLED_COMPONENTS {
             let stored = snapshot.connectors.iter().find(|c| c.slug == *name);
             if stored.is_some_and(|c| !c.bundled) {
@@ -528,10 +516,6 @@ impl Host {
 
     // ----- connectors -------------------------------------------------------------
 
-    /// Installs a component (a new slug) or rotates an installed one (same slug, new
-    /// digest). A rotation keeps bindings, re-checks each binding's config against the new
-    /// connector and refuses with `409 rotation_breaks_bindings` if any fails, unless
-    /// `force` (then the failing bindings are unbound).
     /// Installs a component at start-up. Replicas starting together race for the same
     /// rows: a write refused because another replica wrote first is retried on the
     /// refreshed state.
@@ -548,6 +532,10 @@ impl Host {
         }
     }
 
+    /// Installs a component (a new slug) or rotates an installed one (same slug, new
+    /// digest). A rotation keeps bindings, re-checks each binding's config against the new
+    /// connector and refuses with `409 rotation_breaks_bindings` if any fails, unless
+    /// `force` (then the failing bindings are unbound).
     pub async fn install_connector(&self, bytes: &[u8], force: bool) -> HostResult<Installed> {
         self.install_component(bytes, false, force).await
     }
@@ -1639,9 +1627,9 @@ async fn operator_token(
         .map_err(|e| anyhow::anyhow!("cannot read the shared operator token: {e}"))?;
     if shared == mine.hex_digest() {
         if generated {
-            let (written, _) = crate::auth::write_secret(&path, &candidate)
+            crate::auth::write_secret(&path, &candidate)
                 .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-            return Ok((mine, Some(written)));
+            return Ok((mine, Some(candidate)));
         }
         return Ok((mine, None));
     }

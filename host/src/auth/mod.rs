@@ -75,15 +75,16 @@ pub fn read_or_create_secret(path: &Path) -> std::io::Result<(String, bool)> {
             return Ok((existing, false));
         }
     }
-    write_secret(path, &random_secret(32)).map(|(s, _)| (s, true))
+    let secret = random_secret(32);
+    write_secret(path, &secret)?;
+    Ok((secret, true))
 }
 
-/// Writes `secret` to `path` (mode 0600, replacing the file). Returns it and `true`.
-pub fn write_secret(path: &Path, secret: &str) -> std::io::Result<(String, bool)> {
+/// Writes `secret` to `path` (mode 0600, replacing the file).
+pub fn write_secret(path: &Path, secret: &str) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir)?;
     }
-    let secret = secret.to_string();
     let mut options = fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
@@ -94,8 +95,7 @@ pub fn write_secret(path: &Path, secret: &str) -> std::io::Result<(String, bool)
     let mut file = options.open(path)?;
     file.write_all(secret.as_bytes())?;
     file.write_all(b"\n")?;
-    file.sync_all()?;
-    Ok((secret, true))
+    file.sync_all()
 }
 
 #[derive(Debug, Serialize, Deserialize)]

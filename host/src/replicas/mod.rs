@@ -29,7 +29,7 @@ use std::time::Duration;
 use crate::error::{ErrorKind, HostError, HostResult};
 use crate::grants::Directory;
 use crate::host::{Host, Inner};
-use crate::store::{Claim, ClaimScope};
+use crate::store::{Claim, ClaimScope, DeliveryRecord, Snapshot};
 
 /// How often a replica on a shared store checks for changes on its own.
 pub const BACKGROUND_REFRESH: Duration = Duration::from_millis(200);
@@ -38,11 +38,8 @@ pub const BACKGROUND_REFRESH: Duration = Duration::from_millis(200);
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often every host looks for deliveries nobody is working on.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
-/// How many deliveries one sweep claims: no more than are processed at once, so no
-/// claim lapses while its delivery waits its turn.
-const SWEEP_BATCH: u32 = CLAIMED_CONCURRENCY as u32;
-/// How many claimed deliveries are processed at once.
-pub(crate) const CLAIMED_CONCURRENCY: usize = 8;
+/// How many deliveries one claim takes (and are then processed at once).
+const CLAIM_BATCH: u32 = 8;
 
 /// This replica's identity and how current its in-memory state is.
 pub(crate) struct ReplicaState {
@@ -179,6 +176,24 @@ impl Host {
     async fn reload(&self) -> HostResult<()> {
         let _write = self.inner.writes.lock().await;
         let snapshot = self.inner.store.load().await?;
+        self.adopt_stored(&snapshot).await;
+        *self.inner.directory.write() = Directory::from_snapshot(&snapshot);
+        self.inner.resolver.invalidate();
+        self.inner
+            .replica
+            .applied
+            .store(snapshot.version, Ordering::SeqCst);
+        tracing::debug!(
+            version = snapshot.version,
+            "reloaded state changed by another replica"
+        );
+        Ok(())
+    }
+
+    /// Makes the registry and the image-tool cache what `snapshot` stores: connectors
+    /// whose digest changed are prepared (a compiled one comes from the cache), removed
+    /// ones dropped. Used at start-up (empty registry) and on every reload.
+    pub(crate) async fn adopt_stored(&self, snapshot: &Snapshot) {
         let registry = &self.inner.registry;
         for record in &snapshot.connectors {
             let current = registry.get(&record.slug);
@@ -191,7 +206,7 @@ impl Host {
                     registry.insert(prepared);
                 }
                 Err(e) => {
-                    tracing::error!(slug = %record.slug, error = %e, "a connector installed by another replica does not load here; it is not available on this replica")
+                    tracing::error!(slug = %record.slug, error = %e, "a stored connector does not load on this host; it stays stored but is not available here")
                 }
             }
         }
@@ -208,52 +223,42 @@ impl Host {
         for record in &snapshot.image_tools {
             self.cache_image_tools(record);
         }
-        *self.inner.directory.write() = Directory::from_snapshot(&snapshot);
-        self.inner.resolver.invalidate();
-        self.inner
-            .replica
-            .applied
-            .store(snapshot.version, Ordering::SeqCst);
-        tracing::debug!(
-            version = snapshot.version,
-            "reloaded state changed by another replica"
-        );
-        Ok(())
     }
 
     /// Claims and finishes deliveries nobody is working on; returns how many it claimed.
     pub async fn sweep_deliveries(&self) -> HostResult<usize> {
-        self.finish_claimed(ClaimScope::Sweep, SWEEP_BATCH).await
+        let batch = self.claim_batch(ClaimScope::Sweep).await?;
+        let n = batch.len();
+        if n > 0 {
+            let host = self.clone();
+            tokio::spawn(async move { host.process_claimed(batch).await });
+        }
+        Ok(n)
     }
 
-    /// Claims deliveries per `scope` and finishes them in the background.
-    pub(crate) async fn finish_claimed(&self, scope: ClaimScope, limit: u32) -> HostResult<usize> {
+    /// Claims one batch of deliveries per `scope` — no more than are processed at once,
+    /// so no claim lapses while its delivery waits its turn — with the state refreshed,
+    /// so they are routed with the bindings in force now, not as of the last request
+    /// this replica happened to serve.
+    pub(crate) async fn claim_batch(&self, scope: ClaimScope) -> HostResult<Vec<DeliveryRecord>> {
         let claimed = self
             .inner
             .store
-            .claim_deliveries(&self.new_claim(), now_unix(), scope, limit)
+            .claim_deliveries(&self.new_claim(), now_unix(), scope, CLAIM_BATCH)
             .await?;
-        let n = claimed.len();
-        if n == 0 {
-            return Ok(0);
+        if !claimed.is_empty() {
+            self.refresh().await?;
         }
-        // Claimed work is routed with the bindings in force now, not as of the last
-        // request this replica happened to serve.
-        self.refresh().await?;
-        let host = self.clone();
-        tokio::spawn(async move {
-            use futures::StreamExt;
-            // A few at a time: a slow delivery must not hold up the others.
-            futures::stream::iter(claimed)
-                .for_each_concurrent(CLAIMED_CONCURRENCY, |record| {
-                    let host = host.clone();
-                    async move {
-                        let _ = host.process_delivery(record).await;
-                    }
-                })
-                .await;
-        });
-        Ok(n)
+        Ok(claimed)
+    }
+
+    /// Finishes a claimed batch, all of it at once (a slow delivery does not hold up the
+    /// others).
+    pub(crate) async fn process_claimed(&self, batch: Vec<DeliveryRecord>) {
+        futures::future::join_all(batch.into_iter().map(|record| async move {
+            let _ = self.process_delivery(record).await;
+        }))
+        .await;
     }
 
     /// Starts the background refresh (shared stores) and the delivery sweep. They stop

@@ -29,6 +29,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -171,9 +172,9 @@ pub struct PostgresStore {
     /// The state version the caller's in-memory state reflects (set by `load` and by a
     /// `changes_since` that found nothing foreign). A state write refuses to run on top
     /// of a foreign version newer than this: the caller validated it against stale state.
-    seen: std::sync::atomic::AtomicI64,
+    seen: AtomicI64,
     /// Whether `refuse_stale` is in force ([`Store::refuse_stale_writes`]).
-    guard_stale: std::sync::atomic::AtomicBool,
+    guard_stale: AtomicBool,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -238,8 +239,8 @@ impl PostgresStore {
             pool,
             fail_point: Mutex::new(None),
             own_versions: Mutex::new(BTreeSet::new()),
-            seen: std::sync::atomic::AtomicI64::new(0),
-            guard_stale: std::sync::atomic::AtomicBool::new(false),
+            seen: AtomicI64::new(0),
+            guard_stale: AtomicBool::new(false),
         };
         store.migrate().await?;
         Ok(store)
@@ -326,15 +327,13 @@ impl PostgresStore {
             .await
             .map_err(|e| map_err(op, e))?;
         let current: i64 = col(&row, 0)?;
-        let seen = self.seen.load(std::sync::atomic::Ordering::SeqCst);
-        if current > seen && self.guard_stale.load(std::sync::atomic::Ordering::SeqCst) {
-            let own = self.own_versions.lock();
-            let mine = own.range(seen.saturating_add(1)..=current).count() as i64;
-            if mine != current - seen {
-                return Err(StoreError::Conflict(format!(
-                    "{op}: the state is at version {current}, this replica has seen {seen}"
-                )));
-            }
+        let seen = self.seen.load(Ordering::SeqCst);
+        if self.guard_stale.load(Ordering::SeqCst)
+            && foreign_after(&self.own_versions.lock(), seen, current)
+        {
+            return Err(StoreError::Conflict(format!(
+                "{op}: the state is at version {current}, this replica has seen {seen}"
+            )));
         }
         Ok(())
     }
@@ -412,6 +411,11 @@ fn pg_text(text: &str) -> std::borrow::Cow<'_, str> {
 /// [`pg_text`] of an optional text.
 fn pg_opt_text(text: &Option<String>) -> Option<std::borrow::Cow<'_, str>> {
     text.as_deref().map(pg_text)
+}
+
+/// Whether some version in `(after, upto]` is not one of `own` (another handle wrote it).
+fn foreign_after(own: &BTreeSet<i64>, after: i64, upto: i64) -> bool {
+    upto > after && own.range(after.saturating_add(1)..=upto).count() as i64 != upto - after
 }
 
 /// Reads column `i` of `row`, reporting a type mismatch as corrupt data.
@@ -770,8 +774,7 @@ impl Store for PostgresStore {
             .map_err(|e| map_err(ctx, e))?;
         let snapshot = load_snapshot(&tx).await?;
         tx.commit().await.map_err(|e| map_err(ctx, e))?;
-        self.seen
-            .fetch_max(snapshot.version, std::sync::atomic::Ordering::SeqCst);
+        self.seen.fetch_max(snapshot.version, Ordering::SeqCst);
         Ok(snapshot)
     }
 
@@ -1281,11 +1284,9 @@ impl Store for PostgresStore {
             0,
         )?;
         let mut own = self.own_versions.lock();
-        let foreign = version > applied
-            && own.range(applied.saturating_add(1)..=version).count() as i64 != version - applied;
+        let foreign = foreign_after(&own, applied, version);
         if !foreign {
-            self.seen
-                .fetch_max(version, std::sync::atomic::Ordering::SeqCst);
+            self.seen.fetch_max(version, Ordering::SeqCst);
         }
         // Versions at or below what the caller has applied are settled.
         *own = own.split_off(&applied.min(version).saturating_add(1));
@@ -1297,8 +1298,7 @@ impl Store for PostgresStore {
     }
 
     fn refuse_stale_writes(&self) {
-        self.guard_stale
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.guard_stale.store(true, Ordering::SeqCst);
     }
 
     async fn shared_secret(&self, name: &str, candidate: &str) -> StoreResult<String> {

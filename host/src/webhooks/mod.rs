@@ -30,7 +30,7 @@ use tokio::sync::broadcast::error::RecvError;
 use crate::error::{ErrorKind, HostError, HostResult};
 use crate::host::{now_rfc3339, Host};
 use crate::runtime::wit;
-use crate::store::{DeliveryRecord, DeliveryStatus, MessageRecord};
+use crate::store::{ClaimScope, DeliveryRecord, DeliveryStatus, MessageRecord};
 
 /// How long a webhook request waits for routing before answering `queued`.
 pub const INLINE_ROUTING: Duration = Duration::from_secs(2);
@@ -346,18 +346,7 @@ impl Host {
     pub async fn resume_deliveries(&self) -> HostResult<usize> {
         // The first batch is claimed now (a database error fails the start); the rest in
         // the background, a batch at a time, so no claim lapses while its delivery waits.
-        let claim_batch = |host: Host| async move {
-            host.inner
-                .store
-                .claim_deliveries(
-                    &host.new_claim(),
-                    time::OffsetDateTime::now_utc().unix_timestamp(),
-                    crate::store::ClaimScope::Startup,
-                    crate::replicas::CLAIMED_CONCURRENCY as u32,
-                )
-                .await
-        };
-        let first = claim_batch(self.clone()).await?;
+        let first = self.claim_batch(ClaimScope::Startup).await?;
         let n = first.len();
         if n == 0 {
             return Ok(0);
@@ -374,14 +363,8 @@ impl Host {
                 if batch.is_empty() {
                     return;
                 }
-                futures::future::join_all(batch.into_iter().map(|d| {
-                    let host = host.clone();
-                    async move {
-                        let _ = host.process_delivery(d).await;
-                    }
-                }))
-                .await;
-                batch = match claim_batch(host.clone()).await {
+                host.process_claimed(batch).await;
+                batch = match host.claim_batch(ClaimScope::Startup).await {
                     Ok(next) => next,
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot claim left-over deliveries; the periodic sweep takes them later");
