@@ -37,16 +37,59 @@ fn specs() -> Vec<GuestSpec> {
     specs
 }
 
+/// The Rust constant a test names a guest by (`bad-manifest-bad-slug` → `BAD_MANIFEST_BAD_SLUG`).
+fn constant_of(output_name: &str) -> String {
+    output_name.to_uppercase().replace('-', "_")
+}
+
+/// Every `.rs` file's text under `dir` (recursively).
+fn sources_under(dir: &Path, out: &mut String) -> anyhow::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            sources_under(&path, out)?;
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push_str(&std::fs::read_to_string(&path)?);
+        }
+    }
+    Ok(())
+}
+
+/// A guest that no test names is dead weight in every build: refuse it, so each guest
+/// under `guests/` is there because a test (or bench) uses it.
+fn refuse_unused(manifest_dir: &Path, specs: &[GuestSpec]) -> anyhow::Result<()> {
+    let mut sources = String::new();
+    for dir in ["all", "src", "benches"] {
+        let dir = manifest_dir.join(dir);
+        sources_under(&dir, &mut sources)?;
+        println!("cargo:rerun-if-changed={}", dir.display());
+    }
+    let unused: Vec<String> = specs
+        .iter()
+        .map(|s| constant_of(&s.output_name))
+        .filter(|c| !sources.contains(&format!("guests::{c}")))
+        .collect();
+    if !unused.is_empty() {
+        anyhow::bail!(
+            "test guests no test uses: {} (name each as `integration_tests::guests::<NAME>` in a test, or remove it from tests/build.rs)",
+            unused.join(", ")
+        );
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
     let workspace_root = manifest_dir
         .parent()
         .ok_or_else(|| anyhow::anyhow!("tests crate has no parent directory"))?;
-    let built = build_components(workspace_root, &specs())?;
+    let specs = specs();
+    refuse_unused(&manifest_dir, &specs)?;
+    let built = build_components(workspace_root, &specs)?;
 
     let mut code = String::new();
     for (name, path) in &built {
-        let constant = name.to_uppercase().replace('-', "_");
+        let constant = constant_of(name);
         writeln!(code, "/// Path of the `{name}` test component.")?;
         writeln!(
             code,

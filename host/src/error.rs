@@ -1,52 +1,133 @@
 //! The one error type every host operation returns, shaped like the contract's error body.
 //!
-//! Each error carries the HTTP status class, a stable snake_case code and a sentence for
-//! a human; the API layer only serialises it. Messages never contain secrets.
+//! An error is an [`ErrorCode`] (every code the contract knows, listed once, here), a
+//! sentence for a human and optional JSON details. What a code means on the wire (an HTTP
+//! status, a JSON-RPC error) is decided at those edges (`http::error`, `mcp`), not here.
+//! Messages never contain secrets.
 
 use serde_json::Value;
 
-/// The status class of an error (the HTTP status the API answers with).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
+/// Every error code of the contract (`{"error": {"code": ...}}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// A malformed request: bad id, bad JSON, unknown field, missing header.
     InvalidRequest,
+    /// No valid token (or a webhook without a valid signature, see [`Self::InvalidSignature`]).
     Unauthenticated,
+    /// A valid token of another agent.
     Forbidden,
+    /// The thing named does not exist.
     NotFound,
-    Conflict,
+    /// A request body over its limit.
     PayloadTooLarge,
+    /// A request body that is not JSON where JSON is expected.
     UnsupportedMediaType,
-    Unprocessable,
+    /// A component that breaks the manifest rules (CONTRACT §1).
+    InvalidComponent,
+    /// A binding config the connector's schema or its `bind` rejects.
+    InvalidConfig,
+    /// A binding names a GitHub App installation on a host without a GitHub App.
+    GithubAppNotConfigured,
+    /// Tool arguments that do not match the tool's input schema.
+    InvalidArguments,
+    /// A unit parent that would make a cycle.
+    Cycle,
+    /// Deleting a unit that has child units.
+    HasChildren,
+    /// Removing a connector that is still bound.
+    ConnectorInUse,
+    /// A rotation whose new version rejects existing bindings.
+    RotationBreaksBindings,
+    /// A write that raced another replica's: nothing was written.
+    StateChanged,
+    /// The tool exists but is not granted to the caller.
+    ToolNotGranted,
+    /// No such tool.
+    UnknownTool,
+    /// The connector reported a failure of the tool.
+    ToolFailed,
+    /// The guest trapped, ran out of memory or returned something invalid.
+    ConnectorTrapped,
+    /// The guest ran past its deadline.
+    ConnectorTimeout,
+    /// A webhook signature is missing, malformed or wrong.
+    InvalidSignature,
+    /// A retried webhook delivery failed again.
+    DeliveryFailed,
+    /// An image's tool list could not be fetched or read.
+    IntrospectionFailed,
+    /// Two connectors wrote the same runtime-context entry, or one wrote outside its own.
+    ContextConflict,
+    /// A connector's runtime-context export failed.
+    ContextFailed,
+    /// The shared database does not answer.
+    StoreUnavailable,
+    /// A fault of the host itself.
     Internal,
-    BadGateway,
-    Unavailable,
-    GatewayTimeout,
 }
 
-impl ErrorKind {
-    /// The HTTP status code.
-    pub fn status(self) -> u16 {
+impl ErrorCode {
+    /// The contract's snake_case spelling.
+    pub fn as_str(self) -> &'static str {
         match self {
-            ErrorKind::InvalidRequest => 400,
-            ErrorKind::Unauthenticated => 401,
-            ErrorKind::Forbidden => 403,
-            ErrorKind::NotFound => 404,
-            ErrorKind::Conflict => 409,
-            ErrorKind::PayloadTooLarge => 413,
-            ErrorKind::UnsupportedMediaType => 415,
-            ErrorKind::Unprocessable => 422,
-            ErrorKind::Internal => 500,
-            ErrorKind::BadGateway => 502,
-            ErrorKind::Unavailable => 503,
-            ErrorKind::GatewayTimeout => 504,
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::Unauthenticated => "unauthenticated",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::UnsupportedMediaType => "unsupported_media_type",
+            ErrorCode::InvalidComponent => "invalid_component",
+            ErrorCode::InvalidConfig => "invalid_config",
+            ErrorCode::GithubAppNotConfigured => "github_app_not_configured",
+            ErrorCode::InvalidArguments => "invalid_arguments",
+            ErrorCode::Cycle => "cycle",
+            ErrorCode::HasChildren => "has_children",
+            ErrorCode::ConnectorInUse => "connector_in_use",
+            ErrorCode::RotationBreaksBindings => "rotation_breaks_bindings",
+            ErrorCode::StateChanged => "state_changed",
+            ErrorCode::ToolNotGranted => "tool_not_granted",
+            ErrorCode::UnknownTool => "unknown_tool",
+            ErrorCode::ToolFailed => "tool_failed",
+            ErrorCode::ConnectorTrapped => "connector_trapped",
+            ErrorCode::ConnectorTimeout => "connector_timeout",
+            ErrorCode::InvalidSignature => "invalid_signature",
+            ErrorCode::DeliveryFailed => "delivery_failed",
+            ErrorCode::IntrospectionFailed => "introspection_failed",
+            ErrorCode::ContextConflict => "context_conflict",
+            ErrorCode::ContextFailed => "context_failed",
+            ErrorCode::StoreUnavailable => "store_unavailable",
+            ErrorCode::Internal => "internal",
         }
+    }
+
+    /// Whether the error is the caller's to fix (a rejected request) rather than a failure
+    /// of a connector, the host or its database.
+    pub fn is_rejection(self) -> bool {
+        !matches!(
+            self,
+            ErrorCode::ToolFailed
+                | ErrorCode::ConnectorTrapped
+                | ErrorCode::ConnectorTimeout
+                | ErrorCode::DeliveryFailed
+                | ErrorCode::IntrospectionFailed
+                | ErrorCode::ContextConflict
+                | ErrorCode::ContextFailed
+                | ErrorCode::StoreUnavailable
+                | ErrorCode::Internal
+        )
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
 /// A failed host operation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostError {
-    pub kind: ErrorKind,
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
     pub details: Option<Value>,
 }
@@ -60,9 +141,8 @@ impl std::fmt::Display for HostError {
 impl std::error::Error for HostError {}
 
 impl HostError {
-    pub fn new(kind: ErrorKind, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
-            kind,
             code,
             message: message.into(),
             details: None,
@@ -75,29 +155,26 @@ impl HostError {
     }
 
     pub fn invalid_request(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::InvalidRequest, "invalid_request", message)
+        Self::new(ErrorCode::InvalidRequest, message)
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::NotFound, "not_found", message)
+        Self::new(ErrorCode::NotFound, message)
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::Internal, "internal", message)
+        Self::new(ErrorCode::Internal, message)
     }
 }
 
 impl From<crate::store::StoreError> for HostError {
     fn from(err: crate::store::StoreError) -> Self {
         match err {
-            crate::store::StoreError::Unavailable(_) => HostError::new(
-                ErrorKind::Unavailable,
-                "store_unavailable",
-                format!("{err}; retry shortly"),
-            ),
+            crate::store::StoreError::Unavailable(_) => {
+                HostError::new(ErrorCode::StoreUnavailable, format!("{err}; retry shortly"))
+            }
             crate::store::StoreError::Conflict(_) => HostError::new(
-                ErrorKind::Conflict,
-                "state_changed",
+                ErrorCode::StateChanged,
                 format!("{err}; nothing was changed: retry the request"),
             ),
             other => HostError::internal(other.to_string()),

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use crate::auth::{read_or_create_secret, AgentTokens, OperatorToken};
 use crate::config::HostConfig;
-use crate::error::{ErrorKind, HostError, HostResult};
+use crate::error::{ErrorCode, HostError, HostResult};
 use crate::grants::{
     connector_provenance, unit_order, Directory, EffectiveToolResolver, Provider, ResolvedTools,
     ToolCatalog, EXPLICIT,
@@ -32,6 +32,7 @@ use crate::store::{
     AgentRecord, BindingRecord, ConnectorRecord, GrantRecord, ImageToolsRecord, Store, Subject,
     UnitRecord,
 };
+use crate::writes::{image_tool_infos, ImageTools, Memory, Policies, StateChange};
 
 static ID_RULE: std::sync::LazyLock<regex_lite::Regex> = std::sync::LazyLock::new(|| {
     regex_lite::Regex::new(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -174,15 +175,15 @@ pub(crate) struct Inner {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) directory: RwLock<Directory>,
     pub(crate) resolver: EffectiveToolResolver,
-    pub(crate) policies: RwLock<BTreeMap<String, Arc<OutboundPolicy>>>,
+    pub(crate) policies: Policies,
     pub(crate) platform: RwLock<PlatformTools>,
-    pub(crate) image_tools: RwLock<BTreeMap<String, Arc<[Arc<ToolInfo>]>>>,
+    pub(crate) image_tools: ImageTools,
     pub(crate) writes: tokio::sync::Mutex<()>,
     pub(crate) operator: OperatorToken,
     pub(crate) agent_tokens: AgentTokens,
     pub(crate) metrics: Metrics,
     pub(crate) http: reqwest::Client,
-    pub(crate) in_flight: parking_lot::Mutex<std::collections::HashSet<(String, String)>>,
+    pub(crate) in_flight: crate::webhooks::InFlightSet,
     pub(crate) inbox: tokio::sync::broadcast::Sender<Arc<crate::store::MessageRecord>>,
     pub(crate) replica: crate::replicas::ReplicaState,
 }
@@ -244,6 +245,33 @@ fn builtin_platform_tools() -> PlatformTools {
     }
 }
 
+/// The `<namespace>.*` grant a binding of `slug` on `unit` carries (keeping the creation
+/// time of the one it replaces).
+fn binding_grant(dir: &Directory, unit: &str, slug: &str, namespace: &str) -> GrantRecord {
+    let provenance = connector_provenance(slug);
+    let existing = dir
+        .grants_of(&Subject::Unit(unit.to_string()))
+        .iter()
+        .find(|g| g.provenance == provenance)
+        .map(|g| g.created_at.clone());
+    GrantRecord {
+        subject: Subject::Unit(unit.to_string()),
+        tool: format!("{namespace}.*"),
+        namespace: namespace.to_string(),
+        provenance,
+        created_at: existing.unwrap_or_else(now_rfc3339),
+    }
+}
+
+/// `Created` when there was nothing before, else `Updated`.
+fn written<T>(existing: Option<T>) -> Written {
+    if existing.is_some() {
+        Written::Updated
+    } else {
+        Written::Created
+    }
+}
+
 fn violations_json(v: &[SchemaViolation]) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
@@ -277,11 +305,7 @@ pub fn mask_secrets(schema: &Value, config: &Value) -> Value {
 
 /// A guest failure as the contract's error (`504 connector_timeout` or `502 connector_trapped`).
 pub(crate) fn guest_error(err: GuestError) -> HostError {
-    let kind = match err {
-        GuestError::Timeout { .. } => ErrorKind::GatewayTimeout,
-        _ => ErrorKind::BadGateway,
-    };
-    HostError::new(kind, err.code(), err.to_string())
+    HostError::new(err.code(), err.to_string())
 }
 
 fn install_error(err: InstallError) -> HostError {
@@ -289,12 +313,7 @@ fn install_error(err: InstallError) -> HostError {
     if let Some(id) = err.offending_id() {
         details["id"] = Value::String(id.to_string());
     }
-    HostError::new(
-        ErrorKind::Unprocessable,
-        "invalid_component",
-        err.to_string(),
-    )
-    .with_details(details)
+    HostError::new(ErrorCode::InvalidComponent, err.to_string()).with_details(details)
 }
 
 /// Calls `f` with every string value in `config` (at any depth).
@@ -470,23 +489,46 @@ impl Host {
         self.inner.agent_tokens.verify(token).ok()
     }
 
-    pub(crate) fn remember_policy(&self, info: &Connector) {
+    /// The outbound policy of a connector: what it declares, narrowed by the operator's
+    /// settings of its slug.
+    fn policy_of(&self, info: &Connector) -> Arc<OutboundPolicy> {
         let settings = self.inner.config.connector(&info.slug);
-        let policy = OutboundPolicy::new(
+        Arc::new(OutboundPolicy::new(
             &info.allowed_hosts,
             settings.allowed_hosts.as_deref(),
             settings.allow_private_networks,
-        );
+        ))
+    }
+
+    pub(crate) fn remember_policy(&self, info: &Connector) {
+        let policy = self.policy_of(info);
         self.inner
             .policies
             .write()
-            .insert(info.slug.clone(), Arc::new(policy));
+            .insert(info.slug.clone(), policy);
     }
 
     /// The sandbox a call of connector `slug` runs in on behalf of `binding` (if any): its
     /// outbound policy, the installations its routing keys name, the secrets its config
     /// names.
     pub fn sandbox(&self, slug: &str, binding: Option<&BindingRecord>) -> Sandbox {
+        let outbound = self
+            .inner
+            .policies
+            .read()
+            .get(slug)
+            .cloned()
+            .unwrap_or_else(|| Arc::new(OutboundPolicy::deny_all()));
+        self.sandbox_with(slug, binding, outbound)
+    }
+
+    /// [`Host::sandbox`] with a given outbound policy.
+    fn sandbox_with(
+        &self,
+        slug: &str,
+        binding: Option<&BindingRecord>,
+        outbound: Arc<OutboundPolicy>,
+    ) -> Sandbox {
         let routing_keys = binding.map(|b| b.routing_keys.as_slice()).unwrap_or(&[]);
         let mut secrets = BTreeMap::new();
         if let Some(b) = binding {
@@ -499,19 +541,34 @@ impl Host {
                 });
             }
         }
-        let outbound = self
-            .inner
-            .policies
-            .read()
-            .get(slug)
-            .cloned()
-            .unwrap_or_else(|| Arc::new(OutboundPolicy::deny_all()));
         Sandbox {
             connector: Arc::from(slug),
             outbound,
             installations: installations_of(routing_keys),
             secrets: Arc::new(secrets),
         }
+    }
+
+    /// The one write path (see [`crate::writes`]): under the write lock, `decide` checks
+    /// the request against the state as it is now and says what to change; the change is
+    /// persisted in one store transaction, then applied to memory with the resolver cache
+    /// dropped, under the directory's write lock.
+    pub(crate) async fn write<T, Fut>(&self, decide: impl FnOnce() -> Fut) -> HostResult<T>
+    where
+        Fut: std::future::Future<Output = HostResult<(StateChange, T)>>,
+    {
+        let _write = self.inner.writes.lock().await;
+        let (change, out) = decide().await?;
+        change.persist(self.inner.store.as_ref()).await?;
+        let memory = Memory {
+            registry: &self.inner.registry,
+            policies: &self.inner.policies,
+            image_tools: &self.inner.image_tools,
+        };
+        let mut dir = self.inner.directory.write();
+        change.apply(&mut dir, &memory);
+        self.inner.resolver.invalidate();
+        Ok(out)
     }
 
     // ----- connectors -------------------------------------------------------------
@@ -523,7 +580,7 @@ impl Host {
         let mut attempt = 0;
         loop {
             match self.install_component(bytes, bundled, true).await {
-                Err(e) if e.code == "state_changed" && attempt < 10 => {
+                Err(e) if e.code == ErrorCode::StateChanged && attempt < 10 => {
                     attempt += 1;
                     self.refresh().await?;
                 }
@@ -552,7 +609,19 @@ impl Host {
             .prepare(bytes)
             .await
             .map_err(install_error)?;
-        let _write = self.inner.writes.lock().await;
+        self.write(|| self.plan_install(prepared, bytes, bundled, force))
+            .await
+    }
+
+    /// Decides an install or rotation under the write lock: conflicts with installed
+    /// connectors, and every binding of the slug re-checked against the new version.
+    async fn plan_install(
+        &self,
+        prepared: InstalledConnector,
+        bytes: &[u8],
+        bundled: bool,
+        force: bool,
+    ) -> HostResult<(StateChange, Installed)> {
         let previous = self
             .inner
             .registry
@@ -561,10 +630,11 @@ impl Host {
         let slug = prepared.info().slug.clone();
         if let Some(previous) = &previous {
             if previous.info().digest == prepared.info().digest {
-                return Ok(Installed {
+                let unchanged = Installed {
                     connector: previous.info().clone(),
                     written: Written::Updated,
-                });
+                };
+                return Ok((StateChange::Nothing, unchanged));
             }
         }
         // Re-validate every binding of this slug against the new connector.
@@ -577,12 +647,12 @@ impl Host {
             .collect();
         let mut kept = Vec::new();
         let mut broken = Vec::new();
-        self.remember_policy(prepared.info());
+        let policy = self.policy_of(prepared.info());
         for b in bindings {
             let verdict = match prepared.check_config(&b.config) {
                 Err(v) => Err(json!({"unitId": b.unit_id, "violations": violations_json(&v)})),
                 Ok(()) => {
-                    let sandbox = self.sandbox(&slug, Some(&b));
+                    let sandbox = self.sandbox_with(&slug, Some(&b), policy.clone());
                     match self
                         .inner
                         .runtime
@@ -604,12 +674,7 @@ impl Host {
             }
         }
         if !broken.is_empty() && !force {
-            if let Some(previous) = &previous {
-                self.remember_policy(previous.info());
-            }
-            return Err(HostError::new(
-                ErrorKind::Conflict,
-                "rotation_breaks_bindings",
+            return Err(HostError::new(ErrorCode::RotationBreaksBindings,
                 format!(
                     "the new version of `{slug}` rejects the configuration of {} existing binding(s); fix them or install with ?force=true to unbind them",
                     broken.len()
@@ -626,59 +691,30 @@ impl Host {
             installed_at: now_rfc3339(),
         };
         let namespace = record.namespace.clone();
-        let kept: Vec<(BindingRecord, GrantRecord)> = kept
-            .into_iter()
-            .map(|b| {
-                let grant = self.binding_grant(&b.unit_id, &slug, &namespace);
-                (b, grant)
-            })
-            .collect();
+        let kept: Vec<(BindingRecord, GrantRecord)> = {
+            let dir = self.inner.directory.read();
+            kept.into_iter()
+                .map(|b| {
+                    let grant = binding_grant(&dir, &b.unit_id, &slug, &namespace);
+                    (b, grant)
+                })
+                .collect()
+        };
         let removed: Vec<String> = broken.iter().map(|(b, _)| b.unit_id.clone()).collect();
-        // Connector, re-derived grants, dropped and re-keyed bindings: one transaction.
-        self.inner
-            .store
-            .rotate_connector(&record, &kept, &removed)
-            .await?;
         let info = prepared.info().clone();
-        {
-            let mut dir = self.inner.directory.write();
-            self.inner.registry.insert(prepared);
-            dir.rename_connector_namespace(&slug, &namespace);
-            for unit in &removed {
-                dir.remove_binding(unit, &slug);
-            }
-            for (b, grant) in kept {
-                dir.put_binding(b, grant);
-            }
-            self.inner.resolver.invalidate();
-        }
-        Ok(Installed {
+        let installed = Installed {
             connector: info,
-            written: if previous.is_some() {
-                Written::Updated
-            } else {
-                Written::Created
-            },
-        })
-    }
-
-    fn binding_grant(&self, unit: &str, slug: &str, namespace: &str) -> GrantRecord {
-        let provenance = connector_provenance(slug);
-        let existing = self
-            .inner
-            .directory
-            .read()
-            .grants_of(&Subject::Unit(unit.to_string()))
-            .iter()
-            .find(|g| g.provenance == provenance)
-            .map(|g| g.created_at.clone());
-        GrantRecord {
-            subject: Subject::Unit(unit.to_string()),
-            tool: format!("{namespace}.*"),
-            namespace: namespace.to_string(),
-            provenance,
-            created_at: existing.unwrap_or_else(now_rfc3339),
-        }
+            written: written(previous.as_ref()),
+        };
+        // Connector, re-derived grants, dropped and re-keyed bindings: one transaction.
+        let change = StateChange::InstallConnector {
+            record,
+            prepared: Box::new(prepared),
+            policy,
+            kept,
+            removed,
+        };
+        Ok((change, installed))
     }
 
     /// Every installed connector, sorted by slug.
@@ -704,30 +740,24 @@ impl Host {
     /// Removes a connector; while bound it is refused (`409 connector_in_use`) unless
     /// `force`, which unbinds it everywhere first.
     pub async fn remove_connector(&self, slug: &str, force: bool) -> HostResult<()> {
-        self.connector(slug)?;
-        let _write = self.inner.writes.lock().await;
-        let bound: Vec<String> = self
-            .inner
-            .directory
-            .read()
-            .bindings_of_connector(slug)
-            .map(|b| b.unit_id.clone())
-            .collect();
-        if !bound.is_empty() && !force {
-            return Err(HostError::new(
-                ErrorKind::Conflict,
-                "connector_in_use",
-                format!("connector `{slug}` is bound to {} unit(s); unbind it first or delete with ?force=true", bound.len()),
-            )
-            .with_details(json!({"units": bound})));
-        }
-        self.inner.store.delete_connector(slug).await?;
-        let mut dir = self.inner.directory.write();
-        dir.remove_connector(slug);
-        self.inner.registry.remove(slug);
-        self.inner.policies.write().remove(slug);
-        self.inner.resolver.invalidate();
-        Ok(())
+        self.write(|| async {
+            self.connector(slug)?;
+            let bound: Vec<String> = self
+                .inner
+                .directory
+                .read()
+                .bindings_of_connector(slug)
+                .map(|b| b.unit_id.clone())
+                .collect();
+            if !bound.is_empty() && !force {
+                return Err(HostError::new(ErrorCode::ConnectorInUse,
+                    format!("connector `{slug}` is bound to {} unit(s); unbind it first or delete with ?force=true", bound.len()),
+                )
+                .with_details(json!({"units": bound})));
+            }
+            Ok((StateChange::RemoveConnector(slug.to_string()), ()))
+        })
+        .await
     }
 
     // ----- units and agents ------------------------------------------------------
@@ -743,45 +773,34 @@ impl Host {
         if let Some(p) = parent {
             check_id("unit", p)?;
         }
-        let _write = self.inner.writes.lock().await;
-        let record = {
-            let dir = self.inner.directory.read();
-            if let Some(p) = parent {
-                if dir.unit(p).is_none() {
-                    return Err(HostError::not_found(format!(
-                        "parent unit `{p}` does not exist; create it first"
-                    )));
+        let written = self
+            .write(|| async {
+                let dir = self.inner.directory.read();
+                if let Some(p) = parent {
+                    if dir.unit(p).is_none() {
+                        return Err(HostError::not_found(format!(
+                            "parent unit `{p}` does not exist; create it first"
+                        )));
+                    }
+                    if p == id || dir.would_cycle(id, p) {
+                        return Err(HostError::new(
+                            ErrorCode::Cycle,
+                            format!("making `{p}` the parent of `{id}` would create a cycle"),
+                        ));
+                    }
                 }
-                if p == id || dir.would_cycle(id, p) {
-                    return Err(HostError::new(
-                        ErrorKind::Unprocessable,
-                        "cycle",
-                        format!("making `{p}` the parent of `{id}` would create a cycle"),
-                    ));
-                }
-            }
-            let existing = dir.unit(id);
-            UnitRecord {
-                id: id.to_string(),
-                parent: parent.map(str::to_string),
-                display_name: display_name.map(str::to_string),
-                created_at: existing
-                    .map(|u| u.created_at.clone())
-                    .unwrap_or_else(now_rfc3339),
-            }
-        };
-        let written = if self.inner.directory.read().unit(id).is_some() {
-            Written::Updated
-        } else {
-            Written::Created
-        };
-        self.inner.store.put_unit(&record).await?;
-        {
-            let mut dir = self.inner.directory.write();
-            dir.put_unit(record);
-            self.inner.resolver.invalidate();
-        }
-        drop(_write);
+                let existing = dir.unit(id);
+                let record = UnitRecord {
+                    id: id.to_string(),
+                    parent: parent.map(str::to_string),
+                    display_name: display_name.map(str::to_string),
+                    created_at: existing
+                        .map(|u| u.created_at.clone())
+                        .unwrap_or_else(now_rfc3339),
+                };
+                Ok((StateChange::PutUnit(record), written(existing)))
+            })
+            .await?;
         Ok((self.unit(id)?, written))
     }
 
@@ -809,41 +828,21 @@ impl Host {
     /// children (`409 has_children`).
     pub async fn delete_unit(&self, id: &str) -> HostResult<()> {
         check_id("unit", id)?;
-        let _write = self.inner.writes.lock().await;
-        let affected_agents: Vec<AgentRecord> = {
+        self.write(|| async {
             let dir = self.inner.directory.read();
             if dir.unit(id).is_none() {
                 return Err(HostError::not_found(format!("unit `{id}` does not exist")));
             }
             if dir.has_children(id) {
                 return Err(HostError::new(
-                    ErrorKind::Conflict,
-                    "has_children",
+                    ErrorCode::HasChildren,
                     format!("unit `{id}` has child units; delete or move them first"),
                 ));
             }
-            dir.agents()
-                .filter(|a| a.units.iter().any(|u| u == id))
-                .cloned()
-                .collect()
-        };
-        self.inner.store.delete_unit(id).await?;
-        {
-            self.inner.directory.write().remove_unit(id);
-            self.inner.resolver.invalidate();
-        }
-        for mut agent in affected_agents {
-            agent.units.retain(|u| u != id);
-            if let Err(e) = self.inner.store.put_agent(&agent).await {
-                // The unit is gone but some agents still list it: memory and database may
-                // now differ, so the next refresh reloads everything.
-                self.mark_stale();
-                return Err(e.into());
-            }
-            self.inner.directory.write().put_agent(agent);
-            self.inner.resolver.invalidate();
-        }
-        Ok(())
+            // Bindings, grants and agents' memberships go in the same transaction.
+            Ok((StateChange::DeleteUnit(id.to_string()), ()))
+        })
+        .await
     }
 
     /// Creates or updates an agent (`units`: first = primary).
@@ -868,40 +867,26 @@ impl Host {
                 )));
             }
         }
-        let _write = self.inner.writes.lock().await;
-        let (record, written) = {
-            let dir = self.inner.directory.read();
-            for u in units {
-                if dir.unit(u).is_none() {
+        let written = self
+            .write(|| async {
+                let dir = self.inner.directory.read();
+                if let Some(u) = units.iter().find(|u| dir.unit(u).is_none()) {
                     return Err(HostError::not_found(format!(
                         "unit `{u}` does not exist; create it first"
                     )));
                 }
-            }
-            let existing = dir.agent(id);
-            (
-                AgentRecord {
+                let existing = dir.agent(id);
+                let record = AgentRecord {
                     id: id.to_string(),
                     units: units.to_vec(),
                     display_name: display_name.map(str::to_string),
                     created_at: existing
                         .map(|a| a.created_at.clone())
                         .unwrap_or_else(now_rfc3339),
-                },
-                if existing.is_some() {
-                    Written::Updated
-                } else {
-                    Written::Created
-                },
-            )
-        };
-        self.inner.store.put_agent(&record).await?;
-        {
-            let mut dir = self.inner.directory.write();
-            dir.put_agent(record);
-            self.inner.resolver.invalidate();
-        }
-        drop(_write);
+                };
+                Ok((StateChange::PutAgent(record), written(existing)))
+            })
+            .await?;
         Ok((self.agent(id)?, written))
     }
 
@@ -926,16 +911,13 @@ impl Host {
     /// Deletes an agent with its explicit grants and image tools.
     pub async fn delete_agent(&self, id: &str) -> HostResult<()> {
         check_id("agent", id)?;
-        let _write = self.inner.writes.lock().await;
-        if self.inner.directory.read().agent(id).is_none() {
-            return Err(HostError::not_found(format!("agent `{id}` does not exist")));
-        }
-        self.inner.store.delete_agent(id).await?;
-        let mut dir = self.inner.directory.write();
-        dir.remove_agent(id);
-        self.inner.image_tools.write().remove(id);
-        self.inner.resolver.invalidate();
-        Ok(())
+        self.write(|| async {
+            if self.inner.directory.read().agent(id).is_none() {
+                return Err(HostError::not_found(format!("agent `{id}` does not exist")));
+            }
+            Ok((StateChange::DeleteAgent(id.to_string()), ()))
+        })
+        .await
     }
 
     /// Issues an agent token (default one hour, at most 30 days).
@@ -1012,8 +994,7 @@ impl Host {
         }
         if let Err(v) = connector.check_config(&config) {
             return Err(HostError::new(
-                ErrorKind::Unprocessable,
-                "invalid_config",
+                ErrorCode::InvalidConfig,
                 format!("the configuration does not match the configSchema of `{slug}`"),
             )
             .with_details(json!({"violations": violations_json(&v)})));
@@ -1028,8 +1009,7 @@ impl Host {
             Ok(Ok(keys)) => keys,
             Ok(Err(msg)) => {
                 return Err(HostError::new(
-                    ErrorKind::Unprocessable,
-                    "invalid_config",
+                    ErrorCode::InvalidConfig,
                     format!("connector `{slug}` refused the configuration: {msg}"),
                 )
                 .with_details(json!({"connector": msg})))
@@ -1039,48 +1019,41 @@ impl Host {
         if self.inner.config.github_app.is_none()
             && keys.iter().any(|k| k.starts_with("installation:"))
         {
-            return Err(HostError::new(
-                ErrorKind::Unprocessable,
-                "github_app_not_configured",
+            return Err(HostError::new(ErrorCode::GithubAppNotConfigured,
                 "this binding names a GitHub App installation, but no GitHub App is configured on this host (set github_app.app_id and github_app.private_key_path, or use patSecret)",
             ));
         }
-        let _write = self.inner.writes.lock().await;
-        // Re-check under the write lock: the unit or connector may have gone meanwhile.
-        if self.inner.directory.read().unit(unit).is_none() {
-            return Err(HostError::not_found(format!(
-                "unit `{unit}` does not exist"
-            )));
-        }
-        let connector = self.connector(slug)?;
-        let namespace = connector.info().tool_namespace.clone();
-        let existing = self.inner.directory.read().binding(unit, slug).cloned();
-        let record = BindingRecord {
-            unit_id: unit.to_string(),
-            connector: slug.to_string(),
-            config,
-            routing_keys: keys,
-            bound_at: existing
-                .as_ref()
-                .map(|b| b.bound_at.clone())
-                .unwrap_or_else(now_rfc3339),
-        };
-        let grant = self.binding_grant(unit, slug, &namespace);
-        self.inner.store.put_binding(&record, &grant).await?;
-        let view = {
-            let mut dir = self.inner.directory.write();
-            dir.put_binding(record.clone(), grant);
-            self.inner.resolver.invalidate();
-            self.binding_view(&dir, &record)
-        };
-        Ok((
-            view,
-            if existing.is_some() {
-                Written::Updated
-            } else {
-                Written::Created
-            },
-        ))
+        let written = self
+            .write(|| async {
+                // Checked again under the write lock: the unit or the connector may have
+                // gone meanwhile.
+                let dir = self.inner.directory.read();
+                if dir.unit(unit).is_none() {
+                    return Err(HostError::not_found(format!(
+                        "unit `{unit}` does not exist"
+                    )));
+                }
+                let connector = self.connector(slug)?;
+                let namespace = connector.info().tool_namespace.clone();
+                let existing = dir.binding(unit, slug);
+                let record = BindingRecord {
+                    unit_id: unit.to_string(),
+                    connector: slug.to_string(),
+                    config,
+                    routing_keys: keys,
+                    bound_at: existing
+                        .map(|b| b.bound_at.clone())
+                        .unwrap_or_else(now_rfc3339),
+                };
+                let grant = binding_grant(&dir, unit, slug, &namespace);
+                Ok((StateChange::PutBinding(record, grant), written(existing)))
+            })
+            .await?;
+        let dir = self.inner.directory.read();
+        let record = dir
+            .binding(unit, slug)
+            .ok_or_else(|| HostError::not_found(format!("unit `{unit}` does not exist")))?;
+        Ok((self.binding_view(&dir, record), written))
     }
 
     /// The bindings of a unit.
@@ -1108,18 +1081,20 @@ impl Host {
     /// Unbinds: deletes the binding and exactly its grants in one transaction.
     pub async fn unbind(&self, unit: &str, slug: &str) -> HostResult<()> {
         check_id("unit", unit)?;
-        let _write = self.inner.writes.lock().await;
-        if self.inner.directory.read().binding(unit, slug).is_none() {
-            return Err(HostError::not_found(format!(
-                "connector `{}` is not bound to unit `{unit}`",
-                truncate(slug, 80)
-            )));
-        }
-        self.inner.store.delete_binding(unit, slug).await?;
-        let mut dir = self.inner.directory.write();
-        dir.remove_binding(unit, slug);
-        self.inner.resolver.invalidate();
-        Ok(())
+        self.write(|| async {
+            if self.inner.directory.read().binding(unit, slug).is_none() {
+                return Err(HostError::not_found(format!(
+                    "connector `{}` is not bound to unit `{unit}`",
+                    truncate(slug, 80)
+                )));
+            }
+            let change = StateChange::DeleteBinding {
+                unit: unit.to_string(),
+                connector: slug.to_string(),
+            };
+            Ok((change, ()))
+        })
+        .await
     }
 
     // ----- grants and effective tools ------------------------------------------------
@@ -1153,8 +1128,7 @@ impl Host {
             .ok_or_else(|| HostError::not_found(format!("{kind} `{id}` does not exist")))
     }
 
-    fn subject_exists(&self, subject: &Subject) -> HostResult<()> {
-        let dir = self.inner.directory.read();
+    fn subject_exists(dir: &Directory, subject: &Subject) -> HostResult<()> {
         let (kind, id, exists) = match subject {
             Subject::Unit(id) => ("unit", id, dir.unit(id).is_some()),
             Subject::Agent(id) => ("agent", id, dir.agent(id).is_some()),
@@ -1171,76 +1145,54 @@ impl Host {
 
     /// Grants a tool id or a whole namespace to a subject explicitly.
     pub async fn grant(&self, subject: Subject, tool_or_namespace: &str) -> HostResult<GrantView> {
-        self.subject_exists(&subject)?;
         let (tool, namespace) = parse_grant_target(tool_or_namespace)?;
-        let record = GrantRecord {
-            subject,
-            tool,
-            namespace,
-            provenance: EXPLICIT.to_string(),
-            created_at: now_rfc3339(),
-        };
-        let _write = self.inner.writes.lock().await;
-        self.inner.store.put_grant(&record).await?;
-        let mut dir = self.inner.directory.write();
-        dir.put_grant(record.clone());
-        self.inner.resolver.invalidate();
-        Ok(GrantView::from(&record))
+        self.write(|| async {
+            // The subject is checked under the write lock: a unit or agent deleted
+            // concurrently cannot be left with a grant.
+            Self::subject_exists(&self.inner.directory.read(), &subject)?;
+            let record = GrantRecord {
+                subject,
+                tool,
+                namespace,
+                provenance: EXPLICIT.to_string(),
+                created_at: now_rfc3339(),
+            };
+            let view = GrantView::from(&record);
+            Ok((StateChange::PutGrant(record), view))
+        })
+        .await
     }
 
     /// Revokes an explicit grant.
     pub async fn revoke(&self, subject: Subject, tool_or_namespace: &str) -> HostResult<()> {
-        self.subject_exists(&subject)?;
         let (tool, _) = parse_grant_target(tool_or_namespace)?;
-        let _write = self.inner.writes.lock().await;
-        let present = self
-            .inner
-            .directory
-            .read()
-            .grants_of(&subject)
-            .iter()
-            .any(|g| g.tool == tool && g.provenance == EXPLICIT);
-        if !present {
-            return Err(HostError::not_found(format!(
-                "no explicit grant of `{tool}` exists on this subject"
-            )));
-        }
-        self.inner
-            .store
-            .delete_grant(&subject, &tool, EXPLICIT)
-            .await?;
-        let mut dir = self.inner.directory.write();
-        dir.remove_grant(&subject, &tool, EXPLICIT);
-        self.inner.resolver.invalidate();
-        Ok(())
+        self.write(|| async {
+            let dir = self.inner.directory.read();
+            Self::subject_exists(&dir, &subject)?;
+            let present = dir
+                .grants_of(&subject)
+                .iter()
+                .any(|g| g.tool == tool && g.provenance == EXPLICIT);
+            if !present {
+                return Err(HostError::not_found(format!(
+                    "no explicit grant of `{tool}` exists on this subject"
+                )));
+            }
+            let change = StateChange::DeleteGrant {
+                subject,
+                tool,
+                provenance: EXPLICIT.to_string(),
+            };
+            Ok((change, ()))
+        })
+        .await
     }
 
     pub(crate) fn cache_image_tools(&self, record: &ImageToolsRecord) {
-        let tools: Vec<Arc<ToolInfo>> = record
-            .tools
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|t| {
-                Some(Arc::new(ToolInfo {
-                    name: t.get("name")?.as_str()?.to_string(),
-                    description: t
-                        .get("description")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string(),
-                    input_schema: t
-                        .get("inputSchema")
-                        .cloned()
-                        .unwrap_or_else(|| json!({"type": "object"})),
-                    annotations: ToolAnnotations::default(),
-                }))
-            })
-            .collect();
         self.inner
             .image_tools
             .write()
-            .insert(record.agent_id.clone(), Arc::from(tools));
+            .insert(record.agent_id.clone(), image_tool_infos(record));
     }
 
     /// Stores the tools an agent's image declares.
@@ -1267,12 +1219,15 @@ impl Host {
             digest: digest.to_string(),
             tools: tools.clone(),
         };
-        let _write = self.inner.writes.lock().await;
-        self.inner.store.put_image_tools(&record).await?;
-        let mut dir = self.inner.directory.write();
-        self.cache_image_tools(&record);
-        dir.put_image_tools(record);
-        self.inner.resolver.invalidate();
+        self.write(|| async {
+            if self.inner.directory.read().agent(agent).is_none() {
+                return Err(HostError::not_found(format!(
+                    "agent `{agent}` does not exist"
+                )));
+            }
+            Ok((StateChange::PutImageTools(record), ()))
+        })
+        .await?;
         Ok(json!({"digest": digest, "tools": tools}))
     }
 
@@ -1292,8 +1247,7 @@ impl Host {
             ));
         }
         let target = format!("{}/a2a/tools", url.trim_end_matches('/'));
-        let failed =
-            |msg: String| HostError::new(ErrorKind::BadGateway, "introspection_failed", msg);
+        let failed = |msg: String| HostError::new(ErrorCode::IntrospectionFailed, msg);
         let response = self
             .inner
             .http
@@ -1328,7 +1282,7 @@ impl Host {
         self.put_image_tools(agent, &digest, tools)
             .await
             .map_err(|e| {
-                if e.kind == ErrorKind::InvalidRequest {
+                if e.code == ErrorCode::InvalidRequest {
                     failed(format!(
                         "{target} answered an invalid tool list: {}",
                         e.message
@@ -1385,7 +1339,7 @@ impl Host {
         let m = &self.inner.metrics;
         match &result {
             Ok(_) => m.tool_calls_ok.fetch_add(1, Ordering::Relaxed),
-            Err(e) if e.kind.status() >= 500 => m.tool_calls_failed.fetch_add(1, Ordering::Relaxed),
+            Err(e) if !e.code.is_rejection() => m.tool_calls_failed.fetch_add(1, Ordering::Relaxed),
             Err(_) => m.tool_calls_rejected.fetch_add(1, Ordering::Relaxed),
         };
         result
@@ -1418,8 +1372,7 @@ impl Host {
         };
         if !arguments.is_object() {
             return Err(HostError::new(
-                ErrorKind::Unprocessable,
-                "invalid_arguments",
+                ErrorCode::InvalidArguments,
                 "`arguments` must be a JSON object",
             )
             .with_details(
@@ -1447,13 +1400,13 @@ impl Host {
                 let args = arguments.to_string();
                 match self.inner.runtime.call_tool(connector.component(), &sandbox, ctx, tool, &args).await {
                     Ok(Ok(json_text)) => serde_json::from_str(&json_text).map_err(|e| {
-                        HostError::new(ErrorKind::BadGateway, "connector_trapped", format!("connector `{}` returned a result that is not JSON: {e}", connector.slug()))
+                        HostError::new(ErrorCode::ConnectorTrapped, format!("connector `{}` returned a result that is not JSON: {e}", connector.slug()))
                     }),
-                    Ok(Err(wit::ToolError::Failed(msg))) => Err(HostError::new(ErrorKind::BadGateway, "tool_failed", msg)),
+                    Ok(Err(wit::ToolError::Failed(msg))) => Err(HostError::new(ErrorCode::ToolFailed, msg)),
                     Ok(Err(wit::ToolError::Unauthorized(msg))) => {
-                        Err(HostError::new(ErrorKind::BadGateway, "tool_failed", msg).with_details(json!({"reason": "unauthorized"})))
+                        Err(HostError::new(ErrorCode::ToolFailed, msg).with_details(json!({"reason": "unauthorized"})))
                     }
-                    Ok(Err(wit::ToolError::InvalidArguments(msg))) => Err(HostError::new(ErrorKind::Unprocessable, "invalid_arguments", msg.clone())
+                    Ok(Err(wit::ToolError::InvalidArguments(msg))) => Err(HostError::new(ErrorCode::InvalidArguments, msg.clone())
                         .with_details(json!({"violations": [{"pointer": "", "message": msg}]}))),
                     Err(e) => Err(guest_error(e)),
                 }
@@ -1482,18 +1435,16 @@ impl Host {
                         let name = arguments.get("name").and_then(Value::as_str).unwrap_or_default();
                         match tools.get(name) {
                             Some(t) => serde_json::to_value(t).map_err(|e| HostError::internal(e.to_string())),
-                            None => Err(HostError::new(ErrorKind::BadGateway, "tool_failed", format!("`{name}` is not one of your tools"))),
+                            None => Err(HostError::new(ErrorCode::ToolFailed, format!("`{name}` is not one of your tools"))),
                         }
                     }
                     _ => match handler {
-                        Some(h) => h.call(agent, arguments).await.map_err(|m| HostError::new(ErrorKind::BadGateway, "tool_failed", m)),
-                        None => Err(HostError::new(ErrorKind::NotFound, "unknown_tool", format!("platform tool `{tool}` has no handler"))),
+                        Some(h) => h.call(agent, arguments).await.map_err(|m| HostError::new(ErrorCode::ToolFailed, m)),
+                        None => Err(HostError::new(ErrorCode::UnknownTool, format!("platform tool `{tool}` has no handler"))),
                     },
                 }
             }
-            Provider::Image(_) => Err(HostError::new(
-                ErrorKind::NotFound,
-                "unknown_tool",
+            Provider::Image(_) => Err(HostError::new(ErrorCode::UnknownTool,
                 format!("`{tool}` is a tool of the agent's own image: it runs inside the agent's container, not in the host"),
             )),
         }
@@ -1515,11 +1466,10 @@ impl Host {
                     .iter()
                     .any(|t| t.name == tool));
         if exists {
-            HostError::new(ErrorKind::Forbidden, "tool_not_granted", format!("`{tool}` exists but is not granted to this agent; bind its connector to one of the agent's units or grant it explicitly"))
+            HostError::new(ErrorCode::ToolNotGranted, format!("`{tool}` exists but is not granted to this agent; bind its connector to one of the agent's units or grant it explicitly"))
         } else {
             HostError::new(
-                ErrorKind::NotFound,
-                "unknown_tool",
+                ErrorCode::UnknownTool,
                 format!("no tool `{}` exists", truncate(tool, 120)),
             )
         }
@@ -1538,8 +1488,7 @@ impl Host {
 
 fn invalid_arguments(tool: &str, v: &[SchemaViolation]) -> HostError {
     HostError::new(
-        ErrorKind::Unprocessable,
-        "invalid_arguments",
+        ErrorCode::InvalidArguments,
         format!("the arguments do not match the input schema of `{tool}`"),
     )
     .with_details(json!({"violations": violations_json(v)}))

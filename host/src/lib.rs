@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod auth;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod config;
 pub mod context;
@@ -12,6 +13,7 @@ pub mod error;
 pub mod github_app;
 pub mod grants;
 pub mod host;
+pub mod http;
 pub mod mcp;
 pub mod registry;
 pub mod replicas;
@@ -19,13 +21,14 @@ pub mod runtime;
 pub mod server;
 pub mod store;
 pub mod webhooks;
+mod writes;
 
-pub use error::{ErrorKind, HostError, HostResult};
+pub use error::{ErrorCode, HostError, HostResult};
 pub use host::Host;
 
 impl Host {
     /// The HTTP API as an axum router a platform can serve or nest.
     pub fn router(&self) -> axum::Router {
-        api::router(self.clone())
+        server::router(self.clone())
     }
 }

@@ -1,7 +1,89 @@
-//! `connector-host serve`: the host as a standalone HTTP server.
+//! The host as an HTTP server: [`router`] mounts the operator API (`/api/v1`), MCP
+//! (`/mcp/agents/{agentId}`), health and metrics side by side; [`serve`] runs it as
+//! `connector-host serve`.
+
+use std::sync::atomic::Ordering;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
 
 use crate::config::HostConfig;
+use crate::error::HostError;
 use crate::host::Host;
+
+/// Every HTTP route of the host, ready to serve or to nest in a platform's router.
+pub fn router(host: Host) -> Router {
+    // Everything that reads or writes state first catches up with other replicas
+    // (a no-op unless the database is shared); liveness and metrics do not.
+    let stateful = Router::new()
+        .nest(
+            "/api/v1",
+            crate::api::routes(host.config().max_webhook_bytes),
+        )
+        .merge(crate::mcp::router(host.clone()))
+        .route_layer(axum::middleware::from_fn_with_state(
+            host.clone(),
+            refresh_first,
+        ));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/api/v1/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/metrics", get(metrics))
+        .merge(stateful)
+        .fallback(not_found)
+        .with_state(host)
+}
+
+/// Refreshes this replica's state before the request is handled; `503` if the shared
+/// database cannot be asked.
+async fn refresh_first(
+    State(host): State<Host>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match host.refresh().await {
+        Ok(()) => next.run(request).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn not_found() -> HostError {
+    HostError::not_found("no such route; the API lives under /api/v1 (see CONTRACT.md §3)")
+}
+
+async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn metrics(State(host): State<Host>) -> Response {
+    let m = host.metrics();
+    let body = format!(
+        "# HELP connector_host_tool_calls_total Tool calls by outcome.\n\
+         # TYPE connector_host_tool_calls_total counter\n\
+         connector_host_tool_calls_total{{outcome=\"ok\"}} {}\n\
+         connector_host_tool_calls_total{{outcome=\"failed\"}} {}\n\
+         connector_host_tool_calls_total{{outcome=\"rejected\"}} {}\n\
+         # HELP connector_host_connectors Installed connectors.\n\
+         # TYPE connector_host_connectors gauge\n\
+         connector_host_connectors {}\n",
+        m.tool_calls_ok.load(Ordering::Relaxed),
+        m.tool_calls_failed.load(Ordering::Relaxed),
+        m.tool_calls_rejected.load(Ordering::Relaxed),
+        host.list_connectors().len(),
+    );
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        body,
+    )
+        .into_response()
+}
 
 /// Opens the host on `config` and serves the API until Ctrl-C or SIGTERM.
 pub async fn serve(config: HostConfig) -> anyhow::Result<()> {

@@ -148,26 +148,48 @@ impl TestHost {
         b["token"].as_str().expect("token").to_string()
     }
 
+    /// The `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        let r = self
+            .client
+            .get(self.at("/metrics"))
+            .send()
+            .await
+            .expect("GET /metrics");
+        assert_eq!(r.status(), 200, "GET /metrics");
+        r.text().await.expect("metrics text")
+    }
+
     /// Installs a component from a file, asserting success; returns the Connector JSON.
     pub async fn install(&self, path: &str) -> Value {
         let bytes = std::fs::read(path).expect("component file");
-        let resp = self
-            .client
-            .post(self.at("/api/v1/connectors"))
-            .bearer_auth(OPERATOR_TOKEN)
-            .header("content-type", "application/wasm")
-            .body(bytes)
-            .send()
-            .await
-            .expect("install");
-        let status = resp.status().as_u16();
-        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        let (status, body) = upload_component(&self.client, &self.url, bytes, "").await;
         assert!(
             status == 201 || status == 200,
             "install {path}: {status} {body}"
         );
         body
     }
+}
+
+/// Installs (or rotates) a component through `POST {base}/api/v1/connectors{query}` with
+/// the operator token; (status, JSON body or Null).
+pub async fn upload_component(
+    client: &reqwest::Client,
+    base: &str,
+    bytes: Vec<u8>,
+    query: &str,
+) -> (u16, Value) {
+    let r = client
+        .post(format!("{base}/api/v1/connectors{query}"))
+        .bearer_auth(OPERATOR_TOKEN)
+        .header("content-type", "application/wasm")
+        .body(bytes)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("upload to {base} failed: {e}"));
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
 }
 
 /// One HTTP request; returns (status, JSON body or Null).
@@ -284,4 +306,113 @@ impl Drop for ServerProcess {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// The `error.code` of a contract error body (`"<no error code>"` when there is none).
+pub fn error_code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or("<no error code>")
+}
+
+/// The `name` of every tool in a JSON array of tools, in order.
+pub fn tool_names(tools: &Value) -> Vec<String> {
+    tools
+        .as_array()
+        .unwrap_or_else(|| panic!("expected an array of tools, got {tools}"))
+        .iter()
+        .map(|t| {
+            t["name"]
+                .as_str()
+                .unwrap_or_else(|| panic!("a tool without a name in {tools}"))
+                .to_string()
+        })
+        .collect()
+}
+
+/// Seconds since the Unix epoch, now.
+pub fn now_unix() -> i64 {
+    time::OffsetDateTime::now_utc().unix_timestamp()
+}
+
+/// Like [`send`], but a request that got no answer (refused or reset: a server that was
+/// killed) is status `0` instead of a panic; waits at most 30 s.
+pub async fn try_send(
+    client: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = client.request(method, url).timeout(Duration::from_secs(30));
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    match req.send().await {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            (status, r.json().await.unwrap_or(Value::Null))
+        }
+        Err(_) => (0, Value::Null),
+    }
+}
+
+/// Sends a Standard Webhooks delivery of `body` to `POST {base}/api/v1/webhooks/{slug}`,
+/// signed with `secret` at `timestamp`; `None` when the connection failed (a killed
+/// server), else (status, JSON body or Null).
+pub async fn send_standard_webhook(
+    client: &reqwest::Client,
+    base: &str,
+    slug: &str,
+    id: &str,
+    body: &[u8],
+    secret: &str,
+    timestamp: i64,
+) -> Option<(u16, Value)> {
+    let signature =
+        connector_host::webhooks::verify::standard_signature(secret, id, timestamp, body);
+    let r = client
+        .post(format!("{base}/api/v1/webhooks/{slug}"))
+        .header("content-type", "application/json")
+        .header("webhook-id", id)
+        .header("webhook-timestamp", timestamp.to_string())
+        .header("webhook-signature", signature)
+        .timeout(Duration::from_secs(30))
+        .body(body.to_vec())
+        .send()
+        .await
+        .ok()?;
+    let status = r.status().as_u16();
+    Some((status, r.json().await.unwrap_or(Value::Null)))
+}
+
+/// Sends a GitHub delivery (`X-GitHub-Event`, `X-GitHub-Delivery`, `X-Hub-Signature-256`
+/// over `body` with `secret`) to `POST {base}/api/v1/webhooks/{slug}`; (status, JSON body
+/// or Null).
+#[allow(clippy::too_many_arguments)]
+pub async fn send_github_webhook(
+    client: &reqwest::Client,
+    base: &str,
+    slug: &str,
+    event: &str,
+    id: &str,
+    body: &[u8],
+    secret: &str,
+) -> (u16, Value) {
+    let r = client
+        .post(format!("{base}/api/v1/webhooks/{slug}"))
+        .header("content-type", "application/json")
+        .header("x-github-event", event)
+        .header("x-github-delivery", id)
+        .header(
+            "x-hub-signature-256",
+            connector_host::webhooks::verify::github_signature(secret, body),
+        )
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("webhook {id} to {base} failed: {e}"));
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
 }

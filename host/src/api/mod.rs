@@ -4,11 +4,6 @@
 //! serialise the answer. Every rule lives in the host, so the Rust API and the HTTP API
 //! cannot disagree.
 
-mod body;
-mod extract;
-
-use std::sync::atomic::Ordering;
-
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -18,24 +13,10 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::error::{ErrorKind, HostError};
+use crate::error::{ErrorCode, HostError};
 use crate::host::{Host, Written};
+use crate::http::{AgentOfPath, ApiJson, Operator};
 use crate::store::Subject;
-
-pub use body::{read_limited, BodyError};
-pub use extract::{authorize, Access, ApiJson};
-
-impl IntoResponse for HostError {
-    fn into_response(self) -> Response {
-        let status =
-            StatusCode::from_u16(self.kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut error = json!({"code": self.code, "message": self.message});
-        if let Some(details) = self.details {
-            error["details"] = details;
-        }
-        (status, Json(json!({ "error": error }))).into_response()
-    }
-}
 
 type ApiResult = Result<Response, HostError>;
 
@@ -53,10 +34,9 @@ fn ok<T: serde::Serialize>(status: StatusCode, body: &T) -> ApiResult {
 /// Largest component accepted by `POST /connectors`.
 const MAX_COMPONENT_BYTES: usize = 64 * 1024 * 1024;
 
-/// The API routes, mounted at `/api/v1`, plus `/healthz` and `/metrics`.
-pub fn router(host: Host) -> Router {
-    let webhook_limit = host.config().max_webhook_bytes;
-    let api = Router::new()
+/// The routes of CONTRACT §3, relative to `/api/v1` (the server nests them there).
+pub fn routes(webhook_limit: usize) -> Router<Host> {
+    Router::new()
         .route(
             "/webhooks/{slug}",
             post(receive_webhook).layer(DefaultBodyLimit::max(webhook_limit)),
@@ -107,71 +87,7 @@ pub fn router(host: Host) -> Router {
             post(introspect_image_tools),
         )
         .route("/agents/{agent}/tool-calls", post(call_tool))
-        .route("/agents/{agent}/runtime-context", get(runtime_context));
-    // Everything that reads or writes state first catches up with other replicas
-    // (a no-op unless the database is shared); liveness and metrics do not.
-    let stateful = Router::new()
-        .nest("/api/v1", api)
-        .merge(crate::mcp::router(host.clone()))
-        .route_layer(axum::middleware::from_fn_with_state(
-            host.clone(),
-            refresh_first,
-        ));
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/api/v1/healthz", get(healthz))
-        .route("/metrics", get(metrics))
-        .route("/api/v1/metrics", get(metrics))
-        .merge(stateful)
-        .fallback(not_found)
-        .with_state(host)
-}
-
-/// Refreshes this replica's state before the request is handled; `503` if the shared
-/// database cannot be asked.
-async fn refresh_first(
-    State(host): State<Host>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    match host.refresh().await {
-        Ok(()) => next.run(request).await,
-        Err(e) => e.into_response(),
-    }
-}
-
-async fn not_found() -> HostError {
-    HostError::not_found("no such route; the API lives under /api/v1 (see CONTRACT.md §3)")
-}
-
-async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
-}
-
-async fn metrics(State(host): State<Host>) -> Response {
-    let m = host.metrics();
-    let body = format!(
-        "# HELP connector_host_tool_calls_total Tool calls by outcome.\n\
-         # TYPE connector_host_tool_calls_total counter\n\
-         connector_host_tool_calls_total{{outcome=\"ok\"}} {}\n\
-         connector_host_tool_calls_total{{outcome=\"failed\"}} {}\n\
-         connector_host_tool_calls_total{{outcome=\"rejected\"}} {}\n\
-         # HELP connector_host_connectors Installed connectors.\n\
-         # TYPE connector_host_connectors gauge\n\
-         connector_host_connectors {}\n",
-        m.tool_calls_ok.load(Ordering::Relaxed),
-        m.tool_calls_failed.load(Ordering::Relaxed),
-        m.tool_calls_rejected.load(Ordering::Relaxed),
-        host.list_connectors().len(),
-    );
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4",
-        )],
-        body,
-    )
-        .into_response()
+        .route("/agents/{agent}/runtime-context", get(runtime_context))
 }
 
 // ----- connectors ----------------------------------------------------------------
@@ -195,8 +111,7 @@ impl ForceQuery {
     }
 }
 
-async fn list_connectors(State(host): State<Host>, headers: HeaderMap) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
+async fn list_connectors(State(host): State<Host>, _: Operator) -> ApiResult {
     ok(
         StatusCode::OK,
         &json!({"connectors": host.list_connectors()}),
@@ -205,20 +120,19 @@ async fn list_connectors(State(host): State<Host>, headers: HeaderMap) -> ApiRes
 
 async fn get_connector(
     State(host): State<Host>,
-    headers: HeaderMap,
+    _: Operator,
     Path(slug): Path<String>,
 ) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
     ok(StatusCode::OK, host.connector(&slug)?.info())
 }
 
 async fn install_connector(
     State(host): State<Host>,
+    _: Operator,
     headers: HeaderMap,
     query: Result<Query<ForceQuery>, axum::extract::rejection::QueryRejection>,
     body: Bytes,
 ) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
     let Query(query) = query.map_err(|e| HostError::invalid_request(e.body_text()))?;
     let content_type = headers
         .get(axum::http::header::CONTENT_TYPE)
@@ -228,8 +142,7 @@ async fn install_connector(
         && !content_type.starts_with("application/octet-stream")
     {
         return Err(HostError::new(
-            ErrorKind::UnsupportedMediaType,
-            "unsupported_media_type",
+            ErrorCode::UnsupportedMediaType,
             "send the component's bytes with Content-Type: application/wasm",
         ));
     }
@@ -239,11 +152,10 @@ async fn install_connector(
 
 async fn delete_connector(
     State(host): State<Host>,
-    headers: HeaderMap,
+    _: Operator,
     Path(slug): Path<String>,
     query: Result<Query<ForceQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
     let Query(query) = query.map_err(|e| HostError::invalid_request(e.body_text()))?;
     host.remove_connector(&slug, query.force()?).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -262,32 +174,21 @@ struct PutUnit {
 
 async fn put_unit(
     State(host): State<Host>,
-    headers: HeaderMap,
+    _: Operator,
     Path(unit): Path<String>,
     ApiJson(body): ApiJson<PutUnit>,
 ) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
     let (view, written) = host
         .put_unit(&unit, body.parent.as_deref(), body.display_name.as_deref())
         .await?;
     ok(written_status(written), &view)
 }
 
-async fn get_unit(
-    State(host): State<Host>,
-    headers: HeaderMap,
-    Path(unit): Path<String>,
-) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
+async fn get_unit(State(host): State<Host>, _: Operator, Path(unit): Path<String>) -> ApiResult {
     ok(StatusCode::OK, &host.unit(&unit)?)
 }
 
-async fn delete_unit(
-    State(host): State<Host>,
-    headers: HeaderMap,
-    Path(unit): Path<String>,
-) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
+async fn delete_unit(State(host): State<Host>, _: Operator, Path(unit): Path<String>) -> ApiResult {
     host.delete_unit(&unit).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -303,32 +204,25 @@ struct PutAgent {
 
 async fn put_agent(
     State(host): State<Host>,
-    headers: HeaderMap,
+    _: Operator,
     Path(agent): Path<String>,
     ApiJson(body): ApiJson<PutAgent>,
 ) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
     let (view, written) = host
         .put_agent(&agent, &body.units, body.display_name.as_deref())
         .await?;
     ok(written_status(written), &view)
 }
 
-async fn get_agent(
-    State(host): State<Host>,
-    headers: HeaderMap,
-    Path(agent): Path<String>,
-) -> ApiResult {
-    authorize(&host, &headers, Access::Agent(&agent))?;
+async fn get_agent(State(host): State<Host>, AgentOfPath(agent): AgentOfPath) -> ApiResult {
     ok(StatusCode::OK, &host.agent(&agent)?)
 }
 
 async fn delete_agent(
     State(host): State<Host>,
-    headers: HeaderMap,
+    _: Operator,
     Path(agent): Path<String>,
 ) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
     host.delete_agent(&agent).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -342,11 +236,10 @@ struct IssueToken {
 
 async fn issue_token(
     State(host): State<Host>,
-    headers: HeaderMap,
+    _: Operator,
     Path(agent): Path<String>,
     ApiJson(body): ApiJson<IssueToken>,
 ) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
     ok(
         StatusCode::CREATED,
         &host.issue_agent_token(&agent, body.ttl_seconds)?,
@@ -364,11 +257,10 @@ struct PutBinding {
 
 async fn bind(
     State(host): State<Host>,
-    headers: HeaderMap,
+    _: Operator,
     Path((unit, slug)): Path<(String, String)>,
     ApiJson(body): ApiJson<PutBinding>,
 ) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
     let config = body.config.unwrap_or_else(|| json!({}));
     let (view, written) = host.bind(&unit, &slug, config).await?;
     ok(written_status(written), &view)
@@ -376,43 +268,31 @@ async fn bind(
 
 async fn list_bindings(
     State(host): State<Host>,
-    headers: HeaderMap,
+    _: Operator,
     Path(unit): Path<String>,
 ) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
     ok(StatusCode::OK, &json!({"bindings": host.bindings(&unit)?}))
 }
 
 async fn unbind(
     State(host): State<Host>,
-    headers: HeaderMap,
+    _: Operator,
     Path((unit, slug)): Path<(String, String)>,
 ) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
     host.unbind(&unit, &slug).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 // ----- effective tools and grants ---------------------------------------------------
 
-async fn unit_tools(
-    State(host): State<Host>,
-    headers: HeaderMap,
-    Path(unit): Path<String>,
-) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
+async fn unit_tools(State(host): State<Host>, _: Operator, Path(unit): Path<String>) -> ApiResult {
     ok(
         StatusCode::OK,
         &json!({"tools": &*host.effective_tools(&Subject::Unit(unit))?}),
     )
 }
 
-async fn agent_tools(
-    State(host): State<Host>,
-    headers: HeaderMap,
-    Path(agent): Path<String>,
-) -> ApiResult {
-    authorize(&host, &headers, Access::Agent(&agent))?;
+async fn agent_tools(State(host): State<Host>, AgentOfPath(agent): AgentOfPath) -> ApiResult {
     ok(
         StatusCode::OK,
         &json!({"tools": &*host.effective_tools(&Subject::Agent(agent))?}),
@@ -442,11 +322,10 @@ impl GrantBody {
 
 async fn grant_unit(
     State(host): State<Host>,
-    headers: HeaderMap,
+    _: Operator,
     Path(unit): Path<String>,
     ApiJson(body): ApiJson<GrantBody>,
 ) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
     ok(
         StatusCode::CREATED,
         &host.grant(Subject::Unit(unit), &body.target()?).await?,
@@ -455,11 +334,10 @@ async fn grant_unit(
 
 async fn grant_agent(
     State(host): State<Host>,
-    headers: HeaderMap,
+    _: Operator,
     Path(agent): Path<String>,
     ApiJson(body): ApiJson<GrantBody>,
 ) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
     ok(
         StatusCode::CREATED,
         &host.grant(Subject::Agent(agent), &body.target()?).await?,
@@ -468,20 +346,18 @@ async fn grant_agent(
 
 async fn revoke_unit(
     State(host): State<Host>,
-    headers: HeaderMap,
+    _: Operator,
     Path((unit, target)): Path<(String, String)>,
 ) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
     host.revoke(Subject::Unit(unit), &target).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 async fn revoke_agent(
     State(host): State<Host>,
-    headers: HeaderMap,
+    _: Operator,
     Path((agent, target)): Path<(String, String)>,
 ) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
     host.revoke(Subject::Agent(agent), &target).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -497,11 +373,10 @@ struct ImageTools {
 
 async fn put_image_tools(
     State(host): State<Host>,
-    headers: HeaderMap,
+    _: Operator,
     Path(agent): Path<String>,
     ApiJson(body): ApiJson<ImageTools>,
 ) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
     ok(
         StatusCode::OK,
         &host
@@ -519,11 +394,10 @@ struct Introspect {
 
 async fn introspect_image_tools(
     State(host): State<Host>,
-    headers: HeaderMap,
+    _: Operator,
     Path(agent): Path<String>,
     ApiJson(body): ApiJson<Introspect>,
 ) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
     ok(
         StatusCode::OK,
         &host.introspect_image_tools(&agent, &body.url).await?,
@@ -543,11 +417,9 @@ struct ToolCall {
 
 async fn call_tool(
     State(host): State<Host>,
-    headers: HeaderMap,
-    Path(agent): Path<String>,
+    AgentOfPath(agent): AgentOfPath,
     ApiJson(body): ApiJson<ToolCall>,
 ) -> ApiResult {
-    authorize(&host, &headers, Access::Agent(&agent))?;
     if body.tool.is_empty() {
         return Err(HostError::invalid_request("`tool` is required"));
     }
@@ -567,8 +439,7 @@ async fn receive_webhook(
     let body = body.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             HostError::new(
-                ErrorKind::PayloadTooLarge,
-                "payload_too_large",
+                ErrorCode::PayloadTooLarge,
                 format!(
                     "the webhook body is larger than limits.max_webhook_bytes ({} bytes)",
                     host.config().max_webhook_bytes
@@ -590,19 +461,17 @@ async fn receive_webhook(
 
 async fn get_delivery(
     State(host): State<Host>,
-    headers: HeaderMap,
+    _: Operator,
     Path((slug, delivery)): Path<(String, String)>,
 ) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
     ok(StatusCode::OK, &host.delivery(&slug, &delivery).await?)
 }
 
 async fn retry_delivery(
     State(host): State<Host>,
-    headers: HeaderMap,
+    _: Operator,
     Path((slug, delivery)): Path<(String, String)>,
 ) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
     let outcome = host.retry_delivery(&slug, &delivery).await?;
     ok(StatusCode::OK, &crate::webhooks::outcome_json(&outcome))
 }
@@ -618,11 +487,10 @@ struct MessagesQuery {
 
 async fn list_messages(
     State(host): State<Host>,
-    headers: HeaderMap,
+    _: Operator,
     Path(unit): Path<String>,
     query: Result<Query<MessagesQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult {
-    authorize(&host, &headers, Access::Operator)?;
     let Query(query) = query.map_err(|e| HostError::invalid_request(e.body_text()))?;
     ok(
         StatusCode::OK,
@@ -634,12 +502,12 @@ async fn list_messages(
 
 async fn stream_messages(
     State(host): State<Host>,
+    _: Operator,
     headers: HeaderMap,
     Path(unit): Path<String>,
 ) -> ApiResult {
     use axum::response::sse::{Event, KeepAlive, Sse};
     use futures::StreamExt;
-    authorize(&host, &headers, Access::Operator)?;
     let last_event_id = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -656,11 +524,6 @@ async fn stream_messages(
 
 // ----- runtime context ----------------------------------------------------------------
 
-async fn runtime_context(
-    State(host): State<Host>,
-    headers: HeaderMap,
-    Path(agent): Path<String>,
-) -> ApiResult {
-    authorize(&host, &headers, Access::Agent(&agent))?;
+async fn runtime_context(State(host): State<Host>, AgentOfPath(agent): AgentOfPath) -> ApiResult {
     ok(StatusCode::OK, &host.runtime_context(&agent).await?)
 }

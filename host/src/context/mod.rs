@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashSet};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::error::{ErrorKind, HostError, HostResult};
+use crate::error::{ErrorCode, HostError, HostResult};
 use crate::host::{check_id, Host};
 use crate::runtime::wit;
 use crate::store::{BindingRecord, Subject};
@@ -50,7 +50,7 @@ fn granted_names(slug: &str) -> &'static [&'static str] {
 }
 
 fn conflict(message: String, details: serde_json::Value) -> HostError {
-    HostError::new(ErrorKind::Internal, "context_conflict", message).with_details(details)
+    HostError::new(ErrorCode::ContextConflict, message).with_details(details)
 }
 
 fn check_env_name(slug: &str, name: &str) -> HostResult<()> {
@@ -141,8 +141,7 @@ impl Host {
                 Ok(Ok(ctx)) => ctx,
                 Ok(Err(message)) => {
                     return Err(HostError::new(
-                        ErrorKind::BadGateway,
-                        "context_failed",
+                        ErrorCode::ContextFailed,
                         format!(
                             "connector `{slug}` could not build its runtime context: {message}"
                         ),
@@ -208,7 +207,6 @@ mod tests {
             assert!(check_file_path("acme", bad).is_err(), "{bad}");
         }
         let err = check_env_name("acme", "HOME").unwrap_err();
-        assert_eq!(err.code, "context_conflict");
-        assert_eq!(err.kind.status(), 500);
+        assert_eq!(err.code, ErrorCode::ContextConflict);
     }
 }

@@ -106,8 +106,12 @@ impl Directory {
         self.units.insert(unit.id.clone(), unit);
     }
 
-    /// Removes a unit with its bindings and the grants whose subject it is.
+    /// Removes a unit with its bindings, the grants whose subject it is and its place in
+    /// every agent's unit list.
     pub fn remove_unit(&mut self, id: &str) {
+        for agent in self.agents.values_mut() {
+            agent.units.retain(|u| u != id);
+        }
         if let Some(old) = self.units.remove(id) {
             if let Some(p) = &old.parent {
                 if let Some(n) = self.children.get_mut(p) {

@@ -20,8 +20,8 @@ use super::jsonrpc::{
 use super::session::{Session, Sessions};
 use super::tools::{call_error, CallError, CallResult, ToolsList};
 use super::{negotiate, BATCH_VERSION, MAX_BODY_BYTES, SUPPORTED_VERSIONS};
-use crate::api::{authorize, Access};
-use crate::error::{ErrorKind, HostError};
+use crate::error::{ErrorCode, HostError};
+use crate::http::{authorize, read_limited, Access, BodyError};
 use crate::store::Subject;
 
 /// `Mcp-Session-Id`.
@@ -59,12 +59,12 @@ fn authenticate(sessions: &Sessions, headers: &HeaderMap, agent: &str) -> Result
     let Err(e) = authorize(sessions.host(), headers, Access::Agent(agent)) else {
         return Ok(());
     };
-    let status = if e.kind == ErrorKind::Forbidden {
+    let status = if e.code == ErrorCode::Forbidden {
         StatusCode::FORBIDDEN
     } else {
         StatusCode::UNAUTHORIZED
     };
-    let data = serde_json::json!({ "code": e.code });
+    let data = serde_json::json!({ "code": e.code.as_str() });
     let mut response = json_response(
         status,
         jsonrpc::error(&Value::Null, UNAUTHORIZED, &e.message, Some(&data)),
@@ -139,13 +139,13 @@ fn too_large() -> Response {
 }
 
 /// Reads the body, at most [`MAX_BODY_BYTES`] (an oversized one is drained before the
-/// `413`, see [`crate::api::read_limited`]).
+/// `413`, see [`read_limited`]).
 async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, Response> {
-    crate::api::read_limited(headers, body, MAX_BODY_BYTES)
+    read_limited(headers, body, MAX_BODY_BYTES)
         .await
         .map_err(|e| match e {
-            crate::api::BodyError::TooLarge => too_large(),
-            crate::api::BodyError::Unreadable(e) => rpc_error(
+            BodyError::TooLarge => too_large(),
+            BodyError::Unreadable(e) => rpc_error(
                 StatusCode::BAD_REQUEST,
                 &Value::Null,
                 INVALID_REQUEST,
@@ -432,7 +432,7 @@ fn initialize(
     let version = negotiate(requested);
     let session = match sessions.create(agent, version) {
         Ok(s) => s,
-        Err(e) if e.kind == ErrorKind::InvalidRequest => {
+        Err(e) if e.code == ErrorCode::InvalidRequest => {
             return rpc_error(StatusCode::BAD_REQUEST, id, INVALID_REQUEST, &e.message)
         }
         Err(e) => return rpc_error(StatusCode::NOT_FOUND, id, NOT_FOUND, &e.message),
@@ -513,7 +513,7 @@ async fn request(
 }
 
 fn host_error(id: &Value, e: HostError) -> Vec<u8> {
-    let code = if e.kind == ErrorKind::NotFound {
+    let code = if e.code == ErrorCode::NotFound {
         NOT_FOUND
     } else {
         INTERNAL_ERROR

@@ -101,6 +101,7 @@
 mod http;
 pub mod jsonrpc;
 pub mod session;
+#[cfg(feature = "cli")]
 pub mod stdio;
 pub mod tools;
 

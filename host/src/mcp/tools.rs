@@ -8,7 +8,7 @@ use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::jsonrpc;
-use crate::error::HostError;
+use crate::error::{ErrorCode, HostError};
 use crate::grants::ResolvedTools;
 use crate::registry::ToolInfo;
 
@@ -157,7 +157,7 @@ pub enum CallError {
 /// anything else → `-32603`. `data` always carries the host's error `code` and `details`.
 pub fn call_error(err: HostError) -> CallError {
     let code = match err.code {
-        "tool_failed" | "connector_trapped" | "connector_timeout" => {
+        ErrorCode::ToolFailed | ErrorCode::ConnectorTrapped | ErrorCode::ConnectorTimeout => {
             return CallError::Result(ToolFailure {
                 content: [TextContent {
                     r#type: "text",
@@ -166,12 +166,14 @@ pub fn call_error(err: HostError) -> CallError {
                 is_error: true,
             })
         }
-        "tool_not_granted" | "not_found" => jsonrpc::NOT_GRANTED,
-        "unknown_tool" | "invalid_arguments" | "invalid_request" => jsonrpc::INVALID_PARAMS,
+        ErrorCode::ToolNotGranted | ErrorCode::NotFound => jsonrpc::NOT_GRANTED,
+        ErrorCode::UnknownTool | ErrorCode::InvalidArguments | ErrorCode::InvalidRequest => {
+            jsonrpc::INVALID_PARAMS
+        }
         _ => jsonrpc::INTERNAL_ERROR,
     };
     let mut data = Map::new();
-    data.insert("code".into(), Value::String(err.code.into()));
+    data.insert("code".into(), Value::String(err.code.as_str().into()));
     match err.details {
         // Invalid arguments: `data.violations` = [{pointer, message}].
         Some(Value::Object(mut details)) if details.contains_key("violations") => {
@@ -193,7 +195,6 @@ pub fn call_error(err: HostError) -> CallError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::ErrorKind;
     use serde_json::json;
 
     #[test]
@@ -223,22 +224,23 @@ mod tests {
 
     #[test]
     fn host_errors_map_to_mcp() {
-        let e = |code, kind| HostError::new(kind, code, "m");
+        let e = |code| HostError::new(code, "m");
         assert!(matches!(
-            call_error(e("tool_not_granted", ErrorKind::Forbidden)),
+            call_error(e(ErrorCode::ToolNotGranted)),
             CallError::Rpc(-32002, _, _)
         ));
         assert!(matches!(
-            call_error(e("unknown_tool", ErrorKind::NotFound)),
+            call_error(e(ErrorCode::UnknownTool)),
             CallError::Rpc(-32602, _, _)
         ));
-        for code in ["tool_failed", "connector_trapped", "connector_timeout"] {
-            assert!(matches!(
-                call_error(e(code, ErrorKind::BadGateway)),
-                CallError::Result(_)
-            ));
+        for code in [
+            ErrorCode::ToolFailed,
+            ErrorCode::ConnectorTrapped,
+            ErrorCode::ConnectorTimeout,
+        ] {
+            assert!(matches!(call_error(e(code)), CallError::Result(_)));
         }
-        let invalid = e("invalid_arguments", ErrorKind::Unprocessable)
+        let invalid = e(ErrorCode::InvalidArguments)
             .with_details(json!({"violations": [{"pointer": "/message", "message": "x"}]}));
         let CallError::Rpc(code, _, data) = call_error(invalid) else {
             panic!("not an rpc error")

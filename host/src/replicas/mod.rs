@@ -2,7 +2,7 @@
 //!
 //! Each replica serves from memory (the directory, the resolver's cache, the registry)
 //! so a tool call never waits on a query for its grants. On a shared store
-//! ([`Store::is_shared`](crate::store::Store::is_shared)) that memory can go stale when
+//! ([`Store::is_shared`](crate::store::ReplicaCoordination::is_shared)) that memory can go stale when
 //! another replica writes, so:
 //!
 //! - **Before serving a request** the replica asks the store whether the state version
@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::error::{ErrorKind, HostError, HostResult};
+use crate::error::{ErrorCode, HostError, HostResult};
 use crate::grants::Directory;
 use crate::host::{Host, Inner};
 use crate::store::{Claim, ClaimScope, DeliveryRecord, Snapshot};
@@ -118,8 +118,7 @@ impl Host {
         }
         if replica.failed_through.load(Ordering::SeqCst) >= ticket {
             return Err(HostError::new(
-                ErrorKind::Unavailable,
-                "store_unavailable",
+                ErrorCode::StoreUnavailable,
                 "the shared database did not answer; retry shortly",
             ));
         }
@@ -127,8 +126,7 @@ impl Host {
         let checked = match tokio::time::timeout(CHECK_TIMEOUT, self.check_and_reload()).await {
             Ok(result) => result,
             Err(_) => Err(HostError::new(
-                ErrorKind::Unavailable,
-                "store_unavailable",
+                ErrorCode::StoreUnavailable,
                 format!(
                     "the shared database did not answer within {} s; retry shortly",
                     CHECK_TIMEOUT.as_secs()
@@ -147,13 +145,6 @@ impl Host {
         }
     }
 
-    /// Forgets how current this replica's memory is: the next refresh reloads it (after
-    /// a write that failed half-way, when memory and database may differ).
-    pub(crate) fn mark_stale(&self) {
-        // Version 0 is nobody's write, so a check from -1 always finds a foreign one.
-        self.inner.replica.applied.store(-1, Ordering::SeqCst);
-    }
-
     async fn check_and_reload(&self) -> HostResult<()> {
         let replica = &self.inner.replica;
         let applied = replica.applied.load(Ordering::SeqCst);
@@ -161,7 +152,6 @@ impl Host {
         if check.foreign {
             self.reload().await?;
         } else {
-            // Unless `mark_stale` ran meanwhile (then the next check reloads).
             let _ = replica.applied.compare_exchange(
                 applied,
                 check.version.max(applied),

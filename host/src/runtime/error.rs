@@ -55,10 +55,10 @@ impl std::error::Error for GuestError {}
 impl GuestError {
     /// The contract's error code: `connector_timeout` for a timeout, `connector_trapped`
     /// for everything else.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> crate::error::ErrorCode {
         match self {
-            GuestError::Timeout { .. } => "connector_timeout",
-            _ => "connector_trapped",
+            GuestError::Timeout { .. } => crate::error::ErrorCode::ConnectorTimeout,
+            _ => crate::error::ErrorCode::ConnectorTrapped,
         }
     }
 }

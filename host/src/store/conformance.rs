@@ -742,7 +742,10 @@ pub async fn delete_unit_removes_its_bindings_and_grants_only(factory: &dyn Stor
         .put_grant(&explicit_grant(Subject::Unit("team".into()), "acme.echo"))
         .await
         .unwrap();
-    store.put_agent(&agent("team", &["team"])).await.unwrap();
+    store
+        .put_agent(&agent("team", &["team", "root"]))
+        .await
+        .unwrap();
     // Same id, but an agent: untouched by deleting the unit.
     let agent_grant = explicit_grant(Subject::Agent("team".into()), "acme.echo");
     store.put_grant(&agent_grant).await.unwrap();
@@ -753,8 +756,9 @@ pub async fn delete_unit_removes_its_bindings_and_grants_only(factory: &dyn Stor
     assert_eq!(snap.bindings, vec![root_binding]);
     assert_eq!(snap.grants, vec![root_grant, agent_grant]);
     assert_eq!(snap.connectors.len(), 1);
-    // Memberships are the caller's concern, like children.
-    assert_eq!(snap.agents, vec![agent("team", &["team"])]);
+    // Its place in agents' unit lists goes in the same transaction; children stay the
+    // caller's concern.
+    assert_eq!(snap.agents, vec![agent("team", &["root"])]);
 
     assert!(!store.delete_unit("team").await.unwrap());
 }

@@ -12,6 +12,7 @@
 
 #[cfg(any(test, feature = "store-conformance"))]
 pub mod conformance;
+#[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod sqlite;
 
@@ -308,8 +309,9 @@ pub trait Store: Send + Sync + 'static {
     /// Upserts a unit.
     async fn put_unit(&self, unit: &UnitRecord) -> StoreResult<()>;
 
-    /// Deletes a unit with its bindings and every grant whose subject is the unit, in one
-    /// transaction. Children are the caller's concern (it refuses to delete a parent).
+    /// Deletes a unit with its bindings, every grant whose subject is the unit and its
+    /// place in every agent's unit list, in one transaction. Children are the caller's
+    /// concern (it refuses to delete a parent).
     async fn delete_unit(&self, id: &str) -> StoreResult<bool>;
 
     /// Upserts an agent with its unit memberships (order kept).
@@ -472,8 +474,13 @@ pub fn open_store(url: &str) -> StoreResult<std::sync::Arc<dyn Store>> {
 /// never repeat the URL (it may carry a password).
 pub async fn open_database(url: &str) -> StoreResult<std::sync::Arc<dyn Store>> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        #[cfg(feature = "postgres")]
         return Ok(std::sync::Arc::new(
             postgres::PostgresStore::connect(url).await?,
+        ));
+        #[cfg(not(feature = "postgres"))]
+        return Err(StoreError::Unavailable(
+            "this build of connector-host has no PostgreSQL support: build it with the `postgres` feature".into(),
         ));
     }
     let url = url.to_owned();

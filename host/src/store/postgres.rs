@@ -850,6 +850,9 @@ impl Store for PostgresStore {
             tx.execute("DELETE FROM bindings WHERE unit_id = $1", &[&id])
                 .await
                 .map_err(db)?;
+            tx.execute("DELETE FROM agent_units WHERE unit_id = $1", &[&id])
+                .await
+                .map_err(db)?;
             tx.execute(
                 "DELETE FROM grants WHERE subject_kind = 'unit' AND subject_id = $1",
                 &[&id],

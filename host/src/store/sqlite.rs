@@ -975,6 +975,8 @@ impl Store for SqliteStore {
             let db = |e| map_err("delete_unit", e);
             tx.execute("DELETE FROM bindings WHERE unit_id = ?1", [&id])
                 .map_err(db)?;
+            tx.execute("DELETE FROM agent_units WHERE unit_id = ?1", [&id])
+                .map_err(db)?;
             tx.execute(
                 "DELETE FROM grants WHERE subject_kind = 'unit' AND subject_id = ?1",
                 [&id],

@@ -27,7 +27,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::error::{ErrorKind, HostError, HostResult};
+use crate::error::{ErrorCode, HostError, HostResult};
 use crate::host::{now_rfc3339, Host};
 use crate::runtime::wit;
 use crate::store::{ClaimScope, DeliveryRecord, DeliveryStatus, MessageRecord};
@@ -39,13 +39,55 @@ const SHARED_INBOX_POLL: Duration = Duration::from_millis(250);
 /// How long a delivery id is remembered for de-duplication.
 pub const DEDUP_WINDOW_SECS: i64 = 7 * 24 * 3600;
 
+/// What became of a received (or retried) webhook delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WebhookStatus {
+    /// Stored and routed: `routed_to` names the units that got messages.
+    Accepted,
+    /// Seen before (or already done): nothing delivered again.
+    Duplicate,
+    /// An event the host answers without storing (GitHub's `ping`).
+    Ignored,
+    /// Stored; routing goes on in the background (or failed and is kept for a retry).
+    Queued,
+}
+
+impl WebhookStatus {
+    /// The contract's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WebhookStatus::Accepted => "accepted",
+            WebhookStatus::Duplicate => "duplicate",
+            WebhookStatus::Ignored => "ignored",
+            WebhookStatus::Queued => "queued",
+        }
+    }
+}
+
 /// The answer to a webhook delivery.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookOutcome {
     pub delivery: String,
-    pub status: &'static str,
+    pub status: WebhookStatus,
     pub routed_to: Vec<String>,
+}
+
+/// Why processing a stored delivery did not finish it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeliveryError {
+    /// Another task on this replica is processing it right now.
+    #[error("this delivery is already being processed")]
+    InFlight,
+    /// The database did not answer: the delivery stays pending under this replica's claim
+    /// and is taken up again when the claim lapses.
+    #[error("{0}")]
+    StoreUnavailable(String),
+    /// Translation, routing or storing failed: the delivery is kept `failed` with this
+    /// error, visible and retried at the next start or on request.
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// The contract's `Message` object.
@@ -113,6 +155,36 @@ fn parse_cursor(cursor: Option<&str>) -> HostResult<i64> {
     }
 }
 
+/// Deliveries being processed on this replica, by (connector, delivery id).
+pub(crate) type InFlightSet = parking_lot::Mutex<std::collections::HashSet<(String, String)>>;
+
+/// One delivery marked as being processed on this replica for as long as the guard lives:
+/// the mark goes when the guard is dropped, whether the work finished, failed or its
+/// future was dropped mid-flight.
+struct InFlight<'a> {
+    set: &'a InFlightSet,
+    key: (String, String),
+}
+
+impl<'a> InFlight<'a> {
+    /// Marks `record` in flight, or `None` if it already is.
+    fn begin(set: &'a InFlightSet, record: &DeliveryRecord) -> Option<Self> {
+        let key = (record.connector.clone(), record.delivery_id.clone());
+        // Not `then_some`: that would build (and drop) a guard for a key another task
+        // holds, removing its mark — and do it while the lock is still held.
+        if !set.lock().insert(key.clone()) {
+            return None;
+        }
+        Some(InFlight { set, key })
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.set.lock().remove(&self.key);
+    }
+}
+
 impl Host {
     /// Receives one webhook delivery for connector `slug`.
     pub async fn receive_webhook(
@@ -135,11 +207,7 @@ impl Host {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
         let verified = verify::verify(scheme, &secrets, headers, body, now).map_err(|e| {
             if e.is_authentication() {
-                HostError::new(
-                    ErrorKind::Unauthenticated,
-                    "invalid_signature",
-                    e.to_string(),
-                )
+                HostError::new(ErrorCode::InvalidSignature, e.to_string())
             } else {
                 HostError::invalid_request(e.to_string())
             }
@@ -152,7 +220,7 @@ impl Host {
         if verified.event.as_deref() == Some("ping") {
             return Ok(WebhookOutcome {
                 delivery: verified.delivery_id,
-                status: "ignored",
+                status: WebhookStatus::Ignored,
                 routed_to: Vec::new(),
             });
         }
@@ -190,7 +258,7 @@ impl Host {
         {
             return Ok(WebhookOutcome {
                 delivery: record.delivery_id,
-                status: "duplicate",
+                status: WebhookStatus::Duplicate,
                 routed_to: Vec::new(),
             });
         }
@@ -200,13 +268,13 @@ impl Host {
         match tokio::time::timeout(INLINE_ROUTING, &mut task).await {
             Ok(Ok(Ok(routed_to))) => Ok(WebhookOutcome {
                 delivery,
-                status: "accepted",
+                status: WebhookStatus::Accepted,
                 routed_to,
             }),
             // Failed: stored and marked failed, retried on start or on request.
             Ok(Ok(Err(_))) | Ok(Err(_)) | Err(_) => Ok(WebhookOutcome {
                 delivery,
-                status: "queued",
+                status: WebhookStatus::Queued,
                 routed_to: Vec::new(),
             }),
         }
@@ -217,11 +285,10 @@ impl Host {
     pub(crate) async fn process_delivery(
         &self,
         record: DeliveryRecord,
-    ) -> Result<Vec<String>, String> {
-        let key = (record.connector.clone(), record.delivery_id.clone());
-        if !self.inner.in_flight.lock().insert(key.clone()) {
-            return Err("this delivery is already being processed".into());
-        }
+    ) -> Result<Vec<String>, DeliveryError> {
+        let Some(_in_flight) = InFlight::begin(&self.inner.in_flight, &record) else {
+            return Err(DeliveryError::InFlight);
+        };
         let result = self.route_delivery(&record).await;
         let outcome = match result {
             Ok((messages, routed_to)) => match self
@@ -244,19 +311,20 @@ impl Host {
                 Ok(None) => Ok(routed_to),
                 // The database is away: the delivery stays pending under this replica's
                 // claim and is retried once the claim lapses.
-                Err(e @ crate::store::StoreError::Unavailable(_)) => Err(e.to_string()),
+                Err(e @ crate::store::StoreError::Unavailable(_)) => {
+                    Err(DeliveryError::StoreUnavailable(e.to_string()))
+                }
                 // Anything else would fail the same way again: keep it failed, visible.
                 Err(e) => Err(self.record_failure(&record, e.to_string()).await),
             },
             Err(error) => Err(self.record_failure(&record, error).await),
         };
-        self.inner.in_flight.lock().remove(&key);
         outcome
     }
 
     /// Marks a delivery failed with `error` (kept, visible, retried on start or request)
     /// and hands the error back.
-    async fn record_failure(&self, record: &DeliveryRecord, error: String) -> String {
+    async fn record_failure(&self, record: &DeliveryRecord, error: String) -> DeliveryError {
         tracing::warn!(connector = %record.connector, delivery = %record.delivery_id, %error, "webhook delivery failed; kept for retry");
         if let Err(e) = self
             .inner
@@ -266,7 +334,7 @@ impl Host {
         {
             tracing::error!(error = %e, "could not record a failed delivery");
         }
-        error
+        DeliveryError::Failed(error)
     }
 
     async fn route_delivery(
@@ -398,18 +466,25 @@ impl Host {
         if record.status == DeliveryStatus::Done {
             return Ok(WebhookOutcome {
                 delivery: record.delivery_id,
-                status: "duplicate",
+                status: WebhookStatus::Duplicate,
                 routed_to: record.routed_to,
             });
         }
         let delivery = record.delivery_id.clone();
-        match self.process_delivery(record).await {
+        // Its own task, as for a received delivery: a caller that goes away mid-flight
+        // (a client disconnecting drops the request's future) does not cut the work short.
+        let host = self.clone();
+        let task = tokio::spawn(async move { host.process_delivery(record).await });
+        let outcome = task
+            .await
+            .map_err(|e| HostError::internal(format!("the retry task failed: {e}")))?;
+        match outcome {
             Ok(routed_to) => Ok(WebhookOutcome {
                 delivery,
-                status: "accepted",
+                status: WebhookStatus::Accepted,
                 routed_to,
             }),
-            Err(e) => Err(HostError::new(ErrorKind::BadGateway, "delivery_failed", e)),
+            Err(e) => Err(HostError::new(ErrorCode::DeliveryFailed, e.to_string())),
         }
     }
 
@@ -547,5 +622,44 @@ where
 
 /// JSON for a webhook outcome.
 pub fn outcome_json(o: &WebhookOutcome) -> Value {
-    json!({"delivery": o.delivery, "status": o.status, "routedTo": o.routed_to})
+    json!({"delivery": o.delivery, "status": o.status.as_str(), "routedTo": o.routed_to})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str) -> DeliveryRecord {
+        DeliveryRecord {
+            connector: "acme".into(),
+            delivery_id: id.into(),
+            event: None,
+            headers: Vec::new(),
+            body: Vec::new(),
+            received_unix: 0,
+            received_at: String::new(),
+            status: DeliveryStatus::Pending,
+            attempts: 0,
+            error: None,
+            routed_to: Vec::new(),
+            claimed_by: None,
+            claim_until: 0,
+        }
+    }
+
+    #[test]
+    fn an_in_flight_mark_is_exclusive_and_released_on_drop() {
+        let set = InFlightSet::default();
+        let first = InFlight::begin(&set, &record("d1")).expect("the first mark");
+        // A second attempt is refused and leaves the first one's mark in place.
+        assert!(InFlight::begin(&set, &record("d1")).is_none());
+        assert!(InFlight::begin(&set, &record("d1")).is_none());
+        let other = InFlight::begin(&set, &record("d2")).expect("another delivery");
+        assert_eq!(set.lock().len(), 2);
+        drop(first);
+        assert_eq!(set.lock().len(), 1);
+        assert!(InFlight::begin(&set, &record("d1")).is_some());
+        drop(other);
+        assert!(set.lock().is_empty());
+    }
 }

@@ -72,7 +72,7 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 fn guest_error(e: &GuestError) -> Error {
-    Error::new(e.code(), e.to_string())
+    Error::new(e.code().as_str(), e.to_string())
 }
 
 /// A message produced by `translate_webhook`.

@@ -4,22 +4,11 @@
 use std::time::Duration;
 
 use integration_tests::guests;
-use integration_tests::harness::{TestHost, OPERATOR_TOKEN};
+use integration_tests::harness::{
+    error_code as code, tool_names, upload_component, TestHost, OPERATOR_TOKEN,
+};
 use reqwest::Method;
 use serde_json::{json, Value};
-
-fn code(body: &Value) -> &str {
-    body["error"]["code"].as_str().unwrap_or("<no error code>")
-}
-
-fn tool_names(tools: &Value) -> Vec<String> {
-    tools
-        .as_array()
-        .expect("tools array")
-        .iter()
-        .map(|t| t["name"].as_str().unwrap().to_string())
-        .collect()
-}
 
 fn find<'a>(tools: &'a Value, name: &str) -> &'a Value {
     tools
@@ -36,15 +25,7 @@ async fn health_and_metrics() {
     let r = h.client.get(h.at("/healthz")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.json::<Value>().await.unwrap(), json!({"status": "ok"}));
-    let m = h
-        .client
-        .get(h.at("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = h.metrics().await;
     assert!(m.contains("connector_host_tool_calls_total"), "{m}");
 }
 
@@ -801,17 +782,7 @@ async fn a_crash_between_binding_and_grant_leaves_neither() {
 }
 
 async fn install_bytes(h: &TestHost, path: &str, query: &str) -> (u16, Value) {
-    let r = h
-        .client
-        .post(h.at(&format!("/api/v1/connectors{query}")))
-        .bearer_auth(OPERATOR_TOKEN)
-        .header("content-type", "application/wasm")
-        .body(std::fs::read(path).unwrap())
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
+    upload_component(&h.client, &h.url, std::fs::read(path).unwrap(), query).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -863,4 +834,65 @@ async fn rotation_keeps_bindings_and_refuses_to_break_them_unless_forced() {
     assert_eq!(s, 200);
     let (_, b2) = h.op(Method::GET, "/api/v1/units/u2/connectors", None).await;
     assert_eq!(b2["bindings"].as_array().unwrap().len(), 1);
+}
+
+/// A grant racing the deletion of its unit never leaves a grant behind for a unit that is
+/// gone, in memory or in the database: the subject is checked under the write lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_racing_the_deletion_of_its_unit_leaves_no_orphan() {
+    use connector_host::store::Subject;
+    let h = TestHost::start().await;
+    for round in 0..40 {
+        let unit = format!("racing-{round}");
+        h.unit(&unit, None).await;
+        let subject = Subject::Unit(unit.clone());
+        // Both orders: the deletion first (it holds the write lock while the grant is
+        // checked) and the grant first.
+        let (deleted, granted) = if round % 2 == 0 {
+            tokio::join!(
+                h.host.delete_unit(&unit),
+                h.host.grant(subject.clone(), "acme.echo")
+            )
+        } else {
+            let (granted, deleted) = tokio::join!(
+                h.host.grant(subject.clone(), "acme.echo"),
+                h.host.delete_unit(&unit)
+            );
+            (deleted, granted)
+        };
+        deleted.expect("the unit is deleted");
+        if let Err(e) = granted {
+            assert_eq!(e.code.as_str(), "not_found", "{e}");
+        }
+        let (s, _) = h
+            .op(Method::GET, &format!("/api/v1/units/{unit}"), None)
+            .await;
+        assert_eq!(s, 404);
+    }
+    let stored = h.host.store().load().await.expect("load");
+    let orphans: Vec<_> = stored
+        .grants
+        .iter()
+        .filter(|g| match &g.subject {
+            Subject::Unit(u) => !stored.units.iter().any(|x| &x.id == u),
+            Subject::Agent(a) => !stored.agents.iter().any(|x| &x.id == a),
+        })
+        .collect();
+    assert!(orphans.is_empty(), "orphaned grants: {orphans:?}");
+}
+
+/// Deleting a unit takes it out of its agents' unit lists, in memory and in the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_unit_takes_it_out_of_its_agents() {
+    let h = TestHost::start().await;
+    h.unit("a", None).await;
+    h.unit("b", None).await;
+    h.agent("ada", &["a", "b"]).await;
+    let (s, _) = h.op(Method::DELETE, "/api/v1/units/a", None).await;
+    assert_eq!(s, 204);
+    let (_, agent) = h.op(Method::GET, "/api/v1/agents/ada", None).await;
+    assert_eq!(agent["units"], json!(["b"]));
+    let stored = h.host.store().load().await.expect("load");
+    let ada = stored.agents.iter().find(|a| a.id == "ada").expect("ada");
+    assert_eq!(ada.units, ["b"]);
 }

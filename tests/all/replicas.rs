@@ -7,18 +7,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use connector_host::webhooks::verify::standard_signature;
 use integration_tests::guests;
-use integration_tests::harness::{ServerProcess, OPERATOR_TOKEN};
+use integration_tests::harness::{
+    now_unix, send_standard_webhook, try_send, upload_component, ServerProcess, OPERATOR_TOKEN,
+};
 use integration_tests::postgres::{require_own_postgres, require_postgres};
 use reqwest::Method;
 use serde_json::{json, Value};
 
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
-
-fn now() -> i64 {
-    time::OffsetDateTime::now_utc().unix_timestamp()
-}
 
 /// `n` replicas on `database_url`, each with its own data directory, the hostile test
 /// connector in its connectors directory and the webhook secret configured.
@@ -68,21 +65,7 @@ async fn call(
     token: &str,
     body: Option<Value>,
 ) -> (u16, Value) {
-    let mut req = client
-        .request(method, url)
-        .bearer_auth(token)
-        .timeout(Duration::from_secs(30));
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    match req.send().await {
-        Ok(r) => {
-            let s = r.status().as_u16();
-            (s, r.json().await.unwrap_or(Value::Null))
-        }
-        // A connection refused or reset (the replica was killed) reads as status 0.
-        Err(_) => (0, Value::Null),
-    }
+    try_send(client, method, &url, Some(token), body).await
 }
 
 async fn op(client: &reqwest::Client, method: Method, url: String, body: Option<Value>) -> u16 {
@@ -97,23 +80,7 @@ async fn deliver(
     body: &Value,
 ) -> Option<(u16, Value)> {
     let bytes = serde_json::to_vec(body).ok()?;
-    let ts = now();
-    let r = client
-        .post(format!("{base}/api/v1/webhooks/hostile"))
-        .header("content-type", "application/json")
-        .header("webhook-id", id)
-        .header("webhook-timestamp", ts.to_string())
-        .header(
-            "webhook-signature",
-            standard_signature(SECRET, id, ts, &bytes),
-        )
-        .timeout(Duration::from_secs(30))
-        .body(bytes)
-        .send()
-        .await
-        .ok()?;
-    let status = r.status().as_u16();
-    Some((status, r.json().await.unwrap_or(Value::Null)))
+    send_standard_webhook(client, base, "hostile", id, &bytes, SECRET, now_unix()).await
 }
 
 fn event(sleep_ms: u64) -> Value {
@@ -336,16 +303,8 @@ async fn what_one_replica_writes_the_next_request_on_any_other_sees() {
 
     // A rotation on C (a new digest of hostile) is what A reports next.
     let rotated = with_custom_section(&std::fs::read(guests::HOSTILE).unwrap(), "v2");
-    let r = client
-        .post(format!("{c}/api/v1/connectors"))
-        .bearer_auth(OPERATOR_TOKEN)
-        .header("content-type", "application/wasm")
-        .body(rotated)
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success(), "rotation: {}", r.status());
-    let on_c: Value = r.json().await.unwrap();
+    let (s, on_c) = upload_component(&client, c, rotated, "").await;
+    assert!(s == 200 || s == 201, "rotation: {s} {on_c}");
     let (s, on_a) = call(
         &client,
         Method::GET,
@@ -993,15 +952,8 @@ async fn writes_racing_on_two_replicas_never_leave_bindings_of_a_removed_connect
             );
         }
         // Put hostile back for the next round.
-        let r = client
-            .post(format!("{b}/api/v1/connectors"))
-            .bearer_auth(OPERATOR_TOKEN)
-            .header("content-type", "application/wasm")
-            .body(component.clone())
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success(), "reinstall: {}", r.status());
+        let (s, body) = upload_component(&client, &b, component.clone(), "").await;
+        assert!(s == 200 || s == 201, "reinstall: {s} {body}");
     }
     eprintln!("{conflicts} writes were refused as racing another replica's");
 }

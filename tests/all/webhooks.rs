@@ -6,15 +6,13 @@ use std::time::Duration;
 use connector_host::webhooks::verify::standard_signature;
 use futures::StreamExt;
 use integration_tests::guests;
-use integration_tests::harness::{ServerProcess, TestHost, OPERATOR_TOKEN};
+use integration_tests::harness::{
+    now_unix, send_standard_webhook, ServerProcess, TestHost, OPERATOR_TOKEN,
+};
 use reqwest::Method;
 use serde_json::{json, Value};
 
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
-
-fn now() -> i64 {
-    time::OffsetDateTime::now_utc().unix_timestamp()
-}
 
 /// Like [`deliver`], but a connection the server dropped (it was killed) is `None`.
 async fn try_deliver(
@@ -27,19 +25,7 @@ async fn try_deliver(
     ts: i64,
 ) -> Option<(u16, Value)> {
     let bytes = serde_json::to_vec(body).ok()?;
-    let sig = standard_signature(secret, id, ts, &bytes);
-    let r = client
-        .post(format!("{base}/api/v1/webhooks/{slug}"))
-        .header("content-type", "application/json")
-        .header("webhook-id", id)
-        .header("webhook-timestamp", ts.to_string())
-        .header("webhook-signature", sig)
-        .body(bytes)
-        .send()
-        .await
-        .ok()?;
-    let status = r.status().as_u16();
-    Some((status, r.json().await.unwrap_or(Value::Null)))
+    send_standard_webhook(client, base, slug, id, &bytes, secret, ts).await
 }
 
 /// Sends a Standard Webhooks delivery to `slug`; returns (status, body).
@@ -52,20 +38,9 @@ async fn deliver(
     secret: &str,
     ts: i64,
 ) -> (u16, Value) {
-    let bytes = serde_json::to_vec(body).unwrap();
-    let sig = standard_signature(secret, id, ts, &bytes);
-    let r = client
-        .post(format!("{base}/api/v1/webhooks/{slug}"))
-        .header("content-type", "application/json")
-        .header("webhook-id", id)
-        .header("webhook-timestamp", ts.to_string())
-        .header("webhook-signature", sig)
-        .body(bytes)
-        .send()
+    try_deliver(client, base, slug, id, body, secret, ts)
         .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
+        .unwrap_or_else(|| panic!("delivery {id} to {base} got no answer"))
 }
 
 fn event(route: &str, kind: &str) -> Value {
@@ -110,7 +85,7 @@ async fn deliveries_fan_out_once_and_duplicates_are_answered() {
         "d-1",
         &event("r1", "issue.opened"),
         SECRET,
-        now(),
+        now_unix(),
     )
     .await;
     assert_eq!(s, 202, "{b}");
@@ -148,7 +123,7 @@ async fn deliveries_fan_out_once_and_duplicates_are_answered() {
         "d-1",
         &event("r1", "issue.opened"),
         SECRET,
-        now(),
+        now_unix(),
     )
     .await;
     assert_eq!((s, b["status"].as_str()), (202, Some("duplicate")));
@@ -161,7 +136,7 @@ async fn deliveries_fan_out_once_and_duplicates_are_answered() {
         "d-2",
         &event("r1", "issue.opened"),
         SECRET,
-        now(),
+        now_unix(),
     )
     .await;
     assert_eq!((s, b["status"].as_str()), (202, Some("accepted")));
@@ -174,7 +149,7 @@ async fn deliveries_fan_out_once_and_duplicates_are_answered() {
         "d-3",
         &event("nobody", "x"),
         SECRET,
-        now(),
+        now_unix(),
     )
     .await;
     assert_eq!((s, b["routedTo"].clone()), (202, json!([])));
@@ -230,7 +205,7 @@ async fn per_binding_filters_drop_for_one_unit_only() {
         "f-1",
         &event("r1", "pr.closed"),
         SECRET,
-        now(),
+        now_unix(),
     )
     .await;
     assert_eq!(b["routedTo"], json!(["u1"]));
@@ -244,7 +219,7 @@ async fn per_binding_filters_drop_for_one_unit_only() {
         "f-2",
         &event("r9", "x"),
         SECRET,
-        now(),
+        now_unix(),
     )
     .await;
     assert_eq!(b["routedTo"], json!([]));
@@ -255,7 +230,7 @@ async fn per_binding_filters_drop_for_one_unit_only() {
         "f-3",
         &event("r7", "x"),
         SECRET,
-        now(),
+        now_unix(),
     )
     .await;
     assert_eq!(b["routedTo"], json!(["u2"]));
@@ -269,7 +244,7 @@ async fn per_binding_filters_drop_for_one_unit_only() {
         "f-4",
         &event("r7", "x"),
         SECRET,
-        now(),
+        now_unix(),
     )
     .await;
     assert_eq!(b["routedTo"], json!([]));
@@ -288,7 +263,7 @@ async fn signatures_limits_and_headers() {
         "s-1",
         &body,
         "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
-        now(),
+        now_unix(),
     )
     .await;
     assert_eq!((s, code(&b).as_str()), (401, "invalid_signature"));
@@ -299,7 +274,7 @@ async fn signatures_limits_and_headers() {
         "s-2",
         &body,
         SECRET,
-        now() - 301,
+        now_unix() - 301,
     )
     .await;
     assert_eq!(s, 401, "stale timestamp");
@@ -310,14 +285,14 @@ async fn signatures_limits_and_headers() {
         "s-3",
         &body,
         SECRET,
-        now() + 301,
+        now_unix() + 301,
     )
     .await;
     assert_eq!(s, 401, "future timestamp");
 
     // A correct signature over a body that was re-serialised after signing.
     let bytes = serde_json::to_vec(&body).unwrap();
-    let ts = now();
+    let ts = now_unix();
     let sig = standard_signature(SECRET, "s-4", ts, &bytes);
     let reserialised = serde_json::to_vec_pretty(&body).unwrap();
     let r = h
@@ -353,9 +328,9 @@ async fn signatures_limits_and_headers() {
         .unwrap();
     assert_eq!(r.status(), 400);
     // No such connector; a connector that takes no webhooks.
-    let (s, b) = deliver(&h.client, &h.url, "nope", "s-6", &body, SECRET, now()).await;
+    let (s, b) = deliver(&h.client, &h.url, "nope", "s-6", &body, SECRET, now_unix()).await;
     assert_eq!((s, code(&b).as_str()), (404, "not_found"));
-    let (s, _) = deliver(&h.client, &h.url, "acme", "s-7", &body, SECRET, now()).await;
+    let (s, _) = deliver(&h.client, &h.url, "acme", "s-7", &body, SECRET, now_unix()).await;
     assert_eq!(s, 404);
 
     // The body limit: exactly at the limit is read (and verified), one byte over is 413.
@@ -370,7 +345,7 @@ async fn signatures_limits_and_headers() {
         let raw = serde_json::to_vec(&big).unwrap();
         assert_eq!(raw.len(), len);
         let id = format!("big-{len}");
-        let (s, b) = deliver(&h.client, &h.url, "hostile", &id, &big, SECRET, now()).await;
+        let (s, b) = deliver(&h.client, &h.url, "hostile", &id, &big, SECRET, now_unix()).await;
         assert_eq!(s, expected, "{len} bytes: {b}");
         if expected == 413 {
             assert_eq!(code(&b), "payload_too_large");
@@ -389,7 +364,7 @@ async fn no_secret_configured_fails_closed_and_rotation_works() {
         "n-1",
         &event("r1", "k"),
         SECRET,
-        now(),
+        now_unix(),
     )
     .await;
     assert_eq!(s, 401);
@@ -410,7 +385,7 @@ async fn no_secret_configured_fails_closed_and_rotation_works() {
         "n-2",
         &event("r1", "k"),
         old,
-        now(),
+        now_unix(),
     )
     .await;
     assert_eq!(s, 202, "an older secret still in the list verifies");
@@ -429,10 +404,56 @@ async fn no_secret_configured_fails_closed_and_rotation_works() {
         "n-3",
         &event("r1", "k"),
         old,
-        now(),
+        now_unix(),
     )
     .await;
     assert_eq!(s, 401, "a rotated-out secret no longer verifies");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_dropped_mid_flight_does_not_block_the_next_one() {
+    let h = webhook_host().await;
+    // Stored failed: the slow translation succeeds, the inbox write fails once.
+    h.host
+        .store()
+        .set_fail_point(Some(connector_host::store::FailPoint::AfterMessagesWrite));
+    let mut slow = event("r1", "k");
+    slow["sleep_ms"] = json!(1000);
+    let (s, b) = deliver(
+        &h.client,
+        &h.url,
+        "hostile",
+        "f-1",
+        &slow,
+        SECRET,
+        now_unix(),
+    )
+    .await;
+    assert_eq!((s, b["status"].as_str()), (202, Some("queued")), "{b}");
+    let (_, d) = h
+        .op(Method::GET, "/api/v1/webhooks/hostile/deliveries/f-1", None)
+        .await;
+    assert_eq!(d["status"], "failed", "{d}");
+
+    // A caller that gives up while the retry is translating (its future is dropped).
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(200),
+        h.host.retry_delivery("hostile", "f-1"),
+    )
+    .await;
+    assert!(dropped.is_err(), "the retry should still be running");
+
+    // The next retry is not refused as "already being processed": the dropped one ran to
+    // its end (and delivered), so this one finds the delivery done.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let outcome = h
+        .host
+        .retry_delivery("hostile", "f-1")
+        .await
+        .expect("the second retry succeeds");
+    assert_eq!(outcome.status.as_str(), "duplicate");
+    assert_eq!(inbox(&h, "u1").await.len(), 1);
+    assert_eq!(inbox(&h, "u2").await.len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -445,7 +466,7 @@ async fn a_trapping_translation_is_kept_failed_and_retried() {
         "t-1",
         &json!({"panic": true}),
         SECRET,
-        now(),
+        now_unix(),
     )
     .await;
     assert_eq!((s, b["status"].as_str()), (202, Some("queued")));
@@ -489,7 +510,7 @@ async fn a_trapping_translation_is_kept_failed_and_retried() {
         "t-2",
         &event("r1", "k"),
         SECRET,
-        now(),
+        now_unix(),
     )
     .await;
     assert_eq!((s, b["status"].as_str()), (202, Some("queued")));
@@ -542,7 +563,16 @@ async fn slow_routing_is_queued_and_finished_in_the_background() {
     let mut body = event("r1", "slow");
     body["sleep_ms"] = json!(2600);
     let start = std::time::Instant::now();
-    let (s, b) = deliver(&h.client, &h.url, "hostile", "q-1", &body, SECRET, now()).await;
+    let (s, b) = deliver(
+        &h.client,
+        &h.url,
+        "hostile",
+        "q-1",
+        &body,
+        SECRET,
+        now_unix(),
+    )
+    .await;
     assert_eq!(
         (s, b["status"].as_str(), b["routedTo"].clone()),
         (202, Some("queued"), json!([]))
@@ -571,7 +601,7 @@ async fn the_inbox_streams_over_sse_and_resumes_from_last_event_id() {
         "e-1",
         &event("r1", "first"),
         SECRET,
-        now(),
+        now_unix(),
     )
     .await;
     let open = |last: Option<String>| {
@@ -625,7 +655,7 @@ async fn the_inbox_streams_over_sse_and_resumes_from_last_event_id() {
                     "e-2",
                     &event("r1", "second"),
                     SECRET,
-                    now(),
+                    now_unix(),
                 )
                 .await;
             }
@@ -734,7 +764,8 @@ async fn kill_round(round: usize) {
         let tx = tx.clone();
         tokio::spawn(async move {
             let id = format!("k{round}-{i}");
-            let answer = try_deliver(&client, &url, "hostile", &id, &body, SECRET, now()).await;
+            let answer =
+                try_deliver(&client, &url, "hostile", &id, &body, SECRET, now_unix()).await;
             let _ = tx.send((id, answer));
         });
     }
@@ -827,7 +858,7 @@ async fn kill_round(round: usize) {
             &id,
             &body_of(i),
             SECRET,
-            now(),
+            now_unix(),
         )
         .await;
         assert_eq!(s, 202);

@@ -1,7 +1,7 @@
 //! State survives a restart of the real `connector-host serve` process (even a SIGKILL).
 
 use integration_tests::guests;
-use integration_tests::harness::{ServerProcess, OPERATOR_TOKEN};
+use integration_tests::harness::{send, upload_component, ServerProcess, OPERATOR_TOKEN};
 use serde_json::{json, Value};
 
 async fn call(
@@ -11,13 +11,7 @@ async fn call(
     token: &str,
     body: Option<Value>,
 ) -> (u16, Value) {
-    let mut req = client.request(method, url).bearer_auth(token);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let r = req.send().await.unwrap();
-    let s = r.status().as_u16();
-    (s, r.json().await.unwrap_or(Value::Null))
+    send(client, method, &url, Some(token), body).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -29,15 +23,14 @@ async fn units_agents_bindings_grants_and_tokens_survive_a_kill_and_restart() {
     use reqwest::Method as M;
 
     // An operator-installed component, units, an agent, a binding, an explicit grant.
-    let r = client
-        .post(u("/connectors", &server))
-        .bearer_auth(OPERATOR_TOKEN)
-        .header("content-type", "application/wasm")
-        .body(std::fs::read(guests::HOSTILE).unwrap())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
+    let (s, b) = upload_component(
+        &client,
+        &server.url,
+        std::fs::read(guests::HOSTILE).unwrap(),
+        "",
+    )
+    .await;
+    assert_eq!(s, 201, "{b}");
     assert_eq!(
         call(
             &client,

@@ -148,7 +148,14 @@ fn server_stops_when_the_test_process_is_killed() {
     }
     let child = Command::new(std::env::current_exe().expect("test binary"))
         .args([
-            "child_holds_a_cluster_until_killed",
+            // The test's path inside this binary (`<module>::<name>`).
+            format!(
+                "{}::child_holds_a_cluster_until_killed",
+                module_path!()
+                    .split_once("::")
+                    .map_or(module_path!(), |(_, path)| path)
+            )
+            .as_str(),
             "--exact",
             "--ignored",
             "--nocapture",

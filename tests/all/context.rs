@@ -2,13 +2,9 @@
 //! with the host enforcing prefixes, folders and collisions.
 
 use integration_tests::guests;
-use integration_tests::harness::TestHost;
+use integration_tests::harness::{error_code as code, TestHost};
 use reqwest::Method;
-use serde_json::{json, Value};
-
-fn code(b: &Value) -> &str {
-    b["error"]["code"].as_str().unwrap_or("")
-}
+use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn context_collects_every_bound_connector_closest_binding_first() {

@@ -12,7 +12,9 @@ use std::time::Instant;
 
 use connector_testing::Harness;
 use integration_tests::guests;
-use integration_tests::harness::{host_binary, send, ServerProcess, OPERATOR_TOKEN};
+use integration_tests::harness::{
+    host_binary, send, upload_component, ServerProcess, OPERATOR_TOKEN,
+};
 use serde_json::json;
 
 fn host(args: &[&str]) -> Output {
@@ -149,16 +151,8 @@ async fn the_scaffold_installs_binds_and_answers_through_a_host() {
     let client = reqwest::Client::new();
     let url = |p: &str| format!("{}{p}", server.url);
 
-    let resp = client
-        .post(url("/api/v1/connectors"))
-        .bearer_auth(OPERATOR_TOKEN)
-        .header("content-type", "application/wasm")
-        .body(std::fs::read(&wasm).unwrap())
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    let body: serde_json::Value = resp.json().await.unwrap_or_default();
+    let (status, body) =
+        upload_component(&client, &server.url, std::fs::read(&wasm).unwrap(), "").await;
     assert!(status == 201 || status == 200, "install: {status} {body}");
     assert_eq!(body["slug"], "demo_conn");
 

@@ -205,10 +205,10 @@ async fn tokens_near_expiry_are_refreshed_and_expired_ones_never_handed_out() {
     assert_eq!(fake.exchanges(), 4);
 
     // A token that is already expired when it arrives is an error, not a token.
-    let other = crate::fake().await;
+    let other = self::fake().await;
     other.register(8);
     other.set_token_ttl(Duration::ZERO);
-    let app = crate::app(&other);
+    let app = self::app(&other);
     for round in 1..=2 {
         let err = app.installation_token(8).await.expect_err("expired");
         assert!(

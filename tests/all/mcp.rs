@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use integration_tests::guests;
-use integration_tests::harness::{host_binary, ServerProcess, TestHost, OPERATOR_TOKEN};
+use integration_tests::harness::{
+    host_binary, upload_component, ServerProcess, TestHost, OPERATOR_TOKEN,
+};
 use reqwest::header::HeaderMap;
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -349,15 +351,7 @@ async fn tools_call_answers_text_and_structured_content() {
         .await;
     assert_eq!(r["result"]["isError"], false, "{r}");
     // The same counters as the HTTP path.
-    let m = h
-        .client
-        .get(h.at("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = h.metrics().await;
     assert!(m.contains("outcome=\"ok\"} 3"), "{m}");
 }
 
@@ -1098,15 +1092,14 @@ async fn prepare(server: &ServerProcess) -> String {
         json!({"config": {}}),
     )
     .await;
-    let r = client
-        .post(format!("{}/api/v1/connectors", server.url))
-        .bearer_auth(OPERATOR_TOKEN)
-        .header("content-type", "application/wasm")
-        .body(std::fs::read(guests::HOSTILE).unwrap())
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success(), "install hostile: {}", r.status());
+    let (s, b) = upload_component(
+        &client,
+        &server.url,
+        std::fs::read(guests::HOSTILE).unwrap(),
+        "",
+    )
+    .await;
+    assert!(s == 200 || s == 201, "install hostile: {s} {b}");
     let t = op(
         &client,
         server,

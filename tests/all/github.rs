@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use connector_host::config::{ConnectorSettings, GithubAppSettings};
 use connector_host::webhooks::verify::github_signature;
 use integration_tests::fake_github::FakeGithub;
-use integration_tests::harness::TestHost;
+use integration_tests::harness::{send_github_webhook, TestHost};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -67,19 +67,7 @@ async fn setup() -> (TestHost, FakeGithub) {
 }
 
 async fn deliver(h: &TestHost, event: &str, id: &str, body: &[u8]) -> (u16, Value) {
-    let r = h
-        .client
-        .post(h.at("/api/v1/webhooks/github"))
-        .header("content-type", "application/json")
-        .header("x-github-event", event)
-        .header("x-github-delivery", id)
-        .header("x-hub-signature-256", github_signature(SECRET, body))
-        .body(body.to_vec())
-        .send()
-        .await
-        .unwrap();
-    let s = r.status().as_u16();
-    (s, r.json().await.unwrap_or(Value::Null))
+    send_github_webhook(&h.client, &h.url, "github", event, id, body, SECRET).await
 }
 
 fn sorted(v: &Value) -> Vec<String> {

@@ -1,0 +1,110 @@
+//! What an [`ErrorCode`] is on the wire of the HTTP API: its status, and the contract's
+//! error body `{"error": {code, message, details?}}`.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::error::{ErrorCode, HostError};
+
+/// The HTTP status of an error code (CONTRACT §3).
+pub fn status_of(code: ErrorCode) -> StatusCode {
+    match code {
+        ErrorCode::InvalidRequest => StatusCode::BAD_REQUEST,
+        ErrorCode::Unauthenticated | ErrorCode::InvalidSignature => StatusCode::UNAUTHORIZED,
+        ErrorCode::Forbidden | ErrorCode::ToolNotGranted => StatusCode::FORBIDDEN,
+        ErrorCode::NotFound | ErrorCode::UnknownTool => StatusCode::NOT_FOUND,
+        ErrorCode::Cycle
+        | ErrorCode::InvalidComponent
+        | ErrorCode::InvalidConfig
+        | ErrorCode::GithubAppNotConfigured
+        | ErrorCode::InvalidArguments => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorCode::HasChildren
+        | ErrorCode::ConnectorInUse
+        | ErrorCode::RotationBreaksBindings
+        | ErrorCode::StateChanged => StatusCode::CONFLICT,
+        ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ErrorCode::ToolFailed
+        | ErrorCode::ConnectorTrapped
+        | ErrorCode::DeliveryFailed
+        | ErrorCode::IntrospectionFailed
+        | ErrorCode::ContextFailed => StatusCode::BAD_GATEWAY,
+        ErrorCode::ConnectorTimeout => StatusCode::GATEWAY_TIMEOUT,
+        ErrorCode::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::ContextConflict | ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl IntoResponse for HostError {
+    fn into_response(self) -> Response {
+        let mut error = json!({"code": self.code.as_str(), "message": self.message});
+        if let Some(details) = self.details {
+            error["details"] = details;
+        }
+        (status_of(self.code), Json(json!({ "error": error }))).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejections_are_4xx_and_failures_5xx() {
+        use ErrorCode::*;
+        let all = [
+            InvalidRequest,
+            Unauthenticated,
+            Forbidden,
+            NotFound,
+            PayloadTooLarge,
+            UnsupportedMediaType,
+            InvalidComponent,
+            InvalidConfig,
+            GithubAppNotConfigured,
+            InvalidArguments,
+            Cycle,
+            HasChildren,
+            ConnectorInUse,
+            RotationBreaksBindings,
+            StateChanged,
+            ToolNotGranted,
+            UnknownTool,
+            ToolFailed,
+            ConnectorTrapped,
+            ConnectorTimeout,
+            InvalidSignature,
+            DeliveryFailed,
+            IntrospectionFailed,
+            ContextConflict,
+            ContextFailed,
+            StoreUnavailable,
+            Internal,
+        ];
+        for code in all {
+            let status = status_of(code);
+            assert_eq!(
+                code.is_rejection(),
+                status.is_client_error(),
+                "{code} is {status}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_body_has_the_contract_shape() {
+        let response = HostError::new(ErrorCode::Cycle, "loops")
+            .with_details(json!({"unit": "a"}))
+            .into_response();
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let body = futures::executor::block_on(axum::body::to_bytes(response.into_body(), 4096))
+            .expect("body");
+        let body: serde_json::Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(
+            body,
+            json!({"error": {"code": "cycle", "message": "loops", "details": {"unit": "a"}}})
+        );
+    }
+}

@@ -1,0 +1,16 @@
+//! The HTTP edge shared by the operator API ([`crate::api`]) and MCP ([`crate::mcp`]):
+//! authentication as axum extractors, bounded body reading, JSON bodies, and the mapping
+//! of [`ErrorCode`](crate::error::ErrorCode)s to HTTP statuses.
+//!
+//! Both front ends depend on this module and on [`Host`](crate::Host), never on each
+//! other; the server ([`crate::server`]) mounts them side by side.
+
+pub mod auth;
+pub mod body;
+mod error;
+pub mod json;
+
+pub use auth::{authorize, Access, AgentOfPath, Operator};
+pub use body::{read_limited, BodyError};
+pub use error::status_of;
+pub use json::ApiJson;

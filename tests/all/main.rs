@@ -1,0 +1,19 @@
+//! Every workspace-level integration test, in one binary so the host and wasmtime are
+//! linked once. Each module covers one area against the real library or the real
+//! `connector-host` binary; shared helpers (hosts, tokens, signed webhooks, HTTP) live in
+//! the `integration_tests` library (`tests/src/`).
+
+mod api;
+mod arxiv;
+mod cli;
+mod context;
+mod github;
+mod github_app;
+mod mcp;
+mod postgres_cluster;
+mod replicas;
+mod restart;
+mod runtime;
+mod scaffold;
+mod store_conformance;
+mod webhooks;
