@@ -36,11 +36,10 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context as _};
+use anyhow::{anyhow, bail};
 use axum::routing::post;
 use axum::{Json, Router};
 use bytes::Bytes;
@@ -48,35 +47,16 @@ use connector_host::config::{ConnectorSettings, HostConfig};
 use connector_host::webhooks::verify::{standard_signature, verify_standard};
 use connector_host::Host;
 use http::{HeaderValue, Request, StatusCode};
-use http_body_util::{BodyExt as _, Full};
-use hyper_util::rt::TokioIo;
+use http_body_util::Full;
+use loadgen::{contains, env_num, loadavg, ms, Attempt, Limits, MakeRequest, Run};
 use serde_json::{json, Value};
 
 const OPERATOR_TOKEN: &str = "bench-operator-token";
 const TOOL_CALL_BODY: &str = r#"{"tool":"acme.echo","arguments":{"message":"hi"}}"#;
-/// How many distinct errors a run prints.
-const ERROR_SAMPLES: usize = 5;
 
 // ---------------------------------------------------------------------------------------
 // Settings
 // ---------------------------------------------------------------------------------------
-
-#[derive(Clone, Copy)]
-struct Limits {
-    conns: usize,
-    max_requests: u64,
-    max_time: Duration,
-}
-
-fn env_num(name: &str, default: u64) -> anyhow::Result<u64> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .with_context(|| format!("{name}={v} is not a number")),
-        Err(_) => Ok(default),
-    }
-}
 
 fn workspace_root() -> PathBuf {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -98,107 +78,9 @@ fn hostile_wasm() -> anyhow::Result<Vec<u8>> {
     })
 }
 
-/// `/proc/loadavg`'s first three fields, or `?`.
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|| "?".into())
-}
-
 // ---------------------------------------------------------------------------------------
 // Results
 // ---------------------------------------------------------------------------------------
-
-#[derive(Default)]
-struct RunResult {
-    ok: u64,
-    errors: u64,
-    elapsed: Duration,
-    /// Latencies of the successful requests, nanoseconds.
-    latencies: Vec<u64>,
-    /// Distinct error descriptions (at most [`ERROR_SAMPLES`]).
-    error_samples: Vec<String>,
-}
-
-impl RunResult {
-    fn merge(&mut self, other: WorkerOut) {
-        self.ok += other.ok;
-        self.errors += other.errors;
-        self.latencies.extend(other.latencies);
-        for e in other.error_samples {
-            if self.error_samples.len() < ERROR_SAMPLES && !self.error_samples.contains(&e) {
-                self.error_samples.push(e);
-            }
-        }
-    }
-
-    fn rate(&self) -> f64 {
-        self.ok as f64 / self.elapsed.as_secs_f64().max(1e-9)
-    }
-
-    fn percentile(&self, q: f64) -> Duration {
-        if self.latencies.is_empty() {
-            return Duration::ZERO;
-        }
-        let mut sorted = self.latencies.clone();
-        sorted.sort_unstable();
-        let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
-        Duration::from_nanos(sorted[i])
-    }
-
-    fn combine(runs: &[&RunResult]) -> RunResult {
-        let mut all = RunResult::default();
-        for r in runs {
-            all.ok += r.ok;
-            all.errors += r.errors;
-            all.elapsed += r.elapsed;
-            all.latencies.extend_from_slice(&r.latencies);
-            for e in &r.error_samples {
-                if all.error_samples.len() < ERROR_SAMPLES && !all.error_samples.contains(e) {
-                    all.error_samples.push(e.clone());
-                }
-            }
-        }
-        all
-    }
-}
-
-#[derive(Default)]
-struct WorkerOut {
-    ok: u64,
-    errors: u64,
-    latencies: Vec<u64>,
-    error_samples: Vec<String>,
-}
-
-impl WorkerOut {
-    fn error(&mut self, what: String) {
-        self.errors += 1;
-        if self.error_samples.len() < ERROR_SAMPLES && !self.error_samples.contains(&what) {
-            self.error_samples.push(what);
-        }
-    }
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.3} ms", d.as_secs_f64() * 1e3)
-}
-
-fn print_run(label: &str, unit: &str, r: &RunResult) {
-    println!(
-        "  {label}: {:.0} {unit}/s, p50 {}, p99 {}, ok {}, errors {}, {:.2} s",
-        r.rate(),
-        ms(r.percentile(0.50)),
-        ms(r.percentile(0.99)),
-        r.ok,
-        r.errors,
-        r.elapsed.as_secs_f64()
-    );
-    for e in &r.error_samples {
-        println!("    error: {e}");
-    }
-}
 
 struct Row {
     name: String,
@@ -211,7 +93,7 @@ struct Row {
 }
 
 impl Row {
-    fn new(name: &str, unit: &'static str, r: &RunResult, note: String) -> Row {
+    fn new(name: &str, unit: &'static str, r: &Run, note: String) -> Row {
         Row {
             name: name.to_string(),
             unit,
@@ -236,159 +118,6 @@ fn verdict(ok: bool) -> &'static str {
 // The load generator
 // ---------------------------------------------------------------------------------------
 
-/// Builds request number `i` (0-based, below the request limit).
-type MakeRequest = Arc<dyn Fn(u64) -> Request<Full<Bytes>> + Send + Sync>;
-/// Whether an answer is the expected one.
-type Check = fn(StatusCode, &[u8]) -> bool;
-
-fn describe(status: StatusCode, body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-    format!("{status} {text}")
-}
-
-async fn connect(
-    addr: SocketAddr,
-) -> anyhow::Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>> {
-    let stream = tokio::net::TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok(sender)
-}
-
-async fn worker(
-    addr: SocketAddr,
-    issued: Arc<AtomicU64>,
-    limits: Limits,
-    deadline: Instant,
-    make: MakeRequest,
-    check: Check,
-) -> WorkerOut {
-    let mut out = WorkerOut::default();
-    let mut sender = None;
-    loop {
-        if Instant::now() >= deadline {
-            break;
-        }
-        let i = issued.fetch_add(1, Ordering::Relaxed);
-        if i >= limits.max_requests {
-            break;
-        }
-        if sender.is_none() {
-            match connect(addr).await {
-                Ok(s) => sender = Some(s),
-                Err(e) => {
-                    out.error(format!("connect: {e}"));
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            }
-        }
-        let Some(s) = sender.as_mut() else { continue };
-        let request = make(i);
-        let started = Instant::now();
-        let answer = async {
-            s.ready().await?;
-            let response = s.send_request(request).await?;
-            let status = response.status();
-            let body = response.into_body().collect().await?.to_bytes();
-            anyhow::Ok((status, body))
-        }
-        .await;
-        let took = started.elapsed();
-        match answer {
-            Ok((status, body)) if check(status, &body) => {
-                out.ok += 1;
-                out.latencies.push(took.as_nanos() as u64);
-            }
-            Ok((status, body)) => out.error(describe(status, &body)),
-            Err(e) => {
-                out.error(format!("transport: {e}"));
-                sender = None;
-            }
-        }
-    }
-    out
-}
-
-/// Runs one closed-loop load against `addr`.
-async fn run_load(addr: SocketAddr, limits: Limits, make: MakeRequest, check: Check) -> RunResult {
-    let issued = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let deadline = started + limits.max_time;
-    let tasks: Vec<_> = (0..limits.conns)
-        .map(|_| {
-            tokio::spawn(worker(
-                addr,
-                issued.clone(),
-                limits,
-                deadline,
-                make.clone(),
-                check,
-            ))
-        })
-        .collect();
-    let mut result = RunResult::default();
-    for t in tasks {
-        match t.await {
-            Ok(out) => result.merge(out),
-            Err(e) => result.merge(WorkerOut {
-                errors: 1,
-                error_samples: vec![format!("worker panicked: {e}")],
-                ..WorkerOut::default()
-            }),
-        }
-    }
-    result.elapsed = started.elapsed();
-    result
-}
-
-/// Runs a closed loop of `limits.conns` concurrent in-process tasks (no HTTP).
-async fn run_inprocess<F, Fut>(limits: Limits, f: F) -> RunResult
-where
-    F: Fn(u64) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<(), String>> + Send,
-{
-    let f = Arc::new(f);
-    let issued = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let deadline = started + limits.max_time;
-    let tasks: Vec<_> = (0..limits.conns)
-        .map(|_| {
-            let f = f.clone();
-            let issued = issued.clone();
-            tokio::spawn(async move {
-                let mut out = WorkerOut::default();
-                while Instant::now() < deadline {
-                    let i = issued.fetch_add(1, Ordering::Relaxed);
-                    if i >= limits.max_requests {
-                        break;
-                    }
-                    let t = Instant::now();
-                    match f(i).await {
-                        Ok(()) => {
-                            out.ok += 1;
-                            out.latencies.push(t.elapsed().as_nanos() as u64);
-                        }
-                        Err(e) => out.error(e),
-                    }
-                }
-                out
-            })
-        })
-        .collect();
-    let mut result = RunResult::default();
-    for t in tasks {
-        if let Ok(out) = t.await {
-            result.merge(out);
-        }
-    }
-    result.elapsed = started.elapsed();
-    result
-}
-
 fn check_echo(status: StatusCode, body: &[u8]) -> bool {
     // `serde_json::Value` sorts keys, so the echo is not byte-identical.
     status == StatusCode::OK
@@ -406,10 +135,6 @@ fn check_accepted(status: StatusCode, body: &[u8]) -> bool {
 
 fn check_duplicate(status: StatusCode, body: &[u8]) -> bool {
     status == StatusCode::ACCEPTED && contains(body, br#""status":"duplicate""#)
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 fn post_json(path: &str) -> http::request::Builder {
@@ -481,7 +206,7 @@ async fn open_host(webhook_secret: Option<&str>) -> anyhow::Result<BenchHost> {
         );
     }
     let (host, _) = Host::open(config).await?;
-    let addr = serve(host.router()).await?;
+    let addr = serve(connector_host::server::router(host.clone())).await?;
     Ok(BenchHost {
         host,
         addr,
@@ -530,8 +255,8 @@ fn presign(secret: &str, path: &str, prefix: &str, body: Bytes, n: u64) -> anyho
 }
 
 fn webhook_requests(signed: Arc<Signed>) -> MakeRequest {
-    Arc::new(move |i| {
-        let (id, sig) = &signed.headers[(i as usize) % signed.headers.len()];
+    Arc::new(move |a: Attempt| {
+        let (id, sig) = &signed.headers[(a.n as usize) % signed.headers.len()];
         post_json(&signed.path)
             .header("webhook-id", id.clone())
             .header("webhook-timestamp", signed.timestamp.clone())
@@ -550,11 +275,11 @@ fn webhook_run(
     secret: &str,
     prefix: &str,
     body: Bytes,
-    check: Check,
-) -> anyhow::Result<(RunResult, Arc<Signed>)> {
+    check: loadgen::Check,
+) -> anyhow::Result<(Run, Arc<Signed>)> {
     let signed = Arc::new(presign(secret, path, prefix, body, limits.max_requests)?);
-    let r = client.block_on(run_load(
-        addr,
+    let r = client.block_on(loadgen::http(
+        &[addr],
         limits,
         webhook_requests(signed.clone()),
         check,
@@ -562,9 +287,9 @@ fn webhook_run(
     Ok((r, signed))
 }
 
-async fn call_tool_inprocess(host: &Host, limits: Limits) -> RunResult {
+async fn call_tool_inprocess(host: &Host, limits: Limits) -> Run {
     let h = host.clone();
-    run_inprocess(limits, move |_| {
+    loadgen::in_process(limits, move |_| {
         let h = h.clone();
         async move {
             h.call_tool("a1", "acme.echo", json!({"message": "hi"}))
@@ -589,7 +314,7 @@ fn delivery_record(
         headers,
         body: body.to_vec(),
         received_unix: now,
-        received_at: connector_host::host::now_rfc3339(),
+        received_at: connector_host::ids::now_rfc3339(),
         status: connector_host::store::DeliveryStatus::Pending,
         attempts: 0,
         error: None,
@@ -627,13 +352,13 @@ fn message_record(
 }
 
 /// Only the store's two transactions of a delivery, concurrently (no HTTP, no guest).
-async fn store_only(host: &Host, body: &Bytes, prefix: &str, limits: Limits) -> RunResult {
+async fn store_only(host: &Host, body: &Bytes, prefix: &str, limits: Limits) -> Run {
     let payload: Value =
         serde_json::from_slice::<Value>(body).unwrap_or_default()["messages"][0]["payload"].clone();
     let (h, body, prefix) = (host.clone(), body.clone(), prefix.to_string());
-    run_inprocess(limits, move |i| {
+    loadgen::in_process(limits, move |a: Attempt| {
         let (h, body, payload) = (h.clone(), body.clone(), payload.clone());
-        let id = format!("{prefix}-{i}");
+        let id = format!("{prefix}-{}", a.n);
         async move {
             let record = delivery_record(&id, &body, Vec::new());
             let fresh = h
@@ -656,7 +381,7 @@ async fn store_only(host: &Host, body: &Bytes, prefix: &str, limits: Limits) -> 
 }
 
 /// Only the guest's translate-webhook + accept of a delivery, concurrently (no store).
-async fn guest_only(host: &Host, body: &Bytes, limits: Limits) -> anyhow::Result<RunResult> {
+async fn guest_only(host: &Host, body: &Bytes, limits: Limits) -> anyhow::Result<Run> {
     use connector_host::runtime::wit;
     let connector = host.connector("hostile")?;
     let binding = host
@@ -667,7 +392,7 @@ async fn guest_only(host: &Host, body: &Bytes, limits: Limits) -> anyhow::Result
     let sandbox = Arc::new(host.sandbox("hostile", None));
     let bound = Arc::new(host.sandbox("hostile", Some(&binding)));
     let (h, body) = (host.clone(), body.clone());
-    Ok(run_inprocess(limits, move |_| {
+    Ok(loadgen::in_process(limits, move |_| {
         let (h, body, connector) = (h.clone(), body.to_vec(), connector.clone());
         let (sandbox, bound) = (sandbox.clone(), bound.clone());
         async move {
@@ -868,8 +593,8 @@ fn main() -> anyhow::Result<()> {
         post_json("/echo").body(Full::new(body)).unwrap_or_default()
     });
     // Warm-up (connections, allocator), not reported.
-    let _ = client.block_on(run_load(
-        echo_addr,
+    let _ = client.block_on(loadgen::http(
+        &[echo_addr],
         Limits {
             max_requests: 2_000,
             ..limits
@@ -877,8 +602,8 @@ fn main() -> anyhow::Result<()> {
         echo_req.clone(),
         check_echo,
     ));
-    let echo = client.block_on(run_load(echo_addr, limits, echo_req, check_echo));
-    print_run("echo", "req", &echo);
+    let echo = client.block_on(loadgen::http(&[echo_addr], limits, echo_req, check_echo));
+    echo.print("echo", "req");
     rows.push(Row::new("1  plain axum echo", "req", &echo, "floor".into()));
 
     // ----- 2. tool calls --------------------------------------------------------------
@@ -899,8 +624,8 @@ fn main() -> anyhow::Result<()> {
             .body(Full::new(body))
             .unwrap_or_default()
     });
-    let _ = client.block_on(run_load(
-        tools.addr,
+    let _ = client.block_on(loadgen::http(
+        &[tools.addr],
         Limits {
             max_requests: 2_000,
             ..limits
@@ -908,13 +633,13 @@ fn main() -> anyhow::Result<()> {
         tool_req.clone(),
         check_tool_call,
     ));
-    let calls = client.block_on(run_load(
-        tools.addr,
+    let calls = client.block_on(loadgen::http(
+        &[tools.addr],
         limits,
         tool_req.clone(),
         check_tool_call,
     ));
-    print_run("tool calls", "req", &calls);
+    calls.print("tool calls", "req");
     let call_ratio = calls.rate() / echo.rate().max(1e-9);
     let p99 = calls.percentile(0.99);
     let met = calls.rate() >= 10_000.0
@@ -937,7 +662,7 @@ fn main() -> anyhow::Result<()> {
 
     println!("\n[2b] diagnostic: Host::call_tool in-process, same concurrency, no HTTP");
     let inproc = server.block_on(call_tool_inprocess(&tools.host, limits));
-    print_run("in-process call_tool", "call", &inproc);
+    inproc.print("in-process call_tool", "call");
     rows.push(Row::new(
         "2b call_tool in-process (diag)",
         "call",
@@ -951,7 +676,7 @@ fn main() -> anyhow::Result<()> {
     println!("\n[2c] diagnostic: Host::call_tool in-process, one task (no concurrency)");
     let one = Limits { conns: 1, ..limits };
     let inproc1 = server.block_on(call_tool_inprocess(&tools.host, one));
-    print_run("in-process call_tool, 1 task", "call", &inproc1);
+    inproc1.print("in-process call_tool, 1 task", "call");
     rows.push(Row::new(
         "2c call_tool in-process, 1 task (diag)",
         "call",
@@ -987,8 +712,8 @@ fn main() -> anyhow::Result<()> {
         "\n[2d] diagnostic: HTTP tool calls with {} connections instead of {}",
         few.conns, limits.conns
     );
-    let calls_few = client.block_on(run_load(tools.addr, few, tool_req, check_tool_call));
-    print_run("tool calls", "req", &calls_few);
+    let calls_few = client.block_on(loadgen::http(&[tools.addr], few, tool_req, check_tool_call));
+    calls_few.print("tool calls", "req");
     rows.push(Row::new(
         &format!("2d HTTP tool-calls, {} conns (diag)", few.conns),
         "req",
@@ -1005,9 +730,9 @@ fn main() -> anyhow::Result<()> {
             tools.host.bind("bu", "acme", json!({})).await?;
             tools.host.unbind("bu", "acme").await?;
         }
-        let mut pairs = RunResult::default();
-        let mut binds = RunResult::default();
-        let mut unbinds = RunResult::default();
+        let mut pairs = Run::default();
+        let mut binds = Run::default();
+        let mut unbinds = Run::default();
         let started = Instant::now();
         let deadline = started + limits.max_time;
         let mut n = 0u64;
@@ -1026,9 +751,14 @@ fn main() -> anyhow::Result<()> {
                     unbinds.latencies.push((t2 - t1).as_nanos() as u64);
                 }
                 (b, u) => {
-                    let mut out = WorkerOut::default();
-                    out.error(format!("bind: {:?}, unbind: {:?}", b.err(), u.err()));
-                    pairs.merge(out);
+                    pairs.errors += 1;
+                    if pairs.error_samples.len() < 5 {
+                        pairs.error_samples.push(format!(
+                            "bind: {:?}, unbind: {:?}",
+                            b.err(),
+                            u.err()
+                        ));
+                    }
                 }
             }
         }
@@ -1039,7 +769,7 @@ fn main() -> anyhow::Result<()> {
         unbinds.elapsed = pairs.elapsed;
         anyhow::Ok((pairs, binds, unbinds))
     })?;
-    print_run("bind+unbind", "pair", &pairs);
+    pairs.print("bind+unbind", "pair");
     println!(
         "  of which bind p50 {} p99 {}, unbind p50 {} p99 {}",
         ms(binds.percentile(0.5)),
@@ -1108,7 +838,7 @@ fn main() -> anyhow::Result<()> {
         body_r1.clone(),
         check_accepted,
     )?;
-    print_run("durable webhooks", "req", &durable);
+    durable.print("durable webhooks", "req");
 
     println!("\n[4b] plain axum handler: verify_standard only, 202");
     let verify_addr = server.block_on(serve(verify_only_router(Arc::new(vec![secret.clone()]))))?;
@@ -1121,7 +851,7 @@ fn main() -> anyhow::Result<()> {
         body_r1.clone(),
         check_accepted,
     )?;
-    print_run("verify only", "req", &verify_only);
+    verify_only.print("verify only", "req");
     let hook_ratio = durable.rate() / verify_only.rate().max(1e-9);
     let met = durable.rate() >= 3_000.0
         && durable.percentile(0.99) <= Duration::from_millis(20)
@@ -1157,7 +887,7 @@ fn main() -> anyhow::Result<()> {
         body_none,
         check_accepted,
     )?;
-    print_run("unrouted", "req", &unrouted);
+    unrouted.print("unrouted", "req");
     rows.push(Row::new(
         "4c webhooks, no matching binding (diag)",
         "req",
@@ -1170,13 +900,13 @@ fn main() -> anyhow::Result<()> {
         max_requests: limits.max_requests.min(durable.ok + durable.errors).max(1),
         ..limits
     };
-    let duplicates = client.block_on(run_load(
-        hooks.addr,
+    let duplicates = client.block_on(loadgen::http(
+        &[hooks.addr],
         dup_limits,
         webhook_requests(signed_durable),
         check_duplicate,
     ));
-    print_run("duplicates", "req", &duplicates);
+    duplicates.print("duplicates", "req");
     rows.push(Row::new(
         "4d webhooks, duplicate ids (diag)",
         "req",
@@ -1201,7 +931,7 @@ fn main() -> anyhow::Result<()> {
         limits.conns
     );
     let store_run = server.block_on(store_only(&hooks.host, &body_r1, "so", limits));
-    print_run("store only", "delivery", &store_run);
+    store_run.print("store only", "delivery");
     rows.push(Row::new(
         "4g store txns only, in-process (diag)",
         "dlv",
@@ -1216,7 +946,7 @@ fn main() -> anyhow::Result<()> {
         "so1",
         Limits { conns: 1, ..limits },
     ));
-    print_run("store only, 1 task", "delivery", &store_run1);
+    store_run1.print("store only, 1 task", "delivery");
     rows.push(Row::new(
         "4g1 store txns only, 1 task (diag)",
         "dlv",
@@ -1233,7 +963,7 @@ fn main() -> anyhow::Result<()> {
         limits.conns
     );
     let guest_run = server.block_on(guest_only(&hooks.host, &body_r1, limits))?;
-    print_run("guest only", "delivery", &guest_run);
+    guest_run.print("guest only", "delivery");
     rows.push(Row::new(
         "4h guest calls only, in-process (diag)",
         "dlv",
@@ -1252,7 +982,7 @@ fn main() -> anyhow::Result<()> {
         body_small,
         check_accepted,
     )?;
-    print_run("small bodies", "req", &small_body);
+    small_body.print("small bodies", "req");
     rows.push(Row::new(
         "4f webhooks, ~200 B body (diag)",
         "req",
@@ -1312,7 +1042,7 @@ fn main() -> anyhow::Result<()> {
         max_time: limits.max_time.mul_f64(0.6).max(Duration::from_secs(1)),
         ..limits
     };
-    let mut results: Vec<Vec<RunResult>> = vec![Vec::new(), Vec::new()];
+    let mut results: [Vec<Run>; 2] = [Vec::new(), Vec::new()];
     for round in 0..2 {
         for (k, (n, h)) in flat.iter().enumerate() {
             let (r, _) = webhook_run(
@@ -1324,12 +1054,19 @@ fn main() -> anyhow::Result<()> {
                 body_k0.clone(),
                 check_accepted,
             )?;
-            print_run(&format!("round {round}, {n} bindings"), "req", &r);
+            r.print(&format!("round {round}, {n} bindings"), "req");
             results[k].push(r);
         }
     }
-    let small = RunResult::combine(&results[0].iter().collect::<Vec<_>>());
-    let big = RunResult::combine(&results[1].iter().collect::<Vec<_>>());
+    let [small_runs, big_runs] = results;
+    let combine = |runs: Vec<Run>| {
+        runs.into_iter().fold(Run::default(), |mut all, r| {
+            all.absorb(r);
+            all
+        })
+    };
+    let small = combine(small_runs);
+    let big = combine(big_runs);
     let flat_ratio = small.rate() / big.rate().max(1e-9);
     let p50_ratio =
         big.percentile(0.5).as_secs_f64() / small.percentile(0.5).as_secs_f64().max(1e-12);

@@ -22,179 +22,22 @@
 //! sequential runs, and of the cost per call (HTTP calls/s over MCP calls/s) for the
 //! concurrent ones.
 
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context as _};
+use anyhow::{anyhow, bail};
 use bytes::Bytes;
 use connector_host::config::HostConfig;
 use connector_host::Host;
 use http::{HeaderValue, Request, StatusCode};
-use http_body_util::{BodyExt as _, Full};
-use hyper_util::rt::TokioIo;
+use http_body_util::Full;
+use loadgen::{contains, env_num, Attempt, Limits, MakeRequest as Make, Run};
 use serde_json::{json, Value};
 
 const OPERATOR_TOKEN: &str = "bench-operator-token";
 const HTTP_BODY: &str = r#"{"tool":"acme.echo","arguments":{"message":"hi"}}"#;
 const MCP_BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"acme.echo","arguments":{"message":"hi"}}}"#;
 const VERSION: &str = "2025-11-25";
-
-fn env_num(name: &str, default: u64) -> anyhow::Result<u64> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .with_context(|| format!("{name}={v} is not a number")),
-        Err(_) => Ok(default),
-    }
-}
-
-#[derive(Clone, Copy)]
-struct Limits {
-    conns: usize,
-    max_requests: u64,
-    max_time: Duration,
-}
-
-#[derive(Default)]
-struct Run {
-    ok: u64,
-    errors: u64,
-    elapsed: Duration,
-    latencies: Vec<u64>,
-    samples: Vec<String>,
-}
-
-impl Run {
-    fn absorb(&mut self, other: Run) {
-        self.ok += other.ok;
-        self.errors += other.errors;
-        self.elapsed += other.elapsed;
-        self.latencies.extend(other.latencies);
-        for s in other.samples {
-            if self.samples.len() < 5 && !self.samples.contains(&s) {
-                self.samples.push(s);
-            }
-        }
-    }
-
-    fn rate(&self) -> f64 {
-        self.ok as f64 / self.elapsed.as_secs_f64().max(1e-9)
-    }
-
-    fn percentile(&self, q: f64) -> Duration {
-        if self.latencies.is_empty() {
-            return Duration::ZERO;
-        }
-        let mut sorted = self.latencies.clone();
-        sorted.sort_unstable();
-        let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
-        Duration::from_nanos(sorted[i])
-    }
-}
-
-type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
-/// Builds request `i` of connection `conn`.
-type Make = Arc<dyn Fn(usize) -> Request<Full<Bytes>> + Send + Sync>;
-type Check = fn(StatusCode, &[u8]) -> bool;
-
-async fn connect(addr: SocketAddr) -> anyhow::Result<Sender> {
-    let stream = tokio::net::TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok(sender)
-}
-
-async fn worker(
-    addr: SocketAddr,
-    conn: usize,
-    issued: Arc<AtomicU64>,
-    limits: Limits,
-    deadline: Instant,
-    make: Make,
-    check: Check,
-) -> Run {
-    let mut out = Run::default();
-    let mut sender = match connect(addr).await {
-        Ok(s) => s,
-        Err(e) => {
-            out.errors += 1;
-            out.samples.push(format!("connect: {e}"));
-            return out;
-        }
-    };
-    while Instant::now() < deadline && issued.fetch_add(1, Ordering::Relaxed) < limits.max_requests
-    {
-        let request = make(conn);
-        let started = Instant::now();
-        let answer = async {
-            sender.ready().await?;
-            let response = sender.send_request(request).await?;
-            let status = response.status();
-            let body = response.into_body().collect().await?.to_bytes();
-            anyhow::Ok((status, body))
-        }
-        .await;
-        let took = started.elapsed();
-        match answer {
-            Ok((status, body)) if check(status, &body) => {
-                out.ok += 1;
-                out.latencies.push(took.as_nanos() as u64);
-            }
-            Ok((status, body)) => {
-                out.errors += 1;
-                if out.samples.len() < 5 {
-                    out.samples.push(format!(
-                        "{status} {}",
-                        String::from_utf8_lossy(&body[..body.len().min(200)])
-                    ));
-                }
-            }
-            Err(e) => {
-                out.errors += 1;
-                out.samples.push(format!("transport: {e}"));
-                return out;
-            }
-        }
-    }
-    out
-}
-
-async fn load(addr: SocketAddr, limits: Limits, make: Make, check: Check) -> Run {
-    let issued = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let deadline = started + limits.max_time;
-    let tasks: Vec<_> = (0..limits.conns)
-        .map(|conn| {
-            tokio::spawn(worker(
-                addr,
-                conn,
-                issued.clone(),
-                limits,
-                deadline,
-                make.clone(),
-                check,
-            ))
-        })
-        .collect();
-    let mut run = Run::default();
-    for t in tasks {
-        if let Ok(out) = t.await {
-            run.absorb(out);
-        }
-    }
-    run.elapsed = started.elapsed();
-    run
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
-}
 
 fn check_http(status: StatusCode, body: &[u8]) -> bool {
     status == StatusCode::OK && body == br#"{"result":{"message":"hi"}}"#
@@ -206,22 +49,8 @@ fn check_mcp(status: StatusCode, body: &[u8]) -> bool {
         && contains(body, br#""structuredContent":{"message":"hi"}"#)
 }
 
-fn ms(d: Duration) -> String {
-    format!("{:.3} ms", d.as_secs_f64() * 1e3)
-}
-
 fn print(label: &str, r: &Run) {
-    println!(
-        "  {label:<28} {:>8.0} calls/s   p50 {}   p99 {}   ok {}   errors {}",
-        r.rate(),
-        ms(r.percentile(0.5)),
-        ms(r.percentile(0.99)),
-        r.ok,
-        r.errors
-    );
-    for s in &r.samples {
-        println!("    error: {s}");
-    }
+    r.print(&format!("{label:<28}"), "calls");
 }
 
 fn main() -> anyhow::Result<()> {
@@ -257,7 +86,7 @@ fn main() -> anyhow::Result<()> {
         let token = host.issue_agent_token("a1", None)?.token;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let router = host.router();
+        let router = connector_host::server::router(host.clone());
         tokio::spawn(async move {
             let _ = axum::serve(listener, router).await;
         });
@@ -315,7 +144,8 @@ fn main() -> anyhow::Result<()> {
     let mcp_make: Make = {
         let bearer = bearer.clone();
         let sessions = sessions.clone();
-        Arc::new(move |conn| {
+        Arc::new(move |a: Attempt| {
+            let conn = a.conn;
             Request::post("/mcp/agents/a1")
                 .header(http::header::HOST, "127.0.0.1")
                 .header(http::header::CONTENT_TYPE, "application/json")
@@ -351,8 +181,8 @@ fn main() -> anyhow::Result<()> {
         max_requests: 3_000,
         max_time,
     };
-    let _ = client.block_on(load(addr, warm, http_make.clone(), check_http));
-    let _ = client.block_on(load(addr, warm, mcp_make.clone(), check_mcp));
+    let _ = client.block_on(loadgen::http(&[addr], warm, http_make.clone(), check_http));
+    let _ = client.block_on(loadgen::http(&[addr], warm, mcp_make.clone(), check_mcp));
 
     let mut totals: [Run; 4] = Default::default();
     for round in 1..=rounds {
@@ -362,29 +192,29 @@ fn main() -> anyhow::Result<()> {
                 "HTTP tool-calls, sequential",
                 seq,
                 &http_make,
-                check_http as Check,
+                check_http as loadgen::Check,
             ),
             (
                 "MCP tools/call, sequential",
                 seq,
                 &mcp_make,
-                check_mcp as Check,
+                check_mcp as loadgen::Check,
             ),
             (
                 "HTTP tool-calls, concurrent",
                 par,
                 &http_make,
-                check_http as Check,
+                check_http as loadgen::Check,
             ),
             (
                 "MCP tools/call, concurrent",
                 par,
                 &mcp_make,
-                check_mcp as Check,
+                check_mcp as loadgen::Check,
             ),
         ];
         for (i, (label, limits, make, check)) in runs.into_iter().enumerate() {
-            let r = client.block_on(load(addr, limits, make.clone(), check));
+            let r = client.block_on(loadgen::http(&[addr], limits, make.clone(), check));
             print(label, &r);
             totals[i].absorb(r);
         }

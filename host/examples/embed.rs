@@ -80,7 +80,10 @@ async fn main() -> anyhow::Result<()> {
     // The platform's own routes with the host's API nested under /connector-host.
     let app = Router::new()
         .route("/", get(|| async { "the platform" }))
-        .nest_service("/connector-host", host.router());
+        .nest_service(
+            "/connector-host",
+            connector_host::server::router(host.clone()),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     println!(
         "serving the platform on http://{}/ (host API under /connector-host/api/v1)",

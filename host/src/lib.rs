@@ -5,30 +5,29 @@
 
 pub mod api;
 pub mod auth;
+mod catalog;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod config;
 pub mod context;
+mod directory;
+mod dispatch;
 pub mod error;
 pub mod github_app;
 pub mod grants;
 pub mod host;
 pub mod http;
+pub mod ids;
+mod inbox;
 pub mod mcp;
 pub mod registry;
 pub mod replicas;
 pub mod runtime;
 pub mod server;
+mod startup;
+mod state;
 pub mod store;
 pub mod webhooks;
-mod writes;
 
 pub use error::{ErrorCode, HostError, HostResult};
 pub use host::Host;
-
-impl Host {
-    /// The HTTP API as an axum router a platform can serve or nest.
-    pub fn router(&self) -> axum::Router {
-        server::router(self.clone())
-    }
-}

@@ -108,7 +108,7 @@ pub async fn serve(config: HostConfig) -> anyhow::Result<()> {
     // grace period after the signal.
     let stopping = std::sync::Arc::new(tokio::sync::Notify::new());
     let signalled = stopping.clone();
-    let server = axum::serve(listener, host.router()).with_graceful_shutdown(async move {
+    let server = axum::serve(listener, router(host.clone())).with_graceful_shutdown(async move {
         shutdown_signal().await;
         signalled.notify_one();
     });

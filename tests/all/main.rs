@@ -9,6 +9,7 @@ mod cli;
 mod context;
 mod github;
 mod github_app;
+mod layout;
 mod mcp;
 mod postgres_cluster;
 mod replicas;

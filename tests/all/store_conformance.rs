@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use connector_host::store::conformance::StoreFactory;
-use connector_host::store::Store;
+use connector_host::store::{ReplicaCoordination, StateStore, Store};
 
 mod sqlite {
     use super::*;

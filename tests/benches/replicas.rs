@@ -12,9 +12,14 @@
 //! are lower than a separate load generator would measure; the comparison between the
 //! configurations is what this is for.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use loadgen::{contains, Attempt, Check, Limits, MakeRequest, Run};
 
 use connector_host::webhooks::verify::standard_signature;
 use integration_tests::guests;
@@ -23,13 +28,6 @@ use integration_tests::postgres::PgCluster;
 use serde_json::{json, Value};
 
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
-
-fn env_num(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 struct Setup {
     servers: Vec<ServerProcess>,
@@ -108,116 +106,64 @@ enum Load {
     Webhooks,
 }
 
-struct Measured {
-    ok: u64,
-    failed: u64,
-    secs: f64,
-    p50: Duration,
-    p99: Duration,
-}
-
-async fn measure(setup: &Setup, load: Load, conns: usize, secs: u64, run: &str) -> Measured {
-    let stop = Arc::new(AtomicBool::new(false));
-    let failed = Arc::new(AtomicU64::new(0));
-    let counter = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    let started = Instant::now();
-    for c in 0..conns {
-        let base = setup.servers[c % setup.servers.len()].url.clone();
-        let token = setup.token.clone();
-        let stop = stop.clone();
-        let failed = failed.clone();
-        let counter = counter.clone();
-        let run = run.to_string();
-        tasks.push(tokio::spawn(async move {
-            // One client per task: its own keep-alive connection to its replica.
-            let client = reqwest::Client::builder()
-                .pool_max_idle_per_host(1)
-                .build()
-                .unwrap_or_default();
-            let body = json!({
-                "messages": [{"route": "r", "kind": "bench", "threadKey": null, "payload": {"pad": "x".repeat(7 * 1024)}}]
-            });
-            let bytes = serde_json::to_vec(&body).unwrap_or_default();
-            let mut latencies = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                let t0 = Instant::now();
-                let ok = match load {
-                    Load::ToolCalls => client
-                        .post(format!("{base}/api/v1/agents/ada/tool-calls"))
-                        .bearer_auth(&token)
-                        .json(&json!({"tool": "acme.echo", "arguments": {"message": "hi"}}))
-                        .send()
-                        .await
-                        .is_ok_and(|r| r.status() == 200),
-                    Load::Webhooks => {
-                        let n = counter.fetch_add(1, Ordering::Relaxed);
-                        let id = format!("{run}-{n}");
-                        let ts = time::OffsetDateTime::now_utc().unix_timestamp();
-                        let sig = standard_signature(SECRET, &id, ts, &bytes);
-                        match client
-                            .post(format!("{base}/api/v1/webhooks/hostile"))
-                            .header("content-type", "application/json")
-                            .header("webhook-id", &id)
-                            .header("webhook-timestamp", ts.to_string())
-                            .header("webhook-signature", sig)
-                            .body(bytes.clone())
-                            .send()
-                            .await
-                        {
-                            Ok(r) if r.status() == 202 => r
-                                .json::<Value>()
-                                .await
-                                .is_ok_and(|b| b["status"] == "accepted"),
-                            _ => false,
-                        }
-                    }
-                };
-                if ok {
-                    latencies.push(t0.elapsed());
-                } else {
-                    failed.fetch_add(1, Ordering::Relaxed);
-                }
+async fn measure(setup: &Setup, load: Load, conns: usize, secs: u64, run: &str) -> Run {
+    let targets: Vec<SocketAddr> = setup
+        .servers
+        .iter()
+        .filter_map(|s| s.url.trim_start_matches("http://").parse().ok())
+        .collect();
+    let token = setup.token.clone();
+    let run = run.to_string();
+    let body = json!({
+        "messages": [{"route": "r", "kind": "bench", "threadKey": null, "payload": {"pad": "x".repeat(7 * 1024)}}]
+    });
+    let hook = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+    let call = Bytes::from_static(br#"{"tool":"acme.echo","arguments":{"message":"hi"}}"#);
+    let make: MakeRequest = Arc::new(move |a: Attempt| {
+        let request = Request::post(match load {
+            Load::ToolCalls => "/api/v1/agents/ada/tool-calls",
+            Load::Webhooks => "/api/v1/webhooks/hostile",
+        })
+        .header("host", "127.0.0.1")
+        .header("content-type", "application/json");
+        let request = match load {
+            Load::ToolCalls => request
+                .header("authorization", format!("Bearer {token}"))
+                .body(Full::new(call.clone())),
+            Load::Webhooks => {
+                let id = format!("{run}-{}", a.n);
+                let ts = time::OffsetDateTime::now_utc().unix_timestamp();
+                let sig = standard_signature(SECRET, &id, ts, &hook);
+                request
+                    .header("webhook-id", id)
+                    .header("webhook-timestamp", ts.to_string())
+                    .header("webhook-signature", sig)
+                    .body(Full::new(hook.clone()))
             }
-            latencies
-        }));
-    }
-    tokio::time::sleep(Duration::from_secs(secs)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap_or_default());
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    all.sort();
-    let pick = |q: f64| {
-        all.get(((all.len() as f64 * q) as usize).min(all.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or_default()
+        };
+        request.unwrap_or_default()
+    });
+    let check: Check = match load {
+        Load::ToolCalls => |status, _| status == StatusCode::OK,
+        Load::Webhooks => |status, body| {
+            status == StatusCode::ACCEPTED && contains(body, br#""status":"accepted""#)
+        },
     };
-    Measured {
-        ok: all.len() as u64,
-        failed: failed.load(Ordering::Relaxed),
-        secs: elapsed,
-        p50: pick(0.50),
-        p99: pick(0.99),
-    }
+    let limits = Limits {
+        conns,
+        max_requests: u64::MAX,
+        max_time: Duration::from_secs(secs),
+    };
+    loadgen::http(&targets, limits, make, check).await
 }
 
-fn report(config: &str, what: &str, m: &Measured) {
-    println!(
-        "{config:<28} {what:<22} {:>9.0}/s  p50 {:>7.2} ms  p99 {:>7.2} ms  ({} ok, {} failed)",
-        m.ok as f64 / m.secs,
-        m.p50.as_secs_f64() * 1e3,
-        m.p99.as_secs_f64() * 1e3,
-        m.ok,
-        m.failed
-    );
+fn report(config: &str, what: &str, m: &Run) {
+    m.print(&format!("{config:<28} {what:<22}"), "req");
 }
 
 fn main() -> anyhow::Result<()> {
-    let secs = env_num("REPLICAS_BENCH_SECS", 5);
-    let conns = env_num("REPLICAS_BENCH_CONNS", 32) as usize;
+    let secs = loadgen::env_num("REPLICAS_BENCH_SECS", 5)?;
+    let conns = loadgen::env_num("REPLICAS_BENCH_CONNS", 32)? as usize;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

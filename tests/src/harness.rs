@@ -53,7 +53,7 @@ impl TestHost {
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let router = host.router();
+        let router = connector_host::server::router(host.clone());
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, router).await;
         });

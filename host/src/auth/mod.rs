@@ -17,6 +17,10 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::config::HostConfig;
+use crate::error::{HostError, HostResult};
+use crate::store::Store;
+
 const AUDIENCE: &str = "connector-host/agent";
 
 /// Who a request authenticated as.
@@ -154,6 +158,131 @@ impl AgentTokens {
             .map(|d| d.claims.sub)
             .map_err(|_| TokenError::Invalid)
     }
+}
+
+/// An issued agent token.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IssuedToken {
+    pub token: String,
+    pub expires_at: String,
+}
+
+/// The credentials a host accepts: its operator token and the agent tokens it signs.
+pub(crate) struct Credentials {
+    operator: OperatorToken,
+    agent_tokens: AgentTokens,
+}
+
+impl Credentials {
+    /// The credentials of a host on `config` and `store`, and the operator token if it
+    /// was generated now (to print once). On a shared store every replica agrees on the
+    /// same operator token and agent-token key through the database.
+    pub(crate) async fn open(
+        config: &HostConfig,
+        store: &dyn Store,
+    ) -> anyhow::Result<(Self, Option<String>)> {
+        let (operator, generated) = operator_token(config, store).await?;
+        let key_path = config.data_dir.join("agent-token-key");
+        let (mut agent_key, _) = read_or_create_secret(&key_path)
+            .map_err(|e| anyhow::anyhow!("cannot read or create {}: {e}", key_path.display()))?;
+        if store.is_shared() {
+            // Every replica must accept the agent tokens any replica issued.
+            agent_key = store
+                .shared_secret("agent-token-key", &agent_key)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot read the shared agent-token key: {e}"))?;
+        }
+        let credentials = Self {
+            operator,
+            agent_tokens: AgentTokens::new(agent_key.as_bytes()),
+        };
+        Ok((credentials, generated))
+    }
+
+    /// Whether `token` is the operator token (constant time).
+    pub(crate) fn is_operator(&self, token: &str) -> bool {
+        self.operator.matches(token)
+    }
+
+    /// The agent an agent token was issued for.
+    pub(crate) fn agent_of(&self, token: &str) -> Option<String> {
+        self.agent_tokens.verify(token).ok()
+    }
+
+    /// A token for `agent` (default one hour, at most 30 days). The caller checks that
+    /// the agent exists.
+    pub(crate) fn issue(&self, agent: &str, ttl_seconds: Option<u64>) -> HostResult<IssuedToken> {
+        let ttl = ttl_seconds.unwrap_or(3600);
+        if ttl == 0 || ttl > 30 * 24 * 3600 {
+            return Err(HostError::invalid_request(
+                "ttlSeconds must be between 1 and 2592000 (30 days)",
+            ));
+        }
+        let (token, exp) = self
+            .agent_tokens
+            .issue(agent, ttl)
+            .map_err(HostError::internal)?;
+        let expires_at = time::OffsetDateTime::from_unix_timestamp(exp)
+            .ok()
+            .and_then(|t| {
+                t.format(&time::format_description::well_known::Rfc3339)
+                    .ok()
+            })
+            .unwrap_or_default();
+        Ok(IssuedToken { token, expires_at })
+    }
+}
+
+/// The operator token in force and, if it was generated now, its value (printed once).
+///
+/// Configured: that token. Otherwise, on a store only this process uses, the token in
+/// `<data_dir>/operator-token` (created on first start). On a shared store the replicas
+/// agree on one token through the database, which holds only its SHA-256: the first
+/// replica to start generates and prints it, the others accept the same token.
+async fn operator_token(
+    config: &HostConfig,
+    store: &dyn Store,
+) -> anyhow::Result<(OperatorToken, Option<String>)> {
+    if let Some(t) = config.operator_token.as_deref().filter(|t| !t.is_empty()) {
+        return Ok((OperatorToken::new(t), None));
+    }
+    let path = config.data_dir.join("operator-token");
+    if !store.is_shared() {
+        let (token, created) = read_or_create_secret(&path)
+            .map_err(|e| anyhow::anyhow!("cannot read or create {}: {e}", path.display()))?;
+        return Ok((OperatorToken::new(&token), created.then_some(token)));
+    }
+    let existing = std::fs::read_to_string(&path)
+        .ok()
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty());
+    let (candidate, generated) = match existing {
+        Some(t) => (t, false),
+        None => (random_secret(32), true),
+    };
+    let mine = OperatorToken::new(&candidate);
+    let shared = store
+        .shared_secret("operator-token-sha256", &mine.hex_digest())
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot read the shared operator token: {e}"))?;
+    if shared == mine.hex_digest() {
+        if generated {
+            write_secret(&path, &candidate)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+            return Ok((mine, Some(candidate)));
+        }
+        return Ok((mine, None));
+    }
+    if !generated {
+        tracing::warn!(
+            path = %path.display(),
+            "this replica's operator-token file does not match the token the replicas share; use the token the first replica printed, or set operator_token on every replica"
+        );
+    }
+    let token = OperatorToken::from_hex_digest(&shared)
+        .ok_or_else(|| anyhow::anyhow!("the shared operator token in the database is malformed"))?;
+    Ok((token, None))
 }
 
 #[cfg(test)]

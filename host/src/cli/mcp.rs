@@ -70,7 +70,7 @@ pub fn token(
 
 /// Runs the bridge until stdin ends.
 pub fn run(remote: &RemoteArgs, args: McpArgs) -> Result<(), CliError> {
-    crate::host::check_id("agent", &args.agent).map_err(|e| CliError::usage(e.message))?;
+    crate::ids::check_id("agent", &args.agent).map_err(|e| CliError::usage(e.message))?;
     let base = parse_base_url(&remote.url)?;
     let env = |name| std::env::var(name).ok();
     let token = token(

@@ -14,9 +14,11 @@ use std::collections::{BTreeMap, HashSet};
 use serde::Serialize;
 use serde_json::json;
 
+use crate::catalog::{guest_error, Catalog};
 use crate::error::{ErrorCode, HostError, HostResult};
-use crate::host::{check_id, Host};
+use crate::ids::check_id;
 use crate::runtime::wit;
+use crate::state::State;
 use crate::store::{BindingRecord, Subject};
 
 /// One file of the context.
@@ -91,93 +93,94 @@ fn check_file_path(slug: &str, path: &str) -> HostResult<()> {
     }
 }
 
-impl Host {
-    /// The env vars and files the container of `agent` starts with.
-    pub async fn runtime_context(&self, agent: &str) -> HostResult<RuntimeContext> {
-        check_id("agent", agent)?;
-        let bindings: Vec<BindingRecord> = {
-            let dir = self.inner.directory.read();
-            if dir.agent(agent).is_none() {
-                return Err(HostError::not_found(format!(
-                    "agent `{agent}` does not exist"
-                )));
-            }
-            let units = crate::grants::unit_order(&dir, &Subject::Agent(agent.to_string()))
-                .unwrap_or_default();
-            let mut seen = HashSet::new();
-            let mut closest = Vec::new();
-            for unit in units {
-                for b in dir.bindings_of(&unit) {
-                    if seen.insert(b.connector.clone()) {
-                        closest.push(b.clone());
-                    }
+/// The env vars and files the container of `agent` starts with: what the connectors
+/// bound to its units (closest binding per connector) contribute, checked.
+pub(crate) async fn build(
+    state: &State,
+    catalog: &Catalog,
+    agent: &str,
+) -> HostResult<RuntimeContext> {
+    check_id("agent", agent)?;
+    let bindings: Vec<BindingRecord> = {
+        let dir = state.directory();
+        if dir.agent(agent).is_none() {
+            return Err(HostError::not_found(format!(
+                "agent `{agent}` does not exist"
+            )));
+        }
+        let units =
+            crate::grants::unit_order(&dir, &Subject::Agent(agent.to_string())).unwrap_or_default();
+        let mut seen = HashSet::new();
+        let mut closest = Vec::new();
+        for unit in units {
+            for b in dir.bindings_of(&unit) {
+                if seen.insert(b.connector.clone()) {
+                    closest.push(b.clone());
                 }
-            }
-            closest
-        };
-
-        let calls = bindings.iter().filter_map(|b| {
-            let connector = self.inner.registry.get(&b.connector)?;
-            let sandbox = self.sandbox(&b.connector, Some(b));
-            let binding = wit::Binding {
-                unit: b.unit_id.clone(),
-                config: b.config.to_string(),
-            };
-            let runtime = self.inner.runtime.clone();
-            Some(async move {
-                let result = runtime
-                    .runtime_context(connector.component(), &sandbox, binding)
-                    .await;
-                (connector.slug().to_string(), result)
-            })
-        });
-        let results = futures::future::join_all(calls).await;
-
-        let mut context = RuntimeContext::default();
-        let mut env_owner: BTreeMap<String, String> = BTreeMap::new();
-        let mut file_owner: BTreeMap<String, String> = BTreeMap::new();
-        for (slug, result) in results {
-            let contributed = match result {
-                Ok(Ok(ctx)) => ctx,
-                Ok(Err(message)) => {
-                    return Err(HostError::new(
-                        ErrorCode::ContextFailed,
-                        format!(
-                            "connector `{slug}` could not build its runtime context: {message}"
-                        ),
-                    )
-                    .with_details(json!({"connector": slug})))
-                }
-                Err(e) => {
-                    let mut err = crate::host::guest_error(e);
-                    err.message = format!("connector `{slug}`: {}", err.message);
-                    return Err(err);
-                }
-            };
-            for (name, value) in contributed.env {
-                check_env_name(&slug, &name)?;
-                if let Some(other) = env_owner.insert(name.clone(), slug.clone()) {
-                    return Err(conflict(
-                        format!("connectors `{other}` and `{slug}` both wrote env var `{name}`"),
-                        json!({"connectors": [other, slug], "name": name}),
-                    ));
-                }
-                context.env.insert(name, value);
-            }
-            for (path, content) in contributed.files {
-                check_file_path(&slug, &path)?;
-                if let Some(other) = file_owner.insert(path.clone(), slug.clone()) {
-                    return Err(conflict(
-                        format!("connectors `{other}` and `{slug}` both wrote file `{path}`"),
-                        json!({"connectors": [other, slug], "path": path}),
-                    ));
-                }
-                context.files.push(ContextFile { path, content });
             }
         }
-        context.files.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(context)
+        closest
+    };
+
+    let calls = bindings.iter().filter_map(|b| {
+        let connector = state.registry().get(&b.connector)?;
+        let sandbox = catalog.sandbox(&b.connector, Some(b));
+        let binding = wit::Binding {
+            unit: b.unit_id.clone(),
+            config: b.config.to_string(),
+        };
+        let runtime = catalog.runtime().clone();
+        Some(async move {
+            let result = runtime
+                .runtime_context(connector.component(), &sandbox, binding)
+                .await;
+            (connector.slug().to_string(), result)
+        })
+    });
+    let results = futures::future::join_all(calls).await;
+
+    let mut context = RuntimeContext::default();
+    let mut env_owner: BTreeMap<String, String> = BTreeMap::new();
+    let mut file_owner: BTreeMap<String, String> = BTreeMap::new();
+    for (slug, result) in results {
+        let contributed = match result {
+            Ok(Ok(ctx)) => ctx,
+            Ok(Err(message)) => {
+                return Err(HostError::new(
+                    ErrorCode::ContextFailed,
+                    format!("connector `{slug}` could not build its runtime context: {message}"),
+                )
+                .with_details(json!({"connector": slug})))
+            }
+            Err(e) => {
+                let mut err = guest_error(e);
+                err.message = format!("connector `{slug}`: {}", err.message);
+                return Err(err);
+            }
+        };
+        for (name, value) in contributed.env {
+            check_env_name(&slug, &name)?;
+            if let Some(other) = env_owner.insert(name.clone(), slug.clone()) {
+                return Err(conflict(
+                    format!("connectors `{other}` and `{slug}` both wrote env var `{name}`"),
+                    json!({"connectors": [other, slug], "name": name}),
+                ));
+            }
+            context.env.insert(name, value);
+        }
+        for (path, content) in contributed.files {
+            check_file_path(&slug, &path)?;
+            if let Some(other) = file_owner.insert(path.clone(), slug.clone()) {
+                return Err(conflict(
+                    format!("connectors `{other}` and `{slug}` both wrote file `{path}`"),
+                    json!({"connectors": [other, slug], "path": path}),
+                ));
+            }
+            context.files.push(ContextFile { path, content });
+        }
     }
+    context.files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(context)
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 pub mod conformance;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod rows;
 pub mod sqlite;
 
 use async_trait::async_trait;
@@ -155,7 +156,7 @@ pub struct Claim {
     pub until_unix: i64,
 }
 
-/// Which unfinished deliveries [`Store::claim_deliveries`] takes.
+/// Which unfinished deliveries [`DeliveryQueue::claim_deliveries`] takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClaimScope {
     /// Periodic sweep: pending deliveries that nobody holds (no claim, or a lapsed one).
@@ -166,7 +167,7 @@ pub enum ClaimScope {
     Startup,
 }
 
-/// What [`Store::changes_since`] found.
+/// What [`ReplicaCoordination::changes_since`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StateCheck {
     /// The current state version.
@@ -201,7 +202,7 @@ pub struct Snapshot {
     pub bindings: Vec<BindingRecord>,
     pub grants: Vec<GrantRecord>,
     pub image_tools: Vec<ImageToolsRecord>,
-    /// The state version this snapshot reflects (see [`Store::changes_since`]).
+    /// The state version this snapshot reflects (see [`ReplicaCoordination::changes_since`]).
     pub version: i64,
 }
 
@@ -217,6 +218,36 @@ pub enum FailPoint {
     /// In `complete_delivery`: after the messages are written, before the completion
     /// commits (the delivery must stay unfinished and the messages unwritten).
     AfterMessagesWrite,
+}
+
+/// The fault a store handle has armed. Only test and conformance builds can arm one; in
+/// any other build this is empty and never fires.
+#[derive(Debug, Default)]
+pub(crate) struct FailPoints {
+    #[cfg(any(test, feature = "store-conformance"))]
+    armed: parking_lot::Mutex<Option<FailPoint>>,
+}
+
+impl FailPoints {
+    /// Fails (and disarms) if `point` is the armed fault.
+    pub(crate) fn trip(&self, point: FailPoint) -> StoreResult<()> {
+        #[cfg(any(test, feature = "store-conformance"))]
+        {
+            let mut armed = self.armed.lock();
+            if *armed == Some(point) {
+                *armed = None;
+                return Err(StoreError::Injected(point));
+            }
+        }
+        let _ = point;
+        Ok(())
+    }
+
+    /// Arms `point` (or with `None` disarms).
+    #[cfg(any(test, feature = "store-conformance"))]
+    pub(crate) fn arm(&self, point: Option<FailPoint>) {
+        *self.armed.lock() = point;
+    }
 }
 
 /// Why the store could not do what was asked.
@@ -277,25 +308,22 @@ pub(crate) fn decode_json<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// Persistence of units, agents, connectors, bindings and grants.
+/// The operator's state: connectors, units, agents, bindings, grants and image tools.
 ///
 /// Every method is one transaction. Methods that "upsert" replace the row with the same
 /// key. Deleting something that does not exist is not an error (returns `false` where a
 /// result is reported).
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait StateStore: Send + Sync + 'static {
     /// Everything, for start-up.
     async fn load(&self) -> StoreResult<Snapshot>;
-
     /// Upserts a connector. In the same transaction, every grant with provenance
     /// `connector:<slug>` is re-derived to the record's namespace (`<namespace>.*`), so a
     /// rotation that changes the namespace never leaves stale grants.
     async fn put_connector(&self, connector: &ConnectorRecord) -> StoreResult<()>;
-
     /// Deletes a connector, every binding of it and every grant with provenance
     /// `connector:<slug>`, in one transaction.
     async fn delete_connector(&self, slug: &str) -> StoreResult<bool>;
-
     /// A rotation in one transaction: upserts the connector (re-deriving its grants as
     /// `put_connector` does), deletes the bindings of `removed` units (with their grants)
     /// and upserts the `kept` bindings with their grants (new routing keys).
@@ -305,32 +333,24 @@ pub trait Store: Send + Sync + 'static {
         kept: &[(BindingRecord, GrantRecord)],
         removed: &[String],
     ) -> StoreResult<()>;
-
     /// Upserts a unit.
     async fn put_unit(&self, unit: &UnitRecord) -> StoreResult<()>;
-
     /// Deletes a unit with its bindings, every grant whose subject is the unit and its
     /// place in every agent's unit list, in one transaction. Children are the caller's
     /// concern (it refuses to delete a parent).
     async fn delete_unit(&self, id: &str) -> StoreResult<bool>;
-
     /// Upserts an agent with its unit memberships (order kept).
     async fn put_agent(&self, agent: &AgentRecord) -> StoreResult<()>;
-
     /// Deletes an agent with its explicit grants and image tools.
     async fn delete_agent(&self, id: &str) -> StoreResult<bool>;
-
     /// Upserts a binding and its grant in one transaction (the grant is keyed by
     /// subject + tool + provenance, so re-binding does not duplicate it).
     async fn put_binding(&self, binding: &BindingRecord, grant: &GrantRecord) -> StoreResult<()>;
-
     /// Deletes a binding and the unit's grants with provenance `connector:<slug>` in one
     /// transaction; `false` if there was no such binding.
     async fn delete_binding(&self, unit_id: &str, connector: &str) -> StoreResult<bool>;
-
     /// Upserts a grant (keyed by subject + tool + provenance).
     async fn put_grant(&self, grant: &GrantRecord) -> StoreResult<()>;
-
     /// Deletes the grants of `subject` for `tool` with provenance `provenance`.
     async fn delete_grant(
         &self,
@@ -338,10 +358,14 @@ pub trait Store: Send + Sync + 'static {
         tool: &str,
         provenance: &str,
     ) -> StoreResult<bool>;
-
     /// Upserts the image tools of an agent.
     async fn put_image_tools(&self, record: &ImageToolsRecord) -> StoreResult<()>;
+}
 
+/// Verified webhook deliveries: stored before they are acknowledged, claimed by one
+/// replica at a time, completed (with their messages) exactly once.
+#[async_trait]
+pub trait DeliveryQueue: Send + Sync + 'static {
     /// Stores a verified delivery, held by `claim`, unless the same (connector, delivery
     /// id) was stored within the last `dedup_window_secs` (then returns `false`: a
     /// duplicate). An older row with the same id is replaced. Atomic across processes:
@@ -352,7 +376,6 @@ pub trait Store: Send + Sync + 'static {
         dedup_window_secs: i64,
         claim: &Claim,
     ) -> StoreResult<bool>;
-
     /// Claims up to `limit` unfinished deliveries (oldest first) for `claim.owner` until
     /// `claim.until_unix`, per `scope`, and returns them with the new claim. `now_unix`
     /// decides which claims have lapsed. Rows another transaction is claiming at the same
@@ -364,7 +387,6 @@ pub trait Store: Send + Sync + 'static {
         scope: ClaimScope,
         limit: u32,
     ) -> StoreResult<Vec<DeliveryRecord>>;
-
     /// In one transaction: appends `messages` to their units' inboxes and marks the
     /// delivery done. If it is already done, nothing is written and `None` is returned, so
     /// a delivery's messages are stored at most once. Returns the stored messages (with
@@ -376,7 +398,6 @@ pub trait Store: Send + Sync + 'static {
         messages: &[MessageRecord],
         routed_to: &[String],
     ) -> StoreResult<Option<Vec<MessageRecord>>>;
-
     /// Marks a delivery failed with `error` (it stays stored for a retry) and releases
     /// its claim.
     async fn fail_delivery(
@@ -385,41 +406,23 @@ pub trait Store: Send + Sync + 'static {
         delivery_id: &str,
         error: &str,
     ) -> StoreResult<()>;
-
     /// One delivery.
     async fn delivery(
         &self,
         connector: &str,
         delivery_id: &str,
     ) -> StoreResult<Option<DeliveryRecord>>;
-
     /// Deliveries that are pending or failed, oldest first.
     async fn unfinished_deliveries(&self) -> StoreResult<Vec<DeliveryRecord>>;
+    /// Deletes finished deliveries received before `before_unix` (their bodies; the
+    /// messages stay); returns how many.
+    async fn prune_deliveries(&self, before_unix: i64) -> StoreResult<u64>;
+}
 
-    /// The current state version — a number that grows with every committed change to
-    /// connectors, units, agents, bindings, grants or image tools (deliveries and
-    /// messages do not count) — and whether another store handle wrote any version after
-    /// `applied`. Versions written through this handle are never `foreign`.
-    async fn changes_since(&self, applied: i64) -> StoreResult<StateCheck>;
-
-    /// Whether other processes may write the same database (replicas). A host on a shared
-    /// store checks [`Store::changes_since`] before serving a request.
-    fn is_shared(&self) -> bool {
-        false
-    }
-
-    /// From now on, state writes through this handle refuse (with
-    /// [`StoreError::Conflict`], nothing written) to run on top of a version another
-    /// handle wrote that this one has not seen through `load` or `changes_since`. A host
-    /// serving from memory turns it on: it checked its rules (the unit exists, the
-    /// connector is installed) against that memory. A no-op where no other process writes.
-    fn refuse_stale_writes(&self) {}
-
-    /// The secret stored under `name`; if there is none yet, stores `candidate` and returns
-    /// it. Concurrent callers with different candidates all get the same (first) value.
-    /// Replicas use it to share keys (e.g. the agent-token key).
-    async fn shared_secret(&self, name: &str, candidate: &str) -> StoreResult<String>;
-
+/// Units' inboxes, read by cursor (messages are appended by
+/// [`DeliveryQueue::complete_delivery`], in the transaction that finishes their delivery).
+#[async_trait]
+pub trait InboxStore: Send + Sync + 'static {
     /// A unit's messages with cursor greater than `after`, oldest first, at most `limit`.
     async fn messages(
         &self,
@@ -427,14 +430,75 @@ pub trait Store: Send + Sync + 'static {
         after: i64,
         limit: u32,
     ) -> StoreResult<Vec<MessageRecord>>;
+}
 
-    /// Deletes finished deliveries received before `before_unix` (their bodies; the
-    /// messages stay); returns how many.
-    async fn prune_deliveries(&self, before_unix: i64) -> StoreResult<u64>;
+/// Secrets the replicas of one database share (agent-token key, operator-token digest).
+#[async_trait]
+pub trait SecretStore: Send + Sync + 'static {
+    /// The secret stored under `name`; if there is none yet, stores `candidate` and returns
+    /// it. Concurrent callers with different candidates all get the same (first) value.
+    /// Replicas use it to share keys (e.g. the agent-token key).
+    async fn shared_secret(&self, name: &str, candidate: &str) -> StoreResult<String>;
+}
 
+/// How a host learns that another replica changed the shared state.
+#[async_trait]
+pub trait ReplicaCoordination: Send + Sync + 'static {
+    /// The current state version — a number that grows with every committed change to
+    /// connectors, units, agents, bindings, grants or image tools (deliveries and
+    /// messages do not count) — and whether another store handle wrote any version after
+    /// `applied`. Versions written through this handle are never `foreign`.
+    async fn changes_since(&self, applied: i64) -> StoreResult<StateCheck>;
+    /// Whether other processes may write the same database (replicas). A host on a shared
+    /// store checks [`ReplicaCoordination::changes_since`] before serving a request.
+    fn is_shared(&self) -> bool {
+        false
+    }
+    /// From now on, state writes through this handle refuse (with
+    /// [`StoreError::Conflict`], nothing written) to run on top of a version another
+    /// handle wrote that this one has not seen through `load` or `changes_since`. A host
+    /// serving from memory turns it on: it checked its rules (the unit exists, the
+    /// connector is installed) against that memory. A no-op where no other process writes.
+    fn refuse_stale_writes(&self) {}
+}
+
+/// Deliberate failures between two writes of one transaction, for the conformance suite
+/// and tests (not compiled into a release host).
+#[cfg(any(test, feature = "store-conformance"))]
+pub trait FaultInjection: Send + Sync + 'static {
     /// Arms (or with `None` disarms) a test fault hook.
     fn set_fail_point(&self, point: Option<FailPoint>);
 }
+
+/// Everything a host persists, by concern. A host holds one `Arc<dyn Store>` and hands
+/// each of its parts only the concern it needs (`&dyn StateStore`, `&dyn DeliveryQueue`,
+/// ...).
+#[cfg(any(test, feature = "store-conformance"))]
+pub trait Store:
+    StateStore + DeliveryQueue + InboxStore + SecretStore + ReplicaCoordination + FaultInjection
+{
+}
+#[cfg(any(test, feature = "store-conformance"))]
+impl<
+        T: StateStore
+            + DeliveryQueue
+            + InboxStore
+            + SecretStore
+            + ReplicaCoordination
+            + FaultInjection,
+    > Store for T
+{
+}
+/// Everything a host persists, by concern. A host holds one `Arc<dyn Store>` and hands
+/// each of its parts only the concern it needs (`&dyn StateStore`, `&dyn DeliveryQueue`,
+/// ...).
+#[cfg(not(any(test, feature = "store-conformance")))]
+pub trait Store:
+    StateStore + DeliveryQueue + InboxStore + SecretStore + ReplicaCoordination
+{
+}
+#[cfg(not(any(test, feature = "store-conformance")))]
+impl<T: StateStore + DeliveryQueue + InboxStore + SecretStore + ReplicaCoordination> Store for T {}
 
 /// Opens the store named by a `database_url` (CONTRACT §2).
 ///

@@ -13,7 +13,7 @@
 //! - **A state version for the replicas' caches.** Every transaction that changes
 //!   connectors, units, agents, bindings, grants or image tools also bumps the one row of
 //!   `state_version`. Each replica keeps its working state in memory and asks
-//!   [`Store::changes_since`] before serving; a version it did not write itself means
+//!   [`ReplicaCoordination::changes_since`](crate::store::ReplicaCoordination::changes_since) before serving; a version it did not write itself means
 //!   another replica changed something, and it reloads.
 //! - **Deliveries are claimed.** `insert_delivery` is one `INSERT … ON CONFLICT … WHERE`
 //!   statement, so of two replicas receiving the same delivery exactly one stores it.
@@ -35,16 +35,18 @@ use std::time::Duration;
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use parking_lot::Mutex;
-use serde_json::Value;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{IsolationLevel, NoTls, Row};
 
+use super::rows;
+#[cfg(any(test, feature = "store-conformance"))]
+use super::FaultInjection;
 use super::{
-    connector_provenance, decode_json, encode_json, now_rfc3339, subject_parts, AgentRecord,
-    BindingRecord, Claim, ClaimScope, ConnectorRecord, DeliveryRecord, DeliveryStatus, FailPoint,
-    GrantRecord, ImageToolsRecord, MessageRecord, Snapshot, StateCheck, Store, StoreError,
-    StoreResult, Subject, UnitRecord,
+    connector_provenance, encode_json, now_rfc3339, subject_parts, AgentRecord, BindingRecord,
+    Claim, ClaimScope, ConnectorRecord, DeliveryRecord, FailPoint, GrantRecord, ImageToolsRecord,
+    MessageRecord, Snapshot, StateCheck, StoreError, StoreResult, Subject, UnitRecord,
 };
+use super::{DeliveryQueue, FailPoints, InboxStore, ReplicaCoordination, SecretStore, StateStore};
 
 /// How long a caller waits for a pooled connection, or for a new one to be made.
 const POOL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -159,13 +161,14 @@ const MIGRATIONS: &[&str] = &[
     "#,
 ];
 
-const DELIVERY_COLUMNS: &str = "connector, delivery_id, event, headers, body, received_unix, \
-     received_at, status, attempts, error, routed_to, claimed_by, claim_until, ord";
+/// The delivery columns [`rows::delivery`] reads, then `ord` (insertion order).
+static DELIVERY_COLUMNS: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("{}, ord", rows::DELIVERY_COLUMNS));
 
 /// A [`Store`] in one PostgreSQL database (see the module docs).
 pub struct PostgresStore {
     pool: Pool,
-    fail_point: Mutex<Option<FailPoint>>,
+    fail_points: FailPoints,
     /// State versions written through this handle and not yet reported by
     /// `changes_since` as applied.
     own_versions: Mutex<BTreeSet<i64>>,
@@ -173,7 +176,7 @@ pub struct PostgresStore {
     /// `changes_since` that found nothing foreign). A state write refuses to run on top
     /// of a foreign version newer than this: the caller validated it against stale state.
     seen: AtomicI64,
-    /// Whether `refuse_stale` is in force ([`Store::refuse_stale_writes`]).
+    /// Whether `refuse_stale` is in force ([`ReplicaCoordination::refuse_stale_writes`](crate::store::ReplicaCoordination::refuse_stale_writes)).
     guard_stale: AtomicBool,
 }
 
@@ -237,7 +240,7 @@ impl PostgresStore {
             })?;
         let store = Self {
             pool,
-            fail_point: Mutex::new(None),
+            fail_points: FailPoints::default(),
             own_versions: Mutex::new(BTreeSet::new()),
             seen: AtomicI64::new(0),
             guard_stale: AtomicBool::new(false),
@@ -257,12 +260,7 @@ impl PostgresStore {
 
     /// Fails (and disarms) if `point` is the armed fault.
     fn trip(&self, point: FailPoint) -> StoreResult<()> {
-        let mut armed = self.fail_point.lock();
-        if *armed == Some(point) {
-            *armed = None;
-            return Err(StoreError::Injected(point));
-        }
-        Ok(())
+        self.fail_points.trip(point)
     }
 
     async fn migrate(&self) -> StoreResult<()> {
@@ -424,37 +422,26 @@ fn col<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, i: usize) -> Sto
         .map_err(|e| StoreError::Corrupt(format!("a stored row is malformed: {e}")))
 }
 
-fn decode_delivery(row: &Row) -> StoreResult<DeliveryRecord> {
-    let delivery_id: String = col(row, 1)?;
-    let status: String = col(row, 7)?;
-    let status = match status.as_str() {
-        "pending" => DeliveryStatus::Pending,
-        "done" => DeliveryStatus::Done,
-        "failed" => DeliveryStatus::Failed,
-        other => {
-            return Err(StoreError::Corrupt(format!(
-                "delivery {delivery_id} has unknown status `{other}`"
-            )))
+impl rows::StoredRow for Row {
+    fn text(&self, i: usize) -> StoreResult<String> {
+        col(self, i)
+    }
+    fn opt_text(&self, i: usize) -> StoreResult<Option<String>> {
+        col(self, i)
+    }
+    fn int(&self, i: usize) -> StoreResult<i64> {
+        // `attempts` is an INTEGER column; the rest are BIGINT.
+        if self.columns().get(i).map(|c| c.type_()) == Some(&tokio_postgres::types::Type::INT4) {
+            return col::<i32>(self, i).map(i64::from);
         }
-    };
-    let headers: String = col(row, 3)?;
-    let routed: String = col(row, 10)?;
-    let attempts: i32 = col(row, 8)?;
-    Ok(DeliveryRecord {
-        connector: col(row, 0)?,
-        event: col(row, 2)?,
-        headers: decode_json("delivery headers", &headers)?,
-        body: col(row, 4)?,
-        received_unix: col(row, 5)?,
-        received_at: col(row, 6)?,
-        status,
-        attempts: u32::try_from(attempts).unwrap_or(0),
-        error: col(row, 9)?,
-        routed_to: decode_json("delivery routed_to", &routed)?,
-        claimed_by: col(row, 11)?,
-        claim_until: col(row, 12)?,
-        delivery_id,
-    })
+        col(self, i)
+    }
+    fn bytes(&self, i: usize) -> StoreResult<Vec<u8>> {
+        col(self, i)
+    }
+    fn flag(&self, i: usize) -> StoreResult<bool> {
+        col(self, i)
+    }
 }
 
 async fn upsert_grant(tx: &Tx<'_>, grant: &GrantRecord) -> Result<(), tokio_postgres::Error> {
@@ -607,160 +594,48 @@ async fn load_snapshot(tx: &Tx<'_>) -> StoreResult<Snapshot> {
         0,
     )?;
 
-    let mut connectors = Vec::new();
-    for row in tx
-        .query(
-            "SELECT slug, namespace, digest, component, bundled, installed_at
-             FROM connectors ORDER BY ord",
-            &[],
-        )
-        .await
-        .map_err(db)?
-    {
-        connectors.push(ConnectorRecord {
-            slug: col(&row, 0)?,
-            namespace: col(&row, 1)?,
-            digest: col(&row, 2)?,
-            component: col(&row, 3)?,
-            bundled: col(&row, 4)?,
-            installed_at: col(&row, 5)?,
-        });
-    }
-
-    let mut units = Vec::new();
-    for row in tx
-        .query(
-            "SELECT id, parent, display_name, created_at FROM units ORDER BY ord",
-            &[],
-        )
-        .await
-        .map_err(db)?
-    {
-        units.push(UnitRecord {
-            id: col(&row, 0)?,
-            parent: col(&row, 1)?,
-            display_name: col(&row, 2)?,
-            created_at: col(&row, 3)?,
-        });
-    }
-
+    let table = |columns: &str, table: &str| format!("SELECT {columns} FROM {table} ORDER BY ord");
+    let select = |sql: String| async move { tx.query(&sql, &[]).await.map_err(db) };
     let mut memberships: HashMap<String, Vec<String>> = HashMap::new();
-    for row in tx
-        .query(
-            "SELECT agent_id, unit_id FROM agent_units ORDER BY agent_id, position",
-            &[],
-        )
-        .await
-        .map_err(db)?
-    {
-        memberships
-            .entry(col(&row, 0)?)
-            .or_default()
-            .push(col(&row, 1)?);
+    let sql = format!(
+        "SELECT {} FROM agent_units ORDER BY agent_id, position",
+        rows::MEMBERSHIP_COLUMNS
+    );
+    for row in select(sql).await? {
+        let (agent, unit) = rows::membership(&row)?;
+        memberships.entry(agent).or_default().push(unit);
     }
-    let mut agents = Vec::new();
-    for row in tx
-        .query(
-            "SELECT id, display_name, created_at FROM agents ORDER BY ord",
-            &[],
-        )
-        .await
-        .map_err(db)?
-    {
-        let id: String = col(&row, 0)?;
-        agents.push(AgentRecord {
-            units: memberships.remove(&id).unwrap_or_default(),
-            id,
-            display_name: col(&row, 1)?,
-            created_at: col(&row, 2)?,
-        });
-    }
-
-    let mut bindings = Vec::new();
-    for row in tx
-        .query(
-            "SELECT unit_id, connector, config, routing_keys, bound_at FROM bindings ORDER BY ord",
-            &[],
-        )
-        .await
-        .map_err(db)?
-    {
-        let unit_id: String = col(&row, 0)?;
-        let connector: String = col(&row, 1)?;
-        let what = format!("the binding of {connector} to unit {unit_id}");
-        let config: String = col(&row, 2)?;
-        let keys: String = col(&row, 3)?;
-        bindings.push(BindingRecord {
-            config: decode_json(&format!("the config of {what}"), &config)?,
-            routing_keys: decode_json(&format!("the routing keys of {what}"), &keys)?,
-            bound_at: col(&row, 4)?,
-            unit_id,
-            connector,
-        });
-    }
-
-    let mut grants = Vec::new();
-    for row in tx
-        .query(
-            "SELECT subject_kind, subject_id, tool, namespace, provenance, created_at
-             FROM grants ORDER BY ord",
-            &[],
-        )
-        .await
-        .map_err(db)?
-    {
-        let kind: String = col(&row, 0)?;
-        let id: String = col(&row, 1)?;
-        let tool: String = col(&row, 2)?;
-        let subject = match kind.as_str() {
-            "unit" => Subject::Unit(id),
-            "agent" => Subject::Agent(id),
-            other => {
-                return Err(StoreError::Corrupt(format!(
-                    "a grant of {tool} has the unknown subject kind {other:?}"
-                )))
-            }
-        };
-        grants.push(GrantRecord {
-            subject,
-            tool,
-            namespace: col(&row, 3)?,
-            provenance: col(&row, 4)?,
-            created_at: col(&row, 5)?,
-        });
-    }
-
-    let mut image_tools = Vec::new();
-    for row in tx
-        .query(
-            "SELECT agent_id, digest, tools FROM image_tools ORDER BY ord",
-            &[],
-        )
-        .await
-        .map_err(db)?
-    {
-        let agent_id: String = col(&row, 0)?;
-        let tools: String = col(&row, 2)?;
-        image_tools.push(ImageToolsRecord {
-            tools: decode_json(&format!("the image tools of agent {agent_id}"), &tools)?,
-            agent_id,
-            digest: col(&row, 1)?,
-        });
-    }
-
+    let connectors = select(table(rows::CONNECTOR_COLUMNS, "connectors")).await?;
+    let units = select(table(rows::UNIT_COLUMNS, "units")).await?;
+    let agents = select(table(rows::AGENT_COLUMNS, "agents")).await?;
+    let bindings = select(table(rows::BINDING_COLUMNS, "bindings")).await?;
+    let grants = select(table(rows::GRANT_COLUMNS, "grants")).await?;
+    let image_tools = select(table(rows::IMAGE_TOOLS_COLUMNS, "image_tools")).await?;
     Ok(Snapshot {
-        connectors,
-        units,
-        agents,
-        bindings,
-        grants,
-        image_tools,
+        connectors: connectors
+            .iter()
+            .map(rows::connector)
+            .collect::<StoreResult<_>>()?,
+        units: units.iter().map(rows::unit).collect::<StoreResult<_>>()?,
+        agents: agents
+            .iter()
+            .map(|r| rows::agent(r, &mut memberships))
+            .collect::<StoreResult<_>>()?,
+        bindings: bindings
+            .iter()
+            .map(rows::binding)
+            .collect::<StoreResult<_>>()?,
+        grants: grants.iter().map(rows::grant).collect::<StoreResult<_>>()?,
+        image_tools: image_tools
+            .iter()
+            .map(rows::image_tools)
+            .collect::<StoreResult<_>>()?,
         version,
     })
 }
 
 #[async_trait]
-impl Store for PostgresStore {
+impl StateStore for PostgresStore {
     async fn load(&self) -> StoreResult<Snapshot> {
         let ctx = "loading the stored state";
         let mut conn = self.conn(ctx).await?;
@@ -978,7 +853,10 @@ impl Store for PostgresStore {
             Ok(())
         })
     }
+}
 
+#[async_trait]
+impl DeliveryQueue for PostgresStore {
     async fn insert_delivery(
         &self,
         delivery: &DeliveryRecord,
@@ -1075,7 +953,7 @@ impl Store for PostgresStore {
         let mut out = Vec::with_capacity(rows.len());
         for row in &rows {
             let ord: i64 = col(row, 13)?;
-            out.push((ord, decode_delivery(row)?));
+            out.push((ord, rows::delivery(row)?));
         }
         out.sort_by_key(|(ord, d)| (d.received_unix, *ord));
         Ok(out.into_iter().map(|(_, d)| d).collect())
@@ -1199,14 +1077,15 @@ impl Store for PostgresStore {
         let row = conn
             .query_opt(
                 &format!(
-                    "SELECT {DELIVERY_COLUMNS} FROM deliveries
-                     WHERE connector = $1 AND delivery_id = $2"
+                    "SELECT {} FROM deliveries
+                     WHERE connector = $1 AND delivery_id = $2",
+                    *DELIVERY_COLUMNS
                 ),
                 &[&connector, &delivery_id],
             )
             .await
             .map_err(|e| map_err("delivery", e))?;
-        row.as_ref().map(decode_delivery).transpose()
+        row.as_ref().map(rows::delivery).transpose()
     }
 
     async fn unfinished_deliveries(&self) -> StoreResult<Vec<DeliveryRecord>> {
@@ -1214,52 +1093,15 @@ impl Store for PostgresStore {
         let rows = conn
             .query(
                 &format!(
-                    "SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE status <> 'done'
-                     ORDER BY received_unix, ord"
+                    "SELECT {} FROM deliveries WHERE status <> 'done'
+                     ORDER BY received_unix, ord",
+                    *DELIVERY_COLUMNS
                 ),
                 &[],
             )
             .await
             .map_err(|e| map_err("unfinished_deliveries", e))?;
-        rows.iter().map(decode_delivery).collect()
-    }
-
-    async fn messages(
-        &self,
-        unit_id: &str,
-        after: i64,
-        limit: u32,
-    ) -> StoreResult<Vec<MessageRecord>> {
-        let db = |e| map_err("messages", e);
-        let conn = self.conn("messages").await?;
-        let stmt = conn
-            .prepare_cached(
-                "SELECT seq, id, unit_id, connector, kind, delivery_id, thread_key, payload,
-                     received_at
-                 FROM messages WHERE unit_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-            )
-            .await
-            .map_err(db)?;
-        let rows = conn
-            .query(&stmt, &[&unit_id, &after, &i64::from(limit)])
-            .await
-            .map_err(db)?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let payload: String = col(row, 7)?;
-            out.push(MessageRecord {
-                seq: col(row, 0)?,
-                id: col(row, 1)?,
-                unit_id: col(row, 2)?,
-                connector: col(row, 3)?,
-                kind: col(row, 4)?,
-                delivery_id: col(row, 5)?,
-                thread_key: col(row, 6)?,
-                payload: decode_json::<Value>("message payload", &payload)?,
-                received_at: col(row, 8)?,
-            });
-        }
-        Ok(out)
+        rows.iter().map(rows::delivery).collect()
     }
 
     async fn prune_deliveries(&self, before_unix: i64) -> StoreResult<u64> {
@@ -1271,7 +1113,54 @@ impl Store for PostgresStore {
         .await
         .map_err(|e| map_err("prune_deliveries", e))
     }
+}
 
+#[async_trait]
+impl InboxStore for PostgresStore {
+    async fn messages(
+        &self,
+        unit_id: &str,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<MessageRecord>> {
+        let db = |e| map_err("messages", e);
+        let conn = self.conn("messages").await?;
+        let sql = format!(
+            "SELECT {} FROM messages WHERE unit_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            rows::MESSAGE_COLUMNS
+        );
+        let stmt = conn.prepare_cached(&sql).await.map_err(db)?;
+        let found = conn
+            .query(&stmt, &[&unit_id, &after, &i64::from(limit)])
+            .await
+            .map_err(db)?;
+        found.iter().map(rows::message).collect()
+    }
+}
+
+#[async_trait]
+impl SecretStore for PostgresStore {
+    async fn shared_secret(&self, name: &str, candidate: &str) -> StoreResult<String> {
+        let ctx = "shared_secret";
+        let db = |e| map_err(ctx, e);
+        let conn = self.conn(ctx).await?;
+        conn.execute(
+            "INSERT INTO host_secrets (name, value) VALUES ($1, $2)
+             ON CONFLICT (name) DO NOTHING",
+            &[&name, &candidate],
+        )
+        .await
+        .map_err(db)?;
+        let row = conn
+            .query_one("SELECT value FROM host_secrets WHERE name = $1", &[&name])
+            .await
+            .map_err(db)?;
+        col(&row, 0)
+    }
+}
+
+#[async_trait]
+impl ReplicaCoordination for PostgresStore {
     async fn changes_since(&self, applied: i64) -> StoreResult<StateCheck> {
         let ctx = "checking the state version";
         let conn = self.conn(ctx).await?;
@@ -1303,26 +1192,11 @@ impl Store for PostgresStore {
     fn refuse_stale_writes(&self) {
         self.guard_stale.store(true, Ordering::SeqCst);
     }
+}
 
-    async fn shared_secret(&self, name: &str, candidate: &str) -> StoreResult<String> {
-        let ctx = "shared_secret";
-        let db = |e| map_err(ctx, e);
-        let conn = self.conn(ctx).await?;
-        conn.execute(
-            "INSERT INTO host_secrets (name, value) VALUES ($1, $2)
-             ON CONFLICT (name) DO NOTHING",
-            &[&name, &candidate],
-        )
-        .await
-        .map_err(db)?;
-        let row = conn
-            .query_one("SELECT value FROM host_secrets WHERE name = $1", &[&name])
-            .await
-            .map_err(db)?;
-        col(&row, 0)
-    }
-
+#[cfg(any(test, feature = "store-conformance"))]
+impl FaultInjection for PostgresStore {
     fn set_fail_point(&self, point: Option<FailPoint>) {
-        *self.fail_point.lock() = point;
+        self.fail_points.arm(point);
     }
 }

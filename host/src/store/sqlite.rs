@@ -4,8 +4,8 @@
 //!   [`tokio::task::spawn_blocking`] as one `BEGIN IMMEDIATE` transaction, so a failure
 //!   (or an injected [`FailPoint`]) anywhere in it rolls the whole change back, and two
 //!   handles (or processes) on the same file never interleave inside one method: the
-//!   de-duplication check of [`Store::insert_delivery`] and the row selection of
-//!   [`Store::claim_deliveries`] are atomic with their writes.
+//!   de-duplication check of [`DeliveryQueue::insert_delivery`](crate::store::DeliveryQueue::insert_delivery) and the row selection of
+//!   [`DeliveryQueue::claim_deliveries`](crate::store::DeliveryQueue::claim_deliveries) are atomic with their writes.
 //! - WAL journal, `synchronous=NORMAL`, `foreign_keys=ON`, a busy timeout of
 //!   [`BUSY_TIMEOUT`]. A database locked for longer than that is reported as
 //!   [`StoreError::Unavailable`].
@@ -13,7 +13,7 @@
 //!   each, and recorded in `schema_migrations(version, applied_at)`. A database that has a
 //!   version this host does not know (it was written by a newer host) is refused with
 //!   [`StoreError::Corrupt`] rather than silently misread.
-//! - [`Store::load`] returns units, agents, bindings, grants, connectors and image tools in
+//! - [`StateStore::load`](crate::store::StateStore::load) returns units, agents, bindings, grants, connectors and image tools in
 //!   the order they were first written (upserts keep a row's place) and each agent's units
 //!   in their given order.
 //!
@@ -32,7 +32,7 @@
 //! Deliveries, messages and shared secrets never change it: they are not part of the
 //! in-memory state a host keeps.
 //!
-//! [`Store::changes_since`] tells a handle's own versions from other handles' by
+//! [`ReplicaCoordination::changes_since`](crate::store::ReplicaCoordination::changes_since) tells a handle's own versions from other handles' by
 //! remembering which versions its committed writes produced ([`OwnVersions`]). The record
 //! is made under a lock held across the commit, so a concurrent check on the same handle
 //! never sees a committed version that is not recorded yet, and it is dropped again if the
@@ -41,7 +41,7 @@
 //! capped; forgetting a version only ever makes it look foreign (one needless reload),
 //! never the other way round.
 //!
-//! An SQLite host is a single process ([`Store::is_shared`] is `false`), but nothing here
+//! An SQLite host is a single process ([`ReplicaCoordination::is_shared`](crate::store::ReplicaCoordination::is_shared) is `false`), but nothing here
 //! depends on that: two handles on one file behave as two replicas would.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -54,14 +54,16 @@ use parking_lot::Mutex;
 use rusqlite::{
     params, Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior,
 };
-use serde_json::Value;
 
+use super::rows;
+#[cfg(any(test, feature = "store-conformance"))]
+use super::FaultInjection;
 use super::{
-    connector_provenance, decode_json, encode_json, now_rfc3339, subject_parts, AgentRecord,
-    BindingRecord, Claim, ClaimScope, ConnectorRecord, DeliveryRecord, DeliveryStatus, FailPoint,
-    GrantRecord, ImageToolsRecord, MessageRecord, Snapshot, StateCheck, Store, StoreError,
-    StoreResult, Subject, UnitRecord,
+    connector_provenance, encode_json, now_rfc3339, subject_parts, AgentRecord, BindingRecord,
+    Claim, ClaimScope, ConnectorRecord, DeliveryRecord, FailPoint, GrantRecord, ImageToolsRecord,
+    MessageRecord, Snapshot, StateCheck, StoreError, StoreResult, Subject, UnitRecord,
 };
+use super::{DeliveryQueue, FailPoints, InboxStore, ReplicaCoordination, SecretStore, StateStore};
 
 /// How long a statement waits for another connection's lock before giving up.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -257,7 +259,7 @@ impl OwnVersions {
 /// The state shared with the blocking tasks.
 struct Inner {
     conn: Mutex<Connection>,
-    fail_point: Mutex<Option<FailPoint>>,
+    fail_points: FailPoints,
     /// Locked after `conn`, never before.
     own_versions: Mutex<OwnVersions>,
 }
@@ -265,12 +267,7 @@ struct Inner {
 impl Inner {
     /// Fails (and disarms) if `point` is the armed fault.
     fn trip(&self, point: FailPoint) -> StoreResult<()> {
-        let mut armed = self.fail_point.lock();
-        if *armed == Some(point) {
-            *armed = None;
-            return Err(StoreError::Injected(point));
-        }
-        Ok(())
+        self.fail_points.trip(point)
     }
 }
 
@@ -329,7 +326,7 @@ impl SqliteStore {
         Ok(Self {
             inner: Arc::new(Inner {
                 conn: Mutex::new(conn),
-                fail_point: Mutex::new(None),
+                fail_points: FailPoints::default(),
                 own_versions: Mutex::new(OwnVersions::default()),
             }),
             path,
@@ -405,83 +402,44 @@ fn read_state_version(conn: &Connection) -> rusqlite::Result<i64> {
     })
 }
 
-const DELIVERY_COLUMNS: &str = "SELECT connector, delivery_id, event, headers, body, received_unix, received_at, status, attempts, error, routed_to, claimed_by, claim_until FROM deliveries";
-
-type DeliveryRow = (
-    String,
-    String,
-    Option<String>,
-    String,
-    Vec<u8>,
-    i64,
-    String,
-    String,
-    u32,
-    Option<String>,
-    String,
-    Option<String>,
-    i64,
-);
-
-fn read_delivery_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeliveryRow> {
-    Ok((
-        r.get(0)?,
-        r.get(1)?,
-        r.get(2)?,
-        r.get(3)?,
-        r.get(4)?,
-        r.get(5)?,
-        r.get(6)?,
-        r.get(7)?,
-        r.get(8)?,
-        r.get(9)?,
-        r.get(10)?,
-        r.get(11)?,
-        r.get(12)?,
-    ))
+/// Every row `sql` selects with `params`, decoded by `decode` (see [`rows`]).
+fn select_all<T>(
+    conn: &Connection,
+    op: &str,
+    sql: &str,
+    params: impl rusqlite::Params,
+    mut decode: impl FnMut(&rusqlite::Row<'_>) -> StoreResult<T>,
+) -> StoreResult<Vec<T>> {
+    let db = |e| map_err(op, e);
+    let mut stmt = conn.prepare_cached(sql).map_err(db)?;
+    let mut rows = stmt.query(params).map_err(db)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(db)? {
+        out.push(decode(row)?);
+    }
+    Ok(out)
 }
 
-fn decode_delivery(row: DeliveryRow) -> StoreResult<DeliveryRecord> {
-    let (
-        connector,
-        delivery_id,
-        event,
-        headers,
-        body,
-        received_unix,
-        received_at,
-        status,
-        attempts,
-        error,
-        routed_to,
-        claimed_by,
-        claim_until,
-    ) = row;
-    let status = match status.as_str() {
-        "pending" => DeliveryStatus::Pending,
-        "done" => DeliveryStatus::Done,
-        "failed" => DeliveryStatus::Failed,
-        other => {
-            return Err(StoreError::Corrupt(format!(
-                "delivery {delivery_id} has unknown status `{other}`"
-            )))
-        }
-    };
-    Ok(DeliveryRecord {
-        headers: decode_json("delivery headers", &headers)?,
-        routed_to: decode_json("delivery routed_to", &routed_to)?,
-        connector,
-        delivery_id,
-        event,
-        body,
-        received_unix,
-        received_at,
-        status,
-        attempts,
-        error,
-        claimed_by,
-        claim_until,
-    })
+impl rows::StoredRow for rusqlite::Row<'_> {
+    fn text(&self, i: usize) -> StoreResult<String> {
+        self.get(i).map_err(malformed)
+    }
+    fn opt_text(&self, i: usize) -> StoreResult<Option<String>> {
+        self.get(i).map_err(malformed)
+    }
+    fn int(&self, i: usize) -> StoreResult<i64> {
+        self.get(i).map_err(malformed)
+    }
+    fn bytes(&self, i: usize) -> StoreResult<Vec<u8>> {
+        self.get(i).map_err(malformed)
+    }
+    fn flag(&self, i: usize) -> StoreResult<bool> {
+        self.get(i).map_err(malformed)
+    }
+}
+
+fn malformed(e: rusqlite::Error) -> StoreError {
+    StoreError::Corrupt(format!("a stored row is malformed: {e}"))
 }
 
 /// Upserts a connector and re-derives its `connector:<slug>` grants (inside `tx`).
@@ -731,194 +689,50 @@ fn upsert_grant(tx: &Transaction<'_>, grant: &GrantRecord) -> rusqlite::Result<(
 }
 
 fn load_snapshot(tx: &Transaction<'_>) -> StoreResult<Snapshot> {
-    let ctx = "loading the stored state";
-    let db = |e| map_err(ctx, e);
-
-    let mut stmt = tx
-        .prepare(
-            "SELECT slug, namespace, digest, component, bundled, installed_at
-             FROM connectors ORDER BY rowid",
-        )
-        .map_err(db)?;
-    let connectors = stmt
-        .query_map([], |row| {
-            Ok(ConnectorRecord {
-                slug: row.get(0)?,
-                namespace: row.get(1)?,
-                digest: row.get(2)?,
-                component: row.get(3)?,
-                bundled: row.get(4)?,
-                installed_at: row.get(5)?,
-            })
-        })
-        .map_err(db)?
-        .collect::<rusqlite::Result<Vec<_>>>()
-        .map_err(db)?;
-
-    let mut stmt = tx
-        .prepare("SELECT id, parent, display_name, created_at FROM units ORDER BY rowid")
-        .map_err(db)?;
-    let units = stmt
-        .query_map([], |row| {
-            Ok(UnitRecord {
-                id: row.get(0)?,
-                parent: row.get(1)?,
-                display_name: row.get(2)?,
-                created_at: row.get(3)?,
-            })
-        })
-        .map_err(db)?
-        .collect::<rusqlite::Result<Vec<_>>>()
-        .map_err(db)?;
-
+    let op = "loading the stored state";
+    let table =
+        |columns: &str, table: &str| format!("SELECT {columns} FROM {table} ORDER BY rowid");
     let mut memberships: HashMap<String, Vec<String>> = HashMap::new();
-    let mut stmt = tx
-        .prepare("SELECT agent_id, unit_id FROM agent_units ORDER BY agent_id, position")
-        .map_err(db)?;
-    let rows = stmt
-        .query_map([], |row| {
-            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-        })
-        .map_err(db)?;
-    for row in rows {
-        let (agent, unit) = row.map_err(db)?;
+    let sql = format!(
+        "SELECT {} FROM agent_units ORDER BY agent_id, position",
+        rows::MEMBERSHIP_COLUMNS
+    );
+    for (agent, unit) in select_all(tx, op, &sql, [], |r| rows::membership(r))? {
         memberships.entry(agent).or_default().push(unit);
     }
-    let mut stmt = tx
-        .prepare("SELECT id, display_name, created_at FROM agents ORDER BY rowid")
-        .map_err(db)?;
-    let agents = stmt
-        .query_map([], |row| {
-            Ok(AgentRecord {
-                id: row.get(0)?,
-                units: Vec::new(),
-                display_name: row.get(1)?,
-                created_at: row.get(2)?,
-            })
-        })
-        .map_err(db)?
-        .map(|row| {
-            row.map(|mut agent| {
-                agent.units = memberships.remove(&agent.id).unwrap_or_default();
-                agent
-            })
-        })
-        .collect::<rusqlite::Result<Vec<_>>>()
-        .map_err(db)?;
-
-    let mut stmt = tx
-        .prepare(
-            "SELECT unit_id, connector, config, routing_keys, bound_at
-             FROM bindings ORDER BY rowid",
-        )
-        .map_err(db)?;
-    let raw_bindings = stmt
-        .query_map([], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, String>(2)?,
-                row.get::<_, String>(3)?,
-                row.get::<_, String>(4)?,
-            ))
-        })
-        .map_err(db)?
-        .collect::<rusqlite::Result<Vec<_>>>()
-        .map_err(db)?;
-    let mut bindings = Vec::with_capacity(raw_bindings.len());
-    for (unit_id, connector, config, routing_keys, bound_at) in raw_bindings {
-        let what = format!("the binding of {connector} to unit {unit_id}");
-        let config: Value = decode_json(&format!("the config of {what}"), &config)?;
-        let routing_keys: Vec<String> =
-            decode_json(&format!("the routing keys of {what}"), &routing_keys)?;
-        bindings.push(BindingRecord {
-            unit_id,
-            connector,
-            config,
-            routing_keys,
-            bound_at,
-        });
-    }
-
-    let mut stmt = tx
-        .prepare(
-            "SELECT subject_kind, subject_id, tool, namespace, provenance, created_at
-             FROM grants ORDER BY rowid",
-        )
-        .map_err(db)?;
-    let raw_grants = stmt
-        .query_map([], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, String>(2)?,
-                row.get::<_, String>(3)?,
-                row.get::<_, String>(4)?,
-                row.get::<_, String>(5)?,
-            ))
-        })
-        .map_err(db)?
-        .collect::<rusqlite::Result<Vec<_>>>()
-        .map_err(db)?;
-    let mut grants = Vec::with_capacity(raw_grants.len());
-    for (kind, id, tool, namespace, provenance, created_at) in raw_grants {
-        let subject = match kind.as_str() {
-            "unit" => Subject::Unit(id),
-            "agent" => Subject::Agent(id),
-            other => {
-                return Err(StoreError::Corrupt(format!(
-                    "a grant of {tool} has the unknown subject kind {other:?}"
-                )))
-            }
-        };
-        grants.push(GrantRecord {
-            subject,
-            tool,
-            namespace,
-            provenance,
-            created_at,
-        });
-    }
-
-    let mut stmt = tx
-        .prepare("SELECT agent_id, digest, tools FROM image_tools ORDER BY rowid")
-        .map_err(db)?;
-    let raw_images = stmt
-        .query_map([], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, String>(2)?,
-            ))
-        })
-        .map_err(db)?
-        .collect::<rusqlite::Result<Vec<_>>>()
-        .map_err(db)?;
-    let mut image_tools = Vec::with_capacity(raw_images.len());
-    for (agent_id, digest, tools) in raw_images {
-        let tools: Value = decode_json(&format!("the image tools of agent {agent_id}"), &tools)?;
-        image_tools.push(ImageToolsRecord {
-            agent_id,
-            digest,
-            tools,
-        });
-    }
-
-    let version = read_state_version(tx).map_err(db)?;
-
     Ok(Snapshot {
-        connectors,
-        units,
-        agents,
-        bindings,
-        grants,
-        image_tools,
-        version,
+        connectors: select_all(
+            tx,
+            op,
+            &table(rows::CONNECTOR_COLUMNS, "connectors"),
+            [],
+            |r| rows::connector(r),
+        )?,
+        units: select_all(tx, op, &table(rows::UNIT_COLUMNS, "units"), [], |r| {
+            rows::unit(r)
+        })?,
+        agents: select_all(tx, op, &table(rows::AGENT_COLUMNS, "agents"), [], |r| {
+            rows::agent(r, &mut memberships)
+        })?,
+        bindings: select_all(tx, op, &table(rows::BINDING_COLUMNS, "bindings"), [], |r| {
+            rows::binding(r)
+        })?,
+        grants: select_all(tx, op, &table(rows::GRANT_COLUMNS, "grants"), [], |r| {
+            rows::grant(r)
+        })?,
+        image_tools: select_all(
+            tx,
+            op,
+            &table(rows::IMAGE_TOOLS_COLUMNS, "image_tools"),
+            [],
+            |r| rows::image_tools(r),
+        )?,
+        version: read_state_version(tx).map_err(|e| map_err(op, e))?,
     })
 }
 
 #[async_trait]
-impl Store for SqliteStore {
+impl StateStore for SqliteStore {
     async fn load(&self) -> StoreResult<Snapshot> {
         // A write transaction too: it gives one consistent view (the version included), and
         // the single connection is serialised anyway.
@@ -948,6 +762,28 @@ impl Store for SqliteStore {
                 .execute("DELETE FROM connectors WHERE slug = ?1", [&slug])
                 .map_err(db)?;
             Ok(n > 0)
+        })
+        .await
+    }
+
+    async fn rotate_connector(
+        &self,
+        connector: &ConnectorRecord,
+        kept: &[(BindingRecord, GrantRecord)],
+        removed: &[String],
+    ) -> StoreResult<()> {
+        let c = connector.clone();
+        let kept = kept.to_vec();
+        let removed = removed.to_vec();
+        self.write_state("rotate_connector", move |tx, inner| {
+            write_connector(tx, inner, &c)?;
+            for unit in &removed {
+                remove_binding(tx, inner, unit, &c.slug)?;
+            }
+            for (b, g) in &kept {
+                write_binding(tx, inner, b, g)?;
+            }
+            Ok(())
         })
         .await
     }
@@ -1057,28 +893,6 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn rotate_connector(
-        &self,
-        connector: &ConnectorRecord,
-        kept: &[(BindingRecord, GrantRecord)],
-        removed: &[String],
-    ) -> StoreResult<()> {
-        let c = connector.clone();
-        let kept = kept.to_vec();
-        let removed = removed.to_vec();
-        self.write_state("rotate_connector", move |tx, inner| {
-            write_connector(tx, inner, &c)?;
-            for unit in &removed {
-                remove_binding(tx, inner, unit, &c.slug)?;
-            }
-            for (b, g) in &kept {
-                write_binding(tx, inner, b, g)?;
-            }
-            Ok(())
-        })
-        .await
-    }
-
     async fn put_grant(&self, grant: &GrantRecord) -> StoreResult<()> {
         let g = grant.clone();
         self.write_state("put_grant", move |tx, _| {
@@ -1126,7 +940,10 @@ impl Store for SqliteStore {
         })
         .await
     }
+}
 
+#[async_trait]
+impl DeliveryQueue for SqliteStore {
     async fn insert_delivery(
         &self,
         delivery: &DeliveryRecord,
@@ -1165,6 +982,64 @@ impl Store for SqliteStore {
             )
             .map_err(db)?;
             Ok(true)
+        })
+        .await
+    }
+
+    async fn claim_deliveries(
+        &self,
+        claim: &Claim,
+        now_unix: i64,
+        scope: ClaimScope,
+        limit: u32,
+    ) -> StoreResult<Vec<DeliveryRecord>> {
+        let claim = claim.clone();
+        // One immediate transaction: no other connection can claim between the selection
+        // and the update, so concurrent sweeps take turns and never share a row. A claim
+        // still holds during its `until` second; it has lapsed once `now` is past it.
+        self.write("claim_deliveries", move |tx, _| {
+            let db = |e| map_err("claim_deliveries", e);
+            let filter = match scope {
+                ClaimScope::Sweep => {
+                    "status = 'pending' AND (claimed_by IS NULL OR claim_until < ?1)"
+                }
+                ClaimScope::Startup => {
+                    "status IN ('pending', 'failed')
+                     AND (claimed_by IS NULL OR claim_until < ?1 OR claimed_by = ?2)"
+                }
+            };
+            let sql = format!(
+                "SELECT {} FROM deliveries WHERE {filter} ORDER BY received_unix, rowid LIMIT ?3",
+                rows::DELIVERY_COLUMNS
+            );
+            let found = select_all(
+                tx,
+                "claim_deliveries",
+                &sql,
+                params![now_unix, claim.owner, limit],
+                |r| rows::delivery(r),
+            )?;
+            let mut update = tx
+                .prepare_cached(
+                    "UPDATE deliveries SET claimed_by = ?1, claim_until = ?2
+                     WHERE connector = ?3 AND delivery_id = ?4",
+                )
+                .map_err(db)?;
+            let mut claimed = Vec::with_capacity(found.len());
+            for mut delivery in found {
+                update
+                    .execute(params![
+                        claim.owner,
+                        claim.until_unix,
+                        delivery.connector,
+                        delivery.delivery_id
+                    ])
+                    .map_err(db)?;
+                delivery.claimed_by = Some(claim.owner.clone());
+                delivery.claim_until = claim.until_unix;
+                claimed.push(delivery);
+            }
+            Ok(claimed)
         })
         .await
     }
@@ -1246,64 +1121,6 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn claim_deliveries(
-        &self,
-        claim: &Claim,
-        now_unix: i64,
-        scope: ClaimScope,
-        limit: u32,
-    ) -> StoreResult<Vec<DeliveryRecord>> {
-        let claim = claim.clone();
-        // One immediate transaction: no other connection can claim between the selection
-        // and the update, so concurrent sweeps take turns and never share a row. A claim
-        // still holds during its `until` second; it has lapsed once `now` is past it.
-        self.write("claim_deliveries", move |tx, _| {
-            let db = |e| map_err("claim_deliveries", e);
-            let filter = match scope {
-                ClaimScope::Sweep => {
-                    "status = 'pending' AND (claimed_by IS NULL OR claim_until < ?1)"
-                }
-                ClaimScope::Startup => {
-                    "status IN ('pending', 'failed')
-                     AND (claimed_by IS NULL OR claim_until < ?1 OR claimed_by = ?2)"
-                }
-            };
-            let mut select = tx
-                .prepare_cached(&format!(
-                    "{DELIVERY_COLUMNS} WHERE {filter} ORDER BY received_unix, rowid LIMIT ?3"
-                ))
-                .map_err(db)?;
-            let rows = select
-                .query_map(params![now_unix, claim.owner, limit], read_delivery_row)
-                .map_err(db)?
-                .collect::<rusqlite::Result<Vec<_>>>()
-                .map_err(db)?;
-            let mut update = tx
-                .prepare_cached(
-                    "UPDATE deliveries SET claimed_by = ?1, claim_until = ?2
-                     WHERE connector = ?3 AND delivery_id = ?4",
-                )
-                .map_err(db)?;
-            let mut claimed = Vec::with_capacity(rows.len());
-            for row in rows {
-                let mut delivery = decode_delivery(row)?;
-                update
-                    .execute(params![
-                        claim.owner,
-                        claim.until_unix,
-                        delivery.connector,
-                        delivery.delivery_id
-                    ])
-                    .map_err(db)?;
-                delivery.claimed_by = Some(claim.owner.clone());
-                delivery.claim_until = claim.until_unix;
-                claimed.push(delivery);
-            }
-            Ok(claimed)
-        })
-        .await
-    }
-
     async fn delivery(
         &self,
         connector: &str,
@@ -1311,45 +1128,98 @@ impl Store for SqliteStore {
     ) -> StoreResult<Option<DeliveryRecord>> {
         let (connector, delivery_id) = (connector.to_owned(), delivery_id.to_owned());
         self.write("delivery", move |tx, _| {
-            let mut stmt = tx
-                .prepare_cached(&format!(
-                    "{DELIVERY_COLUMNS} WHERE connector = ?1 AND delivery_id = ?2"
-                ))
-                .map_err(|e| map_err("delivery", e))?;
-            let mut rows = stmt
-                .query_map([&connector, &delivery_id], read_delivery_row)
-                .map_err(|e| map_err("delivery", e))?;
-            match rows.next() {
-                Some(row) => Ok(Some(decode_delivery(
-                    row.map_err(|e| map_err("delivery", e))?,
-                )?)),
-                None => Ok(None),
-            }
+            let sql = format!(
+                "SELECT {} FROM deliveries WHERE connector = ?1 AND delivery_id = ?2",
+                rows::DELIVERY_COLUMNS
+            );
+            let found = select_all(tx, "delivery", &sql, [&connector, &delivery_id], |r| {
+                rows::delivery(r)
+            })?;
+            Ok(found.into_iter().next())
         })
         .await
     }
 
     async fn unfinished_deliveries(&self) -> StoreResult<Vec<DeliveryRecord>> {
         self.write("unfinished_deliveries", move |tx, _| {
-            let mut stmt = tx
-                .prepare_cached(&format!(
-                    "{DELIVERY_COLUMNS} WHERE status != 'done' ORDER BY received_unix, rowid"
-                ))
-                .map_err(|e| map_err("unfinished_deliveries", e))?;
-            let rows = stmt
-                .query_map([], read_delivery_row)
-                .map_err(|e| map_err("unfinished_deliveries", e))?;
-            let mut out = Vec::new();
-            for row in rows {
-                out.push(decode_delivery(
-                    row.map_err(|e| map_err("unfinished_deliveries", e))?,
-                )?);
-            }
-            Ok(out)
+            let sql = format!(
+                "SELECT {} FROM deliveries WHERE status != 'done' ORDER BY received_unix, rowid",
+                rows::DELIVERY_COLUMNS
+            );
+            select_all(tx, "unfinished_deliveries", &sql, [], |r| rows::delivery(r))
         })
         .await
     }
 
+    async fn prune_deliveries(&self, before_unix: i64) -> StoreResult<u64> {
+        self.write("prune_deliveries", move |tx, _| {
+            let n = tx
+                .execute(
+                    "DELETE FROM deliveries WHERE status = 'done' AND received_unix < ?1",
+                    [before_unix],
+                )
+                .map_err(|e| map_err("prune_deliveries", e))?;
+            Ok(n as u64)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl InboxStore for SqliteStore {
+    async fn messages(
+        &self,
+        unit_id: &str,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<MessageRecord>> {
+        let unit_id = unit_id.to_owned();
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            let conn = inner.conn.lock();
+            let sql = format!(
+                "SELECT {} FROM messages WHERE unit_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+                rows::MESSAGE_COLUMNS
+            );
+            select_all(
+                &conn,
+                "messages",
+                &sql,
+                params![unit_id, after, limit],
+                |r| rows::message(r),
+            )
+        })
+        .await
+        .map_err(|e| {
+            StoreError::Unavailable(format!("messages: the database task did not finish: {e}"))
+        })?
+    }
+}
+
+#[async_trait]
+impl SecretStore for SqliteStore {
+    async fn shared_secret(&self, name: &str, candidate: &str) -> StoreResult<String> {
+        let (name, candidate) = (name.to_owned(), candidate.to_owned());
+        self.write("shared_secret", move |tx, _| {
+            let db = |e| map_err("shared_secret", e);
+            tx.execute(
+                "INSERT OR IGNORE INTO host_secrets (name, value) VALUES (?1, ?2)",
+                [&name, &candidate],
+            )
+            .map_err(db)?;
+            tx.query_row(
+                "SELECT value FROM host_secrets WHERE name = ?1",
+                [&name],
+                |r| r.get(0),
+            )
+            .map_err(db)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl ReplicaCoordination for SqliteStore {
     async fn changes_since(&self, applied: i64) -> StoreResult<StateCheck> {
         let inner = Arc::clone(&self.inner);
         tokio::task::spawn_blocking(move || {
@@ -1369,94 +1239,12 @@ impl Store for SqliteStore {
             ))
         })?
     }
+}
 
-    async fn shared_secret(&self, name: &str, candidate: &str) -> StoreResult<String> {
-        let (name, candidate) = (name.to_owned(), candidate.to_owned());
-        self.write("shared_secret", move |tx, _| {
-            let db = |e| map_err("shared_secret", e);
-            tx.execute(
-                "INSERT OR IGNORE INTO host_secrets (name, value) VALUES (?1, ?2)",
-                [&name, &candidate],
-            )
-            .map_err(db)?;
-            tx.query_row(
-                "SELECT value FROM host_secrets WHERE name = ?1",
-                [&name],
-                |r| r.get(0),
-            )
-            .map_err(db)
-        })
-        .await
-    }
-
-    async fn messages(
-        &self,
-        unit_id: &str,
-        after: i64,
-        limit: u32,
-    ) -> StoreResult<Vec<MessageRecord>> {
-        let unit_id = unit_id.to_owned();
-        let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || {
-            let conn = inner.conn.lock();
-            let db = |e| map_err("messages", e);
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT seq, id, unit_id, connector, kind, delivery_id, thread_key, payload, received_at
-                     FROM messages WHERE unit_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-                )
-                .map_err(db)?;
-            let rows = stmt
-                .query_map(params![unit_id, after, limit], |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, String>(3)?,
-                        r.get::<_, String>(4)?,
-                        r.get::<_, String>(5)?,
-                        r.get::<_, Option<String>>(6)?,
-                        r.get::<_, String>(7)?,
-                        r.get::<_, String>(8)?,
-                    ))
-                })
-                .map_err(db)?;
-            let mut out = Vec::new();
-            for row in rows {
-                let (seq, id, unit_id, connector, kind, delivery_id, thread_key, payload, received_at) = row.map_err(db)?;
-                out.push(MessageRecord {
-                    seq,
-                    id,
-                    unit_id,
-                    connector,
-                    kind,
-                    delivery_id,
-                    thread_key,
-                    payload: decode_json("message payload", &payload)?,
-                    received_at,
-                });
-            }
-            Ok(out)
-        })
-        .await
-        .map_err(|e| StoreError::Unavailable(format!("messages: the database task did not finish: {e}")))?
-    }
-
-    async fn prune_deliveries(&self, before_unix: i64) -> StoreResult<u64> {
-        self.write("prune_deliveries", move |tx, _| {
-            let n = tx
-                .execute(
-                    "DELETE FROM deliveries WHERE status = 'done' AND received_unix < ?1",
-                    [before_unix],
-                )
-                .map_err(|e| map_err("prune_deliveries", e))?;
-            Ok(n as u64)
-        })
-        .await
-    }
-
+#[cfg(any(test, feature = "store-conformance"))]
+impl FaultInjection for SqliteStore {
     fn set_fail_point(&self, point: Option<FailPoint>) {
-        *self.inner.fail_point.lock() = point;
+        self.inner.fail_points.arm(point);
     }
 }
 
@@ -1482,7 +1270,7 @@ mod tests {
 
     #[async_trait]
     impl StoreFactory for SqliteFactory {
-        async fn open(&self) -> Arc<dyn Store> {
+        async fn open(&self) -> Arc<dyn crate::store::Store> {
             Arc::new(SqliteStore::open(&self.dir.path().join("host.db")).unwrap())
         }
     }

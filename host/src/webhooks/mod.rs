@@ -22,20 +22,22 @@ pub mod verify;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::Stream;
 use serde::Serialize;
 use serde_json::{json, Value};
-use tokio::sync::broadcast::error::RecvError;
 
+use crate::catalog::Catalog;
+use crate::config::HostConfig;
 use crate::error::{ErrorCode, HostError, HostResult};
-use crate::host::{now_rfc3339, Host};
+use crate::ids::now_rfc3339;
+use crate::inbox::Inbox;
+use crate::replicas::ReplicaSync;
 use crate::runtime::wit;
+use crate::state::State;
+use crate::store::{Claim, Store};
 use crate::store::{ClaimScope, DeliveryRecord, DeliveryStatus, MessageRecord};
 
 /// How long a webhook request waits for routing before answering `queued`.
 pub const INLINE_ROUTING: Duration = Duration::from_secs(2);
-/// How often a live inbox stream re-reads a shared database for other replicas' messages.
-const SHARED_INBOX_POLL: Duration = Duration::from_millis(250);
 /// How long a delivery id is remembered for de-duplication.
 pub const DEDUP_WINDOW_SECS: i64 = 7 * 24 * 3600;
 
@@ -90,46 +92,6 @@ pub enum DeliveryError {
     Failed(String),
 }
 
-/// The contract's `Message` object.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Message {
-    pub id: String,
-    pub unit_id: String,
-    pub connector: String,
-    pub kind: String,
-    pub delivery_id: String,
-    pub thread_key: Option<String>,
-    pub payload: Value,
-    pub received_at: String,
-    /// The inbox cursor (also the SSE event id).
-    #[serde(skip)]
-    pub cursor: i64,
-}
-
-impl From<&MessageRecord> for Message {
-    fn from(m: &MessageRecord) -> Self {
-        Self {
-            id: m.id.clone(),
-            unit_id: m.unit_id.clone(),
-            connector: m.connector.clone(),
-            kind: m.kind.clone(),
-            delivery_id: m.delivery_id.clone(),
-            thread_key: m.thread_key.clone(),
-            payload: m.payload.clone(),
-            received_at: m.received_at.clone(),
-            cursor: m.seq,
-        }
-    }
-}
-
-/// A page of a unit's inbox.
-#[derive(Debug, Clone, Serialize)]
-pub struct MessagePage {
-    pub messages: Vec<Message>,
-    pub next: String,
-}
-
 /// What the operator sees of one delivery.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -142,17 +104,6 @@ pub struct DeliveryView {
     pub error: Option<String>,
     pub routed_to: Vec<String>,
     pub received_at: String,
-}
-
-fn parse_cursor(cursor: Option<&str>) -> HostResult<i64> {
-    match cursor {
-        None | Some("") => Ok(0),
-        Some(c) => c.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
-            HostError::invalid_request(format!(
-                "`{c}` is not a message cursor (use the `next` of a previous page)"
-            ))
-        }),
-    }
 }
 
 /// Deliveries being processed on this replica, by (connector, delivery id).
@@ -185,16 +136,136 @@ impl Drop for InFlight<'_> {
     }
 }
 
-impl Host {
+/// How often every host looks for deliveries nobody is working on.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+/// How many deliveries one claim takes (and are then processed at once).
+const CLAIM_BATCH: u32 = 8;
+
+/// Webhook ingest and the delivery worker.
+pub(crate) struct Webhooks {
+    config: Arc<HostConfig>,
+    store: Arc<dyn Store>,
+    state: Arc<State>,
+    catalog: Arc<Catalog>,
+    inbox: Arc<Inbox>,
+    /// Claimed deliveries are routed with the state refreshed first.
+    replicas: Arc<ReplicaSync>,
+    in_flight: InFlightSet,
+}
+
+fn now_unix() -> i64 {
+    time::OffsetDateTime::now_utc().unix_timestamp()
+}
+
+impl Webhooks {
+    pub(crate) fn new(
+        config: Arc<HostConfig>,
+        store: Arc<dyn Store>,
+        state: Arc<State>,
+        catalog: Arc<Catalog>,
+        inbox: Arc<Inbox>,
+        replicas: Arc<ReplicaSync>,
+    ) -> Self {
+        Self {
+            config,
+            store,
+            state,
+            catalog,
+            inbox,
+            replicas,
+            in_flight: InFlightSet::default(),
+        }
+    }
+
+    /// How long a replica's claim on a webhook delivery lasts: long enough for a
+    /// translation and its accept calls (each bounded by the call timeout), short enough
+    /// that a dead replica's work is picked up soon.
+    pub(crate) fn delivery_lease(&self) -> Duration {
+        let call = self.config.limits.call_timeout;
+        (call * 2 + Duration::from_secs(1)).max(Duration::from_secs(2))
+    }
+
+    /// A claim for this replica starting now.
+    fn new_claim(&self) -> Claim {
+        let lease = i64::try_from(self.delivery_lease().as_secs()).unwrap_or(i64::MAX / 2);
+        Claim {
+            owner: self.replicas.id().to_string(),
+            until_unix: now_unix().saturating_add(lease),
+        }
+    }
+
+    /// Claims and finishes deliveries nobody is working on; returns how many it claimed.
+    pub(crate) async fn sweep(self: &Arc<Self>) -> HostResult<usize> {
+        let batch = self.claim_batch(ClaimScope::Sweep).await?;
+        let n = batch.len();
+        if n > 0 {
+            let this = Arc::clone(self);
+            tokio::spawn(async move { this.process_claimed(batch).await });
+        }
+        Ok(n)
+    }
+
+    /// Claims one batch of deliveries per `scope` — no more than are processed at once,
+    /// so no claim lapses while its delivery waits its turn — with the state refreshed,
+    /// so they are routed with the bindings in force now, not as of the last request
+    /// this replica happened to serve.
+    async fn claim_batch(&self, scope: ClaimScope) -> HostResult<Vec<DeliveryRecord>> {
+        let claimed = self
+            .store
+            .claim_deliveries(&self.new_claim(), now_unix(), scope, CLAIM_BATCH)
+            .await?;
+        if !claimed.is_empty() {
+            self.replicas.refresh().await?;
+        }
+        Ok(claimed)
+    }
+
+    /// Finishes a claimed batch, all of it at once (a slow delivery does not hold up the
+    /// others).
+    async fn process_claimed(&self, batch: Vec<DeliveryRecord>) {
+        futures::future::join_all(batch.into_iter().map(|record| async move {
+            let _ = self.process_delivery(record).await;
+        }))
+        .await;
+    }
+
+    /// Sweeps every [`SWEEP_INTERVAL`] until the worker is dropped.
+    pub(crate) fn spawn_sweeper(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut failing = false;
+            loop {
+                tokio::time::sleep(SWEEP_INTERVAL).await;
+                let Some(this) = weak.upgrade() else { return };
+                match this.sweep().await {
+                    Ok(n) => {
+                        if n > 0 {
+                            tracing::info!(
+                                deliveries = n,
+                                "finishing webhook deliveries nobody was working on"
+                            );
+                        }
+                        failing = false;
+                    }
+                    Err(e) if !failing => {
+                        tracing::warn!(error = %e, "cannot sweep stored webhook deliveries");
+                        failing = true;
+                    }
+                    Err(_) => {}
+                }
+            }
+        });
+    }
+
     /// Receives one webhook delivery for connector `slug`.
-    pub async fn receive_webhook(
-        &self,
+    pub(crate) async fn receive(
+        self: &Arc<Self>,
         slug: &str,
         headers: &http::HeaderMap,
         body: &[u8],
     ) -> HostResult<WebhookOutcome> {
         let connector =
-            self.inner.registry.get(slug).ok_or_else(|| {
+            self.state.registry().get(slug).ok_or_else(|| {
                 HostError::not_found(format!("no connector `{slug}` is installed"))
             })?;
         let scheme = connector
@@ -203,7 +274,7 @@ impl Host {
             .as_ref()
             .map(|w| w.scheme)
             .ok_or_else(|| HostError::not_found(format!("connector `{slug}` takes no webhooks")))?;
-        let secrets = self.inner.config.connector(slug).webhook_secrets;
+        let secrets = self.config.connector(slug).webhook_secrets;
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
         let verified = verify::verify(scheme, &secrets, headers, body, now).map_err(|e| {
             if e.is_authentication() {
@@ -251,7 +322,6 @@ impl Host {
         // inline routing below is under way.
         let claim = self.new_claim();
         if !self
-            .inner
             .store
             .insert_delivery(&record, DEDUP_WINDOW_SECS, &claim)
             .await?
@@ -263,8 +333,8 @@ impl Host {
             });
         }
         let delivery = record.delivery_id.clone();
-        let host = self.clone();
-        let mut task = tokio::spawn(async move { host.process_delivery(record).await });
+        let this = Arc::clone(self);
+        let mut task = tokio::spawn(async move { this.process_delivery(record).await });
         match tokio::time::timeout(INLINE_ROUTING, &mut task).await {
             Ok(Ok(Ok(routed_to))) => Ok(WebhookOutcome {
                 delivery,
@@ -286,13 +356,12 @@ impl Host {
         &self,
         record: DeliveryRecord,
     ) -> Result<Vec<String>, DeliveryError> {
-        let Some(_in_flight) = InFlight::begin(&self.inner.in_flight, &record) else {
+        let Some(_in_flight) = InFlight::begin(&self.in_flight, &record) else {
             return Err(DeliveryError::InFlight);
         };
         let result = self.route_delivery(&record).await;
         let outcome = match result {
             Ok((messages, routed_to)) => match self
-                .inner
                 .store
                 .complete_delivery(
                     &record.connector,
@@ -303,9 +372,7 @@ impl Host {
                 .await
             {
                 Ok(Some(stored)) => {
-                    for m in stored {
-                        let _ = self.inner.inbox.send(Arc::new(m));
-                    }
+                    self.inbox.publish(stored);
                     Ok(routed_to)
                 }
                 Ok(None) => Ok(routed_to),
@@ -327,7 +394,6 @@ impl Host {
     async fn record_failure(&self, record: &DeliveryRecord, error: String) -> DeliveryError {
         tracing::warn!(connector = %record.connector, delivery = %record.delivery_id, %error, "webhook delivery failed; kept for retry");
         if let Err(e) = self
-            .inner
             .store
             .fail_delivery(&record.connector, &record.delivery_id, &error)
             .await
@@ -341,18 +407,19 @@ impl Host {
         &self,
         record: &DeliveryRecord,
     ) -> Result<(Vec<MessageRecord>, Vec<String>), String> {
-        let connector =
-            self.inner.registry.get(&record.connector).ok_or_else(|| {
-                format!("connector `{}` is no longer installed", record.connector)
-            })?;
+        let connector = self
+            .state
+            .registry()
+            .get(&record.connector)
+            .ok_or_else(|| format!("connector `{}` is no longer installed", record.connector))?;
         let hook = wit::Webhook {
             headers: record.headers.clone(),
             body: record.body.clone(),
         };
-        let sandbox = self.sandbox(&record.connector, None);
+        let sandbox = self.catalog.sandbox(&record.connector, None);
         let translated = self
-            .inner
-            .runtime
+            .catalog
+            .runtime()
             .translate_webhook(connector.component(), &sandbox, hook)
             .await
             .map_err(|e| format!("translate-webhook: {e}"))?
@@ -361,23 +428,22 @@ impl Host {
         let mut routed_to: Vec<String> = Vec::new();
         for message in translated {
             let targets: Vec<_> = self
-                .inner
-                .directory
-                .read()
+                .state
+                .directory()
                 .route(&record.connector, &message.route)
                 .cloned()
                 .collect();
             let payload: Value = serde_json::from_str(&message.payload)
                 .map_err(|e| format!("the connector produced a payload that is not JSON: {e}"))?;
             for binding in targets {
-                let sandbox = self.sandbox(&record.connector, Some(&binding));
+                let sandbox = self.catalog.sandbox(&record.connector, Some(&binding));
                 let wit_binding = wit::Binding {
                     unit: binding.unit_id.clone(),
                     config: binding.config.to_string(),
                 };
                 let accepted = self
-                    .inner
-                    .runtime
+                    .catalog
+                    .runtime()
                     .accept(
                         connector.component(),
                         &sandbox,
@@ -411,7 +477,7 @@ impl Host {
     /// Claims every delivery that was stored but not done — this replica's own from before
     /// a restart, and any nobody holds (failed ones included) — and finishes them in the
     /// background. Returns how many the first batch claimed (0: nothing was left over).
-    pub async fn resume_deliveries(&self) -> HostResult<usize> {
+    pub(crate) async fn resume(self: &Arc<Self>) -> HostResult<usize> {
         // The first batch is claimed now (a database error fails the start); the rest in
         // the background, a batch at a time, so no claim lapses while its delivery waits.
         let first = self.claim_batch(ClaimScope::Startup).await?;
@@ -420,7 +486,7 @@ impl Host {
             return Ok(0);
         }
         tracing::info!("finishing webhook deliveries left over from a previous run");
-        let host = self.clone();
+        let this = Arc::clone(self);
         tokio::spawn(async move {
             // A delivery that fails again is released as failed, and a start-up claim
             // takes failed ones: each is tried once per start.
@@ -431,8 +497,8 @@ impl Host {
                 if batch.is_empty() {
                     return;
                 }
-                host.process_claimed(batch).await;
-                batch = match host.claim_batch(ClaimScope::Startup).await {
+                this.process_claimed(batch).await;
+                batch = match this.claim_batch(ClaimScope::Startup).await {
                     Ok(next) => next,
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot claim left-over deliveries; the periodic sweep takes them later");
@@ -445,8 +511,7 @@ impl Host {
     }
 
     async fn stored_delivery(&self, slug: &str, delivery_id: &str) -> HostResult<DeliveryRecord> {
-        self.inner
-            .store
+        self.store
             .delivery(slug, delivery_id)
             .await?
             .ok_or_else(|| {
@@ -457,8 +522,8 @@ impl Host {
     }
 
     /// Retries one stored delivery now.
-    pub async fn retry_delivery(
-        &self,
+    pub(crate) async fn retry(
+        self: &Arc<Self>,
         slug: &str,
         delivery_id: &str,
     ) -> HostResult<WebhookOutcome> {
@@ -473,8 +538,8 @@ impl Host {
         let delivery = record.delivery_id.clone();
         // Its own task, as for a received delivery: a caller that goes away mid-flight
         // (a client disconnecting drops the request's future) does not cut the work short.
-        let host = self.clone();
-        let task = tokio::spawn(async move { host.process_delivery(record).await });
+        let this = Arc::clone(self);
+        let task = tokio::spawn(async move { this.process_delivery(record).await });
         let outcome = task
             .await
             .map_err(|e| HostError::internal(format!("the retry task failed: {e}")))?;
@@ -489,7 +554,7 @@ impl Host {
     }
 
     /// What the operator sees of one delivery.
-    pub async fn delivery(&self, slug: &str, delivery_id: &str) -> HostResult<DeliveryView> {
+    pub(crate) async fn delivery(&self, slug: &str, delivery_id: &str) -> HostResult<DeliveryView> {
         let d = self.stored_delivery(slug, delivery_id).await?;
         Ok(DeliveryView {
             connector: d.connector,
@@ -503,121 +568,11 @@ impl Host {
         })
     }
 
-    /// A page of a unit's inbox after `cursor`.
-    pub async fn messages(
-        &self,
-        unit: &str,
-        cursor: Option<&str>,
-        limit: Option<u32>,
-    ) -> HostResult<MessagePage> {
-        crate::host::check_id("unit", unit)?;
-        if self.inner.directory.read().unit(unit).is_none() {
-            return Err(HostError::not_found(format!(
-                "unit `{unit}` does not exist"
-            )));
-        }
-        let after = parse_cursor(cursor)?;
-        let limit = limit.unwrap_or(100);
-        if limit == 0 || limit > 500 {
-            return Err(HostError::invalid_request(
-                "`limit` must be between 1 and 500",
-            ));
-        }
-        let records = self.inner.store.messages(unit, after, limit).await?;
-        let next = records.last().map(|m| m.seq).unwrap_or(after).to_string();
-        Ok(MessagePage {
-            messages: records.iter().map(Message::from).collect(),
-            next,
-        })
-    }
-
-    /// A live subscription to a unit's inbox: every message after `cursor` (stored ones
-    /// first, then new ones as they arrive), each exactly once, in order.
-    pub fn subscribe(
-        &self,
-        unit: &str,
-        cursor: Option<&str>,
-    ) -> HostResult<impl Stream<Item = Message> + Send + 'static> {
-        crate::host::check_id("unit", unit)?;
-        if self.inner.directory.read().unit(unit).is_none() {
-            return Err(HostError::not_found(format!(
-                "unit `{unit}` does not exist"
-            )));
-        }
-        let after = parse_cursor(cursor)?;
-        // Subscribe before reading the backlog so nothing falls between the two.
-        let mut live = self.inner.inbox.subscribe();
-        let store = self.inner.store.clone();
-        // On a shared database other replicas append too: the store is the only source
-        // (read again on a local message and at least every `SHARED_INBOX_POLL`), since a
-        // message from this replica may carry a larger cursor than one another replica
-        // committed just before it.
-        let shared = store.is_shared();
-        let unit = unit.to_string();
-        Ok(async_stream(move |tx| async move {
-            let mut last = after;
-            loop {
-                // Backlog (also after a lagging receiver): read the store from `last`.
-                loop {
-                    let page = match store.messages(&unit, last, 500).await {
-                        Ok(p) => p,
-                        Err(_) => {
-                            tokio::time::sleep(Duration::from_millis(500)).await;
-                            continue;
-                        }
-                    };
-                    if page.is_empty() {
-                        break;
-                    }
-                    for m in &page {
-                        last = m.seq;
-                        if tx.send(Message::from(m)).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-                loop {
-                    if shared {
-                        match tokio::time::timeout(SHARED_INBOX_POLL, live.recv()).await {
-                            Err(_) | Ok(Ok(_)) | Ok(Err(RecvError::Lagged(_))) => break,
-                            Ok(Err(RecvError::Closed)) => return,
-                        }
-                    }
-                    match live.recv().await {
-                        Ok(m) => {
-                            if m.unit_id != unit || m.seq <= last {
-                                continue;
-                            }
-                            last = m.seq;
-                            if tx.send(Message::from(&*m)).await.is_err() {
-                                return;
-                            }
-                        }
-                        Err(RecvError::Lagged(_)) => break,
-                        Err(RecvError::Closed) => return,
-                    }
-                }
-            }
-        }))
-    }
-
     /// Deletes finished deliveries older than the de-duplication window.
-    pub async fn prune_deliveries(&self) -> HostResult<u64> {
+    pub(crate) async fn prune(&self) -> HostResult<u64> {
         let before = time::OffsetDateTime::now_utc().unix_timestamp() - DEDUP_WINDOW_SECS;
-        Ok(self.inner.store.prune_deliveries(before).await?)
+        Ok(self.store.prune_deliveries(before).await?)
     }
-}
-
-/// A stream fed by a producer task through a bounded channel; the task stops when the
-/// stream is dropped.
-fn async_stream<F, Fut>(producer: F) -> impl Stream<Item = Message> + Send + 'static
-where
-    F: FnOnce(tokio::sync::mpsc::Sender<Message>) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(producer(tx));
-    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) })
 }
 
 /// JSON for a webhook outcome.

@@ -1,0 +1,633 @@
+//! The directory service: units, agents, bindings, explicit grants and image tools —
+//! everything an operator sets up about who may call what.
+//!
+//! Every change goes through [`State::write`]: the rules (the unit exists, no cycle, the
+//! subject of a grant still exists) are checked under the write lock against the state
+//! as it is at that moment.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::catalog::{binding_grant, Catalog, Written};
+use crate::error::{ErrorCode, HostError, HostResult};
+use crate::grants::{connector_provenance, Directory, ResolvedTools, EXPLICIT};
+use crate::ids::{check_id, now_rfc3339, truncate};
+use crate::registry::manifest::{is_namespace, is_tool_id};
+use crate::state::{State, StateChange};
+use crate::store::{
+    AgentRecord, BindingRecord, GrantRecord, ImageToolsRecord, Subject, UnitRecord,
+};
+
+/// The contract's `Unit` object.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnitView {
+    pub id: String,
+    pub parent: Option<String>,
+    pub display_name: Option<String>,
+    pub bindings: Vec<BindingView>,
+    pub effective_tools: Arc<ResolvedTools>,
+}
+
+/// The contract's `Agent` object.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentView {
+    pub id: String,
+    pub units: Vec<String>,
+    pub display_name: Option<String>,
+    pub effective_tools: Arc<ResolvedTools>,
+}
+
+/// The contract's `Grant` object.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantView {
+    pub tool: String,
+    pub namespace: String,
+    pub provenance: String,
+    pub created_at: String,
+}
+
+impl From<&GrantRecord> for GrantView {
+    fn from(g: &GrantRecord) -> Self {
+        Self {
+            tool: g.tool.clone(),
+            namespace: g.namespace.clone(),
+            provenance: g.provenance.clone(),
+            created_at: g.created_at.clone(),
+        }
+    }
+}
+
+/// The contract's `Binding` object (secrets masked).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingView {
+    pub unit_id: String,
+    pub connector: String,
+    pub config: Value,
+    pub bound_at: String,
+    pub grants: Vec<GrantView>,
+}
+
+/// Masks config fields the schema marks `writeOnly` or `format: password`.
+pub fn mask_secrets(schema: &Value, config: &Value) -> Value {
+    match (schema, config) {
+        (Value::Object(s), Value::Object(c)) => {
+            let props = s.get("properties").and_then(Value::as_object);
+            let mut out = serde_json::Map::new();
+            for (k, v) in c {
+                let prop = props.and_then(|p| p.get(k));
+                let secret = prop.is_some_and(|p| {
+                    p.get("writeOnly").and_then(Value::as_bool) == Some(true)
+                        || p.get("format").and_then(Value::as_str) == Some("password")
+                });
+                let masked = if secret {
+                    Value::String("***".into())
+                } else if let Some(p) = prop {
+                    mask_secrets(p, v)
+                } else {
+                    v.clone()
+                };
+                out.insert(k.clone(), masked);
+            }
+            Value::Object(out)
+        }
+        _ => config.clone(),
+    }
+}
+
+/// Units, agents, bindings, grants and image tools.
+pub(crate) struct DirectoryService {
+    state: Arc<State>,
+    catalog: Arc<Catalog>,
+    /// For fetching image tool lists.
+    http: reqwest::Client,
+}
+
+impl DirectoryService {
+    pub(crate) fn new(state: Arc<State>, catalog: Arc<Catalog>, http: reqwest::Client) -> Self {
+        Self {
+            state,
+            catalog,
+            http,
+        }
+    }
+
+    /// Fails with `404` unless agent `id` exists.
+    pub(crate) fn require_agent(&self, id: &str) -> HostResult<()> {
+        check_id("agent", id)?;
+        if self.state.directory().agent(id).is_none() {
+            return Err(HostError::not_found(format!("agent `{id}` does not exist")));
+        }
+        Ok(())
+    }
+
+    // ----- units and agents ------------------------------------------------------
+
+    /// Creates or updates a unit.
+    pub(crate) async fn put_unit(
+        &self,
+        id: &str,
+        parent: Option<&str>,
+        display_name: Option<&str>,
+    ) -> HostResult<(UnitView, Written)> {
+        check_id("unit", id)?;
+        if let Some(p) = parent {
+            check_id("unit", p)?;
+        }
+        let written = self
+            .state
+            .write(|| async {
+                let dir = self.state.directory();
+                if let Some(p) = parent {
+                    if dir.unit(p).is_none() {
+                        return Err(HostError::not_found(format!(
+                            "parent unit `{p}` does not exist; create it first"
+                        )));
+                    }
+                    if p == id || dir.would_cycle(id, p) {
+                        return Err(HostError::new(
+                            ErrorCode::Cycle,
+                            format!("making `{p}` the parent of `{id}` would create a cycle"),
+                        ));
+                    }
+                }
+                let existing = dir.unit(id);
+                let record = UnitRecord {
+                    id: id.to_string(),
+                    parent: parent.map(str::to_string),
+                    display_name: display_name.map(str::to_string),
+                    created_at: existing
+                        .map(|u| u.created_at.clone())
+                        .unwrap_or_else(now_rfc3339),
+                };
+                Ok((
+                    StateChange::PutUnit(record),
+                    Written::from_existing(existing),
+                ))
+            })
+            .await?;
+        Ok((self.unit(id)?, written))
+    }
+
+    /// A unit with its bindings and effective tools.
+    pub(crate) fn unit(&self, id: &str) -> HostResult<UnitView> {
+        check_id("unit", id)?;
+        let dir = self.state.directory();
+        let unit = dir
+            .unit(id)
+            .ok_or_else(|| HostError::not_found(format!("unit `{id}` does not exist")))?;
+        let bindings = self.binding_views(&dir, id);
+        let tools = self
+            .state
+            .resolve(&dir, &Subject::Unit(id.to_string()))
+            .unwrap_or_default();
+        Ok(UnitView {
+            id: unit.id.clone(),
+            parent: unit.parent.clone(),
+            display_name: unit.display_name.clone(),
+            bindings,
+            effective_tools: tools,
+        })
+    }
+
+    /// Deletes a unit (its bindings are unbound and grants revoked); refused while it has
+    /// children (`409 has_children`).
+    pub(crate) async fn delete_unit(&self, id: &str) -> HostResult<()> {
+        check_id("unit", id)?;
+        self.state
+            .write(|| async {
+                let dir = self.state.directory();
+                if dir.unit(id).is_none() {
+                    return Err(HostError::not_found(format!("unit `{id}` does not exist")));
+                }
+                if dir.has_children(id) {
+                    return Err(HostError::new(
+                        ErrorCode::HasChildren,
+                        format!("unit `{id}` has child units; delete or move them first"),
+                    ));
+                }
+                // Bindings, grants and agents' memberships go in the same transaction.
+                Ok((StateChange::DeleteUnit(id.to_string()), ()))
+            })
+            .await
+    }
+
+    /// Creates or updates an agent (`units`: first = primary).
+    pub(crate) async fn put_agent(
+        &self,
+        id: &str,
+        units: &[String],
+        display_name: Option<&str>,
+    ) -> HostResult<(AgentView, Written)> {
+        check_id("agent", id)?;
+        if units.is_empty() {
+            return Err(HostError::invalid_request(
+                "an agent must belong to at least one unit (`units` is empty)",
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for u in units {
+            check_id("unit", u)?;
+            if !seen.insert(u) {
+                return Err(HostError::invalid_request(format!(
+                    "unit `{u}` is listed twice in `units`"
+                )));
+            }
+        }
+        let written = self
+            .state
+            .write(|| async {
+                let dir = self.state.directory();
+                if let Some(u) = units.iter().find(|u| dir.unit(u).is_none()) {
+                    return Err(HostError::not_found(format!(
+                        "unit `{u}` does not exist; create it first"
+                    )));
+                }
+                let existing = dir.agent(id);
+                let record = AgentRecord {
+                    id: id.to_string(),
+                    units: units.to_vec(),
+                    display_name: display_name.map(str::to_string),
+                    created_at: existing
+                        .map(|a| a.created_at.clone())
+                        .unwrap_or_else(now_rfc3339),
+                };
+                Ok((
+                    StateChange::PutAgent(record),
+                    Written::from_existing(existing),
+                ))
+            })
+            .await?;
+        Ok((self.agent(id)?, written))
+    }
+
+    /// An agent with its effective tools.
+    pub(crate) fn agent(&self, id: &str) -> HostResult<AgentView> {
+        check_id("agent", id)?;
+        let dir = self.state.directory();
+        let agent = dir
+            .agent(id)
+            .ok_or_else(|| HostError::not_found(format!("agent `{id}` does not exist")))?;
+        let tools = self
+            .state
+            .resolve(&dir, &Subject::Agent(id.to_string()))
+            .unwrap_or_default();
+        Ok(AgentView {
+            id: agent.id.clone(),
+            units: agent.units.clone(),
+            display_name: agent.display_name.clone(),
+            effective_tools: tools,
+        })
+    }
+
+    /// Deletes an agent with its explicit grants and image tools.
+    pub(crate) async fn delete_agent(&self, id: &str) -> HostResult<()> {
+        check_id("agent", id)?;
+        self.state
+            .write(|| async {
+                if self.state.directory().agent(id).is_none() {
+                    return Err(HostError::not_found(format!("agent `{id}` does not exist")));
+                }
+                Ok((StateChange::DeleteAgent(id.to_string()), ()))
+            })
+            .await
+    }
+
+    // ----- bindings -------------------------------------------------------------
+
+    fn binding_views(&self, dir: &Directory, unit: &str) -> Vec<BindingView> {
+        dir.bindings_of(unit)
+            .map(|b| self.binding_view(dir, b))
+            .collect()
+    }
+
+    fn binding_view(&self, dir: &Directory, b: &BindingRecord) -> BindingView {
+        let provenance = connector_provenance(&b.connector);
+        let grants = dir
+            .grants_of(&Subject::Unit(b.unit_id.clone()))
+            .iter()
+            .filter(|g| g.provenance == provenance)
+            .map(GrantView::from)
+            .collect();
+        let config = match self.state.registry().get(&b.connector) {
+            Some(c) => mask_secrets(&c.info().config_schema, &b.config),
+            None => Value::String("***".into()),
+        };
+        BindingView {
+            unit_id: b.unit_id.clone(),
+            connector: b.connector.clone(),
+            config,
+            bound_at: b.bound_at.clone(),
+            grants,
+        }
+    }
+
+    /// Binds a connector to a unit (or replaces the binding's config): validates the
+    /// config against the connector's schema and its own `bind`, then writes the binding
+    /// and its `<namespace>.*` grant in one transaction.
+    pub(crate) async fn bind(
+        &self,
+        unit: &str,
+        slug: &str,
+        config: Value,
+    ) -> HostResult<(BindingView, Written)> {
+        check_id("unit", unit)?;
+        if self.state.directory().unit(unit).is_none() {
+            return Err(HostError::not_found(format!(
+                "unit `{unit}` does not exist"
+            )));
+        }
+        let keys = self.catalog.check_binding(slug, &config).await?;
+        let written = self
+            .state
+            .write(|| async {
+                // Checked again under the write lock: the unit or the connector may have
+                // gone meanwhile.
+                let dir = self.state.directory();
+                if dir.unit(unit).is_none() {
+                    return Err(HostError::not_found(format!(
+                        "unit `{unit}` does not exist"
+                    )));
+                }
+                let connector = self.catalog.get(slug)?;
+                let namespace = connector.info().tool_namespace.clone();
+                let existing = dir.binding(unit, slug);
+                let record = BindingRecord {
+                    unit_id: unit.to_string(),
+                    connector: slug.to_string(),
+                    config,
+                    routing_keys: keys,
+                    bound_at: existing
+                        .map(|b| b.bound_at.clone())
+                        .unwrap_or_else(now_rfc3339),
+                };
+                let grant = binding_grant(&dir, unit, slug, &namespace);
+                Ok((
+                    StateChange::PutBinding(record, grant),
+                    Written::from_existing(existing),
+                ))
+            })
+            .await?;
+        let dir = self.state.directory();
+        let record = dir
+            .binding(unit, slug)
+            .ok_or_else(|| HostError::not_found(format!("unit `{unit}` does not exist")))?;
+        Ok((self.binding_view(&dir, record), written))
+    }
+
+    /// The bindings of a unit.
+    pub(crate) fn bindings(&self, unit: &str) -> HostResult<Vec<BindingView>> {
+        check_id("unit", unit)?;
+        let dir = self.state.directory();
+        if dir.unit(unit).is_none() {
+            return Err(HostError::not_found(format!(
+                "unit `{unit}` does not exist"
+            )));
+        }
+        Ok(self.binding_views(&dir, unit))
+    }
+
+    /// Every binding of every unit (for webhook routing and runtime context).
+    pub(crate) fn all_bindings(&self) -> Vec<BindingRecord> {
+        self.state.directory().all_bindings().cloned().collect()
+    }
+
+    /// Unbinds: deletes the binding and exactly its grants in one transaction.
+    pub(crate) async fn unbind(&self, unit: &str, slug: &str) -> HostResult<()> {
+        check_id("unit", unit)?;
+        self.state
+            .write(|| async {
+                if self.state.directory().binding(unit, slug).is_none() {
+                    return Err(HostError::not_found(format!(
+                        "connector `{}` is not bound to unit `{unit}`",
+                        truncate(slug, 80)
+                    )));
+                }
+                let change = StateChange::DeleteBinding {
+                    unit: unit.to_string(),
+                    connector: slug.to_string(),
+                };
+                Ok((change, ()))
+            })
+            .await
+    }
+
+    // ----- grants and effective tools ------------------------------------------------
+
+    fn subject_exists(dir: &Directory, subject: &Subject) -> HostResult<()> {
+        let (kind, id, exists) = match subject {
+            Subject::Unit(id) => ("unit", id, dir.unit(id).is_some()),
+            Subject::Agent(id) => ("agent", id, dir.agent(id).is_some()),
+        };
+        check_id(kind, id)?;
+        if exists {
+            Ok(())
+        } else {
+            Err(HostError::not_found(format!(
+                "{kind} `{id}` does not exist"
+            )))
+        }
+    }
+
+    /// Grants a tool id or a whole namespace to a subject explicitly.
+    pub(crate) async fn grant(
+        &self,
+        subject: Subject,
+        tool_or_namespace: &str,
+    ) -> HostResult<GrantView> {
+        let (tool, namespace) = parse_grant_target(tool_or_namespace)?;
+        self.state
+            .write(|| async {
+                // The subject is checked under the write lock: a unit or agent deleted
+                // concurrently cannot be left with a grant.
+                Self::subject_exists(&self.state.directory(), &subject)?;
+                let record = GrantRecord {
+                    subject,
+                    tool,
+                    namespace,
+                    provenance: EXPLICIT.to_string(),
+                    created_at: now_rfc3339(),
+                };
+                let view = GrantView::from(&record);
+                Ok((StateChange::PutGrant(record), view))
+            })
+            .await
+    }
+
+    /// Revokes an explicit grant.
+    pub(crate) async fn revoke(&self, subject: Subject, tool_or_namespace: &str) -> HostResult<()> {
+        let (tool, _) = parse_grant_target(tool_or_namespace)?;
+        self.state
+            .write(|| async {
+                let dir = self.state.directory();
+                Self::subject_exists(&dir, &subject)?;
+                let present = dir
+                    .grants_of(&subject)
+                    .iter()
+                    .any(|g| g.tool == tool && g.provenance == EXPLICIT);
+                if !present {
+                    return Err(HostError::not_found(format!(
+                        "no explicit grant of `{tool}` exists on this subject"
+                    )));
+                }
+                let change = StateChange::DeleteGrant {
+                    subject,
+                    tool,
+                    provenance: EXPLICIT.to_string(),
+                };
+                Ok((change, ()))
+            })
+            .await
+    }
+
+    /// Stores the tools an agent's image declares.
+    pub(crate) async fn put_image_tools(
+        &self,
+        agent: &str,
+        digest: &str,
+        tools: Value,
+    ) -> HostResult<Value> {
+        check_id("agent", agent)?;
+        if self.state.directory().agent(agent).is_none() {
+            return Err(HostError::not_found(format!(
+                "agent `{agent}` does not exist"
+            )));
+        }
+        let tools = validate_image_tools(tools)?;
+        if digest.is_empty() || digest.len() > 200 {
+            return Err(HostError::invalid_request(
+                "`digest` must be a non-empty string such as sha256:<hex>",
+            ));
+        }
+        let record = ImageToolsRecord {
+            agent_id: agent.to_string(),
+            digest: digest.to_string(),
+            tools: tools.clone(),
+        };
+        self.state
+            .write(|| async {
+                if self.state.directory().agent(agent).is_none() {
+                    return Err(HostError::not_found(format!(
+                        "agent `{agent}` does not exist"
+                    )));
+                }
+                Ok((StateChange::PutImageTools(record), ()))
+            })
+            .await?;
+        Ok(json!({"digest": digest, "tools": tools}))
+    }
+
+    /// Fetches `GET {url}/a2a/tools` from an agent's image and stores the tools.
+    pub(crate) async fn introspect_image_tools(&self, agent: &str, url: &str) -> HostResult<Value> {
+        check_id("agent", agent)?;
+        if self.state.directory().agent(agent).is_none() {
+            return Err(HostError::not_found(format!(
+                "agent `{agent}` does not exist"
+            )));
+        }
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|e| HostError::invalid_request(format!("`url` is not a URL: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(HostError::invalid_request(
+                "`url` must be http:// or https://",
+            ));
+        }
+        let target = format!("{}/a2a/tools", url.trim_end_matches('/'));
+        let failed = |msg: String| HostError::new(ErrorCode::IntrospectionFailed, msg);
+        let response = self
+            .http
+            .get(&target)
+            .send()
+            .await
+            .map_err(|e| failed(format!("GET {target} failed: {e}")))?;
+        if !response.status().is_success() {
+            return Err(failed(format!(
+                "GET {target} answered {}",
+                response.status()
+            )));
+        }
+        let header_digest = response
+            .headers()
+            .get("x-image-digest")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| failed(format!("reading {target} failed: {e}")))?;
+        if body.len() > 8 * 1024 * 1024 {
+            return Err(failed(format!("{target} answered more than 8 MiB")));
+        }
+        let tools: Value = serde_json::from_slice(&body)
+            .map_err(|e| failed(format!("{target} did not answer JSON: {e}")))?;
+        let digest = header_digest.unwrap_or_else(|| {
+            use sha2::Digest;
+            format!("sha256:{}", hex::encode(sha2::Sha256::digest(&body)))
+        });
+        self.put_image_tools(agent, &digest, tools)
+            .await
+            .map_err(|e| {
+                if e.code == ErrorCode::InvalidRequest {
+                    failed(format!(
+                        "{target} answered an invalid tool list: {}",
+                        e.message
+                    ))
+                } else {
+                    e
+                }
+            })
+    }
+}
+
+fn parse_grant_target(target: &str) -> HostResult<(String, String)> {
+    if let Some(ns) = target.strip_suffix(".*") {
+        if is_namespace(ns) {
+            return Ok((target.to_string(), ns.to_string()));
+        }
+    } else if is_namespace(target) {
+        return Ok((format!("{target}.*"), target.to_string()));
+    } else if is_tool_id(target) {
+        let ns = target.split('.').next().unwrap_or_default().to_string();
+        return Ok((target.to_string(), ns));
+    }
+    Err(HostError::invalid_request(format!(
+        "`{}` is neither a tool id (^[a-z][a-z0-9_]*(\\.[a-z][a-z0-9_]*)+$) nor a namespace",
+        truncate(target, 80)
+    )))
+}
+
+fn validate_image_tools(tools: Value) -> HostResult<Value> {
+    let Some(list) = tools.as_array() else {
+        return Err(HostError::invalid_request(
+            "`tools` must be an array of {name, description, inputSchema}",
+        ));
+    };
+    let mut seen = std::collections::HashSet::new();
+    for (i, t) in list.iter().enumerate() {
+        let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
+        if !is_tool_id(name) {
+            return Err(HostError::invalid_request(format!(
+                "tools[{i}].name `{}` is not a tool id",
+                truncate(name, 80)
+            )));
+        }
+        if !seen.insert(name.to_string()) {
+            return Err(HostError::invalid_request(format!(
+                "tools[{i}].name `{name}` is listed twice"
+            )));
+        }
+        if let Some(schema) = t.get("inputSchema") {
+            if jsonschema::meta::validate(schema).is_err() {
+                return Err(HostError::invalid_request(format!(
+                    "tools[{i}].inputSchema is not a valid JSON Schema"
+                )));
+            }
+        }
+    }
+    Ok(tools)
+}

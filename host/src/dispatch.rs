@@ -1,0 +1,304 @@
+//! The tool dispatcher: every tool call an agent makes, whatever it reaches.
+//!
+//! A call is checked in one place, in this order: the agent exists, the tool is in its
+//! effective set (else `tool_not_granted` or `unknown_tool`), the arguments match the
+//! tool's input schema; then it runs in a fresh sandbox with the closest binding that
+//! grants it (connector tools) or in the platform's handler (`sv.*`). Outcomes are
+//! counted for `/metrics` by their error code.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use serde_json::{json, Value};
+
+use crate::catalog::{guest_error, violations_json, Catalog};
+use crate::error::{ErrorCode, HostError, HostResult};
+use crate::grants::Provider;
+use crate::ids::{check_id, truncate};
+use crate::registry::manifest::is_tool_id;
+use crate::registry::{SchemaViolation, ToolAnnotations, ToolInfo};
+use crate::runtime::wit;
+use crate::state::State;
+use crate::store::Subject;
+
+/// A handler of a platform tool an embedding platform registers.
+pub trait PlatformToolHandler: Send + Sync {
+    /// Runs the tool for `agent` with schema-checked `arguments`.
+    fn call(
+        &self,
+        agent: &str,
+        arguments: Value,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, String>> + Send + '_>>;
+}
+
+/// The platform tools' handlers and input validators, by name (the tool list itself is
+/// part of the [`State`], which resolves it with everything else).
+#[derive(Default)]
+struct PlatformHandlers {
+    handlers: BTreeMap<String, Arc<dyn PlatformToolHandler>>,
+    validators: BTreeMap<String, Arc<jsonschema::Validator>>,
+}
+
+/// Counters exported at `/metrics`.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub tool_calls_ok: AtomicU64,
+    pub tool_calls_failed: AtomicU64,
+    pub tool_calls_rejected: AtomicU64,
+}
+
+/// Runs tool calls.
+pub(crate) struct ToolDispatcher {
+    state: Arc<State>,
+    catalog: Arc<Catalog>,
+    platform: RwLock<PlatformHandlers>,
+    metrics: Metrics,
+}
+
+impl ToolDispatcher {
+    /// A dispatcher serving the built-in platform tools (`sv.tools.*`).
+    pub(crate) fn new(state: Arc<State>, catalog: Arc<Catalog>) -> Self {
+        let (tools, handlers) = builtin_platform_tools();
+        let mut tools: Vec<Arc<ToolInfo>> = tools.into_iter().map(Arc::new).collect();
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        state.set_platform_tools(tools.into());
+        Self {
+            state,
+            catalog,
+            platform: RwLock::new(handlers),
+            metrics: Metrics::default(),
+        }
+    }
+
+    /// Counters for `/metrics`.
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Registers a platform tool (`sv.*`) every subject gets.
+    pub(crate) fn register_platform_tool(
+        &self,
+        info: ToolInfo,
+        handler: Arc<dyn PlatformToolHandler>,
+    ) -> HostResult<()> {
+        if !is_tool_id(&info.name) || !info.name.starts_with("sv.") {
+            return Err(HostError::invalid_request(format!(
+                "platform tool `{}` must be a tool id in the `sv` namespace",
+                info.name
+            )));
+        }
+        let validator = jsonschema::validator_for(&info.input_schema).map_err(|e| {
+            HostError::invalid_request(format!(
+                "the input schema of `{}` is invalid: {e}",
+                info.name
+            ))
+        })?;
+        let mut platform = self.platform.write();
+        let mut tools: Vec<Arc<ToolInfo>> = self
+            .state
+            .platform_tools()
+            .iter()
+            .filter(|t| t.name != info.name)
+            .cloned()
+            .collect();
+        platform
+            .validators
+            .insert(info.name.clone(), Arc::new(validator));
+        platform.handlers.insert(info.name.clone(), handler);
+        tools.push(Arc::new(info));
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        self.state.set_platform_tools(tools.into());
+        Ok(())
+    }
+
+    // ----- tool calls -----------------------------------------------------------------
+
+    /// Calls a tool on behalf of an agent: grant check, schema check, then the guest (or
+    /// the platform handler) with the closest granting binding.
+    pub(crate) async fn call_tool(
+        &self,
+        agent: &str,
+        tool: &str,
+        arguments: Value,
+    ) -> HostResult<Value> {
+        let result = self.call_tool_inner(agent, tool, arguments).await;
+        let m = &self.metrics;
+        match &result {
+            Ok(_) => m.tool_calls_ok.fetch_add(1, Ordering::Relaxed),
+            Err(e) if !e.code.is_rejection() => m.tool_calls_failed.fetch_add(1, Ordering::Relaxed),
+            Err(_) => m.tool_calls_rejected.fetch_add(1, Ordering::Relaxed),
+        };
+        result
+    }
+
+    async fn call_tool_inner(
+        &self,
+        agent: &str,
+        tool: &str,
+        arguments: Value,
+    ) -> HostResult<Value> {
+        check_id("agent", agent)?;
+        let subject = Subject::Agent(agent.to_string());
+        let (tools, binding) = {
+            let dir = self.state.directory();
+            if dir.agent(agent).is_none() {
+                return Err(HostError::not_found(format!(
+                    "agent `{agent}` does not exist"
+                )));
+            }
+            let tools = self.state.resolve(&dir, &subject).unwrap_or_default();
+            let binding = tools.get(tool).and_then(|t| {
+                let unit = t.group.binding_unit.as_deref()?;
+                dir.binding(unit, t.connector()?.slug()).cloned()
+            });
+            (tools, binding)
+        };
+        let Some(effective) = tools.get(tool) else {
+            return Err(self.not_granted_or_unknown(tool));
+        };
+        if !arguments.is_object() {
+            return Err(HostError::new(
+                ErrorCode::InvalidArguments,
+                "`arguments` must be a JSON object",
+            )
+            .with_details(
+                json!({"violations": [{"pointer": "", "message": "expected an object"}]}),
+            ));
+        }
+        match &effective.group.provider {
+            Provider::Connector(connector) => {
+                if let Err(v) = connector.check_arguments(tool, &arguments) {
+                    return Err(invalid_arguments(tool, &v));
+                }
+                let (unit, config) = match &binding {
+                    Some(b) => (b.unit_id.clone(), b.config.to_string()),
+                    None => {
+                        let primary = self.state.directory().agent(agent).and_then(|a| a.units.first().cloned()).unwrap_or_default();
+                        (primary, "{}".to_string())
+                    }
+                };
+                let sandbox = self.catalog.sandbox(connector.slug(), binding.as_ref());
+                let ctx = wit::CallContext {
+                    binding: wit::Binding { unit, config },
+                    agent: Some(agent.to_string()),
+                    call_id: crate::auth::random_secret(12),
+                };
+                let args = arguments.to_string();
+                match self.catalog.runtime().call_tool(connector.component(), &sandbox, ctx, tool, &args).await {
+                    Ok(Ok(json_text)) => serde_json::from_str(&json_text).map_err(|e| {
+                        HostError::new(ErrorCode::ConnectorTrapped, format!("connector `{}` returned a result that is not JSON: {e}", connector.slug()))
+                    }),
+                    Ok(Err(wit::ToolError::Failed(msg))) => Err(HostError::new(ErrorCode::ToolFailed, msg)),
+                    Ok(Err(wit::ToolError::Unauthorized(msg))) => {
+                        Err(HostError::new(ErrorCode::ToolFailed, msg).with_details(json!({"reason": "unauthorized"})))
+                    }
+                    Ok(Err(wit::ToolError::InvalidArguments(msg))) => Err(HostError::new(ErrorCode::InvalidArguments, msg.clone())
+                        .with_details(json!({"violations": [{"pointer": "", "message": msg}]}))),
+                    Err(e) => Err(guest_error(e)),
+                }
+            }
+            Provider::Platform(_) => {
+                let info = effective.info;
+                let (validator, handler) = {
+                    let p = self.platform.read();
+                    (p.validators.get(&info.name).cloned(), p.handlers.get(&info.name).cloned())
+                };
+                if let Some(v) = validator {
+                    let found: Vec<SchemaViolation> = v
+                        .iter_errors(&arguments)
+                        .map(|e| SchemaViolation {
+                            pointer: e.instance_path.to_string(),
+                            message: e.to_string(),
+                        })
+                        .collect();
+                    if !found.is_empty() {
+                        return Err(invalid_arguments(tool, &found));
+                    }
+                }
+                match info.name.as_str() {
+                    "sv.tools.list" => Ok(json!({"tools": &*tools})),
+                    "sv.tools.describe" => {
+                        let name = arguments.get("name").and_then(Value::as_str).unwrap_or_default();
+                        match tools.get(name) {
+                            Some(t) => serde_json::to_value(t).map_err(|e| HostError::internal(e.to_string())),
+                            None => Err(HostError::new(ErrorCode::ToolFailed, format!("`{name}` is not one of your tools"))),
+                        }
+                    }
+                    _ => match handler {
+                        Some(h) => h.call(agent, arguments).await.map_err(|m| HostError::new(ErrorCode::ToolFailed, m)),
+                        None => Err(HostError::new(ErrorCode::UnknownTool, format!("platform tool `{tool}` has no handler"))),
+                    },
+                }
+            }
+            Provider::Image(_) => Err(HostError::new(ErrorCode::UnknownTool,
+                format!("`{tool}` is a tool of the agent's own image: it runs inside the agent's container, not in the host"),
+            )),
+        }
+    }
+
+    fn not_granted_or_unknown(&self, tool: &str) -> HostError {
+        let ns = tool.split('.').next().unwrap_or_default();
+        let exists = is_tool_id(tool)
+            && (self
+                .state
+                .registry()
+                .by_namespace(ns)
+                .is_some_and(|c| c.tool(tool).is_some())
+                || self.state.platform_tools().iter().any(|t| t.name == tool));
+        if exists {
+            HostError::new(ErrorCode::ToolNotGranted, format!("`{tool}` exists but is not granted to this agent; bind its connector to one of the agent's units or grant it explicitly"))
+        } else {
+            HostError::new(
+                ErrorCode::UnknownTool,
+                format!("no tool `{}` exists", truncate(tool, 120)),
+            )
+        }
+    }
+}
+
+/// The platform tools every host serves, and their validators.
+fn builtin_platform_tools() -> (Vec<ToolInfo>, PlatformHandlers) {
+    let annotations = ToolAnnotations {
+        read_only_hint: true,
+        destructive_hint: false,
+        idempotent_hint: true,
+        open_world_hint: false,
+    };
+    let tools = vec![
+        ToolInfo {
+            name: "sv.tools.describe".into(),
+            description: "Describe one of your effective tools: its description, input schema, annotations and where it comes from.".into(),
+            input_schema: json!({"type": "object", "properties": {"name": {"type": "string", "description": "Canonical tool id, e.g. github.create_issue"}}, "required": ["name"], "additionalProperties": false}),
+            annotations,
+        },
+        ToolInfo {
+            name: "sv.tools.list".into(),
+            description: "List the tools you can call (your effective tool set), with their provenance.".into(),
+            input_schema: json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            annotations,
+        },
+    ];
+    let mut validators = BTreeMap::new();
+    for t in &tools {
+        if let Ok(v) = jsonschema::validator_for(&t.input_schema) {
+            validators.insert(t.name.clone(), Arc::new(v));
+        }
+    }
+    (
+        tools,
+        PlatformHandlers {
+            handlers: BTreeMap::new(),
+            validators,
+        },
+    )
+}
+
+fn invalid_arguments(tool: &str, v: &[SchemaViolation]) -> HostError {
+    HostError::new(
+        ErrorCode::InvalidArguments,
+        format!("the arguments do not match the input schema of `{tool}`"),
+    )
+    .with_details(json!({"violations": violations_json(v)}))
+}

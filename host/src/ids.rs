@@ -1,0 +1,59 @@
+//! Ids and timestamps as the contract spells them.
+//!
+//! Every unit and agent id that enters the host is checked here, once, against the
+//! contract's pattern; every timestamp the host writes is RFC 3339, UTC, to the second.
+
+use crate::error::{HostError, HostResult};
+
+static ID_RULE: std::sync::LazyLock<regex_lite::Regex> = std::sync::LazyLock::new(|| {
+    regex_lite::Regex::new(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+        .unwrap_or_else(|e| unreachable!("{e}"))
+});
+
+/// Checks a unit or agent id against the contract's id pattern.
+pub fn check_id(kind: &str, id: &str) -> HostResult<()> {
+    if ID_RULE.is_match(id) {
+        Ok(())
+    } else {
+        Err(HostError::invalid_request(format!(
+            "{kind} id `{}` is invalid: ids match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$",
+            truncate(id, 80)
+        )))
+    }
+}
+
+/// `s` cut to `max` characters (with `…`), for echoing untrusted input in an error.
+pub fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        s.chars().take(max).collect::<String>() + "…"
+    }
+}
+
+/// RFC 3339 of now, UTC, second precision.
+pub fn now_rfc3339() -> String {
+    let now = time::OffsetDateTime::now_utc()
+        .replace_nanosecond(0)
+        .unwrap_or_else(|_| time::OffsetDateTime::now_utc());
+    now.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_follow_the_contract_pattern() {
+        for good in ["a", "A.b-c_d", "0", &"x".repeat(128)] {
+            assert!(check_id("unit", good).is_ok(), "{good}");
+        }
+        for bad in ["", ".a", "-a", "a/b", "a b", "ü", &"x".repeat(129)] {
+            let err = check_id("unit", bad).expect_err(bad);
+            assert_eq!(err.code, crate::ErrorCode::InvalidRequest);
+        }
+        assert_eq!(truncate("abcdef", 3), "abc…");
+        assert!(now_rfc3339().ends_with('Z'));
+    }
+}

@@ -1,0 +1,208 @@
+//! Units' inboxes: messages routed from webhook deliveries, read by page or followed live.
+//!
+//! Messages are stored by the delivery worker in the transaction that finishes their
+//! delivery; [`Inbox::publish`] then wakes the live subscribers on this replica. A live
+//! subscription reads the store from its cursor first, so nothing stored before it began
+//! is missed and nothing is seen twice; on a shared database the store stays the only
+//! source, since other replicas append too.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::error::{HostError, HostResult};
+use crate::ids::check_id;
+use crate::state::State;
+use crate::store::{MessageRecord, Store};
+
+/// How often a live inbox stream re-reads a shared database for other replicas' messages.
+const SHARED_INBOX_POLL: Duration = Duration::from_millis(250);
+/// The contract's `Message` object.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Message {
+    pub id: String,
+    pub unit_id: String,
+    pub connector: String,
+    pub kind: String,
+    pub delivery_id: String,
+    pub thread_key: Option<String>,
+    pub payload: Value,
+    pub received_at: String,
+    /// The inbox cursor (also the SSE event id).
+    #[serde(skip)]
+    pub cursor: i64,
+}
+
+impl From<&MessageRecord> for Message {
+    fn from(m: &MessageRecord) -> Self {
+        Self {
+            id: m.id.clone(),
+            unit_id: m.unit_id.clone(),
+            connector: m.connector.clone(),
+            kind: m.kind.clone(),
+            delivery_id: m.delivery_id.clone(),
+            thread_key: m.thread_key.clone(),
+            payload: m.payload.clone(),
+            received_at: m.received_at.clone(),
+            cursor: m.seq,
+        }
+    }
+}
+
+/// A page of a unit's inbox.
+#[derive(Debug, Clone, Serialize)]
+pub struct MessagePage {
+    pub messages: Vec<Message>,
+    pub next: String,
+}
+
+fn parse_cursor(cursor: Option<&str>) -> HostResult<i64> {
+    match cursor {
+        None | Some("") => Ok(0),
+        Some(c) => c.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+            HostError::invalid_request(format!(
+                "`{c}` is not a message cursor (use the `next` of a previous page)"
+            ))
+        }),
+    }
+}
+
+/// The inboxes of all units.
+pub(crate) struct Inbox {
+    store: Arc<dyn Store>,
+    state: Arc<State>,
+    /// Messages stored on this replica, as they are stored.
+    live: tokio::sync::broadcast::Sender<Arc<MessageRecord>>,
+}
+
+impl Inbox {
+    pub(crate) fn new(store: Arc<dyn Store>, state: Arc<State>) -> Self {
+        Self {
+            store,
+            state,
+            live: tokio::sync::broadcast::channel(4096).0,
+        }
+    }
+
+    /// Tells live subscribers on this replica about messages just stored.
+    pub(crate) fn publish(&self, stored: Vec<MessageRecord>) {
+        for m in stored {
+            let _ = self.live.send(Arc::new(m));
+        }
+    }
+
+    /// A page of a unit's inbox after `cursor`.
+    pub(crate) async fn page(
+        &self,
+        unit: &str,
+        cursor: Option<&str>,
+        limit: Option<u32>,
+    ) -> HostResult<MessagePage> {
+        check_id("unit", unit)?;
+        if self.state.directory().unit(unit).is_none() {
+            return Err(HostError::not_found(format!(
+                "unit `{unit}` does not exist"
+            )));
+        }
+        let after = parse_cursor(cursor)?;
+        let limit = limit.unwrap_or(100);
+        if limit == 0 || limit > 500 {
+            return Err(HostError::invalid_request(
+                "`limit` must be between 1 and 500",
+            ));
+        }
+        let records = self.store.messages(unit, after, limit).await?;
+        let next = records.last().map(|m| m.seq).unwrap_or(after).to_string();
+        Ok(MessagePage {
+            messages: records.iter().map(Message::from).collect(),
+            next,
+        })
+    }
+
+    /// A live subscription to a unit's inbox: every message after `cursor` (stored ones
+    /// first, then new ones as they arrive), each exactly once, in order.
+    pub(crate) fn subscribe(
+        &self,
+        unit: &str,
+        cursor: Option<&str>,
+    ) -> HostResult<impl Stream<Item = Message> + Send + 'static> {
+        check_id("unit", unit)?;
+        if self.state.directory().unit(unit).is_none() {
+            return Err(HostError::not_found(format!(
+                "unit `{unit}` does not exist"
+            )));
+        }
+        let after = parse_cursor(cursor)?;
+        // Subscribe before reading the backlog so nothing falls between the two.
+        let mut live = self.live.subscribe();
+        let store = self.store.clone();
+        // On a shared database other replicas append too: the store is the only source
+        // (read again on a local message and at least every `SHARED_INBOX_POLL`), since a
+        // message from this replica may carry a larger cursor than one another replica
+        // committed just before it.
+        let shared = store.is_shared();
+        let unit = unit.to_string();
+        Ok(async_stream(move |tx| async move {
+            let mut last = after;
+            loop {
+                // Backlog (also after a lagging receiver): read the store from `last`.
+                loop {
+                    let page = match store.messages(&unit, last, 500).await {
+                        Ok(p) => p,
+                        Err(_) => {
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                            continue;
+                        }
+                    };
+                    if page.is_empty() {
+                        break;
+                    }
+                    for m in &page {
+                        last = m.seq;
+                        if tx.send(Message::from(m)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                loop {
+                    if shared {
+                        match tokio::time::timeout(SHARED_INBOX_POLL, live.recv()).await {
+                            Err(_) | Ok(Ok(_)) | Ok(Err(RecvError::Lagged(_))) => break,
+                            Ok(Err(RecvError::Closed)) => return,
+                        }
+                    }
+                    match live.recv().await {
+                        Ok(m) => {
+                            if m.unit_id != unit || m.seq <= last {
+                                continue;
+                            }
+                            last = m.seq;
+                            if tx.send(Message::from(&*m)).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(RecvError::Lagged(_)) => break,
+                        Err(RecvError::Closed) => return,
+                    }
+                }
+            }
+        }))
+    }
+}
+
+/// A stream fed by a producer task through a bounded channel; the task stops when the
+/// stream is dropped.
+fn async_stream<F, Fut>(producer: F) -> impl Stream<Item = Message> + Send + 'static
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Message>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(producer(tx));
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) })
+}

@@ -1,0 +1,206 @@
+//! Start-up: opens the host's parts in dependency order and brings them to the stored
+//! state — credentials, the state and its connectors (stored, bundled, then the
+//! connectors directory), left-over webhook deliveries — then starts the background work
+//! (the shared-state refresh and the delivery sweep), which stops when the parts are
+//! dropped.
+
+use std::sync::Arc;
+
+use crate::auth::{read_or_create_secret, Credentials};
+use crate::catalog::{Catalog, Installed};
+use crate::config::HostConfig;
+use crate::directory::DirectoryService;
+use crate::dispatch::ToolDispatcher;
+use crate::error::{ErrorCode, HostResult};
+use crate::inbox::Inbox;
+use crate::registry::ConnectorRegistry;
+use crate::replicas::ReplicaSync;
+use crate::runtime::{ConnectorRuntime, RuntimeOptions};
+use crate::state::State;
+use crate::store::{Snapshot, Store};
+use crate::webhooks::Webhooks;
+
+/// What `Host::open` reports about start-up.
+#[derive(Debug, Clone)]
+pub struct StartupReport {
+    /// The operator token when it was generated now (print it once), else `None`.
+    pub generated_operator_token: Option<String>,
+}
+
+include!(concat!(env!("OUT_DIR"), "/bundled_connectors.rs"));
+
+/// The bytes of a connector bundled into the host binary (`acme`, ...).
+pub fn bundled_component(name: &str) -> Option<&'static [u8]> {
+    BUNDLED_COMPONENTS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, b)| *b)
+}
+
+/// Opens the store named by the configuration's database URL.
+pub async fn open_store(config: &HostConfig) -> anyhow::Result<Arc<dyn Store>> {
+    crate::store::open_database(&config.database_url())
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))
+}
+
+/// The parts of one host, each owning its concern.
+pub(crate) struct Parts {
+    pub(crate) config: Arc<HostConfig>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) state: Arc<State>,
+    pub(crate) catalog: Arc<Catalog>,
+    pub(crate) directory: DirectoryService,
+    pub(crate) tools: ToolDispatcher,
+    pub(crate) inbox: Arc<Inbox>,
+    pub(crate) webhooks: Arc<Webhooks>,
+    pub(crate) replicas: Arc<ReplicaSync>,
+    pub(crate) credentials: Credentials,
+}
+
+impl Parts {
+    /// Opens every part on `config` and `store`, installs what is stored, bundled and in
+    /// the connectors directory, resumes left-over deliveries and starts the background
+    /// work.
+    pub(crate) async fn open(
+        config: HostConfig,
+        store: Arc<dyn Store>,
+    ) -> anyhow::Result<(Arc<Parts>, StartupReport)> {
+        let config = Arc::new(config);
+        std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot create the data directory {}: {e}",
+                config.data_dir.display()
+            )
+        })?;
+        // The App key is read and proven at start-up: a bad key fails here, not at first use.
+        let github_app = match &config.github_app {
+            Some(settings) => Some(Arc::new(
+                crate::github_app::GithubApp::new(settings)
+                    .map_err(|e| anyhow::anyhow!("github_app: {e}"))?,
+            )),
+            None => None,
+        };
+        let runtime = Arc::new(ConnectorRuntime::new(RuntimeOptions {
+            limits: config.limits,
+            cache_dir: Some(config.data_dir.join("compiled")),
+            installation_tokens: github_app
+                .map(|app| app as Arc<dyn crate::runtime::InstallationTokens>),
+        })?);
+        let (credentials, generated_operator_token) =
+            Credentials::open(&config, store.as_ref()).await?;
+        let replica_path = config.data_dir.join("replica-id");
+        let (replica_id, _) = read_or_create_secret(&replica_path).map_err(|e| {
+            anyhow::anyhow!("cannot read or create {}: {e}", replica_path.display())
+        })?;
+
+        let snapshot = store
+            .load()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot load the stored state: {e}"))?;
+        // Every write below is checked against the state just loaded (and kept current
+        // by `refresh`): on a shared database, one racing another replica's is refused.
+        store.refuse_stale_writes();
+        let registry = ConnectorRegistry::new(runtime.clone());
+        let state = Arc::new(State::new(store.clone(), registry, &snapshot));
+        let catalog = Arc::new(Catalog::new(config.clone(), runtime, state.clone()));
+        let replicas = Arc::new(ReplicaSync::new(
+            store.clone(),
+            state.clone(),
+            catalog.clone(),
+            replica_id,
+            snapshot.version,
+        ));
+        let inbox = Arc::new(Inbox::new(store.clone(), state.clone()));
+        let http = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(10))
+            .build()
+            .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))?;
+        let parts = Parts {
+            directory: DirectoryService::new(state.clone(), catalog.clone(), http),
+            tools: ToolDispatcher::new(state.clone(), catalog.clone()),
+            webhooks: Arc::new(Webhooks::new(
+                config.clone(),
+                store.clone(),
+                state.clone(),
+                catalog.clone(),
+                inbox.clone(),
+                replicas.clone(),
+            )),
+            config,
+            store,
+            state,
+            catalog,
+            inbox,
+            replicas,
+            credentials,
+        };
+        let parts = Arc::new(parts);
+        parts.install_at_start(&snapshot).await?;
+        // Deliveries stored but not routed when the previous process stopped.
+        parts
+            .webhooks
+            .resume()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot read stored webhook deliveries: {e}"))?;
+        parts.replicas.spawn_background_refresh();
+        parts.webhooks.spawn_sweeper();
+        Ok((
+            parts,
+            StartupReport {
+                generated_operator_token,
+            },
+        ))
+    }
+
+    /// Installs, in order: the connectors `snapshot` stores, the bundled connectors
+    /// (unless the operator installed their own version of that slug), then the
+    /// connectors directory's.
+    async fn install_at_start(&self, snapshot: &Snapshot) -> anyhow::Result<()> {
+        self.catalog.adopt(snapshot).await;
+        for (name, bytes) in BUNDLED_COMPONENTS {
+            let stored = snapshot.connectors.iter().find(|c| c.slug == *name);
+            if stored.is_some_and(|c| !c.bundled) {
+                continue;
+            }
+            self.install_racing_replicas(bytes, true)
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!("bundled connector `{name}` failed to install: {e}")
+                })?;
+        }
+        let Some(dir) = self.config.connectors_dir.clone() else {
+            return Ok(());
+        };
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .map_err(|e| anyhow::anyhow!("cannot read connectors_dir {}: {e}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
+            .collect();
+        files.sort();
+        for file in files {
+            let bytes = std::fs::read(&file)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+            self.install_racing_replicas(&bytes, false)
+                .await
+                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Installs a component at start-up. Replicas starting together race for the same
+    /// rows: a write refused because another replica wrote first is retried on the
+    /// refreshed state.
+    async fn install_racing_replicas(&self, bytes: &[u8], bundled: bool) -> HostResult<Installed> {
+        let mut attempt = 0;
+        loop {
+            match self.catalog.install(bytes, bundled, true).await {
+                Err(e) if e.code == ErrorCode::StateChanged && attempt < 10 => {
+                    attempt += 1;
+                    self.replicas.refresh().await?;
+                }
+                other => return other,
+            }
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! The host's state in memory, and its one write path.
+//!
+//! [`State`] holds what every request reads: the directory (units, agents, bindings,
+//! grants), the installed connectors and their outbound policies, the agents' image tools
+//! and the platform tools, with the resolver's cache over them. Nothing else holds a copy.
+//!
+//! Every change is a [`StateChange`] and goes through [`State::write`]: under the write
+//! lock the caller validates against the state as it is *now* (so a unit deleted a moment
+//! ago cannot be granted to), the change is persisted in one store transaction, then
+//! applied to memory and the resolver cache dropped under the directory's write lock —
+//! readers see the state before a change or after it, never half of it, and memory never
+//! holds what the database refused.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use parking_lot::{RwLock, RwLockReadGuard};
+
+use crate::error::{HostError, HostResult};
+use crate::grants::{Directory, EffectiveToolResolver, ResolvedTools, ToolCatalog};
+use crate::ids::check_id;
+use crate::registry::{ConnectorRegistry, InstalledConnector, ToolInfo};
+use crate::runtime::OutboundPolicy;
+use crate::store::{
+    AgentRecord, BindingRecord, ConnectorRecord, GrantRecord, ImageToolsRecord, Snapshot,
+    StateStore, StoreResult, Subject, UnitRecord,
+};
+
+/// One change of the host's state, persisted as one store transaction.
+pub(crate) enum StateChange {
+    /// Nothing to write (e.g. installing the digest already installed).
+    Nothing,
+    PutUnit(UnitRecord),
+    /// A unit with its bindings, its grants and its place in agents' unit lists.
+    DeleteUnit(String),
+    PutAgent(AgentRecord),
+    /// An agent with its grants and image tools.
+    DeleteAgent(String),
+    /// A binding and its `<namespace>.*` grant.
+    PutBinding(BindingRecord, GrantRecord),
+    /// A binding and exactly its grants.
+    DeleteBinding {
+        unit: String,
+        connector: String,
+    },
+    PutGrant(GrantRecord),
+    DeleteGrant {
+        subject: Subject,
+        tool: String,
+        provenance: String,
+    },
+    PutImageTools(ImageToolsRecord),
+    /// An install or rotation: the connector, its kept (re-keyed) bindings with re-derived
+    /// grants, and the bindings it breaks removed.
+    InstallConnector {
+        record: ConnectorRecord,
+        prepared: Box<InstalledConnector>,
+        policy: Arc<OutboundPolicy>,
+        kept: Vec<(BindingRecord, GrantRecord)>,
+        removed: Vec<String>,
+    },
+    /// A connector with every binding and grant of it.
+    RemoveConnector(String),
+}
+
+impl StateChange {
+    /// Writes the change in one transaction.
+    pub(crate) async fn persist(&self, store: &dyn StateStore) -> StoreResult<()> {
+        match self {
+            StateChange::Nothing => Ok(()),
+            StateChange::PutUnit(unit) => store.put_unit(unit).await,
+            StateChange::DeleteUnit(id) => store.delete_unit(id).await.map(drop),
+            StateChange::PutAgent(agent) => store.put_agent(agent).await,
+            StateChange::DeleteAgent(id) => store.delete_agent(id).await.map(drop),
+            StateChange::PutBinding(binding, grant) => store.put_binding(binding, grant).await,
+            StateChange::DeleteBinding { unit, connector } => {
+                store.delete_binding(unit, connector).await.map(drop)
+            }
+            StateChange::PutGrant(grant) => store.put_grant(grant).await,
+            StateChange::DeleteGrant {
+                subject,
+                tool,
+                provenance,
+            } => store
+                .delete_grant(subject, tool, provenance)
+                .await
+                .map(drop),
+            StateChange::PutImageTools(record) => store.put_image_tools(record).await,
+            StateChange::InstallConnector {
+                record,
+                kept,
+                removed,
+                ..
+            } => store.rotate_connector(record, kept, removed).await,
+            StateChange::RemoveConnector(slug) => store.delete_connector(slug).await.map(drop),
+        }
+    }
+
+    /// Applies the persisted change to memory. The caller holds the directory's write lock
+    /// and drops the resolver cache afterwards.
+    fn apply(self, dir: &mut Directory, memory: &State) {
+        match self {
+            StateChange::Nothing => {}
+            StateChange::PutUnit(unit) => dir.put_unit(unit),
+            StateChange::DeleteUnit(id) => dir.remove_unit(&id),
+            StateChange::PutAgent(agent) => dir.put_agent(agent),
+            StateChange::DeleteAgent(id) => {
+                dir.remove_agent(&id);
+                memory.image_tools.write().remove(&id);
+            }
+            StateChange::PutBinding(binding, grant) => dir.put_binding(binding, grant),
+            StateChange::DeleteBinding { unit, connector } => {
+                dir.remove_binding(&unit, &connector);
+            }
+            StateChange::PutGrant(grant) => dir.put_grant(grant),
+            StateChange::DeleteGrant {
+                subject,
+                tool,
+                provenance,
+            } => {
+                dir.remove_grant(&subject, &tool, &provenance);
+            }
+            StateChange::PutImageTools(record) => {
+                memory
+                    .image_tools
+                    .write()
+                    .insert(record.agent_id.clone(), image_tool_infos(&record));
+                dir.put_image_tools(record);
+            }
+            StateChange::InstallConnector {
+                record,
+                prepared,
+                policy,
+                kept,
+                removed,
+            } => {
+                memory.registry.insert(*prepared);
+                memory.policies.write().insert(record.slug.clone(), policy);
+                dir.rename_connector_namespace(&record.slug, &record.namespace);
+                for unit in &removed {
+                    dir.remove_binding(unit, &record.slug);
+                }
+                for (binding, grant) in kept {
+                    dir.put_binding(binding, grant);
+                }
+            }
+            StateChange::RemoveConnector(slug) => {
+                dir.remove_connector(&slug);
+                memory.registry.remove(&slug);
+                memory.policies.write().remove(&slug);
+            }
+        }
+    }
+}
+
+/// Outbound policies of installed connectors, by slug.
+type Policies = RwLock<BTreeMap<String, Arc<OutboundPolicy>>>;
+/// Image tools of agents, by agent id.
+type ImageTools = RwLock<BTreeMap<String, Arc<[Arc<ToolInfo>]>>>;
+
+/// Everything the host serves from memory (see the module docs).
+pub(crate) struct State {
+    store: Arc<dyn StateStore>,
+    /// One write at a time, from deciding to applying.
+    writes: tokio::sync::Mutex<()>,
+    directory: RwLock<Directory>,
+    resolver: EffectiveToolResolver,
+    registry: ConnectorRegistry,
+    policies: Policies,
+    image_tools: ImageTools,
+    /// Sorted by name.
+    platform_tools: RwLock<Arc<[Arc<ToolInfo>]>>,
+}
+
+impl State {
+    /// The state `snapshot` stores, with no connectors installed yet (see
+    /// [`State::install_stored`]).
+    pub(crate) fn new(
+        store: Arc<dyn StateStore>,
+        registry: ConnectorRegistry,
+        snapshot: &Snapshot,
+    ) -> Self {
+        let state = Self {
+            store,
+            writes: tokio::sync::Mutex::new(()),
+            directory: RwLock::new(Directory::from_snapshot(snapshot)),
+            resolver: EffectiveToolResolver::default(),
+            registry,
+            policies: RwLock::new(BTreeMap::new()),
+            image_tools: RwLock::new(BTreeMap::new()),
+            platform_tools: RwLock::new(Arc::from(Vec::new())),
+        };
+        state.cache_image_tools(snapshot);
+        state
+    }
+
+    /// The one write path: under the write lock, `decide` checks the request against the
+    /// state as it is now and says what to change; the change is persisted in one store
+    /// transaction, then applied to memory with the resolver cache dropped, under the
+    /// directory's write lock.
+    pub(crate) async fn write<T, Fut>(&self, decide: impl FnOnce() -> Fut) -> HostResult<T>
+    where
+        Fut: std::future::Future<Output = HostResult<(StateChange, T)>>,
+    {
+        let _write = self.writes.lock().await;
+        let (change, out) = decide().await?;
+        change.persist(self.store.as_ref()).await?;
+        let mut dir = self.directory.write();
+        change.apply(&mut dir, self);
+        self.resolver.invalidate();
+        Ok(out)
+    }
+
+    /// Replaces everything with what the store holds now (another replica wrote it).
+    /// `adopt` brings the installed connectors in line with the snapshot first; it runs
+    /// under the write lock, so no local write interleaves.
+    pub(crate) async fn reload<Fut>(
+        &self,
+        adopt: impl FnOnce(Arc<Snapshot>) -> Fut,
+    ) -> HostResult<i64>
+    where
+        Fut: std::future::Future<Output = ()>,
+    {
+        let _write = self.writes.lock().await;
+        let snapshot = Arc::new(self.store.load().await?);
+        adopt(snapshot.clone()).await;
+        self.cache_image_tools(&snapshot);
+        *self.directory.write() = Directory::from_snapshot(&snapshot);
+        self.resolver.invalidate();
+        Ok(snapshot.version)
+    }
+
+    fn cache_image_tools(&self, snapshot: &Snapshot) {
+        let mut cache = self.image_tools.write();
+        cache.clear();
+        for record in &snapshot.image_tools {
+            cache.insert(record.agent_id.clone(), image_tool_infos(record));
+        }
+    }
+
+    /// Installs a connector found in the store (at start-up or on a reload), outside the
+    /// write path: it is already persisted.
+    pub(crate) fn install_stored(&self, prepared: InstalledConnector, policy: Arc<OutboundPolicy>) {
+        self.policies
+            .write()
+            .insert(prepared.info().slug.clone(), policy);
+        self.registry.insert(prepared);
+        self.resolver.invalidate();
+    }
+
+    /// Drops a connector the store no longer holds (on a reload).
+    pub(crate) fn forget_stored(&self, slug: &str) {
+        self.registry.remove(slug);
+        self.policies.write().remove(slug);
+        self.resolver.invalidate();
+    }
+
+    /// Reads the directory (units, agents, bindings, grants).
+    pub(crate) fn directory(&self) -> RwLockReadGuard<'_, Directory> {
+        self.directory.read()
+    }
+
+    /// The installed connectors.
+    pub(crate) fn registry(&self) -> &ConnectorRegistry {
+        &self.registry
+    }
+
+    /// The outbound policy of connector `slug` (deny-all when it is not installed).
+    pub(crate) fn policy(&self, slug: &str) -> Arc<OutboundPolicy> {
+        self.policies
+            .read()
+            .get(slug)
+            .cloned()
+            .unwrap_or_else(|| Arc::new(OutboundPolicy::deny_all()))
+    }
+
+    /// The platform tools every subject gets, sorted by name.
+    pub(crate) fn platform_tools(&self) -> Arc<[Arc<ToolInfo>]> {
+        self.platform_tools.read().clone()
+    }
+
+    /// Replaces the platform tools (`tools` sorted by name).
+    pub(crate) fn set_platform_tools(&self, tools: Arc<[Arc<ToolInfo>]>) {
+        let _dir = self.directory.write();
+        *self.platform_tools.write() = tools;
+        self.resolver.invalidate();
+    }
+
+    /// The effective tools of `subject` (`None` when it does not exist), with `dir` read.
+    pub(crate) fn resolve(&self, dir: &Directory, subject: &Subject) -> Option<Arc<ResolvedTools>> {
+        if let Some(hit) = self.resolver.cached(subject) {
+            return Some(hit);
+        }
+        let connectors = self.registry.namespaces();
+        let platform = self.platform_tools();
+        let catalog = ToolCatalog {
+            connectors: &connectors,
+            platform: &platform,
+        };
+        let image = match subject {
+            Subject::Agent(a) => self.image_tools.read().get(a).cloned(),
+            Subject::Unit(_) => None,
+        };
+        self.resolver.resolve(dir, &catalog, image, subject)
+    }
+
+    /// The effective tools of a unit or agent.
+    pub(crate) fn effective_tools(&self, subject: &Subject) -> HostResult<Arc<ResolvedTools>> {
+        let (kind, id) = match subject {
+            Subject::Unit(id) => ("unit", id),
+            Subject::Agent(id) => ("agent", id),
+        };
+        check_id(kind, id)?;
+        let dir = self.directory();
+        self.resolve(&dir, subject)
+            .ok_or_else(|| HostError::not_found(format!("{kind} `{id}` does not exist")))
+    }
+}
+
+/// The tools an image record declares, as the resolver takes them.
+pub(crate) fn image_tool_infos(record: &ImageToolsRecord) -> Arc<[Arc<ToolInfo>]> {
+    let tools: Vec<Arc<ToolInfo>> = record
+        .tools
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            Some(Arc::new(ToolInfo {
+                name: t.get("name")?.as_str()?.to_string(),
+                description: t
+                    .get("description")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                input_schema: t
+                    .get("inputSchema")
+                    .cloned()
+                    .unwrap_or_else(|| serde_json::json!({"type": "object"})),
+                annotations: Default::default(),
+            }))
+        })
+        .collect();
+    Arc::from(tools)
+}

@@ -1,0 +1,175 @@
+//! Stored rows back into records, written once for both databases.
+//!
+//! Each store selects the columns listed here, in this order, and hands every row to the
+//! decoder of its record through [`StoredRow`]: what a column means, how JSON text is
+//! read back and which values count as corrupt is decided in one place, so SQLite and
+//! PostgreSQL cannot read the same data differently.
+
+use std::collections::HashMap;
+
+use super::{
+    decode_json, AgentRecord, BindingRecord, ConnectorRecord, DeliveryRecord, DeliveryStatus,
+    GrantRecord, ImageToolsRecord, MessageRecord, StoreError, StoreResult, Subject, UnitRecord,
+};
+
+/// One row as a database driver returns it, read column by column (0-based). A value of
+/// the wrong type is [`StoreError::Corrupt`].
+pub(crate) trait StoredRow {
+    fn text(&self, i: usize) -> StoreResult<String>;
+    fn opt_text(&self, i: usize) -> StoreResult<Option<String>>;
+    fn int(&self, i: usize) -> StoreResult<i64>;
+    fn bytes(&self, i: usize) -> StoreResult<Vec<u8>>;
+    fn flag(&self, i: usize) -> StoreResult<bool>;
+}
+
+pub(crate) const CONNECTOR_COLUMNS: &str =
+    "slug, namespace, digest, component, bundled, installed_at";
+
+pub(crate) fn connector(r: &impl StoredRow) -> StoreResult<ConnectorRecord> {
+    Ok(ConnectorRecord {
+        slug: r.text(0)?,
+        namespace: r.text(1)?,
+        digest: r.text(2)?,
+        component: r.bytes(3)?,
+        bundled: r.flag(4)?,
+        installed_at: r.text(5)?,
+    })
+}
+
+pub(crate) const UNIT_COLUMNS: &str = "id, parent, display_name, created_at";
+
+pub(crate) fn unit(r: &impl StoredRow) -> StoreResult<UnitRecord> {
+    Ok(UnitRecord {
+        id: r.text(0)?,
+        parent: r.opt_text(1)?,
+        display_name: r.opt_text(2)?,
+        created_at: r.text(3)?,
+    })
+}
+
+/// An agent's unit memberships, in order (first = primary).
+pub(crate) const MEMBERSHIP_COLUMNS: &str = "agent_id, unit_id";
+
+pub(crate) fn membership(r: &impl StoredRow) -> StoreResult<(String, String)> {
+    Ok((r.text(0)?, r.text(1)?))
+}
+
+pub(crate) const AGENT_COLUMNS: &str = "id, display_name, created_at";
+
+/// An agent with its units taken from `memberships` (rows of [`MEMBERSHIP_COLUMNS`]
+/// grouped by agent, in position order).
+pub(crate) fn agent(
+    r: &impl StoredRow,
+    memberships: &mut HashMap<String, Vec<String>>,
+) -> StoreResult<AgentRecord> {
+    let id = r.text(0)?;
+    Ok(AgentRecord {
+        units: memberships.remove(&id).unwrap_or_default(),
+        id,
+        display_name: r.opt_text(1)?,
+        created_at: r.text(2)?,
+    })
+}
+
+pub(crate) const BINDING_COLUMNS: &str = "unit_id, connector, config, routing_keys, bound_at";
+
+pub(crate) fn binding(r: &impl StoredRow) -> StoreResult<BindingRecord> {
+    let unit_id = r.text(0)?;
+    let connector = r.text(1)?;
+    let what = format!("the binding of {connector} to unit {unit_id}");
+    Ok(BindingRecord {
+        config: decode_json(&format!("the config of {what}"), &r.text(2)?)?,
+        routing_keys: decode_json(&format!("the routing keys of {what}"), &r.text(3)?)?,
+        bound_at: r.text(4)?,
+        unit_id,
+        connector,
+    })
+}
+
+pub(crate) const GRANT_COLUMNS: &str =
+    "subject_kind, subject_id, tool, namespace, provenance, created_at";
+
+pub(crate) fn grant(r: &impl StoredRow) -> StoreResult<GrantRecord> {
+    let kind = r.text(0)?;
+    let id = r.text(1)?;
+    let tool = r.text(2)?;
+    let subject = match kind.as_str() {
+        "unit" => Subject::Unit(id),
+        "agent" => Subject::Agent(id),
+        other => {
+            return Err(StoreError::Corrupt(format!(
+                "a grant of {tool} has the unknown subject kind {other:?}"
+            )))
+        }
+    };
+    Ok(GrantRecord {
+        subject,
+        tool,
+        namespace: r.text(3)?,
+        provenance: r.text(4)?,
+        created_at: r.text(5)?,
+    })
+}
+
+pub(crate) const IMAGE_TOOLS_COLUMNS: &str = "agent_id, digest, tools";
+
+pub(crate) fn image_tools(r: &impl StoredRow) -> StoreResult<ImageToolsRecord> {
+    let agent_id = r.text(0)?;
+    Ok(ImageToolsRecord {
+        tools: decode_json(&format!("the image tools of agent {agent_id}"), &r.text(2)?)?,
+        agent_id,
+        digest: r.text(1)?,
+    })
+}
+
+pub(crate) const DELIVERY_COLUMNS: &str = "connector, delivery_id, event, headers, body, \
+     received_unix, received_at, status, attempts, error, routed_to, claimed_by, claim_until";
+
+pub(crate) fn delivery(r: &impl StoredRow) -> StoreResult<DeliveryRecord> {
+    let delivery_id = r.text(1)?;
+    let status = match r.text(7)?.as_str() {
+        "pending" => DeliveryStatus::Pending,
+        "done" => DeliveryStatus::Done,
+        "failed" => DeliveryStatus::Failed,
+        other => {
+            return Err(StoreError::Corrupt(format!(
+                "delivery {delivery_id} has unknown status `{other}`"
+            )))
+        }
+    };
+    let attempts = r.int(8)?;
+    Ok(DeliveryRecord {
+        connector: r.text(0)?,
+        event: r.opt_text(2)?,
+        headers: decode_json("delivery headers", &r.text(3)?)?,
+        body: r.bytes(4)?,
+        received_unix: r.int(5)?,
+        received_at: r.text(6)?,
+        status,
+        attempts: u32::try_from(attempts).map_err(|_| {
+            StoreError::Corrupt(format!("delivery {delivery_id} has {attempts} attempts"))
+        })?,
+        error: r.opt_text(9)?,
+        routed_to: decode_json("delivery routed_to", &r.text(10)?)?,
+        claimed_by: r.opt_text(11)?,
+        claim_until: r.int(12)?,
+        delivery_id,
+    })
+}
+
+pub(crate) const MESSAGE_COLUMNS: &str =
+    "seq, id, unit_id, connector, kind, delivery_id, thread_key, payload, received_at";
+
+pub(crate) fn message(r: &impl StoredRow) -> StoreResult<MessageRecord> {
+    Ok(MessageRecord {
+        seq: r.int(0)?,
+        id: r.text(1)?,
+        unit_id: r.text(2)?,
+        connector: r.text(3)?,
+        kind: r.text(4)?,
+        delivery_id: r.text(5)?,
+        thread_key: r.opt_text(6)?,
+        payload: decode_json("message payload", &r.text(7)?)?,
+        received_at: r.text(8)?,
+    })
+}
