@@ -631,3 +631,51 @@ fn validate_image_tools(tools: Value) -> HostResult<Value> {
     }
     Ok(tools)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grant_targets_are_tools_or_namespaces() {
+        let parse = |t: &str| parse_grant_target(t).map_err(|e| e.code);
+        assert_eq!(
+            parse("github.create_issue"),
+            Ok(("github.create_issue".into(), "github".into()))
+        );
+        assert_eq!(parse("github"), Ok(("github.*".into(), "github".into())));
+        assert_eq!(parse("github.*"), Ok(("github.*".into(), "github".into())));
+        for bad in ["", "GitHub", "github.", ".x", "a.*.b", "a b", "*"] {
+            assert_eq!(parse(bad), Err(ErrorCode::InvalidRequest), "{bad}");
+        }
+    }
+
+    #[test]
+    fn image_tool_lists_are_checked() {
+        let ok = json!([{"name": "img.run", "inputSchema": {"type": "object"}}]);
+        assert!(validate_image_tools(ok).is_ok());
+        for bad in [
+            json!({"name": "img.run"}),
+            json!([{"name": "Not A Tool"}]),
+            json!([{"name": "img.run"}, {"name": "img.run"}]),
+            json!([{"name": "img.run", "inputSchema": {"type": 12}}]),
+        ] {
+            let err = validate_image_tools(bad.clone()).expect_err(&bad.to_string());
+            assert_eq!(err.code, ErrorCode::InvalidRequest);
+        }
+    }
+
+    #[test]
+    fn secrets_are_masked_at_any_depth() {
+        let schema = json!({"type": "object", "properties": {
+            "token": {"type": "string", "writeOnly": true},
+            "nested": {"type": "object", "properties": {"password": {"type": "string", "format": "password"}}},
+            "repo": {"type": "string"}
+        }});
+        let config = json!({"token": "t0p", "nested": {"password": "pw", "other": 1}, "repo": "a/b", "extra": "x"});
+        assert_eq!(
+            mask_secrets(&schema, &config),
+            json!({"token": "***", "nested": {"password": "***", "other": 1}, "repo": "a/b", "extra": "x"})
+        );
+    }
+}

@@ -302,3 +302,20 @@ fn invalid_arguments(tool: &str, v: &[SchemaViolation]) -> HostError {
     )
     .with_details(json!({"violations": violations_json(v)}))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builtin_platform_tools_check_their_arguments() {
+        let (tools, handlers) = builtin_platform_tools();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["sv.tools.describe", "sv.tools.list"]);
+        let describe = &handlers.validators["sv.tools.describe"];
+        assert!(describe.is_valid(&json!({"name": "acme.echo"})));
+        assert!(!describe.is_valid(&json!({})));
+        assert!(!describe.is_valid(&json!({"name": "acme.echo", "x": 1})));
+        assert!(handlers.validators["sv.tools.list"].is_valid(&json!({})));
+    }
+}

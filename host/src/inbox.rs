@@ -206,3 +206,19 @@ where
     tokio::spawn(producer(tx));
     futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_are_non_negative_numbers() {
+        assert_eq!(parse_cursor(None).ok(), Some(0));
+        assert_eq!(parse_cursor(Some("")).ok(), Some(0));
+        assert_eq!(parse_cursor(Some("42")).ok(), Some(42));
+        for bad in ["-1", "x", "1.5", "99999999999999999999"] {
+            let err = parse_cursor(Some(bad)).expect_err(bad);
+            assert_eq!(err.code, crate::ErrorCode::InvalidRequest);
+        }
+    }
+}

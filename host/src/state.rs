@@ -342,3 +342,110 @@ pub(crate) fn image_tool_infos(record: &ImageToolsRecord) -> Arc<[Arc<ToolInfo>]
         .collect();
     Arc::from(tools)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{ConnectorRuntime, RuntimeOptions};
+    use crate::store::conformance::fixtures::*;
+    use crate::store::sqlite::SqliteStore;
+    use crate::store::{FailPoint, FaultInjection};
+
+    fn state() -> (Arc<State>, Arc<SqliteStore>) {
+        let store = Arc::new(SqliteStore::open_in_memory().expect("an in-memory database"));
+        let runtime = Arc::new(ConnectorRuntime::new(RuntimeOptions::default()).expect("runtime"));
+        let state = State::new(
+            store.clone(),
+            ConnectorRegistry::new(runtime),
+            &Snapshot::default(),
+        );
+        (Arc::new(state), store)
+    }
+
+    async fn put_unit(state: &State, id: &str) {
+        state
+            .write(|| async { Ok((StateChange::PutUnit(unit(id, None)), ())) })
+            .await
+            .expect("put a unit");
+    }
+
+    #[tokio::test]
+    async fn a_write_the_store_refuses_changes_nothing_in_memory() {
+        let (state, store) = state();
+        put_unit(&state, "u").await;
+        store.set_fail_point(Some(FailPoint::AfterBindingWrite));
+        let change = StateChange::PutBinding(
+            binding("u", "acme", serde_json::json!({})),
+            connector_grant("u", "acme", "acme"),
+        );
+        let refused = state.write(|| async { Ok((change, ())) }).await;
+        assert!(refused.is_err());
+        let dir = state.directory();
+        assert!(dir.binding("u", "acme").is_none());
+        assert!(dir.grants_of(&Subject::Unit("u".into())).is_empty());
+        // Nor in the store.
+        let stored = store.load().await.expect("load");
+        assert!(stored.bindings.is_empty() && stored.grants.is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_write_decides_on_the_state_left_by_the_one_before() {
+        let (state, _) = state();
+        // Every write names its unit after how many units exist when it decides: only
+        // if decisions are serialised with the writes do all twenty names differ.
+        let writes = (0..20).map(|_| {
+            let state = state.clone();
+            tokio::spawn(async move {
+                state
+                    .write(|| async {
+                        let n = state.directory().units().count();
+                        tokio::task::yield_now().await;
+                        Ok((StateChange::PutUnit(unit(&format!("u{n}"), None)), ()))
+                    })
+                    .await
+            })
+        });
+        for w in futures::future::join_all(writes).await {
+            w.expect("the task").expect("the write");
+        }
+        assert_eq!(state.directory().units().count(), 20);
+    }
+
+    #[tokio::test]
+    async fn deleting_an_agent_drops_its_image_tools_from_resolution() {
+        let (state, _) = state();
+        put_unit(&state, "u").await;
+        let changes = [
+            StateChange::PutAgent(agent("a", &["u"])),
+            StateChange::PutImageTools(ImageToolsRecord {
+                agent_id: "a".into(),
+                digest: "sha256:00".into(),
+                tools: serde_json::json!([{"name": "img.run", "description": "", "inputSchema": {"type": "object"}}]),
+            }),
+        ];
+        for change in changes {
+            state
+                .write(|| async { Ok((change, ())) })
+                .await
+                .expect("write");
+        }
+        let subject = Subject::Agent("a".into());
+        let tools = state.effective_tools(&subject).expect("the agent's tools");
+        assert!(tools.get("img.run").is_some());
+        state
+            .write(|| async { Ok((StateChange::DeleteAgent("a".into()), ())) })
+            .await
+            .expect("delete");
+        assert!(state.effective_tools(&subject).is_err());
+        put_unit(&state, "u").await;
+        state
+            .write(|| async { Ok((StateChange::PutAgent(agent("a", &["u"])), ())) })
+            .await
+            .expect("put again");
+        let tools = state.effective_tools(&subject).expect("the agent's tools");
+        assert!(
+            tools.get("img.run").is_none(),
+            "stale image tools: {tools:?}"
+        );
+    }
+}

@@ -128,6 +128,10 @@ impl Directory {
     }
 
     /// Every agent (unordered).
+    pub fn units(&self) -> impl Iterator<Item = &UnitRecord> {
+        self.units.values()
+    }
+
     pub fn agents(&self) -> impl Iterator<Item = &AgentRecord> {
         self.agents.values()
     }
