@@ -380,9 +380,11 @@ mod tests {
         );
         let refused = state.write(|| async { Ok((change, ())) }).await;
         assert!(refused.is_err());
-        let dir = state.directory();
-        assert!(dir.binding("u", "acme").is_none());
-        assert!(dir.grants_of(&Subject::Unit("u".into())).is_empty());
+        {
+            let dir = state.directory();
+            assert!(dir.binding("u", "acme").is_none());
+            assert!(dir.grants_of(&Subject::Unit("u".into())).is_empty());
+        }
         // Nor in the store.
         let stored = store.load().await.expect("load");
         assert!(stored.bindings.is_empty() && stored.grants.is_empty());
