@@ -25,6 +25,12 @@ fn specs() -> Vec<GuestSpec> {
         GuestSpec::new("hostile")
             .features(&["v2"])
             .output_name("hostile-v2"),
+        GuestSpec::new("hostile")
+            .features(&["lookalike"])
+            .output_name("hostile-lookalike"),
+        GuestSpec::new("hostile")
+            .features(&["prefix-lookalike"])
+            .output_name("hostile-prefix-lookalike"),
         GuestSpec::new("no-exports"),
     ];
     for feature in BAD_MANIFEST_FEATURES {

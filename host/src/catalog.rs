@@ -7,11 +7,11 @@
 //! tokens for are the ones its binding's routing keys name. Nothing a guest returns at
 //! call time widens a sandbox.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use crate::capabilities::Capabilities;
 use crate::config::HostConfig;
 use crate::error::{ErrorCode, HostError, HostResult};
 use crate::grants::{connector_provenance, Directory};
@@ -91,48 +91,26 @@ impl Catalog {
         })
     }
 
+    /// What the operator grants connector `info` (see [`crate::capabilities`]).
+    fn capabilities<'c>(&self, info: &'c Connector) -> Capabilities<'c> {
+        Capabilities::new(info, self.config.connector(&info.slug))
+    }
+
     /// The outbound policy of a connector: what it declares, narrowed by the operator's
     /// settings of its slug.
     fn policy_of(&self, info: &Connector) -> Arc<OutboundPolicy> {
-        let settings = self.config.connector(&info.slug);
-        Arc::new(OutboundPolicy::new(
-            &info.allowed_hosts,
-            settings.allowed_hosts.as_deref(),
-            settings.allow_private_networks,
-        ))
+        self.capabilities(info).outbound()
     }
 
-    /// The sandbox a call of connector `slug` runs in on behalf of `binding` (if any): its
-    /// outbound policy, the installations its routing keys name, the secrets its config
-    /// names.
+    /// The sandbox a call of connector `slug` runs in on behalf of `binding` (if any):
+    /// what the operator grants it (see [`crate::capabilities`]). A connector that is not
+    /// installed gets nothing.
     pub(crate) fn sandbox(&self, slug: &str, binding: Option<&BindingRecord>) -> Sandbox {
-        self.sandbox_with(slug, binding, self.state.policy(slug))
-    }
-
-    /// [`Catalog::sandbox`] with a given outbound policy.
-    fn sandbox_with(
-        &self,
-        slug: &str,
-        binding: Option<&BindingRecord>,
-        outbound: Arc<OutboundPolicy>,
-    ) -> Sandbox {
-        let routing_keys = binding.map(|b| b.routing_keys.as_slice()).unwrap_or(&[]);
-        let mut secrets = BTreeMap::new();
-        if let Some(b) = binding {
-            let configured = self.config.connector(slug).secrets;
-            if !configured.is_empty() {
-                named_strings(&b.config, &mut |name| {
-                    if let Some(value) = configured.get(name) {
-                        secrets.insert(name.to_string(), value.clone());
-                    }
-                });
-            }
-        }
-        Sandbox {
-            connector: Arc::from(slug),
-            outbound,
-            installations: installations_of(routing_keys),
-            secrets: Arc::new(secrets),
+        match self.state.registry().get(slug) {
+            Some(installed) => self
+                .capabilities(installed.info())
+                .sandbox(binding, self.state.policy(slug)),
+            None => Sandbox::isolated(slug),
         }
     }
 
@@ -167,7 +145,11 @@ impl Catalog {
             }
             Err(e) => return Err(guest_error(e)),
         };
-        if self.config.github_app.is_none() && keys.iter().any(|k| k.starts_with("installation:")) {
+        // Decided from the operator's config, not from the keys the guest returned.
+        let names_installation =
+            !crate::capabilities::installation_ids(&connector.info().config_schema, config)
+                .is_empty();
+        if self.config.github_app.is_none() && names_installation {
             return Err(HostError::new(ErrorCode::GithubAppNotConfigured,
                 "this binding names a GitHub App installation, but no GitHub App is configured on this host (set github_app.app_id and github_app.private_key_path, or use patSecret)",
             ));
@@ -265,7 +247,9 @@ impl Catalog {
             let verdict = match prepared.check_config(&b.config) {
                 Err(v) => Err(json!({"unitId": b.unit_id, "violations": violations_json(&v)})),
                 Ok(()) => {
-                    let sandbox = self.sandbox_with(&slug, Some(&b), policy.clone());
+                    let sandbox = self
+                        .capabilities(prepared.info())
+                        .sandbox(Some(&b), policy.clone());
                     match self
                         .runtime
                         .bind(prepared.component(), &sandbox, &b.config.to_string())
@@ -385,6 +369,10 @@ pub(crate) fn guest_error(err: GuestError) -> HostError {
 }
 
 fn install_error(err: InstallError) -> HostError {
+    if let InstallError::SlugConflict { other, .. } = &err {
+        let details = json!({"rule": err.rule(), "conflictsWith": other});
+        return HostError::new(ErrorCode::SlugConflict, err.to_string()).with_details(details);
+    }
     let mut details = json!({"rule": err.rule()});
     if let Some(id) = err.offending_id() {
         details["id"] = Value::String(id.to_string());
@@ -392,51 +380,9 @@ fn install_error(err: InstallError) -> HostError {
     HostError::new(ErrorCode::InvalidComponent, err.to_string()).with_details(details)
 }
 
-/// Calls `f` with every string value in `config` (at any depth).
-fn named_strings(config: &Value, f: &mut impl FnMut(&str)) {
-    match config {
-        Value::String(s) => f(s),
-        Value::Array(a) => a.iter().for_each(|v| named_strings(v, f)),
-        Value::Object(o) => o.values().for_each(|v| named_strings(v, f)),
-        _ => {}
-    }
-}
-
-/// Routing keys a binding's config names for GitHub installations (`installation:<id>`).
-fn installations_of(routing_keys: &[String]) -> Arc<[u64]> {
-    routing_keys
-        .iter()
-        .filter_map(|k| k.strip_prefix("installation:")?.parse().ok())
-        .collect::<Vec<u64>>()
-        .into()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn installations_come_from_routing_keys_only() {
-        let keys = [
-            "installation:42".to_string(),
-            "repo:a/b".to_string(),
-            "installation:x".to_string(),
-            "installation:7".to_string(),
-        ];
-        assert_eq!(&*installations_of(&keys), &[42, 7]);
-        assert!(installations_of(&[]).is_empty());
-    }
-
-    #[test]
-    fn secrets_are_named_by_any_string_in_the_config() {
-        let mut names = Vec::new();
-        named_strings(
-            &json!({"a": "one", "b": ["two", {"c": "three"}], "d": 4, "e": null}),
-            &mut |s| names.push(s.to_string()),
-        );
-        names.sort();
-        assert_eq!(names, ["one", "three", "two"]);
-    }
 
     #[test]
     fn a_binding_grant_keeps_the_time_of_the_one_it_replaces() {

@@ -22,6 +22,9 @@ pub struct ConnectorSettings {
     pub allow_private_networks: bool,
     /// Named secrets (for example personal access tokens) bindings may refer to.
     pub secrets: BTreeMap<String, String>,
+    /// Whether the connector may ask for GitHub App installation tokens (`None`: the
+    /// default, which is yes for the bundled `github` connector only).
+    pub github_app: Option<bool>,
 }
 
 /// The GitHub App the host mints installation tokens for.
@@ -49,6 +52,9 @@ pub struct HostConfig {
     pub limits: GuestLimits,
     pub max_webhook_bytes: usize,
     pub connectors: BTreeMap<String, ConnectorSettings>,
+    /// Webhook secrets given only as `CONNECTOR_HOST_<SLUG>_WEBHOOK_SECRET` for a slug the
+    /// file does not configure, by `<SLUG>` (the environment cannot tell `-` from `_`).
+    pub env_webhook_secrets: BTreeMap<String, String>,
     pub github_app: Option<GithubAppSettings>,
 }
 
@@ -63,6 +69,7 @@ impl Default for HostConfig {
             limits: GuestLimits::default(),
             max_webhook_bytes: 25 * 1024 * 1024,
             connectors: BTreeMap::new(),
+            env_webhook_secrets: BTreeMap::new(),
             github_app: None,
         }
     }
@@ -76,21 +83,22 @@ impl HostConfig {
             .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("host.db").display()))
     }
 
-    /// The settings of connector `slug` (defaults when none are configured).
+    /// The settings of exactly connector `slug` (defaults when none are configured):
+    /// never those of another slug, however alike their spellings.
     ///
-    /// A secret given only through `CONNECTOR_HOST_<SLUG>_WEBHOOK_SECRET` is filed under
-    /// the slug spelt with `_` (the environment cannot tell `-` from `_`), so a slug that
-    /// has no entry of its own also finds the entry whose environment spelling is the same.
+    /// The one exception is a webhook secret given only through
+    /// `CONNECTOR_HOST_<SLUG>_WEBHOOK_SECRET` for a slug the file does not configure: the
+    /// environment cannot tell `-` from `_`, so it serves the slug spelt either way (two
+    /// installed slugs never share a spelling: such an install is a `slug_conflict`).
     pub fn connector(&self, slug: &str) -> ConnectorSettings {
         if let Some(found) = self.connectors.get(slug) {
             return found.clone();
         }
-        let wanted = env_slug(slug);
-        self.connectors
-            .iter()
-            .find(|(key, _)| env_slug(key) == wanted)
-            .map(|(_, settings)| settings.clone())
-            .unwrap_or_default()
+        let mut settings = ConnectorSettings::default();
+        if let Some(secret) = self.env_webhook_secrets.get(&env_slug(slug)) {
+            settings.webhook_secrets.push(secret.clone());
+        }
+        settings
     }
 }
 
@@ -117,6 +125,7 @@ impl fmt::Debug for ConnectorSettings {
             .field("allowed_hosts", &self.allowed_hosts)
             .field("allow_private_networks", &self.allow_private_networks)
             .field("secrets", &secrets)
+            .field("github_app", &self.github_app)
             .finish()
     }
 }
@@ -138,6 +147,14 @@ impl fmt::Debug for HostConfig {
             .field("limits", &self.limits)
             .field("max_webhook_bytes", &self.max_webhook_bytes)
             .field("connectors", &self.connectors)
+            .field(
+                "env_webhook_secrets",
+                &self
+                    .env_webhook_secrets
+                    .keys()
+                    .map(|k| (k.as_str(), Masked))
+                    .collect::<BTreeMap<_, _>>(),
+            )
             .field("github_app", &self.github_app)
             .finish()
     }
@@ -200,7 +217,7 @@ const MAX_WEBHOOK_BYTES: u64 = 1 << 30;
 
 /// `slug` as it appears in an environment variable name: upper-cased, `-` → `_`.
 pub fn env_slug(slug: &str) -> String {
-    slug.to_ascii_uppercase().replace('-', "_")
+    crate::registry::env_spelling(slug)
 }
 
 /// The name of the environment variable holding connector `slug`'s webhook secret.
@@ -315,6 +332,7 @@ struct FileConnector {
     allow_private_networks: bool,
     #[serde(default)]
     secrets: BTreeMap<String, String>,
+    github_app: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -491,6 +509,7 @@ fn apply_file(
                     .map(|h| h.into_iter().map(|h| h.trim().to_string()).collect()),
                 allow_private_networks: settings.allow_private_networks,
                 secrets: settings.secrets,
+                github_app: settings.github_app,
             },
         );
     }
@@ -593,7 +612,12 @@ fn apply_env(
                         None,
                     ));
                 }
-                slug
+                // Only the webhook secret, never other settings, for the slug spelt
+                // either way (see `HostConfig::connector`).
+                config
+                    .env_webhook_secrets
+                    .insert(env_form.to_string(), value.clone());
+                continue;
             }
             several => {
                 return Err(invalid(

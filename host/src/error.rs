@@ -38,6 +38,8 @@ pub enum ErrorCode {
     ConnectorInUse,
     /// A rotation whose new version rejects existing bindings.
     RotationBreaksBindings,
+    /// A slug that shares its env spelling or context prefix with an installed one.
+    SlugConflict,
     /// A write that raced another replica's: nothing was written.
     StateChanged,
     /// The tool exists but is not granted to the caller.
@@ -60,6 +62,9 @@ pub enum ErrorCode {
     ContextConflict,
     /// A connector's runtime-context export failed.
     ContextFailed,
+    /// A connector wrote a runtime-context entry that cannot be used safely (a control
+    /// character, a malformed path, a file that is another file's folder).
+    ContextInvalid,
     /// The shared database does not answer.
     StoreUnavailable,
     /// A fault of the host itself.
@@ -84,6 +89,7 @@ impl ErrorCode {
             ErrorCode::HasChildren => "has_children",
             ErrorCode::ConnectorInUse => "connector_in_use",
             ErrorCode::RotationBreaksBindings => "rotation_breaks_bindings",
+            ErrorCode::SlugConflict => "slug_conflict",
             ErrorCode::StateChanged => "state_changed",
             ErrorCode::ToolNotGranted => "tool_not_granted",
             ErrorCode::UnknownTool => "unknown_tool",
@@ -95,6 +101,7 @@ impl ErrorCode {
             ErrorCode::IntrospectionFailed => "introspection_failed",
             ErrorCode::ContextConflict => "context_conflict",
             ErrorCode::ContextFailed => "context_failed",
+            ErrorCode::ContextInvalid => "context_invalid",
             ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::Internal => "internal",
         }
@@ -111,6 +118,7 @@ impl ErrorCode {
                 | ErrorCode::DeliveryFailed
                 | ErrorCode::IntrospectionFailed
                 | ErrorCode::ContextConflict
+                | ErrorCode::ContextInvalid
                 | ErrorCode::ContextFailed
                 | ErrorCode::StoreUnavailable
                 | ErrorCode::Internal

@@ -21,6 +21,7 @@ use futures::Stream;
 use serde_json::Value;
 
 pub use crate::auth::IssuedToken;
+pub use crate::bundled::bundled_component;
 pub use crate::catalog::{Installed, Written};
 use crate::config::HostConfig;
 pub use crate::context::RuntimeContext;
@@ -32,7 +33,7 @@ pub use crate::inbox::{Message, MessagePage};
 use crate::registry::{Connector, InstalledConnector, ToolInfo};
 use crate::runtime::{ConnectorRuntime, Sandbox};
 use crate::startup::Parts;
-pub use crate::startup::{bundled_component, open_store, StartupReport};
+pub use crate::startup::{open_store, StartupReport};
 use crate::store::{BindingRecord, Store, Subject};
 pub use crate::webhooks::{DeliveryView, WebhookOutcome};
 

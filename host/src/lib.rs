@@ -5,6 +5,8 @@
 
 pub mod api;
 pub mod auth;
+mod bundled;
+mod capabilities;
 mod catalog;
 #[cfg(feature = "cli")]
 pub mod cli;

@@ -27,16 +27,6 @@ pub struct StartupReport {
     pub generated_operator_token: Option<String>,
 }
 
-include!(concat!(env!("OUT_DIR"), "/bundled_connectors.rs"));
-
-/// The bytes of a connector bundled into the host binary (`acme`, ...).
-pub fn bundled_component(name: &str) -> Option<&'static [u8]> {
-    BUNDLED_COMPONENTS
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, b)| *b)
-}
-
 /// Opens the store named by the configuration's database URL.
 pub async fn open_store(config: &HostConfig) -> anyhow::Result<Arc<dyn Store>> {
     crate::store::open_database(&config.database_url())
@@ -158,7 +148,7 @@ impl Parts {
     /// connectors directory's.
     async fn install_at_start(&self, snapshot: &Snapshot) -> anyhow::Result<()> {
         self.catalog.adopt(snapshot).await;
-        for (name, bytes) in BUNDLED_COMPONENTS {
+        for (name, bytes) in crate::bundled::components() {
             let stored = snapshot.connectors.iter().find(|c| c.slug == *name);
             if stored.is_some_and(|c| !c.bundled) {
                 continue;

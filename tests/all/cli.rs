@@ -169,3 +169,30 @@ async fn an_operators_day_over_the_cli() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("connector-host serve"));
 }
+
+#[test]
+fn a_guest_log_line_cannot_forge_a_host_log_line() {
+    let forged =
+        "2026-01-01T00:00:00.000000Z ERROR connector_host::auth: FORGED operator token accepted";
+    let message = format!("harmless\n{forged}\r\n\u{1b}[2Jcleared");
+    let args = serde_json::json!({ "message": message }).to_string();
+    let out = Command::new(host_binary())
+        .args(["call", guests::HOSTILE, "log", &args])
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("run connector-host");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("harmless"),
+        "the guest's log is shown: {stderr}"
+    );
+    for line in stderr.lines() {
+        assert!(!line.starts_with(forged), "a forged line: {line:?}");
+        assert!(!line.contains('\u{1b}'), "a raw escape sequence: {line:?}");
+    }
+}

@@ -82,10 +82,6 @@ async fn writes_outside_the_prefix_or_folder_fail_the_request() {
             json!({"files": {".spring/connectors/acme/x": "spoofed"}}),
             ".spring/connectors/acme/x",
         ),
-        (
-            json!({"files": {".spring/connectors/hostile/../acme/x": "sneaky"}}),
-            "../acme/x",
-        ),
         (json!({"files": {"/etc/passwd": "root"}}), "/etc/passwd"),
     ] {
         h.bind("u", "hostile", config.clone()).await;
@@ -109,9 +105,51 @@ async fn an_installation_binding_needs_a_github_app() {
     let (s, b) = h
         .op(
             Method::PUT,
+            "/api/v1/units/u/connectors/github",
+            Some(json!({"config": {"repo": "octo-org/hello-world", "installationId": 42}})),
+        )
+        .await;
+    assert_eq!((s, code(&b)), (422, "github_app_not_configured"), "{b}");
+    // What a guest's `bind` returns names no installation: only the operator's config does.
+    let (s, b) = h
+        .op(
+            Method::PUT,
             "/api/v1/units/u/connectors/hostile",
             Some(json!({"config": {"routes": ["installation:42"]}})),
         )
         .await;
-    assert_eq!((s, code(&b)), (422, "github_app_not_configured"), "{b}");
+    assert_eq!(s, 201, "{b}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_entries_are_invalid() {
+    let h = TestHost::start().await;
+    h.install(guests::HOSTILE).await;
+    h.unit("u", None).await;
+    h.agent("a", &["u"]).await;
+    for (config, needle) in [
+        (
+            json!({"env": {"SPRING_CONNECTOR_HOSTILE_X": "ok\nLD_PRELOAD=/tmp/evil.so"}}),
+            "SPRING_CONNECTOR_HOSTILE_X",
+        ),
+        (
+            json!({"files": {".spring/connectors/hostile/../acme/x": "sneaky"}}),
+            "../acme/x",
+        ),
+        (
+            json!({"files": {".spring/connectors/hostile/a": "file", ".spring/connectors/hostile/a/b": "inside"}}),
+            ".spring/connectors/hostile/a/b",
+        ),
+    ] {
+        h.bind("u", "hostile", config.clone()).await;
+        let (s, b) = h
+            .op(Method::GET, "/api/v1/agents/a/runtime-context", None)
+            .await;
+        assert_eq!((s, code(&b)), (500, "context_invalid"), "{config}: {b}");
+        let message = b["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("hostile") && message.contains(needle),
+            "{message}"
+        );
+    }
 }

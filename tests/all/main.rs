@@ -6,6 +6,7 @@
 mod api;
 mod arxiv;
 mod cli;
+mod containment;
 mod context;
 mod github;
 mod github_app;

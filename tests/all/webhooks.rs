@@ -905,3 +905,59 @@ async fn kill_round(round: usize) {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_sent_with_a_webhook_are_never_stored_or_shown_to_the_guest() {
+    let h = webhook_host().await;
+    let body = serde_json::to_vec(&event("r1", "k")).expect("json");
+    let ts = now_unix();
+    let signature = standard_signature(SECRET, "hdr-1", ts, &body);
+    let r = h
+        .client
+        .post(h.at("/api/v1/webhooks/hostile"))
+        .header("content-type", "application/json")
+        .header("webhook-id", "hdr-1")
+        .header("webhook-timestamp", ts.to_string())
+        .header("webhook-signature", signature)
+        .header("authorization", "Bearer platform-secret")
+        .header("cookie", "session=s3cret")
+        .header("proxy-authorization", "Basic cHJveHk=")
+        .header("x-api-key", "key-123")
+        .header("x-auth-token", "tok-456")
+        .header("x-forwarded-for", "10.0.0.1")
+        .header("x-request-id", "req-789")
+        .body(body)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 202);
+    let stored = h
+        .host
+        .store()
+        .delivery("hostile", "hdr-1")
+        .await
+        .expect("store")
+        .expect("stored");
+    let names: Vec<&str> = stored.headers.iter().map(|(n, _)| n.as_str()).collect();
+    for secret in [
+        "platform-secret",
+        "s3cret",
+        "cHJveHk=",
+        "key-123",
+        "tok-456",
+        "10.0.0.1",
+    ] {
+        assert!(
+            !stored.headers.iter().any(|(_, v)| v.contains(secret)),
+            "{secret} was stored: {names:?}"
+        );
+    }
+    for kept in [
+        "content-type",
+        "webhook-id",
+        "webhook-signature",
+        "x-request-id",
+    ] {
+        assert!(names.contains(&kept), "{kept} missing: {names:?}");
+    }
+}

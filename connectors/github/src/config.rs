@@ -13,7 +13,9 @@ pub struct GithubConfig {
     /// The GitHub App installation that grants access to the repository (the number at
     /// the end of `https://github.com/settings/installations/<id>`). Agents then get a
     /// short-lived installation token minted by the host. Do not combine with `patSecret`.
-    #[schemars(range(min = 1))]
+    /// Marked `x-github-installation`: the host mints tokens only for installations named
+    /// in such a field by the operator's config.
+    #[schemars(range(min = 1), extend("x-github-installation" = true))]
     pub installation_id: Option<u64>,
     /// The NAME of an operator secret `connectors.github.secrets.<name>` holding a
     /// personal access token (never the token itself). Do not combine with

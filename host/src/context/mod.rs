@@ -74,23 +74,78 @@ fn check_env_name(slug: &str, name: &str) -> HostResult<()> {
     }
 }
 
+/// A control character as the contract counts them (U+0000–U+001F, U+007F).
+fn is_control(c: char) -> bool {
+    c <= '\u{1f}' || c == '\u{7f}'
+}
+
+fn invalid(message: String, details: serde_json::Value) -> HostError {
+    HostError::new(ErrorCode::ContextInvalid, message).with_details(details)
+}
+
+/// An env value may hold no control character: printed as a line, it could start another
+/// variable.
+fn check_env_value(slug: &str, name: &str, value: &str) -> HostResult<()> {
+    if value.chars().any(is_control) {
+        return Err(invalid(
+            format!(
+                "connector `{slug}` wrote env var `{name}` with a control character in its value"
+            ),
+            json!({"connector": slug, "name": name}),
+        ));
+    }
+    Ok(())
+}
+
 fn check_file_path(slug: &str, path: &str) -> HostResult<()> {
     let folder = format!(".spring/connectors/{slug}/");
-    let inside = path.starts_with(&folder)
-        && path.len() > folder.len()
-        && !path.contains('\\')
-        && !path.contains('\0')
+    if !path.starts_with(&folder) || path.contains('\\') {
+        return Err(conflict(
+            format!("connector `{slug}` wrote file `{path}`, outside its folder `{folder}`"),
+            json!({"connectors": [slug], "path": path}),
+        ));
+    }
+    let well_formed = path.len() > folder.len()
+        && !path.chars().any(is_control)
         && path
             .split('/')
             .all(|seg| !seg.is_empty() && seg != "." && seg != "..");
-    if inside {
+    if well_formed {
         Ok(())
     } else {
-        Err(conflict(
-            format!("connector `{slug}` wrote file `{path}`, outside its folder `{folder}`"),
-            json!({"connectors": [slug], "path": path}),
+        Err(invalid(
+            format!(
+                "connector `{slug}` wrote file `{}`: paths may hold no control character and no empty, `.` or `..` segment",
+                path.escape_default()
+            ),
+            json!({"connector": slug, "path": path}),
         ))
     }
+}
+
+/// A file that is also another file's folder (`a` and `a/b`) cannot be written.
+fn check_no_file_is_a_folder(
+    files: &[ContextFile],
+    owner: &BTreeMap<String, String>,
+) -> HostResult<()> {
+    let paths: HashSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
+    for file in files {
+        let path = file.path.as_str();
+        let folder = path
+            .match_indices('/')
+            .map(|(i, _)| &path[..i])
+            .find(|folder| paths.contains(folder));
+        if let Some(folder) = folder {
+            let slug = owner.get(path).cloned().unwrap_or_default();
+            return Err(invalid(
+                format!(
+                    "connector `{slug}` wrote file `{path}` inside `{folder}`, which is a file"
+                ),
+                json!({"connector": slug, "path": path, "file": folder}),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The env vars and files the container of `agent` starts with: what the connectors
@@ -160,6 +215,7 @@ pub(crate) async fn build(
         };
         for (name, value) in contributed.env {
             check_env_name(&slug, &name)?;
+            check_env_value(&slug, &name, &value)?;
             if let Some(other) = env_owner.insert(name.clone(), slug.clone()) {
                 return Err(conflict(
                     format!("connectors `{other}` and `{slug}` both wrote env var `{name}`"),
@@ -180,6 +236,7 @@ pub(crate) async fn build(
         }
     }
     context.files.sort_by(|a, b| a.path.cmp(&b.path));
+    check_no_file_is_a_folder(&context.files, &file_owner)?;
     Ok(context)
 }
 
@@ -211,5 +268,39 @@ mod tests {
         }
         let err = check_env_name("acme", "HOME").unwrap_err();
         assert_eq!(err.code, ErrorCode::ContextConflict);
+    }
+
+    #[test]
+    fn control_characters_and_files_used_as_folders_are_invalid() {
+        assert!(check_env_value("acme", "SPRING_CONNECTOR_ACME_X", "a b=c 'q'").is_ok());
+        for bad in ["a\nLD_PRELOAD=/x.so", "a\r", "\u{0}", "a\u{7f}", "\t"] {
+            let err = check_env_value("acme", "SPRING_CONNECTOR_ACME_X", bad).expect_err(bad);
+            assert_eq!(err.code, ErrorCode::ContextInvalid);
+        }
+        let err = check_file_path("acme", ".spring/connectors/acme/a\nb").unwrap_err();
+        assert_eq!(err.code, ErrorCode::ContextInvalid);
+        let files = |paths: &[&str]| -> Vec<ContextFile> {
+            paths
+                .iter()
+                .map(|p| ContextFile {
+                    path: p.to_string(),
+                    content: String::new(),
+                })
+                .collect()
+        };
+        let owner = BTreeMap::new();
+        let ok = files(&[
+            ".spring/connectors/acme/a",
+            ".spring/connectors/acme/a.b",
+            ".spring/connectors/acme/ab/c",
+        ]);
+        assert!(check_no_file_is_a_folder(&ok, &owner).is_ok());
+        let bad = files(&[
+            ".spring/connectors/acme/a",
+            ".spring/connectors/acme/a.b",
+            ".spring/connectors/acme/a/b",
+        ]);
+        let err = check_no_file_is_a_folder(&bad, &owner).unwrap_err();
+        assert_eq!(err.code, ErrorCode::ContextInvalid);
     }
 }

@@ -23,6 +23,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::HasChildren
         | ErrorCode::ConnectorInUse
         | ErrorCode::RotationBreaksBindings
+        | ErrorCode::SlugConflict
         | ErrorCode::StateChanged => StatusCode::CONFLICT,
         ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -33,7 +34,9 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | ErrorCode::ContextFailed => StatusCode::BAD_GATEWAY,
         ErrorCode::ConnectorTimeout => StatusCode::GATEWAY_TIMEOUT,
         ErrorCode::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
-        ErrorCode::ContextConflict | ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorCode::ContextConflict | ErrorCode::ContextInvalid | ErrorCode::Internal => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
     }
 }
 
@@ -69,6 +72,7 @@ mod tests {
             HasChildren,
             ConnectorInUse,
             RotationBreaksBindings,
+            SlugConflict,
             StateChanged,
             ToolNotGranted,
             UnknownTool,
@@ -79,6 +83,7 @@ mod tests {
             DeliveryFailed,
             IntrospectionFailed,
             ContextConflict,
+            ContextInvalid,
             ContextFailed,
             StoreUnavailable,
             Internal,

@@ -55,6 +55,8 @@ pub enum InstallError {
     Manifest(ManifestError),
     /// The slug or namespace is owned by another installed connector.
     Conflict { claimed: String, owner: String },
+    /// The slug shares its env spelling or its context prefix with an installed one's.
+    SlugConflict { slug: String, other: String },
 }
 
 impl fmt::Display for InstallError {
@@ -67,8 +69,26 @@ impl fmt::Display for InstallError {
                 f,
                 "`{claimed}` is already owned by the installed connector `{owner}`: slugs and namespaces are unique across connectors"
             ),
+            InstallError::SlugConflict { slug, other } => write!(
+                f,
+                "slug `{slug}` conflicts with the installed connector `{other}`: their environment spellings or their runtime-context prefixes (SPRING_CONNECTOR_<SLUG>_) overlap, so one could read or write the other's settings and variables; choose another slug"
+            ),
         }
     }
+}
+
+/// A slug as environment variable names spell it: upper-cased, `-` written `_`.
+pub fn env_spelling(slug: &str) -> String {
+    slug.to_ascii_uppercase().replace('-', "_")
+}
+
+/// Whether two different slugs conflict (CONTRACT §1): the same env spelling (`a-b`,
+/// `a_b`), or one's context prefix `SPRING_CONNECTOR_<SLUG>_` a prefix of the other's
+/// (`github`, `github-installation`).
+pub fn slugs_conflict(a: &str, b: &str) -> bool {
+    let prefix = |slug: &str| format!("{}_", env_spelling(slug));
+    let (a, b) = (prefix(a), prefix(b));
+    a.starts_with(&b) || b.starts_with(&a)
 }
 
 impl std::error::Error for InstallError {}
@@ -83,6 +103,7 @@ impl InstallError {
             InstallError::Describe(_) => "describe_failed",
             InstallError::Manifest(m) => m.rule(),
             InstallError::Conflict { .. } => "name_taken",
+            InstallError::SlugConflict { .. } => "slug_conflict",
         }
     }
 
@@ -266,6 +287,12 @@ impl ConnectorRegistry {
             if other.info.slug == candidate.slug {
                 continue;
             }
+            if slugs_conflict(&candidate.slug, &other.info.slug) {
+                return Err(InstallError::SlugConflict {
+                    slug: candidate.slug.clone(),
+                    other: other.info.slug.clone(),
+                });
+            }
             let owned = [&other.info.slug, &other.info.tool_namespace];
             for claimed in [&candidate.slug, &candidate.tool_namespace] {
                 if owned.contains(&claimed) {
@@ -336,5 +363,26 @@ impl ConnectorRegistry {
         let removed = connectors.remove(slug);
         self.reindex(&connectors);
         removed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs_conflict_by_env_spelling_or_context_prefix() {
+        for (a, b) in [
+            ("a-b", "a_b"),
+            ("github", "github-installation"),
+            ("github", "github_app"),
+            ("my-conn", "my_conn_x"),
+        ] {
+            assert!(slugs_conflict(a, b), "{a} / {b}");
+            assert!(slugs_conflict(b, a), "{b} / {a}");
+        }
+        for (a, b) in [("github", "git-hub"), ("acme", "acmex"), ("arxiv", "acme")] {
+            assert!(!slugs_conflict(a, b), "{a} / {b}");
+        }
     }
 }

@@ -249,12 +249,25 @@ impl bindings::spring::connector::host::Host for GuestState {
             message.truncate(cut);
         }
         let connector = &*self.hooks.connector;
+        // A field, never the format string, with control characters escaped: a guest
+        // cannot end the host's log line and forge the next one.
+        let guest = escape_controls(&message);
         match level {
-            wit::LogLevel::Trace => tracing::trace!(target: "connector", connector, "{message}"),
-            wit::LogLevel::Debug => tracing::debug!(target: "connector", connector, "{message}"),
-            wit::LogLevel::Info => tracing::info!(target: "connector", connector, "{message}"),
-            wit::LogLevel::Warn => tracing::warn!(target: "connector", connector, "{message}"),
-            wit::LogLevel::Error => tracing::error!(target: "connector", connector, "{message}"),
+            wit::LogLevel::Trace => {
+                tracing::trace!(target: "connector", connector, %guest, "guest log")
+            }
+            wit::LogLevel::Debug => {
+                tracing::debug!(target: "connector", connector, %guest, "guest log")
+            }
+            wit::LogLevel::Info => {
+                tracing::info!(target: "connector", connector, %guest, "guest log")
+            }
+            wit::LogLevel::Warn => {
+                tracing::warn!(target: "connector", connector, %guest, "guest log")
+            }
+            wit::LogLevel::Error => {
+                tracing::error!(target: "connector", connector, %guest, "guest log")
+            }
         }
     }
 
@@ -285,6 +298,20 @@ impl bindings::spring::connector::host::Host for GuestState {
         }
         value
     }
+}
+
+/// `text` with every control character (newlines, carriage returns, escape sequences)
+/// written as its Rust escape, so it stays on one log line and changes no terminal.
+fn escape_controls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 type GuestFuture<'a, R> = Pin<Box<dyn Future<Output = wasmtime::Result<R>> + Send + 'a>>;

@@ -106,6 +106,35 @@ pub struct DeliveryView {
     pub received_at: String,
 }
 
+/// Whether a webhook request header is stored with the delivery and handed to the guest
+/// (CONTRACT §3): `content-type`, `user-agent`, the schemes' own headers and `x-*`
+/// headers except credentials and proxy data. `authorization`, `cookie`, `proxy-*` and
+/// every other header never are.
+fn is_stored_header(name: &str) -> bool {
+    const DENIED_X: [&str; 2] = ["x-api-key", "x-real-ip"];
+    // `x-auth` covers `x-auth-*` and look-alikes such as `x-authorization`.
+    const DENIED_X_PREFIXES: [&str; 2] = ["x-auth", "x-forwarded-"];
+    match name {
+        "content-type" | "user-agent" | "webhook-id" | "webhook-timestamp"
+        | "webhook-signature" => true,
+        _ if name.starts_with("x-") => {
+            !DENIED_X.contains(&name) && !DENIED_X_PREFIXES.iter().any(|p| name.starts_with(p))
+        }
+        _ => false,
+    }
+}
+
+/// The request headers a delivery keeps (names lower-cased), see [`is_stored_header`].
+fn stored_headers(headers: &http::HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter(|(name, _)| is_stored_header(name.as_str()))
+        .filter_map(|(name, value)| {
+            Some((name.as_str().to_string(), value.to_str().ok()?.to_string()))
+        })
+        .collect()
+}
+
 /// Deliveries being processed on this replica, by (connector, delivery id).
 pub(crate) type InFlightSet = parking_lot::Mutex<std::collections::HashSet<(String, String)>>;
 
@@ -299,15 +328,7 @@ impl Webhooks {
             connector: slug.to_string(),
             delivery_id: verified.delivery_id.clone(),
             event: verified.event,
-            headers: headers
-                .iter()
-                .filter_map(|(k, v)| {
-                    Some((
-                        k.as_str().to_ascii_lowercase(),
-                        v.to_str().ok()?.to_string(),
-                    ))
-                })
-                .collect(),
+            headers: stored_headers(headers),
             body: body.to_vec(),
             received_unix: now,
             received_at: now_rfc3339(),
@@ -599,6 +620,36 @@ mod tests {
             routed_to: Vec::new(),
             claimed_by: None,
             claim_until: 0,
+        }
+    }
+
+    #[test]
+    fn only_allow_listed_headers_are_kept() {
+        for kept in [
+            "content-type",
+            "user-agent",
+            "x-github-event",
+            "x-github-delivery",
+            "x-hub-signature-256",
+            "webhook-id",
+            "webhook-timestamp",
+            "webhook-signature",
+            "x-request-id",
+        ] {
+            assert!(is_stored_header(kept), "{kept}");
+        }
+        for dropped in [
+            "authorization",
+            "cookie",
+            "proxy-authorization",
+            "host",
+            "x-api-key",
+            "x-auth-token",
+            "x-forwarded-for",
+            "x-real-ip",
+            "forwarded",
+        ] {
+            assert!(!is_stored_header(dropped), "{dropped}");
         }
     }
 

@@ -16,7 +16,8 @@
 //!   call gets a fresh instance.
 //! - `log` `{message}`: logs the message at every level and returns `null`.
 //!
-//! Config: anything. `bind` returns the strings of config field `routes` as routing keys.
+//! Config: anything. `bind` returns the strings of config field `routes` as routing keys
+//! (with feature `lookalike` or `prefix-lookalike`, also `installation:4242`).
 //! Webhooks (Standard Webhooks scheme): the body `{"messages": [{route, kind, threadKey?,
 //! payload?}]}` becomes those messages; `{"panic": true}` panics; `{"sleep_ms": n}`
 //! busy-waits n ms first. `accept` drops messages
@@ -94,9 +95,29 @@ const CONFIG_SCHEMA: fn() -> Value = v2_config;
 /// The connector.
 pub struct Hostile;
 
+/// The slug and namespace: `hostile`; with feature `lookalike` `git-hub` (spelt like the
+/// operator's `git_hub` in the environment), with feature `prefix-lookalike`
+/// `github-installation` (whose context prefix extends `github`'s), for the capability
+/// and slug-conflict tests.
+const SLUG: &str = if cfg!(feature = "lookalike") {
+    "git-hub"
+} else if cfg!(feature = "prefix-lookalike") {
+    "github-installation"
+} else {
+    "hostile"
+};
+const NAMESPACE: &str = if cfg!(feature = "lookalike") {
+    "git_hub"
+} else if cfg!(feature = "prefix-lookalike") {
+    "github_installation"
+} else {
+    "hostile"
+};
+
 impl Connector for Hostile {
     fn manifest() -> Manifest {
-        Manifest::new("hostile")
+        Manifest::new(SLUG)
+            .namespace(NAMESPACE)
             .display_name("Hostile")
             .description("Misbehaves on purpose; for the host's tests only.")
             .version(VERSION)
@@ -126,7 +147,12 @@ impl Connector for Hostile {
     }
 
     fn bind(config: &Value) -> Result<Vec<String>, String> {
-        Ok(strings(&config["routes"]))
+        let mut keys = strings(&config["routes"]);
+        if cfg!(any(feature = "lookalike", feature = "prefix-lookalike")) {
+            // Names an installation the operator's config never mentions.
+            keys.push("installation:4242".into());
+        }
+        Ok(keys)
     }
 
     fn translate_webhook(hook: &Webhook) -> Result<Vec<Message>, String> {
