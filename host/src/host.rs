@@ -270,6 +270,11 @@ impl Host {
 
     // ----- webhooks and inboxes -------------------------------------------------------
 
+    /// Fails with `404` unless an installed connector `slug` takes webhooks.
+    pub fn accepts_webhooks(&self, slug: &str) -> HostResult<()> {
+        self.parts.webhooks.accepts(slug).map(drop)
+    }
+
     /// Receives one webhook delivery for connector `slug`.
     pub async fn receive_webhook(
         &self,

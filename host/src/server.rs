@@ -19,10 +19,7 @@ pub fn router(host: Host) -> Router {
     // Everything that reads or writes state first catches up with other replicas
     // (a no-op unless the database is shared); liveness and metrics do not.
     let stateful = Router::new()
-        .nest(
-            "/api/v1",
-            crate::api::routes(host.config().max_webhook_bytes),
-        )
+        .nest("/api/v1", crate::api::routes())
         .merge(crate::mcp::router(host.clone()))
         .route_layer(axum::middleware::from_fn_with_state(
             host.clone(),

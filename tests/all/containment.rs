@@ -180,3 +180,95 @@ async fn slugs_that_share_a_spelling_or_a_context_prefix_conflict() {
     let (s, b) = h.op(Method::GET, "/api/v1/connectors/git-hub", None).await;
     assert_eq!(s, 200, "{b}");
 }
+
+/// Sends `head` (request line and headers) and no body; the status line the server
+/// answers within `wait`, if any.
+async fn status_without_body(url: &str, head: &str, wait: std::time::Duration) -> Option<String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let addr = url.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    stream
+        .write_all(format!("{head}\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut answer = Vec::new();
+    let read = async {
+        let mut buf = [0u8; 1024];
+        while !answer.windows(2).any(|w| w == b"\r\n") {
+            let n = stream.read(&mut buf).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            answer.extend_from_slice(&buf[..n]);
+        }
+        Some(())
+    };
+    tokio::time::timeout(wait, read).await.ok()??;
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    text.lines().next().map(str::to_string)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_buffered_before_the_caller_and_the_size_are_known() {
+    let h = TestHost::start_with(|c| {
+        c.max_webhook_bytes = 64 * 1024;
+        c.connectors
+            .entry("hostile".into())
+            .or_default()
+            .webhook_secrets = vec!["whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD".into()];
+    })
+    .await;
+    h.install(guests::HOSTILE).await;
+    let token = integration_tests::harness::OPERATOR_TOKEN;
+    for (head, expected) in [
+        // No token: 401 at once, whatever the body would be.
+        (
+            "POST /api/v1/connectors HTTP/1.1\r\nContent-Type: application/wasm\r\nContent-Length: 62914560".to_string(),
+            "401",
+        ),
+        (
+            "PUT /api/v1/units/x HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 1000000".to_string(),
+            "401",
+        ),
+        // A slug that takes no webhooks: 404 before the body.
+        (
+            "POST /api/v1/webhooks/nope HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 20000000".to_string(),
+            "404",
+        ),
+        (
+            "POST /api/v1/webhooks/acme HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 20000000".to_string(),
+            "404",
+        ),
+        // A declared length past the limit: 413 before the body.
+        (
+            "POST /api/v1/webhooks/hostile HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 20000000".to_string(),
+            "413",
+        ),
+        (
+            format!("POST /api/v1/connectors HTTP/1.1\r\nAuthorization: Bearer {token}\r\nContent-Type: application/wasm\r\nContent-Length: 73400320"),
+            "413",
+        ),
+    ] {
+        // A 401 or 404 comes at once; a 413 after the (bounded) drain of a body that
+        // never arrives, never after waiting for the declared megabytes.
+        let wait = std::time::Duration::from_secs(if expected == "413" { 8 } else { 2 });
+        let status = status_without_body(&h.url, &head, wait).await;
+        assert!(
+            status.as_deref().is_some_and(|s| s.split(' ').nth(1) == Some(expected)),
+            "{head}: {status:?}, expected {expected}"
+        );
+    }
+    // A component past 64 MiB gets the contract's JSON error, not plain text.
+    let r = h
+        .client
+        .post(h.at("/api/v1/connectors"))
+        .bearer_auth(token)
+        .header("content-type", "application/wasm")
+        .body(vec![0u8; 65 * 1024 * 1024])
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 413);
+    let body: Value = r.json().await.expect("a JSON error");
+    assert_eq!(error_code(&body), "payload_too_large", "{body}");
+}

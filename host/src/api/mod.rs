@@ -4,8 +4,8 @@
 //! serialise the answer. Every rule lives in the host, so the Rust API and the HTTP API
 //! cannot disagree.
 
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -13,7 +13,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::error::{ErrorCode, HostError};
+use crate::error::{ErrorCode, HostError, HostResult};
 use crate::host::{Host, Written};
 use crate::http::{AgentOfPath, ApiJson, Operator};
 use crate::store::Subject;
@@ -35,12 +35,9 @@ fn ok<T: serde::Serialize>(status: StatusCode, body: &T) -> ApiResult {
 const MAX_COMPONENT_BYTES: usize = 64 * 1024 * 1024;
 
 /// The routes of CONTRACT §3, relative to `/api/v1` (the server nests them there).
-pub fn routes(webhook_limit: usize) -> Router<Host> {
+pub fn routes() -> Router<Host> {
     Router::new()
-        .route(
-            "/webhooks/{slug}",
-            post(receive_webhook).layer(DefaultBodyLimit::max(webhook_limit)),
-        )
+        .route("/webhooks/{slug}", post(receive_webhook))
         .route("/webhooks/{slug}/deliveries/{delivery}", get(get_delivery))
         .route(
             "/webhooks/{slug}/deliveries/{delivery}/retry",
@@ -48,12 +45,7 @@ pub fn routes(webhook_limit: usize) -> Router<Host> {
         )
         .route("/units/{unit}/messages", get(list_messages))
         .route("/units/{unit}/messages/stream", get(stream_messages))
-        .route(
-            "/connectors",
-            get(list_connectors)
-                .post(install_connector)
-                .layer(DefaultBodyLimit::max(MAX_COMPONENT_BYTES)),
-        )
+        .route("/connectors", get(list_connectors).post(install_connector))
         .route(
             "/connectors/{slug}",
             get(get_connector).delete(delete_connector),
@@ -131,7 +123,7 @@ async fn install_connector(
     _: Operator,
     headers: HeaderMap,
     query: Result<Query<ForceQuery>, axum::extract::rejection::QueryRejection>,
-    body: Bytes,
+    body: Body,
 ) -> ApiResult {
     let Query(query) = query.map_err(|e| HostError::invalid_request(e.body_text()))?;
     let content_type = headers
@@ -146,7 +138,9 @@ async fn install_connector(
             "send the component's bytes with Content-Type: application/wasm",
         ));
     }
-    let installed = host.install_connector(&body, query.force()?).await?;
+    let force = query.force()?;
+    let body = read_body(&headers, body, MAX_COMPONENT_BYTES, "a component").await?;
+    let installed = host.install_connector(&body, force).await?;
     ok(written_status(installed.written), &installed.connector)
 }
 
@@ -434,29 +428,37 @@ async fn receive_webhook(
     State(host): State<Host>,
     Path(slug): Path<String>,
     headers: HeaderMap,
-    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+    body: Body,
 ) -> ApiResult {
-    let body = body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            HostError::new(
-                ErrorCode::PayloadTooLarge,
-                format!(
-                    "the webhook body is larger than limits.max_webhook_bytes ({} bytes)",
-                    host.config().max_webhook_bytes
-                ),
-            )
-        } else {
-            HostError::invalid_request(format!(
-                "could not read the webhook body: {}",
-                e.body_text()
-            ))
-        }
-    })?;
+    // Nothing is buffered for a slug that takes no webhooks, nor past the limit.
+    host.accepts_webhooks(&slug)?;
+    let limit = host.config().max_webhook_bytes;
+    let body = read_body(&headers, body, limit, "the webhook body").await?;
     let outcome = host.receive_webhook(&slug, &headers, &body).await?;
     ok(
         StatusCode::ACCEPTED,
         &crate::webhooks::outcome_json(&outcome),
     )
+}
+
+/// Reads a request body of at most `limit` bytes. Past it — a declared length at once,
+/// an undeclared one as soon as the limit is passed — nothing more is kept: the rest is
+/// drained (bounded, see [`crate::http::read_limited`]) so the client reads the `413`.
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize, what: &str) -> HostResult<Bytes> {
+    let too_large = || {
+        HostError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("{what} is larger than the limit of {limit} bytes"),
+        )
+    };
+    crate::http::read_limited(headers, body, limit)
+        .await
+        .map_err(|e| match e {
+            crate::http::BodyError::TooLarge => too_large(),
+            crate::http::BodyError::Unreadable(e) => {
+                HostError::invalid_request(format!("could not read {what}: {e}"))
+            }
+        })
 }
 
 async fn get_delivery(

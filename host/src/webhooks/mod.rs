@@ -223,6 +223,26 @@ impl Webhooks {
         }
     }
 
+    /// The signature scheme of connector `slug`, or `404` when no installed connector of
+    /// that slug takes webhooks (checked before a body is read).
+    pub(crate) fn accepts(
+        &self,
+        slug: &str,
+    ) -> HostResult<crate::registry::manifest::WebhookSchemeName> {
+        let connector = self.state.registry().get(slug).ok_or_else(|| {
+            HostError::not_found(format!(
+                "no connector `{}` is installed",
+                crate::ids::truncate(slug, 80)
+            ))
+        })?;
+        connector
+            .info()
+            .webhook
+            .as_ref()
+            .map(|w| w.scheme)
+            .ok_or_else(|| HostError::not_found(format!("connector `{slug}` takes no webhooks")))
+    }
+
     /// Claims and finishes deliveries nobody is working on; returns how many it claimed.
     pub(crate) async fn sweep(self: &Arc<Self>) -> HostResult<usize> {
         let batch = self.claim_batch(ClaimScope::Sweep).await?;
@@ -293,16 +313,7 @@ impl Webhooks {
         headers: &http::HeaderMap,
         body: &[u8],
     ) -> HostResult<WebhookOutcome> {
-        let connector =
-            self.state.registry().get(slug).ok_or_else(|| {
-                HostError::not_found(format!("no connector `{slug}` is installed"))
-            })?;
-        let scheme = connector
-            .info()
-            .webhook
-            .as_ref()
-            .map(|w| w.scheme)
-            .ok_or_else(|| HostError::not_found(format!("connector `{slug}` takes no webhooks")))?;
+        let scheme = self.accepts(slug)?;
         let secrets = self.config.connector(slug).webhook_secrets;
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
         let verified = verify::verify(scheme, &secrets, headers, body, now).map_err(|e| {
