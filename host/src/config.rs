@@ -56,6 +56,9 @@ pub struct HostConfig {
     /// file does not configure, by `<SLUG>` (the environment cannot tell `-` from `_`).
     pub env_webhook_secrets: BTreeMap<String, String>,
     pub github_app: Option<GithubAppSettings>,
+    /// `Host` header names the server answers (`server.allowed_host_names`); `None`: the
+    /// listen address, `localhost`, `127.0.0.1` and `[::1]`. A `*` entry allows any.
+    pub allowed_host_names: Option<Vec<String>>,
 }
 
 impl Default for HostConfig {
@@ -71,11 +74,35 @@ impl Default for HostConfig {
             connectors: BTreeMap::new(),
             env_webhook_secrets: BTreeMap::new(),
             github_app: None,
+            allowed_host_names: None,
         }
     }
 }
 
 impl HostConfig {
+    /// The database URL in force.
+    /// Whether the server answers a request whose `Host` header is `host` (port and case
+    /// ignored): the DNS-rebinding defence of `server.allowed_host_names`.
+    pub fn allows_host_name(&self, host: &str) -> bool {
+        let name = host_name_of(host);
+        match &self.allowed_host_names {
+            Some(names) => names
+                .iter()
+                .any(|n| n == "*" || host_name_of(n).eq_ignore_ascii_case(&name)),
+            None => {
+                let listen = self.listen.ip().to_string();
+                let listen = if self.listen.is_ipv6() {
+                    format!("[{listen}]")
+                } else {
+                    listen
+                };
+                ["localhost", "127.0.0.1", "[::1]", listen.as_str()]
+                    .iter()
+                    .any(|n| n.eq_ignore_ascii_case(&name))
+            }
+        }
+    }
+
     /// The database URL in force.
     pub fn database_url(&self) -> String {
         self.database_url
@@ -156,6 +183,7 @@ impl fmt::Debug for HostConfig {
                     .collect::<BTreeMap<_, _>>(),
             )
             .field("github_app", &self.github_app)
+            .field("allowed_host_names", &self.allowed_host_names)
             .finish()
     }
 }
@@ -193,6 +221,21 @@ pub const ENV_URL: &str = "CONNECTOR_HOST_URL";
 /// Suffix of `CONNECTOR_HOST_<SLUG>_WEBHOOK_SECRET`.
 const ENV_WEBHOOK_SECRET_SUFFIX: &str = "_WEBHOOK_SECRET";
 
+/// `server.allowed_host_names` (comma-separated).
+pub const ENV_ALLOWED_HOST_NAMES: &str = "CONNECTOR_HOST_ALLOWED_HOST_NAMES";
+
+/// The host name of a `Host` header value (`[::1]:80` → `[::1]`, `a.example:8080` →
+/// `a.example`), lower-cased.
+fn host_name_of(host: &str) -> String {
+    let host = host.trim();
+    let name = if host.starts_with('[') {
+        host.find(']').map_or(host, |i| &host[..=i])
+    } else {
+        host.rsplit_once(':').map_or(host, |(name, _)| name)
+    };
+    name.trim_end_matches('.').to_ascii_lowercase()
+}
+
 /// The default GitHub REST base URL.
 pub const DEFAULT_GITHUB_API_URL: &str = "https://api.github.com";
 
@@ -209,6 +252,7 @@ const KNOWN_ENV: &[&str] = &[
     ENV_GITHUB_PRIVATE_KEY_PATH,
     ENV_GITHUB_API_URL,
     ENV_URL,
+    ENV_ALLOWED_HOST_NAMES,
 ];
 
 const MAX_CALL_TIMEOUT_MS: u64 = 3_600_000;
@@ -312,6 +356,14 @@ struct FileConfig {
     #[serde(default)]
     connectors: BTreeMap<String, FileConnector>,
     github_app: Option<FileGithubApp>,
+    #[serde(default)]
+    server: FileServer,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileServer {
+    allowed_host_names: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -418,6 +470,25 @@ impl HostConfig {
     }
 }
 
+fn parse_host_names<'a>(
+    name: String,
+    names: impl Iterator<Item = &'a str>,
+) -> Result<Vec<String>, ConfigError> {
+    let names: Vec<String> = names.map(|n| n.trim().to_string()).collect();
+    if names.is_empty()
+        || names
+            .iter()
+            .any(|n| n.is_empty() || n.contains(['/', ' ', '@']))
+    {
+        return Err(invalid(
+            name,
+            "host names such as `connectors.example.com` or `*` (comma-separated in the environment)",
+            None,
+        ));
+    }
+    Ok(names)
+}
+
 fn apply_file(
     file: FileConfig,
     path: &Path,
@@ -425,6 +496,12 @@ fn apply_file(
     github: &mut GithubParts,
 ) -> Result<(), ConfigError> {
     let origin = Origin::File(path);
+    if let Some(names) = &file.server.allowed_host_names {
+        config.allowed_host_names = Some(parse_host_names(
+            origin.name("server.allowed_host_names"),
+            names.iter().map(String::as_str),
+        )?);
+    }
     if let Some(listen) = &file.listen {
         config.listen = parse_listen(origin.name("listen"), listen)?;
     }
@@ -542,6 +619,12 @@ fn apply_env(
 ) -> Result<(), ConfigError> {
     let var = |name: &str| env.get(name).map(String::as_str);
     let origin = Origin::Env;
+    if let Some(v) = var(ENV_ALLOWED_HOST_NAMES) {
+        config.allowed_host_names = Some(parse_host_names(
+            origin.name(ENV_ALLOWED_HOST_NAMES),
+            v.split(','),
+        )?);
+    }
     if let Some(v) = var(ENV_LISTEN) {
         config.listen = parse_listen(origin.name(ENV_LISTEN), v)?;
     }
@@ -1139,7 +1222,7 @@ allow_private_networks = true
                 "webhook_secret",
             ),
             ("[github_app]\nkey = \"x\"\n", "key"),
-            ("[server]\nport = 1\n", "server"),
+            ("[server]\nport = 1\n", "port"),
         ] {
             let file = toml_file(text);
             let err = load(Some(&file), no_env(), &ServeFlags::default()).expect_err(text);
@@ -1420,5 +1503,35 @@ secrets = { pat = "named-secret-value" }
         )
         .expect_err("bad token");
         assert!(!err.to_string().contains("space-in-it"), "{err}");
+    }
+
+    #[test]
+    fn host_names_ignore_port_case_and_trailing_dot() {
+        let config = HostConfig::default();
+        for ok in ["127.0.0.1:8787", "localhost", "LocalHost.:1", "[::1]:8787"] {
+            assert!(config.allows_host_name(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example.com",
+            "127.0.0.2",
+            "localhost.evil.com:80",
+            "[::2]",
+        ] {
+            assert!(!config.allows_host_name(bad), "{bad}");
+        }
+        let config = load(
+            None,
+            env(&[("CONNECTOR_HOST_ALLOWED_HOST_NAMES", "a.example, b.example")]),
+            &ServeFlags::default(),
+        )
+        .expect("loads");
+        assert!(config.allows_host_name("a.example:443") && config.allows_host_name("B.example"));
+        assert!(!config.allows_host_name("localhost"));
+        assert!(load(
+            None,
+            env(&[("CONNECTOR_HOST_ALLOWED_HOST_NAMES", "a.example,,")]),
+            &ServeFlags::default()
+        )
+        .is_err());
     }
 }

@@ -32,7 +32,37 @@ pub fn router(host: Host) -> Router {
         .route("/api/v1/metrics", get(metrics))
         .merge(stateful)
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            host.clone(),
+            allowed_host_only,
+        ))
         .with_state(host)
+}
+
+/// Answers only requests for a host name `server.allowed_host_names` allows: a page that
+/// rebinds its own DNS name to 127.0.0.1 reaches the server with its own name in `Host`.
+async fn allowed_host_only(
+    State(host): State<Host>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let named = request
+        .headers()
+        .get(axum::http::header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| request.uri().authority().map(|a| a.to_string()));
+    match named {
+        Some(name) if !host.config().allows_host_name(&name) => HostError::new(
+            crate::error::ErrorCode::Forbidden,
+            format!(
+                "this server does not answer for host `{}`; an operator can allow it in server.allowed_host_names",
+                crate::ids::truncate(&name, 100)
+            ),
+        )
+        .into_response(),
+        _ => next.run(request).await,
+    }
 }
 
 /// Refreshes this replica's state before the request is handled; `503` if the shared

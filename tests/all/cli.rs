@@ -127,7 +127,7 @@ async fn an_operators_day_over_the_cli() {
         ]));
         assert_eq!(result["message"], "from the cli");
         let ctx = String::from_utf8(ok(&["context", "ada", "--env"]).stdout).unwrap();
-        assert!(ctx.contains("SPRING_CONNECTOR_ACME_GREETING=hi"), "{ctx}");
+        assert!(ctx.contains("SPRING_CONNECTOR_ACME_GREETING='hi'"), "{ctx}");
         ok(&[
             "bind",
             "backend",
@@ -195,4 +195,56 @@ fn a_guest_log_line_cannot_forge_a_host_log_line() {
         assert!(!line.starts_with(forged), "a forged line: {line:?}");
         assert!(!line.contains('\u{1b}'), "a raw escape sequence: {line:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn printed_context_sets_no_other_variable() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(data.path(), &[]).await;
+    let url = server.url.clone();
+    tokio::task::spawn_blocking(move || {
+        let ok = |args: &[&str]| {
+            let out = run(args, Some(&url));
+            assert!(
+                out.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            out
+        };
+        ok(&["connectors", "install", guests::HOSTILE]);
+        ok(&["units", "put", "u"]);
+        ok(&["agents", "put", "ada", "--unit", "u"]);
+        let value = "x LD_PRELOAD=/tmp/evil.so PATH=/tmp 'q' $(id) `id`";
+        let config = serde_json::json!({"env": {"SPRING_CONNECTOR_HOSTILE_X": value}});
+        ok(&["bind", "u", "hostile", "--config", &config.to_string()]);
+        let printed = String::from_utf8(ok(&["context", "ada", "--env"]).stdout).expect("utf-8");
+        // Word-split by `env -i $(...)`: nothing but the one variable is set.
+        let split = Command::new("sh")
+            .args(["-c", "env -i $1 /usr/bin/env", "sh", &printed])
+            .output()
+            .expect("sh");
+        let names: Vec<String> = String::from_utf8_lossy(&split.stdout)
+            .lines()
+            .filter_map(|l| l.split_once('=').map(|(n, _)| n.to_string()))
+            .collect();
+        assert_eq!(names, ["SPRING_CONNECTOR_HOSTILE_X"], "{printed}");
+        // `eval`ed: exactly the value.
+        let evaluated = Command::new("bash")
+            .args([
+                "-c",
+                "eval \"$1\"; printf %s \"$SPRING_CONNECTOR_HOSTILE_X\"",
+                "bash",
+                &printed,
+            ])
+            .output()
+            .expect("bash");
+        assert_eq!(String::from_utf8_lossy(&evaluated.stdout), value);
+        let json: Value =
+            serde_json::from_slice(&ok(&["context", "ada", "--env", "--format", "json"]).stdout)
+                .expect("json");
+        assert_eq!(json["SPRING_CONNECTOR_HOSTILE_X"], value);
+    })
+    .await
+    .expect("the CLI steps");
 }

@@ -272,3 +272,60 @@ async fn nothing_is_buffered_before_the_caller_and_the_size_are_known() {
     let body: Value = r.json().await.expect("a JSON error");
     assert_eq!(error_code(&body), "payload_too_large", "{body}");
 }
+
+/// `GET path` with `Host: host_header`; the status code.
+async fn status_for_host(url: &str, path: &str, host_header: &str) -> u16 {
+    let r = reqwest::Client::new()
+        .get(format!("{url}{path}"))
+        .header("host", host_header)
+        .send()
+        .await
+        .expect("send");
+    r.status().as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_allowed_host_names_are_answered() {
+    let h = TestHost::start().await;
+    let port = h.url.rsplit(':').next().unwrap_or_default().to_string();
+    for local in ["127.0.0.1", "localhost", "LOCALHOST.", "[::1]"] {
+        let host = format!("{local}:{port}");
+        assert_eq!(
+            status_for_host(&h.url, "/healthz", &host).await,
+            200,
+            "{host}"
+        );
+    }
+    for (path, evil) in [
+        ("/healthz", "evil.example.com"),
+        ("/api/v1/connectors", "evil.example.com:80"),
+        ("/mcp/agents/ada", "rebind.attacker.test"),
+    ] {
+        let r = reqwest::Client::new()
+            .get(format!("{}{path}", h.url))
+            .header("host", evil)
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(r.status(), 403, "{path} for {evil}");
+        let body: Value = r.json().await.expect("a JSON error");
+        assert_eq!(error_code(&body), "forbidden", "{body}");
+    }
+    let open = TestHost::start_with(|c| {
+        c.allowed_host_names = Some(vec!["connectors.example.com".into()]);
+    })
+    .await;
+    assert_eq!(
+        status_for_host(&open.url, "/healthz", "connectors.example.com").await,
+        200
+    );
+    assert_eq!(
+        status_for_host(&open.url, "/healthz", "127.0.0.1").await,
+        403
+    );
+    let any = TestHost::start_with(|c| c.allowed_host_names = Some(vec!["*".into()])).await;
+    assert_eq!(
+        status_for_host(&any.url, "/healthz", "whatever.test").await,
+        200
+    );
+}

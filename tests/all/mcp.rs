@@ -653,12 +653,12 @@ async fn the_protocol_version_header_is_checked() {
         .post(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
         .await;
     assert_eq!((r.status, error_code(&r.body)), (400, -32600), "{}", r.body);
-    // Supported, but not what this session negotiated.
+    // Supported, though not what this session negotiated: accepted (CONTRACT §5).
     s.version = V_2025_11_25.into();
     let r = s
         .post(json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}))
         .await;
-    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.status, 200, "{}", r.body);
     // Absent: the negotiated revision.
     s.version = String::new();
     let r = s

@@ -1,25 +1,47 @@
 //! `connector-host context AGENT`: what an agent's container starts with.
+//!
+//! The env vars come from connectors: printed for a shell they are quoted so that no value
+//! can ever set another variable, whether the output is `eval`ed or word-split by
+//! `env -i $(...)`. Files are written under a directory opened once, segment by segment
+//! without following a symbolic link, each through a temporary file renamed into place.
 
-use std::path::{Component, Path, PathBuf};
+use std::io::Write as _;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
 
-use clap::Args;
-use serde_json::Value;
+use clap::{Args, ValueEnum};
+use rustix::fs::{Mode, OFlags};
+use serde_json::{Map, Value};
 
 use super::client::Client;
 use super::CliError;
 
+/// How `--env` prints the variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EnvFormat {
+    /// `NAME='value'` lines for a POSIX shell (the default).
+    Shell,
+    /// `NAME="value"` lines for a `.env` file.
+    Dotenv,
+    /// One JSON object.
+    Json,
+}
+
 /// `context`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  connector-host context ada                 # the JSON answer\n  connector-host context ada --env           # KEY=value lines (for `env $(...)` or an env file)\n  connector-host context ada --write-files /work   # writes .spring/connectors/<slug>/... under /work"
+    after_help = "Examples:\n  connector-host context ada                         # the JSON answer\n  connector-host context ada --env                   # NAME='value' lines: eval \"$(connector-host context ada --env)\"\n  connector-host context ada --env --format dotenv   # NAME=\"value\" lines for an env file\n  connector-host context ada --write-files /work     # writes .spring/connectors/<slug>/... under /work"
 )]
 pub struct ContextArgs {
     /// The agent.
     #[arg(value_name = "AGENT")]
     pub agent: String,
-    /// Print the env vars as KEY=value lines instead of JSON.
+    /// Print the env vars instead of the JSON answer.
     #[arg(long)]
     pub env: bool,
+    /// How `--env` prints them.
+    #[arg(long, value_enum, default_value_t = EnvFormat::Shell, requires = "env")]
+    pub format: EnvFormat,
     /// Write the files under DIR (created if missing) and print their paths.
     #[arg(long, value_name = "DIR")]
     pub write_files: Option<PathBuf>,
@@ -34,54 +56,229 @@ pub fn run(client: &Client, args: ContextArgs) -> Result<(), CliError> {
         return Ok(());
     }
     if args.env {
-        if let Some(env) = body["env"].as_object() {
-            for (k, v) in env {
-                println!("{k}={}", v.as_str().unwrap_or_default());
-            }
-        }
+        let empty = Map::new();
+        let env = body["env"].as_object().unwrap_or(&empty);
+        print!("{}", render_env(env, args.format)?);
     }
     if let Some(dir) = args.write_files {
-        for file in body["files"].as_array().into_iter().flatten() {
-            let rel = file["path"].as_str().unwrap_or_default();
-            let target = safe_join(&dir, rel).ok_or_else(|| {
-                CliError::failed(format!(
-                    "refusing to write `{rel}`: not a relative path inside {}",
-                    dir.display()
-                ))
-            })?;
-            if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| {
-                    CliError::failed(format!("cannot create {}: {e}", parent.display()))
-                })?;
-            }
-            std::fs::write(&target, file["content"].as_str().unwrap_or_default())
-                .map_err(|e| CliError::failed(format!("cannot write {}: {e}", target.display())))?;
-            eprintln!("wrote {}", target.display());
-        }
+        write_files(
+            &dir,
+            body["files"].as_array().map_or(&[][..], Vec::as_slice),
+        )?;
     }
     Ok(())
 }
 
-/// `dir/rel` when `rel` is a plain relative path (no `..`, not absolute).
-fn safe_join(dir: &Path, rel: &str) -> Option<PathBuf> {
-    let rel = Path::new(rel);
-    if rel.components().all(|c| matches!(c, Component::Normal(_))) && !rel.as_os_str().is_empty() {
-        Some(dir.join(rel))
-    } else {
-        None
+/// The env vars in `format`. A name that is not `[A-Za-z_][A-Za-z0-9_]*` is refused.
+fn render_env(env: &Map<String, Value>, format: EnvFormat) -> Result<String, CliError> {
+    for name in env.keys() {
+        let valid = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(CliError::failed(format!(
+                "refusing to print env var {name:?}: not a variable name"
+            )));
+        }
     }
+    let value = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
+    Ok(match format {
+        EnvFormat::Json => format!("{}\n", Value::Object(env.clone())),
+        EnvFormat::Shell => env
+            .iter()
+            .map(|(k, v)| format!("{k}={}\n", shell_quote(&value(v))))
+            .collect(),
+        EnvFormat::Dotenv => env
+            .iter()
+            .map(|(k, v)| format!("{k}={}\n", dotenv_quote(&value(v))))
+            .collect(),
+    })
+}
+
+/// `value` single-quoted for a POSIX shell. A quote is written `'\''`; whitespace and any
+/// control character are spliced in as `$'\xNN'`, so the line holds no whitespace at all:
+/// word splitting (`env -i $(...)`) cannot cut it into a second `NAME=value`, and `eval`
+/// gives back exactly `value`.
+pub fn shell_quote(value: &str) -> String {
+    let mut out = String::from("'");
+    for c in value.chars() {
+        match c {
+            '\'' => out.push_str("'\\''"),
+            c if c.is_whitespace() || c.is_control() => {
+                let mut utf8 = [0u8; 4];
+                out.push('\'');
+                out.push_str("$'");
+                for b in c.encode_utf8(&mut utf8).bytes() {
+                    out.push_str(&format!("\\x{b:02x}"));
+                }
+                out.push_str("''");
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// `value` double-quoted for a `.env` file (`\`, `"`, `$` and `` ` `` escaped, control
+/// characters written as escapes).
+fn dotenv_quote(value: &str) -> String {
+    let mut out = String::from("\"");
+    for c in value.chars() {
+        match c {
+            '\\' | '"' | '$' | '`' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&c.escape_unicode().to_string()),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Writes each `{path, content}` under `dir`, never outside it and never through a link.
+fn write_files(dir: &std::path::Path, files: &[Value]) -> Result<(), CliError> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| CliError::failed(format!("cannot create {}: {e}", dir.display())))?;
+    let root = rustix::fs::open(
+        dir,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| CliError::failed(format!("cannot open {}: {e}", dir.display())))?;
+    for file in files {
+        let rel = file["path"].as_str().unwrap_or_default();
+        let content = file["content"].as_str().unwrap_or_default();
+        write_one(&root, rel, content.as_bytes()).map_err(|why| {
+            CliError::failed(format!(
+                "refusing to write `{rel}` under {}: {why}",
+                dir.display()
+            ))
+        })?;
+        eprintln!("wrote {}", dir.join(rel).display());
+    }
+    Ok(())
+}
+
+/// Writes `content` to `rel` under the directory `root`: every folder is opened (or
+/// made) relative to its parent with `O_NOFOLLOW`, the file goes to a temporary name
+/// first and is renamed into place, so a reader never sees half of it.
+fn write_one(root: &OwnedFd, rel: &str, content: &[u8]) -> Result<(), String> {
+    let segments: Vec<&str> = rel.split('/').collect();
+    let plain = |s: &&str| !s.is_empty() && *s != "." && *s != ".." && !s.contains('\0');
+    if rel.starts_with('/') || !segments.iter().all(plain) {
+        return Err("not a plain relative path".into());
+    }
+    let Some((name, folders)) = segments.split_last() else {
+        return Err("an empty path".into());
+    };
+    let dir_flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC;
+    let mut current: Option<OwnedFd> = None;
+    for folder in folders {
+        let parent = current.as_ref().unwrap_or(root).as_fd();
+        match rustix::fs::mkdirat(parent, *folder, Mode::from_raw_mode(0o755)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(format!("cannot create folder `{folder}`: {e}")),
+        }
+        let next = rustix::fs::openat(parent, *folder, dir_flags, Mode::empty())
+            .map_err(|e| format!("`{folder}` is not a folder of its own (a link?): {e}"))?;
+        current = Some(next);
+    }
+    let parent = current.as_ref().unwrap_or(root).as_fd();
+    let temp = format!(".{name}.{}.tmp", std::process::id());
+    let fd = rustix::fs::openat(
+        parent,
+        temp.as_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )
+    .map_err(|e| format!("cannot create a temporary file: {e}"))?;
+    let mut out = std::fs::File::from(fd);
+    let written = out.write_all(content).and_then(|()| out.sync_all());
+    if let Err(e) = written {
+        let _ = rustix::fs::unlinkat(parent, temp.as_str(), rustix::fs::AtFlags::empty());
+        return Err(format!("cannot write: {e}"));
+    }
+    // `renameat` replaces a link named `name` itself; it never writes through it.
+    rustix::fs::renameat(parent, temp.as_str(), parent, *name).map_err(|e| {
+        let _ = rustix::fs::unlinkat(parent, temp.as_str(), rustix::fs::AtFlags::empty());
+        format!("cannot move the file into place: {e}")
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::safe_join;
-    use std::path::Path;
+    use super::*;
+    use serde_json::json;
 
     #[test]
-    fn only_relative_paths_are_written() {
-        assert!(safe_join(Path::new("/w"), ".spring/connectors/github/binding.json").is_some());
-        assert!(safe_join(Path::new("/w"), "../x").is_none());
-        assert!(safe_join(Path::new("/w"), "/etc/passwd").is_none());
-        assert!(safe_join(Path::new("/w"), "").is_none());
+    fn shell_lines_hold_no_whitespace_and_eval_back_exactly() {
+        let quoted = shell_quote("x LD_PRELOAD=/e.so 'q'");
+        assert!(!quoted.chars().any(char::is_whitespace), "{quoted}");
+        // The shell gives back the value.
+        let out = std::process::Command::new("bash")
+            .args(["-c", &format!("V={quoted}; printf %s \"$V\"")])
+            .output()
+            .expect("bash");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "x LD_PRELOAD=/e.so 'q'"
+        );
+        assert_eq!(shell_quote("plain"), "'plain'");
+    }
+
+    #[test]
+    fn env_formats_and_bad_names() {
+        let env = json!({"A": "1 \"$x\"", "B_2": "y"});
+        let env = env.as_object().expect("object");
+        assert_eq!(
+            render_env(env, EnvFormat::Dotenv).ok().as_deref(),
+            Some("A=\"1 \\\"\\$x\\\"\"\nB_2=\"y\"\n")
+        );
+        let json: Value =
+            serde_json::from_str(&render_env(env, EnvFormat::Json).unwrap_or_default())
+                .expect("json");
+        assert_eq!(json["B_2"], "y");
+        let bad = json!({"A B": "x"});
+        assert!(render_env(bad.as_object().expect("object"), EnvFormat::Shell).is_err());
+    }
+
+    #[test]
+    fn files_are_written_atomically_and_never_through_a_link() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let outside = tempfile::tempdir().expect("temp dir");
+        let root = rustix::fs::open(
+            dir.path(),
+            OFlags::DIRECTORY | OFlags::RDONLY,
+            Mode::empty(),
+        )
+        .expect("open");
+        write_one(&root, ".spring/connectors/acme/a.json", b"{}").expect("write");
+        assert_eq!(
+            std::fs::read(dir.path().join(".spring/connectors/acme/a.json")).expect("read"),
+            b"{}"
+        );
+        // A link already inside DIR pointing outside is not followed.
+        std::os::unix::fs::symlink(outside.path(), dir.path().join(".spring/connectors/evil"))
+            .expect("symlink");
+        assert!(write_one(&root, ".spring/connectors/evil/x", b"pwned").is_err());
+        assert!(std::fs::read_dir(outside.path())
+            .expect("outside")
+            .next()
+            .is_none());
+        // A link as the file itself is replaced, not written through.
+        let target = outside.path().join("target");
+        std::fs::write(&target, b"original").expect("target");
+        std::os::unix::fs::symlink(&target, dir.path().join(".spring/connectors/acme/b"))
+            .expect("symlink");
+        write_one(&root, ".spring/connectors/acme/b", b"new").expect("write");
+        assert_eq!(std::fs::read(&target).expect("target"), b"original");
+        for bad in ["../x", "/etc/passwd", "a//b", "a/./b", ""] {
+            assert!(write_one(&root, bad, b"x").is_err(), "{bad}");
+        }
     }
 }

@@ -155,8 +155,7 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, Response> {
 }
 
 /// The request's session: `400` without `Mcp-Session-Id`, `404` when it is unknown, ended
-/// or another agent's, `400` when `MCP-Protocol-Version` is unsupported or is not the
-/// revision the session negotiated (an absent header means the negotiated one).
+/// or another agent's, `400` when `MCP-Protocol-Version` names no supported revision.
 fn session_of(
     sessions: &Sessions,
     headers: &HeaderMap,
@@ -197,17 +196,8 @@ fn session_of(
                 ),
             )));
         }
-        if v != session.version {
-            return Err(Box::new(rpc_error(
-                StatusCode::BAD_REQUEST,
-                id,
-                INVALID_REQUEST,
-                &format!(
-                    "Bad Request: MCP-Protocol-Version `{v}` is not the revision this session negotiated (`{}`)",
-                    session.version
-                ),
-            )));
-        }
+        // Any supported revision is accepted in a session (CONTRACT §5): clients that
+        // send their own preferred revision on every request keep working.
     }
     Ok(session)
 }
