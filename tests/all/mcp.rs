@@ -584,6 +584,17 @@ async fn a_batch_is_answered_at_2025_03_26() {
     // Empty: invalid.
     let r = s.post(json!([])).await;
     assert_eq!((r.status, error_code(&r.body)), (400, -32600));
+    // Too many calls for one request: refused whole, none run.
+    let calls: Vec<Value> = (0..65)
+        .map(|i| json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "acme.echo", "arguments": {"message": "x"}}}))
+        .collect();
+    let before = h.metrics().await;
+    let r = s.post(Value::Array(calls.clone())).await;
+    assert_eq!((r.status, error_code(&r.body)), (400, -32600), "{}", r.body);
+    assert_eq!(h.metrics().await, before, "no call ran");
+    let r = s.post(Value::Array(calls[..64].to_vec())).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body.as_array().map(Vec::len), Some(64));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

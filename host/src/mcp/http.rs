@@ -284,9 +284,14 @@ async fn one(sessions: &Arc<Sessions>, agent: &str, headers: &HeaderMap, value: 
     }
 }
 
+/// The most messages one batch may hold: a batch runs its calls at once, so its size
+/// bounds what one HTTP request can make the host do.
+pub const MAX_BATCH: usize = 64;
+
 /// JSON-RPC batches exist only in protocol revision `2025-03-26` (removed in
 /// `2025-06-18`): there they are answered (requests concurrently, answers in one array);
-/// in a session at any later revision a batch is `400` / `-32600`.
+/// in a session at any later revision a batch is `400` / `-32600`, as is one of more
+/// than [`MAX_BATCH`] messages.
 async fn batch(
     sessions: &Arc<Sessions>,
     agent: &str,
@@ -299,6 +304,17 @@ async fn batch(
             &Value::Null,
             INVALID_REQUEST,
             "Invalid Request: an empty batch",
+        );
+    }
+    if items.len() > MAX_BATCH {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            &Value::Null,
+            INVALID_REQUEST,
+            &format!(
+                "Invalid Request: a batch of {} messages; at most {MAX_BATCH} per request",
+                items.len()
+            ),
         );
     }
     let session = match session_of(sessions, headers, agent, &Value::Null) {
