@@ -95,6 +95,7 @@ fn bench(c: &mut Criterion) {
         units: vec![format!("u{:02}", DEPTH - 1)],
         display_name: None,
         created_at: "2026-01-01T00:00:00Z".into(),
+        token_epoch: String::new(),
     });
     let directory = Directory::from_snapshot(&snapshot);
     let platform: Arc<[Arc<ToolInfo>]> = Arc::from(Vec::new());

@@ -117,13 +117,32 @@ impl DirectoryService {
         }
     }
 
-    /// Fails with `404` unless agent `id` exists.
-    pub(crate) fn require_agent(&self, id: &str) -> HostResult<()> {
+    /// The token epoch of agent `id` (see [`AgentRecord::token_epoch`]); `404` unless it
+    /// exists.
+    pub(crate) fn token_epoch(&self, id: &str) -> HostResult<String> {
         check_id("agent", id)?;
-        if self.state.directory().agent(id).is_none() {
-            return Err(HostError::not_found(format!("agent `{id}` does not exist")));
-        }
-        Ok(())
+        self.state
+            .directory()
+            .agent(id)
+            .map(|a| a.token_epoch.clone())
+            .ok_or_else(|| HostError::not_found(format!("agent `{id}` does not exist")))
+    }
+
+    /// Revokes every token minted for agent `id` so far: it gets a new token epoch.
+    pub(crate) async fn revoke_agent_tokens(&self, id: &str) -> HostResult<()> {
+        check_id("agent", id)?;
+        self.state
+            .write(|| async {
+                let Some(agent) = self.state.directory().agent(id).cloned() else {
+                    return Err(HostError::not_found(format!("agent `{id}` does not exist")));
+                };
+                let record = AgentRecord {
+                    token_epoch: crate::auth::random_secret(16),
+                    ..agent
+                };
+                Ok((StateChange::PutAgent(record), ()))
+            })
+            .await
     }
 
     // ----- units and agents ------------------------------------------------------
@@ -256,6 +275,10 @@ impl DirectoryService {
                     created_at: existing
                         .map(|a| a.created_at.clone())
                         .unwrap_or_else(now_rfc3339),
+                    // A new agent never inherits the tokens of one deleted before it.
+                    token_epoch: existing
+                        .map(|a| a.token_epoch.clone())
+                        .unwrap_or_else(|| crate::auth::random_secret(16)),
                 };
                 Ok((
                     StateChange::PutAgent(record),

@@ -88,14 +88,22 @@ impl Host {
     }
 
     /// The agent an agent token was issued for.
+    /// Only while the agent exists and has not had its tokens revoked since.
     pub fn agent_of_token(&self, token: &str) -> Option<String> {
-        self.parts.credentials.agent_of(token)
+        let (agent, epoch) = self.parts.credentials.agent_of(token)?;
+        let current = self.parts.directory.token_epoch(&agent).ok()?;
+        (current == epoch).then_some(agent)
     }
 
     /// Issues an agent token (default one hour, at most 30 days).
     pub fn issue_agent_token(&self, id: &str, ttl_seconds: Option<u64>) -> HostResult<IssuedToken> {
-        self.parts.directory.require_agent(id)?;
-        self.parts.credentials.issue(id, ttl_seconds)
+        let epoch = self.parts.directory.token_epoch(id)?;
+        self.parts.credentials.issue(id, &epoch, ttl_seconds)
+    }
+
+    /// Revokes every token minted for agent `id` so far, on every replica.
+    pub async fn revoke_agent_tokens(&self, id: &str) -> HostResult<()> {
+        self.parts.directory.revoke_agent_tokens(id).await
     }
 
     /// Brings this replica's in-memory state up to date with the shared database: every

@@ -329,3 +329,40 @@ async fn only_allowed_host_names_are_answered() {
         200
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoked_and_orphaned_agent_tokens_stop_working() {
+    let h = TestHost::start().await;
+    h.unit("u", None).await;
+    h.agent("ada", &["u"]).await;
+    let tools = |token: String| {
+        let h = &h;
+        async move {
+            h.as_token(&token, Method::GET, "/api/v1/agents/ada/tools", None)
+                .await
+                .0
+        }
+    };
+    let first = h.agent_token("ada").await;
+    let second = h.agent_token("ada").await;
+    assert_eq!(tools(first.clone()).await, 200);
+    let (s, b) = h
+        .op(Method::POST, "/api/v1/agents/ada/tokens/revoke", None)
+        .await;
+    assert_eq!(s, 204, "{b}");
+    assert_eq!(tools(first.clone()).await, 401);
+    assert_eq!(tools(second).await, 401);
+    let fresh = h.agent_token("ada").await;
+    assert_eq!(tools(fresh.clone()).await, 200);
+    // Updating the agent keeps its tokens; deleting and re-creating it does not.
+    h.agent("ada", &["u"]).await;
+    assert_eq!(tools(fresh.clone()).await, 200);
+    let (s, _) = h.op(Method::DELETE, "/api/v1/agents/ada", None).await;
+    assert_eq!(s, 204);
+    h.agent("ada", &["u"]).await;
+    assert_eq!(tools(fresh).await, 401);
+    let (s, b) = h
+        .op(Method::POST, "/api/v1/agents/ghost/tokens/revoke", None)
+        .await;
+    assert_eq!((s, error_code(&b)), (404, "not_found"), "{b}");
+}

@@ -990,10 +990,12 @@ async fn deleting_the_agent_ends_its_sessions() {
     let (st, _) = h.op(Method::DELETE, "/api/v1/agents/ada", None).await;
     assert_eq!(st, 204);
     assert!(stream.next(Duration::from_secs(3)).await.is_none());
+    // The deleted agent's token is no longer good at all (CONTRACT §3: deleting an agent
+    // revokes its tokens), so the session is never looked up.
     let r = s
         .post(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
         .await;
-    assert_eq!(r.status, 404);
+    assert_eq!(r.status, 401);
 }
 
 // ---------------------------------------------------------------------------------------

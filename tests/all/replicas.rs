@@ -1040,3 +1040,74 @@ async fn a_database_that_stops_answering_gets_503s_not_hung_requests() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_revoked_on_one_replica_stops_working_on_the_others() {
+    let Some(pg) = require_postgres() else { return };
+    let url = pg.fresh_database("replicas_revoke").unwrap();
+    let (servers, _dirs) = replicas(2, &url, &[]).await;
+    let (a, b) = (&servers[0].url, &servers[1].url);
+    let client = reqwest::Client::new();
+    assert_eq!(
+        op(
+            &client,
+            Method::PUT,
+            format!("{a}/api/v1/units/team"),
+            Some(json!({}))
+        )
+        .await,
+        201
+    );
+    assert_eq!(
+        op(
+            &client,
+            Method::PUT,
+            format!("{a}/api/v1/agents/ada"),
+            Some(json!({"units": ["team"]}))
+        )
+        .await,
+        201
+    );
+    let (s, issued) = call(
+        &client,
+        Method::POST,
+        format!("{b}/api/v1/agents/ada/tokens"),
+        OPERATOR_TOKEN,
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(s, 201, "{issued}");
+    let token = issued["token"].as_str().unwrap_or_default().to_string();
+    for base in [a, b] {
+        let (s, body) = call(
+            &client,
+            Method::GET,
+            format!("{base}/api/v1/agents/ada/tools"),
+            &token,
+            None,
+        )
+        .await;
+        assert_eq!(s, 200, "{base}: {body}");
+    }
+    assert_eq!(
+        op(
+            &client,
+            Method::POST,
+            format!("{a}/api/v1/agents/ada/tokens/revoke"),
+            None
+        )
+        .await,
+        204
+    );
+    for base in [a, b] {
+        let (s, body) = call(
+            &client,
+            Method::GET,
+            format!("{base}/api/v1/agents/ada/tools"),
+            &token,
+            None,
+        )
+        .await;
+        assert_eq!(s, 401, "{base}: {body}");
+    }
+}

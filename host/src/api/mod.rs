@@ -67,6 +67,7 @@ pub fn routes() -> Router<Host> {
             put(put_agent).get(get_agent).delete(delete_agent),
         )
         .route("/agents/{agent}/tokens", post(issue_token))
+        .route("/agents/{agent}/tokens/revoke", post(revoke_tokens))
         .route("/agents/{agent}/tools", get(agent_tools))
         .route("/agents/{agent}/grants", post(grant_agent))
         .route(
@@ -238,6 +239,15 @@ async fn issue_token(
         StatusCode::CREATED,
         &host.issue_agent_token(&agent, body.ttl_seconds)?,
     )
+}
+
+async fn revoke_tokens(
+    State(host): State<Host>,
+    _: Operator,
+    Path(agent): Path<String>,
+) -> ApiResult {
+    host.revoke_agent_tokens(&agent).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 // ----- bindings ---------------------------------------------------------------------

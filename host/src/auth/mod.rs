@@ -108,6 +108,10 @@ struct AgentClaims {
     aud: String,
     iat: i64,
     exp: i64,
+    /// The agent's token epoch when the token was minted (absent in tokens minted before
+    /// revocation existed: they match an agent whose epoch is empty).
+    #[serde(default)]
+    ep: String,
 }
 
 /// Issues and checks agent tokens.
@@ -137,8 +141,14 @@ impl AgentTokens {
         }
     }
 
-    /// A token for `agent` valid for `ttl_seconds`; returns it with its expiry (unix s).
-    pub fn issue(&self, agent: &str, ttl_seconds: u64) -> Result<(String, i64), String> {
+    /// A token for `agent` at token epoch `epoch`, valid for `ttl_seconds`; returns it
+    /// with its expiry (unix s).
+    pub fn issue(
+        &self,
+        agent: &str,
+        epoch: &str,
+        ttl_seconds: u64,
+    ) -> Result<(String, i64), String> {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
         let exp = now + ttl_seconds as i64;
         let claims = AgentClaims {
@@ -146,16 +156,17 @@ impl AgentTokens {
             aud: AUDIENCE.to_string(),
             iat: now,
             exp,
+            ep: epoch.to_string(),
         };
         jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .map(|t| (t, exp))
             .map_err(|e| format!("could not sign an agent token: {e}"))
     }
 
-    /// The agent a token was issued for.
-    pub fn verify(&self, token: &str) -> Result<String, TokenError> {
+    /// The agent a token was issued for, and the token epoch it carries.
+    pub fn verify(&self, token: &str) -> Result<(String, String), TokenError> {
         jsonwebtoken::decode::<AgentClaims>(token, &self.decoding, &self.validation)
-            .map(|d| d.claims.sub)
+            .map(|d| (d.claims.sub, d.claims.ep))
             .map_err(|_| TokenError::Invalid)
     }
 }
@@ -205,14 +216,20 @@ impl Credentials {
         self.operator.matches(token)
     }
 
-    /// The agent an agent token was issued for.
-    pub(crate) fn agent_of(&self, token: &str) -> Option<String> {
+    /// The agent an agent token was issued for, and its token epoch; the caller checks
+    /// the epoch is still the agent's.
+    pub(crate) fn agent_of(&self, token: &str) -> Option<(String, String)> {
         self.agent_tokens.verify(token).ok()
     }
 
     /// A token for `agent` (default one hour, at most 30 days). The caller checks that
     /// the agent exists.
-    pub(crate) fn issue(&self, agent: &str, ttl_seconds: Option<u64>) -> HostResult<IssuedToken> {
+    pub(crate) fn issue(
+        &self,
+        agent: &str,
+        epoch: &str,
+        ttl_seconds: Option<u64>,
+    ) -> HostResult<IssuedToken> {
         let ttl = ttl_seconds.unwrap_or(3600);
         if ttl == 0 || ttl > 30 * 24 * 3600 {
             return Err(HostError::invalid_request(
@@ -221,7 +238,7 @@ impl Credentials {
         }
         let (token, exp) = self
             .agent_tokens
-            .issue(agent, ttl)
+            .issue(agent, epoch, ttl)
             .map_err(HostError::internal)?;
         let expires_at = time::OffsetDateTime::from_unix_timestamp(exp)
             .ok()
@@ -300,12 +317,15 @@ mod tests {
     #[test]
     fn agent_tokens_name_one_agent_and_expire() {
         let tokens = AgentTokens::new(b"0123456789abcdef0123456789abcdef");
-        let (t, _) = tokens.issue("agent-1", 60).unwrap();
-        assert_eq!(tokens.verify(&t).unwrap(), "agent-1");
+        let (t, _) = tokens.issue("agent-1", "e1", 60).unwrap();
+        assert_eq!(
+            tokens.verify(&t).unwrap(),
+            ("agent-1".to_string(), "e1".to_string())
+        );
         let other = AgentTokens::new(b"another key another key another k");
         assert!(other.verify(&t).is_err());
         assert!(tokens.verify("not.a.jwt").is_err());
-        let (expired, _) = tokens.issue("agent-1", 0).unwrap();
+        let (expired, _) = tokens.issue("agent-1", "e1", 0).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(1100));
         assert!(tokens.verify(&expired).is_err());
     }

@@ -132,6 +132,7 @@ pub mod fixtures {
             units: units.iter().map(|u| u.to_string()).collect(),
             display_name: None,
             created_at: "2025-01-03T00:00:00Z".into(),
+            token_epoch: format!("epoch-{id}"),
         }
     }
 

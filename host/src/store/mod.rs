@@ -54,6 +54,11 @@ pub struct AgentRecord {
     pub display_name: Option<String>,
     /// RFC 3339.
     pub created_at: String,
+    /// Agent tokens are good only while they carry this value: revoking them (or deleting
+    /// and re-creating the agent) sets a new one. Empty for agents stored before
+    /// revocation existed (tokens minted without one match it).
+    #[serde(default)]
+    pub token_epoch: String,
 }
 
 /// A connector bound to a unit.

@@ -159,6 +159,10 @@ const MIGRATIONS: &[&str] = &[
         value TEXT NOT NULL
     );
     "#,
+    // 2: agent token epochs (revocation).
+    r#"
+    ALTER TABLE agents ADD COLUMN token_epoch TEXT NOT NULL DEFAULT '';
+    "#,
 ];
 
 /// The delivery columns [`rows::delivery`] reads, then `ord` (insertion order).
@@ -746,14 +750,17 @@ impl StateStore for PostgresStore {
         state_tx!(self, "put_agent", |tx| {
             let db = |e| map_err("put_agent", e);
             tx.execute(
-                "INSERT INTO agents (id, display_name, created_at) VALUES ($1, $2, $3)
+                "INSERT INTO agents (id, display_name, created_at, token_epoch)
+                 VALUES ($1, $2, $3, $4)
                  ON CONFLICT (id) DO UPDATE SET
                      display_name = excluded.display_name,
-                     created_at = excluded.created_at",
+                     created_at = excluded.created_at,
+                     token_epoch = excluded.token_epoch",
                 &[
                     &agent.id,
                     &pg_opt_text(&agent.display_name),
                     &agent.created_at,
+                    &agent.token_epoch,
                 ],
             )
             .await

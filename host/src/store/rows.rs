@@ -54,7 +54,7 @@ pub(crate) fn membership(r: &impl StoredRow) -> StoreResult<(String, String)> {
     Ok((r.text(0)?, r.text(1)?))
 }
 
-pub(crate) const AGENT_COLUMNS: &str = "id, display_name, created_at";
+pub(crate) const AGENT_COLUMNS: &str = "id, display_name, created_at, token_epoch";
 
 /// An agent with its units taken from `memberships` (rows of [`MEMBERSHIP_COLUMNS`]
 /// grouped by agent, in position order).
@@ -68,6 +68,7 @@ pub(crate) fn agent(
         id,
         display_name: r.opt_text(1)?,
         created_at: r.text(2)?,
+        token_epoch: r.text(3)?,
     })
 }
 

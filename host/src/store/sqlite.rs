@@ -177,6 +177,10 @@ const MIGRATIONS: &[&str] = &[
         value TEXT NOT NULL
     );
     "#,
+    // 4: agent token epochs (revocation).
+    r#"
+    ALTER TABLE agents ADD COLUMN token_epoch TEXT NOT NULL DEFAULT '';
+    "#,
 ];
 
 /// The newest schema version this host knows.
@@ -831,11 +835,13 @@ impl StateStore for SqliteStore {
         self.write_state("put_agent", move |tx, _| {
             let db = |e| map_err("put_agent", e);
             tx.execute(
-                "INSERT INTO agents (id, display_name, created_at) VALUES (?1, ?2, ?3)
+                "INSERT INTO agents (id, display_name, created_at, token_epoch)
+                 VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (id) DO UPDATE SET
                      display_name = excluded.display_name,
-                     created_at = excluded.created_at",
-                params![a.id, a.display_name, a.created_at],
+                     created_at = excluded.created_at,
+                     token_epoch = excluded.token_epoch",
+                params![a.id, a.display_name, a.created_at, a.token_epoch],
             )
             .map_err(db)?;
             tx.execute("DELETE FROM agent_units WHERE agent_id = ?1", [&a.id])
