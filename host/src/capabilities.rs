@@ -32,12 +32,12 @@ pub const INSTALLATION_FIELD: &str = "x-github-installation";
 /// What the operator grants one installed connector.
 pub(crate) struct Capabilities<'a> {
     connector: &'a Connector,
-    settings: ConnectorSettings,
+    settings: &'a ConnectorSettings,
 }
 
 impl<'a> Capabilities<'a> {
     /// The capabilities of `connector` under the operator's `settings` of its slug.
-    pub(crate) fn new(connector: &'a Connector, settings: ConnectorSettings) -> Self {
+    pub(crate) fn new(connector: &'a Connector, settings: &'a ConnectorSettings) -> Self {
         Self {
             connector,
             settings,
@@ -202,30 +202,32 @@ mod tests {
             github_app,
             ..ConnectorSettings::default()
         };
+        let (unset, allowed, refused) =
+            (settings(None), settings(Some(true)), settings(Some(false)));
         let b = binding(json!({"installationId": 7}));
         // What the guest's `bind` returned (`installation:4242`) never counts.
         let lookalike = connector("github-installation", schema());
-        let caps = Capabilities::new(&lookalike, settings(None));
+        let caps = Capabilities::new(&lookalike, &unset);
         assert!(caps
             .sandbox(Some(&b), caps.outbound())
             .installations
             .is_empty());
-        let caps = Capabilities::new(&lookalike, settings(Some(true)));
+        let caps = Capabilities::new(&lookalike, &allowed);
         assert_eq!(
             &*caps.sandbox(Some(&b), caps.outbound()).installations,
             &[7]
         );
         // A `github` that is not the bundled build mints nothing unless allowed.
         let own_github = connector("github", schema());
-        let caps = Capabilities::new(&own_github, settings(None));
+        let caps = Capabilities::new(&own_github, &unset);
         assert!(!caps.mints_installation_tokens());
-        let caps = Capabilities::new(&own_github, settings(Some(false)));
+        let caps = Capabilities::new(&own_github, &refused);
         assert!(caps
             .sandbox(Some(&b), caps.outbound())
             .installations
             .is_empty());
         // Without a binding there is nothing to mint for.
-        let caps = Capabilities::new(&lookalike, settings(Some(true)));
+        let caps = Capabilities::new(&lookalike, &allowed);
         assert!(caps.sandbox(None, caps.outbound()).installations.is_empty());
     }
 
@@ -235,7 +237,7 @@ mod tests {
         let mut settings = ConnectorSettings::default();
         settings.secrets.insert("pat".into(), "ghp_1".into());
         settings.secrets.insert("other".into(), "ghp_2".into());
-        let caps = Capabilities::new(&c, settings);
+        let caps = Capabilities::new(&c, &settings);
         let sandbox = caps.sandbox(
             Some(&binding(json!({"token": "pat", "list": ["nope"]}))),
             caps.outbound(),

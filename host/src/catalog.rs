@@ -92,8 +92,8 @@ impl Catalog {
     }
 
     /// What the operator grants connector `info` (see [`crate::capabilities`]).
-    fn capabilities<'c>(&self, info: &'c Connector) -> Capabilities<'c> {
-        Capabilities::new(info, self.config.connector(&info.slug))
+    fn capabilities<'c>(&'c self, info: &'c Connector) -> Capabilities<'c> {
+        Capabilities::new(info, self.config.grants_of(&info.slug))
     }
 
     /// The outbound policy of a connector: what it declares, narrowed by the operator's

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::registry::env_spelling;
 use crate::runtime::GuestLimits;
 
 /// Settings of one connector (`[connectors.<slug>]`). Its `Debug` masks every secret.
@@ -88,17 +89,16 @@ impl HostConfig {
         match &self.allowed_host_names {
             Some(names) => names
                 .iter()
-                .any(|n| n == "*" || host_name_of(n).eq_ignore_ascii_case(&name)),
+                .any(|n| n == "*" || host_name_of(n).eq_ignore_ascii_case(name)),
             None => {
-                let listen = self.listen.ip().to_string();
-                let listen = if self.listen.is_ipv6() {
-                    format!("[{listen}]")
-                } else {
-                    listen
-                };
-                ["localhost", "127.0.0.1", "[::1]", listen.as_str()]
+                ["localhost", "127.0.0.1", "[::1]"]
                     .iter()
-                    .any(|n| n.eq_ignore_ascii_case(&name))
+                    .any(|n| n.eq_ignore_ascii_case(name))
+                    || name
+                        .trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip == self.listen.ip())
             }
         }
     }
@@ -108,6 +108,19 @@ impl HostConfig {
         self.database_url
             .clone()
             .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("host.db").display()))
+    }
+
+    /// The operator's `[connectors.<slug>]` entry of exactly `slug` (empty when there is
+    /// none), borrowed: what a connector may do is read from it on every call.
+    pub fn grants_of(&self, slug: &str) -> &ConnectorSettings {
+        const NONE: &ConnectorSettings = &ConnectorSettings {
+            webhook_secrets: Vec::new(),
+            allowed_hosts: None,
+            allow_private_networks: false,
+            secrets: BTreeMap::new(),
+            github_app: None,
+        };
+        self.connectors.get(slug).unwrap_or(NONE)
     }
 
     /// The settings of exactly connector `slug` (defaults when none are configured):
@@ -122,7 +135,7 @@ impl HostConfig {
             return found.clone();
         }
         let mut settings = ConnectorSettings::default();
-        if let Some(secret) = self.env_webhook_secrets.get(&env_slug(slug)) {
+        if let Some(secret) = self.env_webhook_secrets.get(&env_spelling(slug)) {
             settings.webhook_secrets.push(secret.clone());
         }
         settings
@@ -225,15 +238,15 @@ const ENV_WEBHOOK_SECRET_SUFFIX: &str = "_WEBHOOK_SECRET";
 pub const ENV_ALLOWED_HOST_NAMES: &str = "CONNECTOR_HOST_ALLOWED_HOST_NAMES";
 
 /// The host name of a `Host` header value (`[::1]:80` → `[::1]`, `a.example:8080` →
-/// `a.example`), lower-cased.
-fn host_name_of(host: &str) -> String {
+/// `a.example`), without a trailing dot; compare it ignoring ASCII case.
+fn host_name_of(host: &str) -> &str {
     let host = host.trim();
     let name = if host.starts_with('[') {
         host.find(']').map_or(host, |i| &host[..=i])
     } else {
         host.rsplit_once(':').map_or(host, |(name, _)| name)
     };
-    name.trim_end_matches('.').to_ascii_lowercase()
+    name.trim_end_matches('.')
 }
 
 /// The default GitHub REST base URL.
@@ -259,14 +272,12 @@ const MAX_CALL_TIMEOUT_MS: u64 = 3_600_000;
 const MAX_MEMORY_MIB: u64 = 4096;
 const MAX_WEBHOOK_BYTES: u64 = 1 << 30;
 
-/// `slug` as it appears in an environment variable name: upper-cased, `-` → `_`.
-pub fn env_slug(slug: &str) -> String {
-    crate::registry::env_spelling(slug)
-}
-
 /// The name of the environment variable holding connector `slug`'s webhook secret.
 pub fn webhook_secret_env(slug: &str) -> String {
-    format!("{ENV_PREFIX}{}{ENV_WEBHOOK_SECRET_SUFFIX}", env_slug(slug))
+    format!(
+        "{ENV_PREFIX}{}{ENV_WEBHOOK_SECRET_SUFFIX}",
+        env_spelling(slug)
+    )
 }
 
 /// Settings given on the `connector-host serve` command line; they beat everything else.
@@ -682,13 +693,13 @@ fn apply_env(
         let matching: Vec<&String> = config
             .connectors
             .keys()
-            .filter(|slug| env_slug(slug) == env_form)
+            .filter(|slug| env_spelling(slug) == env_form)
             .collect();
         let slug = match matching.as_slice() {
             [one] => (*one).clone(),
             [] => {
                 let slug = env_form.to_ascii_lowercase();
-                if env_slug(&slug) != env_form || !crate::registry::manifest::is_slug(&slug) {
+                if env_spelling(&slug) != env_form || !crate::registry::manifest::is_slug(&slug) {
                     return Err(invalid(
                         origin.name(name),
                         "CONNECTOR_HOST_<SLUG>_WEBHOOK_SECRET with <SLUG> a connector slug upper-cased and `-` written `_`",

@@ -37,10 +37,7 @@ pub struct RuntimeContext {
 
 /// The env prefix of connector `slug`: `SPRING_CONNECTOR_<SLUG>_`.
 pub fn env_prefix(slug: &str) -> String {
-    format!(
-        "SPRING_CONNECTOR_{}_",
-        slug.to_ascii_uppercase().replace('-', "_")
-    )
+    format!("SPRING_CONNECTOR_{}_", crate::registry::env_spelling(slug))
 }
 
 /// Env names outside the prefix that the host grants a connector.

@@ -315,7 +315,7 @@ impl Webhooks {
     ) -> HostResult<WebhookOutcome> {
         let scheme = self.accepts(slug)?;
         let secrets = self.config.connector(slug).webhook_secrets;
-        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        let now = now_unix();
         let verified = verify::verify(scheme, &secrets, headers, body, now).map_err(|e| {
             if e.is_authentication() {
                 HostError::new(ErrorCode::InvalidSignature, e.to_string())
@@ -602,7 +602,7 @@ impl Webhooks {
 
     /// Deletes finished deliveries older than the de-duplication window.
     pub(crate) async fn prune(&self) -> HostResult<u64> {
-        let before = time::OffsetDateTime::now_utc().unix_timestamp() - DEDUP_WINDOW_SECS;
+        let before = now_unix() - DEDUP_WINDOW_SECS;
         Ok(self.store.prune_deliveries(before).await?)
     }
 }
