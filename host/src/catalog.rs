@@ -93,7 +93,7 @@ impl Catalog {
 
     /// What the operator grants connector `info` (see [`crate::capabilities`]).
     fn capabilities<'c>(&'c self, info: &'c Connector) -> Capabilities<'c> {
-        Capabilities::new(info, self.config.grants_of(&info.slug))
+        Capabilities::new(info, self.config.settings_of(&info.slug))
     }
 
     /// The outbound policy of a connector: what it declares, narrowed by the operator's

@@ -112,7 +112,7 @@ impl HostConfig {
 
     /// The operator's `[connectors.<slug>]` entry of exactly `slug` (empty when there is
     /// none), borrowed: what a connector may do is read from it on every call.
-    pub fn grants_of(&self, slug: &str) -> &ConnectorSettings {
+    pub fn settings_of(&self, slug: &str) -> &ConnectorSettings {
         const NONE: &ConnectorSettings = &ConnectorSettings {
             webhook_secrets: Vec::new(),
             allowed_hosts: None,

@@ -128,6 +128,15 @@ impl DirectoryService {
             .ok_or_else(|| HostError::not_found(format!("agent `{id}` does not exist")))
     }
 
+    /// Whether agent `id` exists with token epoch `epoch` (checked on every request that
+    /// carries an agent token).
+    pub(crate) fn has_token_epoch(&self, id: &str, epoch: &str) -> bool {
+        self.state
+            .directory()
+            .agent(id)
+            .is_some_and(|a| a.token_epoch == epoch)
+    }
+
     /// Revokes every token minted for agent `id` so far: it gets a new token epoch.
     pub(crate) async fn revoke_agent_tokens(&self, id: &str) -> HostResult<()> {
         check_id("agent", id)?;

@@ -91,8 +91,10 @@ impl Host {
     /// Only while the agent exists and has not had its tokens revoked since.
     pub fn agent_of_token(&self, token: &str) -> Option<String> {
         let (agent, epoch) = self.parts.credentials.agent_of(token)?;
-        let current = self.parts.directory.token_epoch(&agent).ok()?;
-        (current == epoch).then_some(agent)
+        self.parts
+            .directory
+            .has_token_epoch(&agent, &epoch)
+            .then_some(agent)
     }
 
     /// Issues an agent token (default one hour, at most 30 days).
