@@ -206,7 +206,13 @@ async fn open_host(webhook_secret: Option<&str>) -> anyhow::Result<BenchHost> {
         );
     }
     let (host, _) = Host::open(config).await?;
-    let addr = serve(connector_host::server::router(host.clone())).await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(connector_host::server::serve_on(
+        listener,
+        host.clone(),
+        std::future::pending(),
+    ));
     Ok(BenchHost {
         host,
         addr,

@@ -86,10 +86,11 @@ fn main() -> anyhow::Result<()> {
         let token = host.issue_agent_token("a1", None)?.token;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let router = connector_host::server::router(host.clone());
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
+        tokio::spawn(connector_host::server::serve_on(
+            listener,
+            host.clone(),
+            std::future::pending(),
+        ));
         anyhow::Ok((addr, token))
     })?;
     let bearer = HeaderValue::from_str(&format!("Bearer {agent_token}"))?;

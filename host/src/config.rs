@@ -60,6 +60,31 @@ pub struct HostConfig {
     /// `Host` header names the server answers (`server.allowed_host_names`); `None`: the
     /// listen address, `localhost`, `127.0.0.1` and `[::1]`. A `*` entry allows any.
     pub allowed_host_names: Option<Vec<String>>,
+    /// How long the server waits for a client, and how many it serves at once.
+    pub server: ServerLimits,
+}
+
+/// The HTTP server's bounds on its clients (`server.*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// A request whose headers are not complete this long after the connection opened
+    /// (or after the previous response) is dropped; a request body that stops arriving
+    /// for this long is answered `408`.
+    pub header_timeout: Duration,
+    /// A keep-alive connection with no request for this long is closed.
+    pub idle_timeout: Duration,
+    /// Connections served at once; past it a connection is answered `503` and closed.
+    pub max_connections: usize,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_millis(10_000),
+            idle_timeout: Duration::from_millis(60_000),
+            max_connections: 4096,
+        }
+    }
 }
 
 impl Default for HostConfig {
@@ -76,6 +101,7 @@ impl Default for HostConfig {
             env_webhook_secrets: BTreeMap::new(),
             github_app: None,
             allowed_host_names: None,
+            server: ServerLimits::default(),
         }
     }
 }
@@ -197,6 +223,7 @@ impl fmt::Debug for HostConfig {
             )
             .field("github_app", &self.github_app)
             .field("allowed_host_names", &self.allowed_host_names)
+            .field("server", &self.server)
             .finish()
     }
 }
@@ -236,6 +263,17 @@ const ENV_WEBHOOK_SECRET_SUFFIX: &str = "_WEBHOOK_SECRET";
 
 /// `server.allowed_host_names` (comma-separated).
 pub const ENV_ALLOWED_HOST_NAMES: &str = "CONNECTOR_HOST_ALLOWED_HOST_NAMES";
+/// `limits.max_concurrent_calls_per_agent`.
+pub const ENV_MAX_CONCURRENT_CALLS_PER_AGENT: &str =
+    "CONNECTOR_HOST_MAX_CONCURRENT_CALLS_PER_AGENT";
+/// `limits.guest_memory_total_mib`.
+pub const ENV_GUEST_MEMORY_TOTAL_MIB: &str = "CONNECTOR_HOST_GUEST_MEMORY_TOTAL_MIB";
+/// `server.header_timeout_ms`.
+pub const ENV_HEADER_TIMEOUT_MS: &str = "CONNECTOR_HOST_HEADER_TIMEOUT_MS";
+/// `server.idle_timeout_ms`.
+pub const ENV_IDLE_TIMEOUT_MS: &str = "CONNECTOR_HOST_IDLE_TIMEOUT_MS";
+/// `server.max_connections`.
+pub const ENV_MAX_CONNECTIONS: &str = "CONNECTOR_HOST_MAX_CONNECTIONS";
 
 /// The host name of a `Host` header value (`[::1]:80` → `[::1]`, `a.example:8080` →
 /// `a.example`), without a trailing dot; compare it ignoring ASCII case.
@@ -266,11 +304,111 @@ const KNOWN_ENV: &[&str] = &[
     ENV_GITHUB_API_URL,
     ENV_URL,
     ENV_ALLOWED_HOST_NAMES,
+    ENV_MAX_CONCURRENT_CALLS_PER_AGENT,
+    ENV_GUEST_MEMORY_TOTAL_MIB,
+    ENV_HEADER_TIMEOUT_MS,
+    ENV_IDLE_TIMEOUT_MS,
+    ENV_MAX_CONNECTIONS,
 ];
 
-const MAX_CALL_TIMEOUT_MS: u64 = 3_600_000;
-const MAX_MEMORY_MIB: u64 = 4096;
-const MAX_WEBHOOK_BYTES: u64 = 1 << 30;
+/// A whole-number setting: its TOML key and variable, its range, and where it goes.
+struct WholeSetting {
+    key: &'static str,
+    env: &'static str,
+    max: u64,
+    unit: &'static str,
+    example: &'static str,
+    set: fn(&mut HostConfig, u64),
+}
+
+const MIB: u64 = 1024 * 1024;
+
+/// Every whole-number setting (all from 1 to `max`), read the same way from the file
+/// and the environment.
+const WHOLE_SETTINGS: &[WholeSetting] = &[
+    WholeSetting {
+        key: "limits.call_timeout_ms",
+        env: ENV_CALL_TIMEOUT_MS,
+        max: 3_600_000,
+        unit: "milliseconds",
+        example: "10000",
+        set: |c, v| c.limits.call_timeout = Duration::from_millis(v),
+    },
+    WholeSetting {
+        key: "limits.memory_mib",
+        env: ENV_MEMORY_MIB,
+        max: 4096,
+        unit: "MiB",
+        example: "64",
+        set: |c, v| c.limits.memory_bytes = (v * MIB) as usize,
+    },
+    WholeSetting {
+        key: "limits.max_webhook_bytes",
+        env: ENV_MAX_WEBHOOK_BYTES,
+        max: 1 << 30,
+        unit: "bytes",
+        example: "26214400 (25 MiB)",
+        set: |c, v| c.max_webhook_bytes = v as usize,
+    },
+    WholeSetting {
+        key: "limits.max_concurrent_calls_per_agent",
+        env: ENV_MAX_CONCURRENT_CALLS_PER_AGENT,
+        max: 65_536,
+        unit: "calls",
+        example: "64",
+        set: |c, v| c.limits.calls_per_agent = Some(v as u32),
+    },
+    WholeSetting {
+        key: "limits.guest_memory_total_mib",
+        env: ENV_GUEST_MEMORY_TOTAL_MIB,
+        max: 1 << 20,
+        unit: "MiB",
+        example: "2048",
+        set: |c, v| c.limits.total_memory_bytes = (v * MIB) as usize,
+    },
+    WholeSetting {
+        key: "server.header_timeout_ms",
+        env: ENV_HEADER_TIMEOUT_MS,
+        max: 3_600_000,
+        unit: "milliseconds",
+        example: "10000",
+        set: |c, v| c.server.header_timeout = Duration::from_millis(v),
+    },
+    WholeSetting {
+        key: "server.idle_timeout_ms",
+        env: ENV_IDLE_TIMEOUT_MS,
+        max: 86_400_000,
+        unit: "milliseconds",
+        example: "60000",
+        set: |c, v| c.server.idle_timeout = Duration::from_millis(v),
+    },
+    WholeSetting {
+        key: "server.max_connections",
+        env: ENV_MAX_CONNECTIONS,
+        max: 1_000_000,
+        unit: "connections",
+        example: "4096",
+        set: |c, v| c.server.max_connections = v as usize,
+    },
+];
+
+impl WholeSetting {
+    fn form(&self) -> String {
+        format!(
+            "a whole number of {} from 1 to {}, e.g. {}",
+            self.unit, self.max, self.example
+        )
+    }
+
+    /// Checks `value` (from setting `name`) and stores it in `config`.
+    fn apply(&self, name: String, value: u64, config: &mut HostConfig) -> Result<(), ConfigError> {
+        if value == 0 || value > self.max {
+            return Err(invalid(name, self.form(), Some(&value.to_string())));
+        }
+        (self.set)(config, value);
+        Ok(())
+    }
+}
 
 /// The name of the environment variable holding connector `slug`'s webhook secret.
 pub fn webhook_secret_env(slug: &str) -> String {
@@ -375,6 +513,9 @@ struct FileConfig {
 #[serde(deny_unknown_fields)]
 struct FileServer {
     allowed_host_names: Option<Vec<String>>,
+    header_timeout_ms: Option<toml::Value>,
+    idle_timeout_ms: Option<toml::Value>,
+    max_connections: Option<toml::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -383,6 +524,26 @@ struct FileLimits {
     call_timeout_ms: Option<toml::Value>,
     memory_mib: Option<toml::Value>,
     max_webhook_bytes: Option<toml::Value>,
+    max_concurrent_calls_per_agent: Option<toml::Value>,
+    guest_memory_total_mib: Option<toml::Value>,
+}
+
+impl FileConfig {
+    /// The file's value of whole-number setting `key` (see [`WHOLE_SETTINGS`]).
+    fn whole(&self, key: &str) -> Option<&toml::Value> {
+        let (l, s) = (&self.limits, &self.server);
+        match key {
+            "limits.call_timeout_ms" => l.call_timeout_ms.as_ref(),
+            "limits.memory_mib" => l.memory_mib.as_ref(),
+            "limits.max_webhook_bytes" => l.max_webhook_bytes.as_ref(),
+            "limits.max_concurrent_calls_per_agent" => l.max_concurrent_calls_per_agent.as_ref(),
+            "limits.guest_memory_total_mib" => l.guest_memory_total_mib.as_ref(),
+            "server.header_timeout_ms" => s.header_timeout_ms.as_ref(),
+            "server.idle_timeout_ms" => s.idle_timeout_ms.as_ref(),
+            "server.max_connections" => s.max_connections.as_ref(),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -477,6 +638,16 @@ impl HostConfig {
             config.data_dir = non_empty_path(Origin::Flag.name("--data-dir"), dir)?;
         }
         config.github_app = finish_github(github)?;
+        if config.limits.total_memory_bytes < config.limits.memory_bytes {
+            return Err(invalid(
+                "limits.guest_memory_total_mib".into(),
+                format!(
+                    "at least limits.memory_mib ({} MiB): one guest may use that much",
+                    config.limits.memory_bytes as u64 / MIB
+                ),
+                Some(&(config.limits.total_memory_bytes as u64 / MIB).to_string()),
+            ));
+        }
         Ok(config)
     }
 }
@@ -528,23 +699,12 @@ fn apply_file(
     if let Some(token) = &file.operator_token {
         config.operator_token = Some(parse_token(origin.name("operator_token"), token)?);
     }
-    let limits = &file.limits;
-    if let Some(v) = &limits.call_timeout_ms {
-        let ms = toml_number(origin.name("limits.call_timeout_ms"), v, &timeout_form())?;
-        config.limits.call_timeout = parse_timeout(origin.name("limits.call_timeout_ms"), ms)?;
-    }
-    if let Some(v) = &limits.memory_mib {
-        let mib = toml_number(origin.name("limits.memory_mib"), v, &memory_form())?;
-        config.limits.memory_bytes = parse_memory(origin.name("limits.memory_mib"), mib)?;
-    }
-    if let Some(v) = &limits.max_webhook_bytes {
-        let bytes = toml_number(
-            origin.name("limits.max_webhook_bytes"),
-            v,
-            &webhook_bytes_form(),
-        )?;
-        config.max_webhook_bytes =
-            parse_webhook_bytes(origin.name("limits.max_webhook_bytes"), bytes)?;
+    for setting in WHOLE_SETTINGS {
+        if let Some(v) = file.whole(setting.key) {
+            let name = origin.name(setting.key);
+            let value = toml_number(name.clone(), v, &setting.form())?;
+            setting.apply(name, value, config)?;
+        }
     }
     for (slug, settings) in file.connectors {
         let key = format!("connectors.{slug}");
@@ -654,17 +814,12 @@ fn apply_env(
     if let Some(v) = var(ENV_OPERATOR_TOKEN) {
         config.operator_token = Some(parse_token(origin.name(ENV_OPERATOR_TOKEN), v)?);
     }
-    if let Some(v) = var(ENV_CALL_TIMEOUT_MS) {
-        let ms = str_number(origin.name(ENV_CALL_TIMEOUT_MS), v, &timeout_form())?;
-        config.limits.call_timeout = parse_timeout(origin.name(ENV_CALL_TIMEOUT_MS), ms)?;
-    }
-    if let Some(v) = var(ENV_MEMORY_MIB) {
-        let mib = str_number(origin.name(ENV_MEMORY_MIB), v, &memory_form())?;
-        config.limits.memory_bytes = parse_memory(origin.name(ENV_MEMORY_MIB), mib)?;
-    }
-    if let Some(v) = var(ENV_MAX_WEBHOOK_BYTES) {
-        let bytes = str_number(origin.name(ENV_MAX_WEBHOOK_BYTES), v, &webhook_bytes_form())?;
-        config.max_webhook_bytes = parse_webhook_bytes(origin.name(ENV_MAX_WEBHOOK_BYTES), bytes)?;
+    for setting in WHOLE_SETTINGS {
+        if let Some(v) = var(setting.env) {
+            let name = origin.name(setting.env);
+            let value = str_number(name.clone(), v, &setting.form())?;
+            setting.apply(name, value, config)?;
+        }
     }
     if let Some(v) = var(ENV_GITHUB_APP_ID) {
         github.app_id = Some((v.trim().to_string(), origin.name(ENV_GITHUB_APP_ID)));
@@ -755,18 +910,6 @@ fn finish_github(parts: GithubParts) -> Result<Option<GithubAppSettings>, Config
     }
 }
 
-fn timeout_form() -> String {
-    format!("a whole number of milliseconds from 1 to {MAX_CALL_TIMEOUT_MS}, e.g. 10000")
-}
-
-fn memory_form() -> String {
-    format!("a whole number of MiB from 1 to {MAX_MEMORY_MIB}, e.g. 64")
-}
-
-fn webhook_bytes_form() -> String {
-    format!("a whole number of bytes from 1 to {MAX_WEBHOOK_BYTES}, e.g. 26214400 (25 MiB)")
-}
-
 fn app_id_form() -> &'static str {
     "a GitHub App id (a positive integer such as 123456) or Client ID string (such as \"Iv1.0123456789abcdef\")"
 }
@@ -789,33 +932,6 @@ fn str_number(setting: String, value: &str, expected: &str) -> Result<u64, Confi
     digits
         .parse::<u64>()
         .map_err(|_| invalid(setting, expected, Some(value)))
-}
-
-fn parse_timeout(setting: String, ms: u64) -> Result<Duration, ConfigError> {
-    if ms == 0 || ms > MAX_CALL_TIMEOUT_MS {
-        return Err(invalid(setting, timeout_form(), Some(&ms.to_string())));
-    }
-    Ok(Duration::from_millis(ms))
-}
-
-fn parse_memory(setting: String, mib: u64) -> Result<usize, ConfigError> {
-    if mib == 0 || mib > MAX_MEMORY_MIB {
-        return Err(invalid(setting, memory_form(), Some(&mib.to_string())));
-    }
-    usize::try_from(mib * 1024 * 1024)
-        .map_err(|_| invalid(setting, memory_form(), Some(&mib.to_string())))
-}
-
-fn parse_webhook_bytes(setting: String, bytes: u64) -> Result<usize, ConfigError> {
-    if bytes == 0 || bytes > MAX_WEBHOOK_BYTES {
-        return Err(invalid(
-            setting,
-            webhook_bytes_form(),
-            Some(&bytes.to_string()),
-        ));
-    }
-    usize::try_from(bytes)
-        .map_err(|_| invalid(setting, webhook_bytes_form(), Some(&bytes.to_string())))
 }
 
 /// `IP:PORT`, `[IPv6]:PORT` or `localhost:PORT`.
@@ -1103,6 +1219,65 @@ max_webhook_bytes = 1024
                 api_url: "http://127.0.0.1:9999".into(),
             })
         );
+    }
+
+    #[test]
+    fn share_and_server_bounds_from_file_and_environment() {
+        let defaults = load(None, no_env(), &ServeFlags::default()).expect("defaults");
+        assert_eq!(defaults.limits.calls_per_caller(), 64, "a quarter of 256");
+        assert_eq!(defaults.limits.total_memory_bytes, 2048 * 1024 * 1024);
+        assert_eq!(defaults.server.header_timeout, Duration::from_secs(10));
+        assert_eq!(defaults.server.idle_timeout, Duration::from_secs(60));
+        assert_eq!(defaults.server.max_connections, 4096);
+
+        let file = toml_file(
+            r#"
+[limits]
+max_concurrent_calls_per_agent = 3
+guest_memory_total_mib = 512
+
+[server]
+header_timeout_ms = 1500
+idle_timeout_ms = 7000
+max_connections = 100
+"#,
+        );
+        let config = load(
+            Some(&file),
+            env(&[
+                ("CONNECTOR_HOST_MAX_CONCURRENT_CALLS_PER_AGENT", "5"),
+                ("CONNECTOR_HOST_MAX_CONNECTIONS", "200"),
+            ]),
+            &ServeFlags::default(),
+        )
+        .expect("loads");
+        assert_eq!(config.limits.calls_per_caller(), 5, "env beats file");
+        assert_eq!(config.limits.total_memory_bytes, 512 * 1024 * 1024);
+        assert_eq!(config.server.header_timeout, Duration::from_millis(1500));
+        assert_eq!(config.server.idle_timeout, Duration::from_millis(7000));
+        assert_eq!(config.server.max_connections, 200);
+
+        let err = load(
+            None,
+            env(&[("CONNECTOR_HOST_IDLE_TIMEOUT_MS", "0")]),
+            &ServeFlags::default(),
+        )
+        .expect_err("zero is refused");
+        assert!(
+            err.to_string()
+                .contains("CONNECTOR_HOST_IDLE_TIMEOUT_MS: expected a whole number of milliseconds"),
+            "{err}"
+        );
+        let err = load(
+            None,
+            env(&[
+                ("CONNECTOR_HOST_GUEST_MEMORY_TOTAL_MIB", "32"),
+                ("CONNECTOR_HOST_MEMORY_MIB", "64"),
+            ]),
+            &ServeFlags::default(),
+        )
+        .expect_err("a total below one guest's limit is refused");
+        assert!(err.to_string().contains("at least limits.memory_mib"), "{err}");
     }
 
     #[test]

@@ -67,6 +67,11 @@ pub enum ErrorCode {
     ContextInvalid,
     /// The shared database does not answer.
     StoreUnavailable,
+    /// The host is at one of its bounds (connections, guest memory, the instance pool)
+    /// and the request could not wait longer.
+    HostBusy,
+    /// The client stopped sending its request.
+    RequestTimeout,
     /// A fault of the host itself.
     Internal,
 }
@@ -76,6 +81,8 @@ impl ErrorCode {
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::HostBusy => "host_busy",
+            ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::Unauthenticated => "unauthenticated",
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::NotFound => "not_found",
@@ -121,6 +128,7 @@ impl ErrorCode {
                 | ErrorCode::ContextInvalid
                 | ErrorCode::ContextFailed
                 | ErrorCode::StoreUnavailable
+                | ErrorCode::HostBusy
                 | ErrorCode::Internal
         )
     }

@@ -34,6 +34,7 @@ fn runtime() -> Arc<ConnectorRuntime> {
                 memory_bytes: 64 * 1024 * 1024,
                 max_output_bytes: 1024 * 1024,
                 max_concurrent_instances: 16,
+                ..GuestLimits::default()
             },
             cache_dir: None,
             installation_tokens: None,

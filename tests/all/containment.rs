@@ -366,3 +366,82 @@ async fn revoked_and_orphaned_agent_tokens_stop_working() {
         .await;
     assert_eq!((s, error_code(&b)), (404, "not_found"), "{b}");
 }
+
+/// Without a token, every route answers `401` (the contract's JSON error) whatever the
+/// body: not JSON, the wrong content type, or larger than any limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_every_route_is_401_whatever_the_body() {
+    let h = TestHost::start().await;
+    let routes = [
+        ("POST", "/api/v1/webhooks/acme/deliveries/d1/retry"),
+        ("GET", "/api/v1/webhooks/acme/deliveries/d1"),
+        ("GET", "/api/v1/units/eng/messages"),
+        ("GET", "/api/v1/units/eng/messages/stream"),
+        ("GET", "/api/v1/connectors"),
+        ("POST", "/api/v1/connectors"),
+        ("GET", "/api/v1/connectors/acme"),
+        ("DELETE", "/api/v1/connectors/acme"),
+        ("PUT", "/api/v1/units/eng"),
+        ("GET", "/api/v1/units/eng"),
+        ("DELETE", "/api/v1/units/eng"),
+        ("GET", "/api/v1/units/eng/connectors"),
+        ("PUT", "/api/v1/units/eng/connectors/acme"),
+        ("DELETE", "/api/v1/units/eng/connectors/acme"),
+        ("GET", "/api/v1/units/eng/tools"),
+        ("POST", "/api/v1/units/eng/grants"),
+        ("DELETE", "/api/v1/units/eng/grants/acme.echo"),
+        ("PUT", "/api/v1/agents/a1"),
+        ("GET", "/api/v1/agents/a1"),
+        ("DELETE", "/api/v1/agents/a1"),
+        ("POST", "/api/v1/agents/a1/tokens"),
+        ("POST", "/api/v1/agents/a1/tokens/revoke"),
+        ("GET", "/api/v1/agents/a1/tools"),
+        ("POST", "/api/v1/agents/a1/grants"),
+        ("DELETE", "/api/v1/agents/a1/grants/acme.echo"),
+        ("PUT", "/api/v1/agents/a1/image-tools"),
+        ("POST", "/api/v1/agents/a1/image-tools/introspect"),
+        ("POST", "/api/v1/agents/a1/tool-calls"),
+        ("GET", "/api/v1/agents/a1/runtime-context"),
+        ("POST", "/mcp/agents/a1"),
+        ("GET", "/mcp/agents/a1"),
+        ("DELETE", "/mcp/agents/a1"),
+    ];
+    let bodies: [(&str, Vec<u8>); 3] = [
+        ("application/json", b"{not json".to_vec()),
+        ("text/plain", b"hello".to_vec()),
+        ("application/json", vec![b' '; 3 * 1024 * 1024]),
+    ];
+    for (method, path) in routes {
+        for (content_type, body) in &bodies {
+            let r = h
+                .client
+                .request(
+                    Method::from_bytes(method.as_bytes()).expect("method"),
+                    h.at(path),
+                )
+                .header("content-type", *content_type)
+                .body(body.clone())
+                .send()
+                .await
+                .expect("send");
+            let status = r.status().as_u16();
+            let body: Value = r.json().await.unwrap_or(Value::Null);
+            // MCP answers with a JSON-RPC error object (§5), the API with the §3 body.
+            let code = if path.starts_with("/mcp") {
+                if body["error"]["message"].is_string() {
+                    "unauthenticated"
+                } else {
+                    "<no JSON-RPC error>"
+                }
+            } else {
+                error_code(&body)
+            };
+            assert_eq!(
+                (status, code),
+                (401, "unauthenticated"),
+                "{method} {path} with a {content_type} body of {} bytes",
+                body.to_string().len()
+            );
+        }
+    }
+}

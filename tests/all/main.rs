@@ -5,6 +5,7 @@
 
 mod api;
 mod arxiv;
+mod bounds;
 mod cli;
 mod containment;
 mod context;

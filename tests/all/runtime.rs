@@ -27,6 +27,7 @@ fn limits(timeout_ms: u64) -> GuestLimits {
         memory_bytes: 32 * 1024 * 1024,
         max_output_bytes: 1024 * 1024,
         max_concurrent_instances: 64,
+        ..GuestLimits::default()
     }
 }
 

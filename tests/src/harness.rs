@@ -53,9 +53,9 @@ impl TestHost {
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let router = connector_host::server::router(host.clone());
+        let served = host.clone();
         let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
+            connector_host::server::serve_on(listener, served, std::future::pending()).await;
         });
         TestHost {
             host,
@@ -251,6 +251,37 @@ impl ServerProcess {
     /// Starts `connector-host serve` on `data_dir` with extra environment, and waits until
     /// `/healthz` answers.
     pub async fn start(data_dir: &Path, env: &[(&str, &str)]) -> ServerProcess {
+        Self::start_command(data_dir, env, |_| {}).await
+    }
+
+    /// Like [`Self::start`], under an open-files limit (soft and hard) of `limit`.
+    pub async fn start_with_open_files(
+        data_dir: &Path,
+        env: &[(&str, &str)],
+        limit: u64,
+    ) -> ServerProcess {
+        Self::start_command(data_dir, env, |cmd| {
+            use std::os::unix::process::CommandExt;
+            let rlimit = rustix::process::Rlimit {
+                current: Some(limit),
+                maximum: Some(limit),
+            };
+            // SAFETY: between fork and exec only setrlimit (one system call) runs.
+            unsafe {
+                cmd.pre_exec(move || {
+                    rustix::process::setrlimit(rustix::process::Resource::Nofile, rlimit)
+                        .map_err(std::io::Error::from)
+                });
+            }
+        })
+        .await
+    }
+
+    async fn start_command(
+        data_dir: &Path,
+        env: &[(&str, &str)],
+        adjust: impl FnOnce(&mut Command),
+    ) -> ServerProcess {
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
         let mut cmd = Command::new(host_binary());
@@ -267,6 +298,7 @@ impl ServerProcess {
         for (k, v) in env {
             cmd.env(k, v);
         }
+        adjust(&mut cmd);
         let child = cmd.spawn().expect("spawn connector-host serve");
         let mut server = ServerProcess {
             child,

@@ -463,12 +463,7 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize, what: &str) ->
     };
     crate::http::read_limited(headers, body, limit)
         .await
-        .map_err(|e| match e {
-            crate::http::BodyError::TooLarge => too_large(),
-            crate::http::BodyError::Unreadable(e) => {
-                HostError::invalid_request(format!("could not read {what}: {e}"))
-            }
-        })
+        .map_err(|e| e.into_host_error(too_large))
 }
 
 async fn get_delivery(

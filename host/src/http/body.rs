@@ -11,6 +11,8 @@ use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap};
 use http_body_util::BodyExt;
 
+use crate::error::{ErrorCode, HostError};
+
 /// How much of an oversized body is read (and dropped) before answering.
 const DRAIN_BYTES: u64 = 64 * 1024 * 1024;
 /// How long an oversized body is drained before answering.
@@ -21,8 +23,38 @@ const DRAIN_TIME: Duration = Duration::from_secs(5);
 pub enum BodyError {
     /// Larger than the limit.
     TooLarge,
+    /// The client stopped sending the body (for `server.header_timeout_ms`).
+    Stalled,
     /// The client's body stream failed.
     Unreadable(String),
+}
+
+impl BodyError {
+    fn of(error: axum::Error) -> Self {
+        let inner = error.into_inner();
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(inner.as_ref());
+        while let Some(e) = source {
+            if e.is::<crate::server::connections::BodyStalled>() {
+                return BodyError::Stalled;
+            }
+            source = e.source();
+        }
+        BodyError::Unreadable(inner.to_string())
+    }
+
+    /// The contract's error for this failure.
+    pub fn into_host_error(self, too_large: impl FnOnce() -> HostError) -> HostError {
+        match self {
+            BodyError::TooLarge => too_large(),
+            BodyError::Stalled => HostError::new(
+                ErrorCode::RequestTimeout,
+                "the request body stopped arriving before it was complete; send it without pausing",
+            ),
+            BodyError::Unreadable(e) => {
+                HostError::invalid_request(format!("could not read the request body: {e}"))
+            }
+        }
+    }
 }
 
 /// Reads `body`, at most `limit` bytes; an oversized body is drained (up to 64 MiB, for at
@@ -44,10 +76,7 @@ pub async fn read_limited(
             let Some(frame) = body.frame().await else {
                 return Ok(Bytes::from(buffer));
             };
-            let Ok(data) = frame
-                .map_err(|e| BodyError::Unreadable(e.to_string()))?
-                .into_data()
-            else {
+            let Ok(data) = frame.map_err(BodyError::of)?.into_data() else {
                 continue;
             };
             seen += data.len() as u64;

@@ -33,7 +33,8 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | ErrorCode::IntrospectionFailed
         | ErrorCode::ContextFailed => StatusCode::BAD_GATEWAY,
         ErrorCode::ConnectorTimeout => StatusCode::GATEWAY_TIMEOUT,
-        ErrorCode::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::StoreUnavailable | ErrorCode::HostBusy => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
         ErrorCode::ContextConflict | ErrorCode::ContextInvalid | ErrorCode::Internal => {
             StatusCode::INTERNAL_SERVER_ERROR
         }
@@ -59,6 +60,8 @@ mod tests {
         use ErrorCode::*;
         let all = [
             InvalidRequest,
+            RequestTimeout,
+            HostBusy,
             Unauthenticated,
             Forbidden,
             NotFound,

@@ -33,14 +33,13 @@ where
         let (parts, body) = req.into_parts();
         let bytes = super::body::read_limited(&parts.headers, body, MAX_JSON_BYTES)
             .await
-            .map_err(|e| match e {
-                super::body::BodyError::TooLarge => HostError::new(
-                    ErrorCode::PayloadTooLarge,
-                    "the request body is too large (at most 2 MiB of JSON)",
-                ),
-                super::body::BodyError::Unreadable(e) => {
-                    HostError::invalid_request(format!("could not read the request body: {e}"))
-                }
+            .map_err(|e| {
+                e.into_host_error(|| {
+                    HostError::new(
+                        ErrorCode::PayloadTooLarge,
+                        "the request body is too large (at most 2 MiB of JSON)",
+                    )
+                })
             })?;
         let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
             b"{}"

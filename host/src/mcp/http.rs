@@ -145,6 +145,12 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, Response> {
         .await
         .map_err(|e| match e {
             BodyError::TooLarge => too_large(),
+            BodyError::Stalled => rpc_error(
+                StatusCode::REQUEST_TIMEOUT,
+                &Value::Null,
+                INVALID_REQUEST,
+                "the request body stopped arriving before it was complete",
+            ),
             BodyError::Unreadable(e) => rpc_error(
                 StatusCode::BAD_REQUEST,
                 &Value::Null,

@@ -18,6 +18,21 @@ pub struct GuestLimits {
     pub max_output_bytes: usize,
     /// How many guest instances may run at once; further calls wait for a slot.
     pub max_concurrent_instances: u32,
+    /// How many guest calls one caller (an agent) may run at once; further calls wait,
+    /// and the wait counts toward `call_timeout`. `None`: a quarter of
+    /// `max_concurrent_instances`.
+    pub calls_per_agent: Option<u32>,
+    /// Linear memory of all live guest instances together; a guest growing past it waits
+    /// for memory to be released until its deadline, then fails `host_busy`.
+    pub total_memory_bytes: usize,
+}
+
+impl GuestLimits {
+    /// The per-caller concurrency in force.
+    pub fn calls_per_caller(&self) -> u32 {
+        let pool = self.max_concurrent_instances.max(1);
+        self.calls_per_agent.unwrap_or(pool / 4).clamp(1, pool)
+    }
 }
 
 impl Default for GuestLimits {
@@ -27,6 +42,8 @@ impl Default for GuestLimits {
             memory_bytes: 64 * 1024 * 1024,
             max_output_bytes: 4 * 1024 * 1024,
             max_concurrent_instances: 256,
+            calls_per_agent: None,
+            total_memory_bytes: 2048 * 1024 * 1024,
         }
     }
 }

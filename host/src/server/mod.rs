@@ -1,6 +1,9 @@
 //! The host as an HTTP server: [`router`] mounts the operator API (`/api/v1`), MCP
-//! (`/mcp/agents/{agentId}`), health and metrics side by side; [`serve`] runs it as
+//! (`/mcp/agents/{agentId}`), health and metrics side by side; [`serve_on`] serves it on
+//! a listener under the `server.*` bounds ([`connections`]); [`serve`] runs it as
 //! `connector-host serve`.
+
+pub mod connections;
 
 use std::sync::atomic::Ordering;
 
@@ -112,8 +115,21 @@ async fn metrics(State(host): State<Host>) -> Response {
         .into_response()
 }
 
+/// Serves `host` on `listener` under its `server.*` bounds until `stop` resolves, then
+/// lets open requests finish (a platform embedding the host can nest [`router`] in its
+/// own server instead).
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    host: Host,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let limits = host.config().server;
+    connections::serve(listener, router(host), limits, stop).await;
+}
+
 /// Opens the host on `config` and serves the API until Ctrl-C or SIGTERM.
 pub async fn serve(config: HostConfig) -> anyhow::Result<()> {
+    raise_open_files_limit();
     let listen = config.listen;
     let data_dir = config.data_dir.clone();
     let (host, report) = Host::open(config).await?;
@@ -130,17 +146,16 @@ pub async fn serve(config: HostConfig) -> anyhow::Result<()> {
     let local = listener.local_addr().unwrap_or(listen);
     tracing::info!(address = %local, connectors = host.list_connectors().len(), "connector-host listening");
     eprintln!("connector-host listening on http://{local} (API under /api/v1)");
-    // Graceful shutdown waits for open connections; a long-lived stream (a unit's message
-    // stream, an MCP session) would hold it forever, so in-flight requests get a bounded
-    // grace period after the signal.
+    // Open requests finish after the signal; a long-lived stream (a unit's message
+    // stream, an MCP session) would hold them forever, so they get a bounded grace period.
     let stopping = std::sync::Arc::new(tokio::sync::Notify::new());
     let signalled = stopping.clone();
-    let server = axum::serve(listener, router(host.clone())).with_graceful_shutdown(async move {
+    let server = serve_on(listener, host.clone(), async move {
         shutdown_signal().await;
         signalled.notify_one();
     });
     tokio::select! {
-        result = server => result.map_err(|e| anyhow::anyhow!("server error: {e}"))?,
+        () = server => {}
         _ = async {
             stopping.notified().await;
             tokio::time::sleep(SHUTDOWN_GRACE).await;
@@ -148,6 +163,25 @@ pub async fn serve(config: HostConfig) -> anyhow::Result<()> {
     }
     tracing::info!("connector-host stopped");
     Ok(())
+}
+
+/// Raises this process's soft open-files limit to its hard limit: every connection is a
+/// descriptor, and the server serves no more connections than the limit leaves room for.
+fn raise_open_files_limit() {
+    #[cfg(unix)]
+    {
+        use rustix::process::{getrlimit, setrlimit, Resource};
+        let limit = getrlimit(Resource::Nofile);
+        if limit.current < limit.maximum {
+            let raised = rustix::process::Rlimit {
+                current: limit.maximum,
+                maximum: limit.maximum,
+            };
+            if let Err(e) = setrlimit(Resource::Nofile, raised) {
+                tracing::debug!(error = %e, "could not raise the open-files limit");
+            }
+        }
+    }
 }
 
 /// How long in-flight requests may run on after Ctrl-C or SIGTERM.
