@@ -1264,8 +1264,9 @@ max_connections = 100
         )
         .expect_err("zero is refused");
         assert!(
-            err.to_string()
-                .contains("CONNECTOR_HOST_IDLE_TIMEOUT_MS: expected a whole number of milliseconds"),
+            err.to_string().contains(
+                "CONNECTOR_HOST_IDLE_TIMEOUT_MS: expected a whole number of milliseconds"
+            ),
             "{err}"
         );
         let err = load(
@@ -1277,7 +1278,10 @@ max_connections = 100
             &ServeFlags::default(),
         )
         .expect_err("a total below one guest's limit is refused");
-        assert!(err.to_string().contains("at least limits.memory_mib"), "{err}");
+        assert!(
+            err.to_string().contains("at least limits.memory_mib"),
+            "{err}"
+        );
     }
 
     #[test]

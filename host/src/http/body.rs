@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap};
+use bytes::Buf;
 use http_body_util::BodyExt;
 
 use crate::error::{ErrorCode, HostError};
@@ -17,6 +18,38 @@ use crate::error::{ErrorCode, HostError};
 const DRAIN_BYTES: u64 = 64 * 1024 * 1024;
 /// How long an oversized body is drained before answering.
 const DRAIN_TIME: Duration = Duration::from_secs(5);
+
+/// Why a request body read failed: the client stopped sending it for this long
+/// (`server.header_timeout_ms`).
+#[derive(Debug)]
+pub struct BodyStalled(pub Duration);
+
+impl std::fmt::Display for BodyStalled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the request body stopped arriving for {} ms",
+            self.0.as_millis()
+        )
+    }
+}
+
+impl std::error::Error for BodyStalled {}
+
+/// Reads the rest of a body a handler did not read and drops it: at most 64 MiB, for at
+/// most 5 s (past either, the connection is closed).
+pub async fn discard<B: http_body::Body + Unpin>(mut body: B) {
+    let drain = async {
+        let mut seen = 0u64;
+        while seen <= DRAIN_BYTES {
+            match body.frame().await {
+                Some(Ok(frame)) => seen += frame.data_ref().map_or(0, |d| d.remaining() as u64),
+                Some(Err(_)) | None => break,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+}
 
 /// Why a body was not read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,7 +67,7 @@ impl BodyError {
         let inner = error.into_inner();
         let mut source: Option<&(dyn std::error::Error + 'static)> = Some(inner.as_ref());
         while let Some(e) = source {
-            if e.is::<crate::server::connections::BodyStalled>() {
+            if e.is::<BodyStalled>() {
                 return BodyError::Stalled;
             }
             source = e.source();
@@ -86,14 +119,8 @@ pub async fn read_limited(
             buffer.extend_from_slice(&data);
         }
     }
-    let drain = async {
-        while seen <= DRAIN_BYTES {
-            match body.frame().await {
-                Some(Ok(frame)) => seen += frame.data_ref().map_or(0, |d| d.len() as u64),
-                Some(Err(_)) | None => break,
-            }
-        }
-    };
-    let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+    if seen <= DRAIN_BYTES {
+        discard(body).await;
+    }
     Err(BodyError::TooLarge)
 }

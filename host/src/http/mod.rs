@@ -11,6 +11,6 @@ mod error;
 pub mod json;
 
 pub use auth::{authorize, Access, AgentOfPath, Operator};
-pub use body::{read_limited, BodyError};
+pub use body::{discard, read_limited, BodyError, BodyStalled};
 pub use error::status_of;
 pub use json::ApiJson;

@@ -11,7 +11,8 @@
 //!   dropped;
 //! - a keep-alive connection with no request for `idle_timeout` is closed;
 //! - a request body that makes no progress for `header_timeout` fails with
-//!   [`BodyStalled`] (the handlers answer `408`);
+//!   [`BodyStalled`] (the handlers answer `408`); one a handler did not read (it answered
+//!   first: `401`, `404`) is read and dropped after the answer, bounded;
 //! - past `max_connections` (lowered to what the open-files limit leaves room for), a
 //!   connection is answered `503` with the contract's JSON error and closed, without
 //!   reading its request.
@@ -30,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::Router;
-use http_body::{Frame, SizeHint};
+use http_body::{Body as _, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -39,6 +40,7 @@ use tokio::sync::{watch, Semaphore};
 use tower::ServiceExt;
 
 use crate::config::ServerLimits;
+use crate::http::{discard, BodyStalled};
 
 /// File descriptors kept free for everything that is not a client connection: the
 /// database, the component cache, guests' outbound HTTP, refusing connections.
@@ -48,22 +50,6 @@ const LINGERING_AT_ONCE: usize = 32;
 /// How long a refused connection is read (and its bytes dropped) after its `503`, so a
 /// client still sending reads the answer rather than a reset.
 const REFUSAL_LINGER: Duration = Duration::from_millis(500);
-
-/// Why a request body read failed: the client stopped sending it for `header_timeout`.
-#[derive(Debug)]
-pub struct BodyStalled(pub Duration);
-
-impl std::fmt::Display for BodyStalled {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the request body stopped arriving for {} ms",
-            self.0.as_millis()
-        )
-    }
-}
-
-impl std::error::Error for BodyStalled {}
 
 /// How many connections may be served at once under an open-files limit of `open_files`
 /// (`None`: unknown): `wanted`, lowered to leave [`RESERVED_FILES`] descriptors free.
@@ -467,24 +453,33 @@ impl AsyncWrite for Watched {
     }
 }
 
-pin_project_lite::pin_project! {
-    /// A request body that fails with [`BodyStalled`] when no part of it arrives for
-    /// `stall`.
-    struct StallBounded {
-        #[pin]
-        inner: Incoming,
-        stall: Duration,
-        #[pin]
-        timer: tokio::time::Sleep,
-    }
+/// A request body that fails with [`BodyStalled`] when no part of it arrives for
+/// `stall`. Dropped before its end (a handler that answered without reading it: a `401`,
+/// a `404`), the rest is read and discarded in the background (bounded, see
+/// [`discard`]), so the client reads the answer rather than a reset and the connection
+/// stays usable.
+struct StallBounded {
+    inner: Option<Incoming>,
+    stall: Duration,
+    timer: Pin<Box<tokio::time::Sleep>>,
 }
 
 impl StallBounded {
     fn new(inner: Incoming, stall: Duration) -> Self {
         Self {
-            inner,
+            inner: Some(inner),
             stall,
-            timer: tokio::time::sleep(stall),
+            timer: Box::pin(tokio::time::sleep(stall)),
+        }
+    }
+}
+
+impl Drop for StallBounded {
+    fn drop(&mut self) {
+        if let Some(rest) = self.inner.take().filter(|b| !b.is_end_stream()) {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(discard(rest));
+            }
         }
     }
 }
@@ -494,29 +489,34 @@ impl http_body::Body for StallBounded {
     type Error = axum::BoxError;
 
     fn poll_frame(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let mut this = self.project();
-        match this.inner.poll_frame(cx) {
+        let this = &mut *self;
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match Pin::new(inner).poll_frame(cx) {
             Poll::Ready(frame) => {
-                let next = tokio::time::Instant::now() + *this.stall;
+                let next = tokio::time::Instant::now() + this.stall;
                 this.timer.as_mut().reset(next);
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
-            Poll::Pending => match this.timer.poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyStalled(*this.stall))))),
+            Poll::Pending => match this.timer.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyStalled(this.stall))))),
                 Poll::Pending => Poll::Pending,
             },
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.inner.as_ref().is_none_or(|b| b.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), |b| b.size_hint())
     }
 }
 
