@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use crate::config::ConnectorSettings;
 use crate::registry::Connector;
-use crate::runtime::{OutboundPolicy, Sandbox};
+use crate::runtime::{Caller, OutboundPolicy, Sandbox};
 use crate::store::BindingRecord;
 
 /// The schema keyword that marks a config field holding a GitHub App installation id.
@@ -84,6 +84,7 @@ impl<'a> Capabilities<'a> {
             outbound,
             installations: installations.into(),
             secrets: Arc::new(secrets),
+            caller: Caller::Host,
         }
     }
 }

@@ -19,7 +19,7 @@ use crate::grants::Provider;
 use crate::ids::{check_id, truncate};
 use crate::registry::manifest::is_tool_id;
 use crate::registry::{SchemaViolation, ToolAnnotations, ToolInfo};
-use crate::runtime::wit;
+use crate::runtime::{wit, Caller};
 use crate::state::State;
 use crate::store::Subject;
 
@@ -179,7 +179,10 @@ impl ToolDispatcher {
                         (primary, "{}".to_string())
                     }
                 };
-                let sandbox = self.catalog.sandbox(connector.slug(), binding.as_ref());
+                let sandbox = self
+                    .catalog
+                    .sandbox(connector.slug(), binding.as_ref())
+                    .for_caller(Caller::Agent(Arc::from(agent)));
                 let ctx = wit::CallContext {
                     binding: wit::Binding { unit, config },
                     agent: Some(agent.to_string()),

@@ -50,6 +50,7 @@ fn sandbox_allowing_the_fake() -> Sandbox {
         outbound: Arc::new(OutboundPolicy::new(&["127.0.0.1".into()], None, true)),
         installations: Arc::from(Vec::new()),
         secrets: Arc::new(BTreeMap::new()),
+        caller: connector_host::runtime::Caller::Host,
     }
 }
 

@@ -11,7 +11,7 @@ use super::client::{Body, Client};
 use super::inspect::{local_registry, prepare, read_component};
 use super::{print_json, read_json_arg, CliError};
 use crate::registry::SchemaViolation;
-use crate::runtime::{wit, GuestError, OutboundPolicy, Sandbox};
+use crate::runtime::{wit, Caller, GuestError, OutboundPolicy, Sandbox};
 
 pub(crate) const HELP: &str = "\
 With FILE.wasm (a TARGET ending in .wasm, containing a `/`, or naming an existing file) the
@@ -153,6 +153,7 @@ pub async fn run_local(args: CallArgs) -> Result<(), CliError> {
         outbound: Arc::new(outbound),
         installations: Arc::from(installations),
         secrets: Arc::new(Default::default()),
+        caller: Caller::Host,
     };
 
     let config_text = config.to_string();

@@ -18,8 +18,14 @@ pub enum GuestError {
     /// The guest answered with something that is not what the contract requires
     /// (for example a tool result that is not JSON).
     InvalidOutput { message: String },
-    /// The component could not be instantiated (a missing import, a full instance pool).
+    /// The component could not be instantiated (a missing import).
     Instantiate { message: String },
+    /// The call waited for one of its caller's concurrent-call slots until its deadline
+    /// and was never started.
+    Queued { after_ms: u64, message: String },
+    /// The host stayed at one of its bounds (the instance pool, the memory of all
+    /// guests) until the call's deadline.
+    HostBusy { message: String },
 }
 
 impl fmt::Display for GuestError {
@@ -46,6 +52,11 @@ impl fmt::Display for GuestError {
             GuestError::Instantiate { message } => {
                 write!(f, "the connector could not be started: {message}")
             }
+            GuestError::Queued { after_ms, message } => write!(
+                f,
+                "the call was not started within its {after_ms} ms: {message}; the rest wait, and the wait counts toward limits.call_timeout_ms"
+            ),
+            GuestError::HostBusy { message } => write!(f, "the host is busy: {message}"),
         }
     }
 }
@@ -53,11 +64,15 @@ impl fmt::Display for GuestError {
 impl std::error::Error for GuestError {}
 
 impl GuestError {
-    /// The contract's error code: `connector_timeout` for a timeout, `connector_trapped`
-    /// for everything else.
+    /// The contract's error code: `connector_timeout` for a timeout (also one spent
+    /// waiting for the caller's own slots), `host_busy` when the host stayed at a bound,
+    /// `connector_trapped` for everything else.
     pub fn code(&self) -> crate::error::ErrorCode {
         match self {
-            GuestError::Timeout { .. } => crate::error::ErrorCode::ConnectorTimeout,
+            GuestError::Timeout { .. } | GuestError::Queued { .. } => {
+                crate::error::ErrorCode::ConnectorTimeout
+            }
+            GuestError::HostBusy { .. } => crate::error::ErrorCode::HostBusy,
             _ => crate::error::ErrorCode::ConnectorTrapped,
         }
     }

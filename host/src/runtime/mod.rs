@@ -9,9 +9,10 @@
 //!
 //! Every call is bounded: wall-clock time through epoch interruption (a ticker thread
 //! advances the epoch; a guest past its deadline traps, and a guest inside its budget
-//! yields to the async executor at every tick so it cannot starve other calls), linear
-//! memory through a resource limiter, result size after the call, and the number of
-//! instances alive at once through a semaphore sized to the instance pool.
+//! ends its CPU slice at every tick), linear memory through a resource limiter, result
+//! size after the call. How much of the host a caller gets — its concurrent calls, a
+//! slot of the instance pool, its part of all guests' memory, turns on the CPU — is
+//! decided by `share` (one agent's flood leaves another's calls fast).
 //!
 //! The guest sees WASI with no files, environment, arguments or sockets; the only way
 //! out is `wasi:http/outgoing-handler`, policed by [`OutboundPolicy`], and the host
@@ -21,6 +22,7 @@ mod cache;
 mod error;
 mod limits;
 mod outbound;
+mod share;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -31,7 +33,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use tokio::sync::Semaphore;
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap,
@@ -45,9 +46,11 @@ pub use cache::LoadSource;
 pub use error::{GuestError, LoadError};
 pub use limits::GuestLimits;
 pub use outbound::{is_public, OutboundPolicy};
+pub use share::Caller;
 
 use cache::ComponentCache;
 use outbound::OutboundHooks;
+use share::{HostShare, MemoryBudget};
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -109,6 +112,8 @@ pub struct Sandbox {
     pub installations: Arc<[u64]>,
     /// Secrets this call may read (those of the connector its binding names).
     pub secrets: Arc<BTreeMap<String, String>>,
+    /// Whose share of the host the call counts against.
+    pub caller: Caller,
 }
 
 impl Sandbox {
@@ -119,7 +124,14 @@ impl Sandbox {
             outbound: Arc::new(OutboundPolicy::deny_all()),
             installations: Arc::from(Vec::new()),
             secrets: Arc::new(BTreeMap::new()),
+            caller: Caller::Host,
         }
+    }
+
+    /// This sandbox, for a call on behalf of `caller`.
+    pub fn for_caller(mut self, caller: Caller) -> Self {
+        self.caller = caller;
+        self
     }
 }
 
@@ -159,7 +171,7 @@ pub struct ConnectorRuntime {
     limits: GuestLimits,
     cache: ComponentCache,
     installation_tokens: Option<Arc<dyn InstallationTokens>>,
-    slots: Arc<Semaphore>,
+    share: HostShare,
     ticker_stop: Arc<AtomicBool>,
 }
 
@@ -181,6 +193,8 @@ pub(crate) struct GuestState {
     secrets: Arc<BTreeMap<String, String>>,
     installation_tokens: Option<Arc<dyn InstallationTokens>>,
     deadline: Instant,
+    /// Set when the guest's CPU slice ends (see `share::OnTurn`).
+    yielded: Arc<AtomicBool>,
     log_lines: u32,
 }
 
@@ -203,15 +217,19 @@ impl WasiHttpView for GuestState {
     }
 }
 
+/// Bounds one guest's linear memory (`limits.memory_mib`) and takes what it grows from
+/// the host-wide budget (`limits.guest_memory_total_mib`), waiting for it if need be.
 struct MemoryLimiter {
     limit: usize,
     exceeded: bool,
+    budget: MemoryBudget,
 }
 
-impl wasmtime::ResourceLimiter for MemoryLimiter {
-    fn memory_growing(
+#[async_trait::async_trait]
+impl wasmtime::ResourceLimiterAsync for MemoryLimiter {
+    async fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
@@ -219,10 +237,10 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
             self.exceeded = true;
             return Ok(false);
         }
-        Ok(true)
+        Ok(self.budget.grow(current, desired).await)
     }
 
-    fn table_growing(
+    async fn table_growing(
         &mut self,
         _current: usize,
         desired: usize,
@@ -377,7 +395,7 @@ impl ConnectorRuntime {
             limits,
             cache,
             installation_tokens: options.installation_tokens,
-            slots: Arc::new(Semaphore::new(slots as usize)),
+            share: HostShare::new(&limits),
             ticker_stop,
         })
     }
@@ -437,14 +455,13 @@ impl ConnectorRuntime {
         })
     }
 
-    fn new_store(&self, sandbox: &Sandbox) -> Store<GuestState> {
+    fn new_store(&self, sandbox: &Sandbox, deadline: Instant) -> Store<GuestState> {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
         let mut wasi = WasiCtx::builder();
         wasi.stderr(stderr.clone())
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false);
-        let deadline = Instant::now() + self.limits.call_timeout;
         let state = GuestState {
             table: ResourceTable::new(),
             wasi: wasi.build(),
@@ -456,22 +473,28 @@ impl ConnectorRuntime {
             limiter: MemoryLimiter {
                 limit: self.limits.memory_bytes,
                 exceeded: false,
+                budget: self.share.memory_budget(deadline),
             },
             stderr,
             installations: sandbox.installations.clone(),
             secrets: sandbox.secrets.clone(),
             installation_tokens: self.installation_tokens.clone(),
             deadline,
+            yielded: Arc::new(AtomicBool::new(false)),
             log_lines: 0,
         };
         let mut store = Store::new(&self.engine, state);
-        store.limiter(|s| &mut s.limiter);
+        store.limiter_async(|s| &mut s.limiter);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|ctx| {
             if Instant::now() >= ctx.data().deadline {
                 Ok(UpdateDeadline::Interrupt)
             } else {
-                Ok(UpdateDeadline::Yield(1))
+                ctx.data().yielded.store(true, Ordering::Release);
+                Ok(UpdateDeadline::YieldCustom(
+                    1,
+                    Box::pin(tokio::task::yield_now()),
+                ))
             }
         });
         store
@@ -488,32 +511,46 @@ impl ConnectorRuntime {
     where
         F: for<'a> FnOnce(&'a bindings::Connector, &'a mut Store<GuestState>) -> GuestFuture<'a, R>,
     {
-        let _slot = self
-            .slots
-            .acquire()
-            .await
-            .map_err(|_| GuestError::Instantiate {
-                message: "the runtime is shutting down".into(),
-            })?;
-        let mut store = self.new_store(sandbox);
+        // The deadline runs from now: waiting for a slot counts toward it.
         let timeout = self.limits.call_timeout;
-        let outcome = tokio::time::timeout(timeout + EPOCH_TICK * 2, async {
+        let deadline = Instant::now() + timeout;
+        let _admitted = self.share.admit(&sandbox.caller, deadline).await?;
+        let mut store = self.new_store(sandbox, deadline);
+        let hard_stop = tokio::time::Instant::from_std(deadline + EPOCH_TICK * 2);
+        let yielded = store.data().yielded.clone();
+        let guest = async {
             let instance = component
                 .pre
                 .instantiate_async(&mut store)
                 .await
                 .map_err(|e| (e, true))?;
             f(&instance, &mut store).await.map_err(|e| (e, false))
-        })
+        };
+        let outcome = tokio::time::timeout_at(
+            hard_stop,
+            self.share.on_turn(&sandbox.caller, yielded, guest),
+        )
         .await;
         match outcome {
             Ok(Ok(value)) => Ok(value),
+            // Out of time after waiting for the memory budget: the host's bound, not the
+            // guest's.
+            Err(_elapsed) if store.data().limiter.budget.held_up() => Err(self.memory_busy()),
             Err(_elapsed) => Err(GuestError::Timeout {
                 after_ms: timeout.as_millis() as u64,
             }),
             Ok(Err((err, during_instantiate))) => {
                 Err(self.classify(&store, err, during_instantiate))
             }
+        }
+    }
+
+    fn memory_busy(&self) -> GuestError {
+        GuestError::HostBusy {
+            message: format!(
+                "the memory of all guests stayed at limits.guest_memory_total_mib ({} MiB) until the call's deadline",
+                self.limits.total_memory_bytes / (1024 * 1024)
+            ),
         }
     }
 
@@ -531,6 +568,9 @@ impl ConnectorRuntime {
         }
         if let Some(trap) = err.downcast_ref::<Trap>() {
             if *trap == Trap::Interrupt {
+                if state.limiter.budget.held_up() {
+                    return self.memory_busy();
+                }
                 return GuestError::Timeout {
                     after_ms: self.limits.call_timeout.as_millis() as u64,
                 };

@@ -31,7 +31,7 @@ use crate::error::{ErrorCode, HostError, HostResult};
 use crate::ids::now_rfc3339;
 use crate::inbox::Inbox;
 use crate::replicas::ReplicaSync;
-use crate::runtime::wit;
+use crate::runtime::{wit, Caller};
 use crate::state::State;
 use crate::store::{Claim, Store};
 use crate::store::{ClaimScope, DeliveryRecord, DeliveryStatus, MessageRecord};
@@ -448,7 +448,11 @@ impl Webhooks {
             headers: record.headers.clone(),
             body: record.body.clone(),
         };
-        let sandbox = self.catalog.sandbox(&record.connector, None);
+        let caller = Caller::Webhooks(Arc::from(record.connector.as_str()));
+        let sandbox = self
+            .catalog
+            .sandbox(&record.connector, None)
+            .for_caller(caller.clone());
         let translated = self
             .catalog
             .runtime()
@@ -468,7 +472,10 @@ impl Webhooks {
             let payload: Value = serde_json::from_str(&message.payload)
                 .map_err(|e| format!("the connector produced a payload that is not JSON: {e}"))?;
             for binding in targets {
-                let sandbox = self.catalog.sandbox(&record.connector, Some(&binding));
+                let sandbox = self
+                    .catalog
+                    .sandbox(&record.connector, Some(&binding))
+                    .for_caller(caller.clone());
                 let wit_binding = wit::Binding {
                     unit: binding.unit_id.clone(),
                     config: binding.config.to_string(),

@@ -242,6 +242,7 @@ impl Harness {
             outbound: Arc::new(outbound),
             installations: Arc::from(installations),
             secrets: Arc::new(self.secrets.clone()),
+            caller: connector_host::runtime::Caller::Host,
         }
     }
 

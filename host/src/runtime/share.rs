@@ -1,0 +1,609 @@
+//! Each caller's share of the host: how many guest calls one caller (an agent) may run
+//! at once, the instance pool every call needs a slot of, the linear memory of all live
+//! guests together, and turns on the CPU.
+//!
+//! Runs before a guest is instantiated ([`HostShare::admit`]), whenever a guest grows its
+//! memory ([`MemoryBudget`]) and around every poll of a running guest ([`OnTurn`]).
+//! Every wait here counts toward the call's deadline: a call that cannot start in time
+//! fails instead of queueing past `call_timeout_ms`. Waiting for one of the caller's own
+//! slots past the deadline is the caller's own overload (`connector_timeout`); waiting
+//! for the host's pool or memory is the host's (`host_busy`).
+//!
+//! ## CPU turns
+//!
+//! Guests are preempted only at epoch ticks (every few milliseconds), and tokio runs
+//! whatever is runnable in turn: 64 looping guests of one agent would fill the run queue,
+//! and another agent's call (and the socket it arrived on) would wait behind all of their
+//! slices. So a guest runs only while it holds one of [`Turns`] (as many as the machine
+//! has cores); it gives its turn back when it waits for anything (I/O, memory) and, at
+//! the end of a slice, passes it to the next waiting guest — round-robin across callers,
+//! so a caller with one call gets a turn as often as one with sixty. Only guests holding
+//! a turn are runnable; a guest handed a turn first yields once to the scheduler, so
+//! sockets and timers are serviced between slices.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::error::GuestError;
+use super::limits::GuestLimits;
+
+/// Who a guest call runs for: each caller has its own share of concurrent calls.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Caller {
+    /// The host itself or its operator (describe, bind, runtime context): not limited
+    /// beyond the pool.
+    Host,
+    /// An agent calling a tool.
+    Agent(Arc<str>),
+    /// Webhook deliveries of one connector (translate, accept).
+    Webhooks(Arc<str>),
+}
+
+impl Caller {
+    fn describe(&self) -> String {
+        match self {
+            Caller::Host => "the host".into(),
+            Caller::Agent(id) => format!("agent `{id}`"),
+            Caller::Webhooks(slug) => format!("webhook deliveries of `{slug}`"),
+        }
+    }
+}
+
+/// Bytes per WebAssembly page, the unit of the memory budget.
+const PAGE: usize = 64 * 1024;
+
+type CallerSlots = Arc<Mutex<HashMap<Caller, Arc<Semaphore>>>>;
+
+/// The host's guest capacity and how it is shared.
+pub(crate) struct HostShare {
+    per_caller: usize,
+    callers: CallerSlots,
+    pool: Arc<Semaphore>,
+    memory: Arc<Semaphore>,
+    turns: Arc<Turns>,
+}
+
+/// A call's admission: a slot of its caller and one of the pool, both released on drop.
+pub(crate) struct Admitted {
+    _caller: Option<CallerSlot>,
+    _pool: OwnedSemaphorePermit,
+}
+
+struct CallerSlot {
+    permit: Option<OwnedSemaphorePermit>,
+    caller: Caller,
+    slots: Arc<Semaphore>,
+    callers: CallerSlots,
+}
+
+impl Drop for CallerSlot {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        forget_if_unused(&self.callers, &self.caller, &self.slots);
+    }
+}
+
+/// Drops `caller`'s entry once nobody holds or waits for its slots (the map and
+/// `slots` are then the only references), so the map does not grow with every agent.
+fn forget_if_unused(callers: &CallerSlots, caller: &Caller, slots: &Arc<Semaphore>) {
+    let mut map = callers.lock().unwrap_or_else(|p| p.into_inner());
+    if Arc::strong_count(slots) == 2 {
+        map.remove(caller);
+    }
+}
+
+impl HostShare {
+    pub(crate) fn new(limits: &GuestLimits) -> Self {
+        let pages = (limits.total_memory_bytes / PAGE).max(1);
+        Self {
+            per_caller: limits.calls_per_caller() as usize,
+            callers: Arc::default(),
+            pool: Arc::new(Semaphore::new(
+                limits.max_concurrent_instances.max(1) as usize
+            )),
+            memory: Arc::new(Semaphore::new(pages)),
+            turns: Arc::new(Turns::new(
+                std::thread::available_parallelism().map_or(2, |n| n.get()),
+            )),
+        }
+    }
+
+    /// `guest` (a call of `caller`), run only while it holds a CPU turn; `yielded` is set
+    /// by the epoch callback when the guest's slice ends.
+    pub(crate) fn on_turn<F: Future>(
+        &self,
+        caller: &Caller,
+        yielded: Arc<AtomicBool>,
+        guest: F,
+    ) -> OnTurn<F> {
+        OnTurn {
+            guest,
+            hold: Hold {
+                turns: self.turns.clone(),
+                caller: caller.clone(),
+                state: HoldState::None,
+            },
+            yielded,
+        }
+    }
+
+    /// Waits (until `deadline`) for a slot of `caller` and then one of the pool.
+    pub(crate) async fn admit(
+        &self,
+        caller: &Caller,
+        deadline: Instant,
+    ) -> Result<Admitted, GuestError> {
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::from_std(deadline);
+        let caller_slot = match caller {
+            Caller::Host => None,
+            _ => {
+                let slots = {
+                    let mut map = self.callers.lock().unwrap_or_else(|p| p.into_inner());
+                    map.entry(caller.clone())
+                        .or_insert_with(|| Arc::new(Semaphore::new(self.per_caller)))
+                        .clone()
+                };
+                match tokio::time::timeout_at(deadline, slots.clone().acquire_owned()).await {
+                    Ok(Ok(permit)) => Some(CallerSlot {
+                        permit: Some(permit),
+                        caller: caller.clone(),
+                        slots,
+                        callers: self.callers.clone(),
+                    }),
+                    _ => {
+                        forget_if_unused(&self.callers, caller, &slots);
+                        return Err(GuestError::Queued {
+                            after_ms: started.elapsed().as_millis() as u64,
+                            message: format!(
+                                "{} already runs {} calls at once (limits.max_concurrent_calls_per_agent)",
+                                caller.describe(),
+                                self.per_caller
+                            ),
+                        });
+                    }
+                }
+            }
+        };
+        match tokio::time::timeout_at(deadline, self.pool.clone().acquire_owned()).await {
+            Ok(Ok(pool)) => Ok(Admitted {
+                _caller: caller_slot,
+                _pool: pool,
+            }),
+            _ => Err(GuestError::HostBusy {
+                message: format!(
+                    "every guest instance slot stayed busy for {} ms; retry shortly",
+                    started.elapsed().as_millis()
+                ),
+            }),
+        }
+    }
+
+    /// The memory budget a call with `deadline` grows its guest's memory from.
+    pub(crate) fn memory_budget(&self, deadline: Instant) -> MemoryBudget {
+        MemoryBudget {
+            pages: self.memory.clone(),
+            held: None,
+            deadline,
+            held_up: false,
+        }
+    }
+
+    /// Calls of `caller` running or admitted now (for tests and metrics).
+    #[cfg(test)]
+    fn running(&self, caller: &Caller) -> usize {
+        let map = self.callers.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(caller)
+            .map_or(0, |s| self.per_caller - s.available_permits())
+    }
+}
+
+/// One guest's claim on the host-wide memory budget: growing its linear memory takes
+/// pages from the budget (waiting for other guests to finish until the call's deadline);
+/// everything is returned when the guest's store is dropped.
+pub(crate) struct MemoryBudget {
+    pages: Arc<Semaphore>,
+    held: Option<OwnedSemaphorePermit>,
+    deadline: Instant,
+    /// A growth had to wait for the budget (or failed for it).
+    held_up: bool,
+}
+
+impl MemoryBudget {
+    /// Takes what growing from `current` to `desired` bytes needs; `false` when the
+    /// budget did not have it before the deadline.
+    pub(crate) async fn grow(&mut self, current: usize, desired: usize) -> bool {
+        let needed = desired.saturating_sub(current).div_ceil(PAGE);
+        if needed == 0 {
+            return true;
+        }
+        let Ok(needed) = u32::try_from(needed) else {
+            self.held_up = true;
+            return false;
+        };
+        let granted = match self.pages.clone().try_acquire_many_owned(needed) {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                self.held_up = true;
+                let deadline = tokio::time::Instant::from_std(self.deadline);
+                // Outside tokio's cooperative budget: a guest that allocates in a loop
+                // must not be parked here with memory to spare.
+                let wait = tokio::time::timeout_at(
+                    deadline,
+                    self.pages.clone().acquire_many_owned(needed),
+                );
+                tokio::task::coop::unconstrained(wait)
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+            }
+        };
+        match granted {
+            Some(permit) => {
+                match &mut self.held {
+                    Some(held) => held.merge(permit),
+                    None => self.held = Some(permit),
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the guest had to wait for the budget during its call (a call out of time
+    /// after that is the host's bound, `host_busy`, not the guest's).
+    pub(crate) fn held_up(&self) -> bool {
+        self.held_up
+    }
+
+    /// Bytes this guest holds of the budget.
+    #[cfg(test)]
+    fn held_bytes(&self) -> usize {
+        self.held.as_ref().map_or(0, |p| p.num_permits() * PAGE)
+    }
+}
+
+/// The CPU turns guests take: a fixed number, handed round-robin across callers.
+pub(crate) struct Turns {
+    state: Mutex<TurnState>,
+}
+
+struct TurnState {
+    free: usize,
+    /// Callers with waiting guests, in the order they get the next turns.
+    order: VecDeque<Caller>,
+    waiting: HashMap<Caller, VecDeque<Arc<Ticket>>>,
+}
+
+/// A guest's place in the queue for a turn.
+struct Ticket {
+    granted: AtomicBool,
+    waker: Mutex<Waker>,
+}
+
+/// How a guest came to hold a turn.
+#[derive(Debug, PartialEq, Eq)]
+enum Taken {
+    /// A free one, at once.
+    Free,
+    /// Handed over while it waited.
+    Handed,
+    /// None yet: it waits (its waker is called when one is handed to it).
+    Waiting,
+}
+
+impl Turns {
+    fn new(turns: usize) -> Self {
+        Self {
+            state: Mutex::new(TurnState {
+                free: turns.max(1),
+                order: VecDeque::new(),
+                waiting: HashMap::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, TurnState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes a turn for `caller`: a free one, the one handed to `ticket`, or none (then
+    /// `ticket` is queued, or its waker updated).
+    fn take(&self, caller: &Caller, ticket: &mut Option<Arc<Ticket>>, waker: &Waker) -> Taken {
+        let mut state = self.lock();
+        if let Some(t) = ticket {
+            if t.granted.load(Ordering::Acquire) {
+                *ticket = None;
+                return Taken::Handed;
+            }
+            let mut w = t.waker.lock().unwrap_or_else(|p| p.into_inner());
+            if !w.will_wake(waker) {
+                *w = waker.clone();
+            }
+            return Taken::Waiting;
+        }
+        if state.free > 0 {
+            state.free -= 1;
+            return Taken::Free;
+        }
+        *ticket = Some(state.enqueue(caller, waker));
+        Taken::Waiting
+    }
+
+    /// Gives a turn back: to the next waiting guest, else to the free ones.
+    fn give_back(&self) {
+        self.lock().hand_over();
+    }
+
+    /// At the end of a slice: when another guest waits, hands the turn to it and queues
+    /// `caller`'s guest behind (`true`); otherwise the guest keeps its turn.
+    fn pass_on(&self, caller: &Caller, ticket: &mut Option<Arc<Ticket>>, waker: &Waker) -> bool {
+        let mut state = self.lock();
+        if state.order.is_empty() {
+            return false;
+        }
+        state.hand_over();
+        *ticket = Some(state.enqueue(caller, waker));
+        true
+    }
+
+    /// A waiting guest went away: out of the queue, and a turn already handed to it goes
+    /// to the next.
+    fn cancel(&self, caller: &Caller, ticket: &Arc<Ticket>) {
+        let mut state = self.lock();
+        if ticket.granted.load(Ordering::Acquire) {
+            state.hand_over();
+            return;
+        }
+        if let Some(queue) = state.waiting.get_mut(caller) {
+            queue.retain(|t| !Arc::ptr_eq(t, ticket));
+            if queue.is_empty() {
+                state.waiting.remove(caller);
+                state.order.retain(|c| c != caller);
+            }
+        }
+    }
+}
+
+impl TurnState {
+    fn enqueue(&mut self, caller: &Caller, waker: &Waker) -> Arc<Ticket> {
+        let ticket = Arc::new(Ticket {
+            granted: AtomicBool::new(false),
+            waker: Mutex::new(waker.clone()),
+        });
+        let queue = self.waiting.entry(caller.clone()).or_default();
+        if queue.is_empty() {
+            self.order.push_back(caller.clone());
+        }
+        queue.push_back(ticket.clone());
+        ticket
+    }
+
+    fn hand_over(&mut self) {
+        let Some(caller) = self.order.pop_front() else {
+            self.free += 1;
+            return;
+        };
+        let Some(queue) = self.waiting.get_mut(&caller) else {
+            self.free += 1;
+            return;
+        };
+        let next = queue.pop_front();
+        if queue.is_empty() {
+            self.waiting.remove(&caller);
+        } else {
+            self.order.push_back(caller);
+        }
+        match next {
+            Some(ticket) => {
+                ticket.granted.store(true, Ordering::Release);
+                ticket
+                    .waker
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .wake_by_ref();
+            }
+            None => self.free += 1,
+        }
+    }
+}
+
+/// A guest's hold on a turn; released (or its place in the queue given up) on drop.
+struct Hold {
+    turns: Arc<Turns>,
+    caller: Caller,
+    state: HoldState,
+}
+
+enum HoldState {
+    None,
+    Waiting(Option<Arc<Ticket>>),
+    /// Handed a turn and yielded once to the scheduler before running on it.
+    Deferring,
+    Holding,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        match std::mem::replace(&mut self.state, HoldState::None) {
+            HoldState::Holding | HoldState::Deferring => self.turns.give_back(),
+            HoldState::Waiting(Some(ticket)) => self.turns.cancel(&self.caller, &ticket),
+            HoldState::Waiting(None) | HoldState::None => {}
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A guest call that runs only while it holds a CPU turn (see the module docs).
+    pub(crate) struct OnTurn<F> {
+        #[pin]
+        guest: F,
+        hold: Hold,
+        yielded: Arc<AtomicBool>,
+    }
+}
+
+impl<F: Future> Future for OnTurn<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let hold = this.hold;
+        match &mut hold.state {
+            HoldState::Holding => {}
+            HoldState::Deferring => hold.state = HoldState::Holding,
+            state => {
+                let mut ticket = match std::mem::replace(state, HoldState::None) {
+                    HoldState::Waiting(ticket) => ticket,
+                    _ => None,
+                };
+                match hold.turns.take(&hold.caller, &mut ticket, cx.waker()) {
+                    Taken::Free => hold.state = HoldState::Holding,
+                    Taken::Handed => {
+                        // Let the scheduler service sockets and timers before this slice.
+                        hold.state = HoldState::Deferring;
+                        let mut yield_now = std::pin::pin!(tokio::task::yield_now());
+                        let _ = yield_now.as_mut().poll(cx);
+                        return Poll::Pending;
+                    }
+                    Taken::Waiting => {
+                        hold.state = HoldState::Waiting(ticket);
+                        return Poll::Pending;
+                    }
+                }
+            }
+        }
+        match this.guest.poll(cx) {
+            Poll::Ready(output) => {
+                hold.state = HoldState::None;
+                hold.turns.give_back();
+                Poll::Ready(output)
+            }
+            Poll::Pending => {
+                if this.yielded.swap(false, Ordering::AcqRel) {
+                    // The slice ended (the guest is still runnable): the next waiting
+                    // guest runs first, if there is one.
+                    let mut ticket = None;
+                    if hold.turns.pass_on(&hold.caller, &mut ticket, cx.waker()) {
+                        hold.state = HoldState::Waiting(ticket);
+                    }
+                } else {
+                    // Waiting for I/O or memory: not runnable, so not holding a turn.
+                    hold.state = HoldState::None;
+                    hold.turns.give_back();
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn share(per_caller: u32, pool: u32, memory_mib: usize) -> HostShare {
+        HostShare::new(&GuestLimits {
+            max_concurrent_instances: pool,
+            calls_per_agent: Some(per_caller),
+            total_memory_bytes: memory_mib * 1024 * 1024,
+            ..GuestLimits::default()
+        })
+    }
+
+    fn soon(ms: u64) -> Instant {
+        Instant::now() + Duration::from_millis(ms)
+    }
+
+    #[tokio::test]
+    async fn a_caller_past_its_share_waits_and_times_out_while_others_run() {
+        let share = share(2, 8, 64);
+        let ada = Caller::Agent("ada".into());
+        let bob = Caller::Agent("bob".into());
+        let _a1 = share.admit(&ada, soon(1000)).await.expect("first");
+        let _a2 = share.admit(&ada, soon(1000)).await.expect("second");
+        assert_eq!(share.running(&ada), 2);
+        let started = Instant::now();
+        let third = share.admit(&ada, soon(100)).await;
+        assert!(
+            matches!(third, Err(GuestError::Queued { .. })),
+            "{:?}",
+            third.err()
+        );
+        assert!(started.elapsed() >= Duration::from_millis(90));
+        // Another agent is not held up.
+        let started = Instant::now();
+        let _b = share.admit(&bob, soon(1000)).await.expect("bob runs");
+        assert!(started.elapsed() < Duration::from_millis(50));
+        // The host's own calls are not limited per caller.
+        let mut host_calls = Vec::new();
+        for _ in 0..4 {
+            host_calls.push(share.admit(&Caller::Host, soon(100)).await.expect("host"));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_released_slot_goes_to_the_waiting_call_and_unused_callers_are_forgotten() {
+        let share = share(1, 8, 64);
+        let ada = Caller::Agent("ada".into());
+        let first = share.admit(&ada, soon(1000)).await.expect("first");
+        let waiting = {
+            let ada = ada.clone();
+            let share = &share;
+            async move { share.admit(&ada, soon(1000)).await }
+        };
+        let (second, ()) = tokio::join!(waiting, async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            drop(first);
+        });
+        let second = second.expect("the waiting call is admitted");
+        drop(second);
+        assert!(share.callers.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_full_pool_is_host_busy() {
+        let share = share(8, 2, 64);
+        let ada = Caller::Agent("ada".into());
+        let bob = Caller::Agent("bob".into());
+        let _a = share.admit(&ada, soon(1000)).await.expect("a");
+        let _b = share.admit(&bob, soon(1000)).await.expect("b");
+        let third = share.admit(&Caller::Host, soon(50)).await;
+        assert!(matches!(third, Err(GuestError::HostBusy { .. })));
+    }
+
+    #[tokio::test]
+    async fn memory_past_the_budget_waits_for_release_then_starves() {
+        let share = share(8, 8, 4);
+        let mut first = share.memory_budget(soon(1000));
+        assert!(first.grow(0, 3 * 1024 * 1024).await);
+        assert_eq!(first.held_bytes(), 3 * 1024 * 1024);
+        let mut second = share.memory_budget(soon(100));
+        assert!(!second.grow(0, 2 * 1024 * 1024).await, "1 MiB is left");
+        assert!(second.held_up());
+        // Released memory is granted to a waiting guest.
+        let mut third = share.memory_budget(soon(1000));
+        let (grown, ()) = tokio::join!(third.grow(0, 2 * 1024 * 1024), async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            drop(first);
+        });
+        assert!(grown);
+        assert!(third.held_up(), "it waited");
+        assert!(
+            third.grow(2 * 1024 * 1024, 2 * 1024 * 1024).await,
+            "no growth, no pages"
+        );
+        let mut fourth = share.memory_budget(soon(1000));
+        assert!(fourth.grow(0, 64 * 1024).await);
+        assert!(!fourth.held_up(), "memory to spare is taken at once");
+    }
+}
