@@ -50,7 +50,7 @@ pub use share::Caller;
 
 use cache::ComponentCache;
 use outbound::OutboundHooks;
-use share::{HostShare, MemoryBudget};
+use share::{CpuSlice, HostShare, MemoryBudget, OnTurn};
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -193,8 +193,8 @@ pub(crate) struct GuestState {
     secrets: Arc<BTreeMap<String, String>>,
     installation_tokens: Option<Arc<dyn InstallationTokens>>,
     deadline: Instant,
-    /// Set when the guest's CPU slice ends (see `share::OnTurn`).
-    yielded: Arc<AtomicBool>,
+    /// The call's CPU turn (see `share`).
+    slice: Arc<CpuSlice>,
     log_lines: u32,
 }
 
@@ -480,7 +480,7 @@ impl ConnectorRuntime {
             secrets: sandbox.secrets.clone(),
             installation_tokens: self.installation_tokens.clone(),
             deadline,
-            yielded: Arc::new(AtomicBool::new(false)),
+            slice: self.share.cpu_slice(&sandbox.caller),
             log_lines: 0,
         };
         let mut store = Store::new(&self.engine, state);
@@ -490,10 +490,9 @@ impl ConnectorRuntime {
             if Instant::now() >= ctx.data().deadline {
                 Ok(UpdateDeadline::Interrupt)
             } else {
-                ctx.data().yielded.store(true, Ordering::Release);
                 Ok(UpdateDeadline::YieldCustom(
                     1,
-                    Box::pin(tokio::task::yield_now()),
+                    ctx.data().slice.end_of_slice(),
                 ))
             }
         });
@@ -517,7 +516,7 @@ impl ConnectorRuntime {
         let _admitted = self.share.admit(&sandbox.caller, deadline).await?;
         let mut store = self.new_store(sandbox, deadline);
         let hard_stop = tokio::time::Instant::from_std(deadline + EPOCH_TICK * 2);
-        let yielded = store.data().yielded.clone();
+        let slice = store.data().slice.clone();
         let guest = async {
             let instance = component
                 .pre
@@ -526,11 +525,7 @@ impl ConnectorRuntime {
                 .map_err(|e| (e, true))?;
             f(&instance, &mut store).await.map_err(|e| (e, false))
         };
-        let outcome = tokio::time::timeout_at(
-            hard_stop,
-            self.share.on_turn(&sandbox.caller, yielded, guest),
-        )
-        .await;
+        let outcome = tokio::time::timeout_at(hard_stop, OnTurn::new(slice, guest)).await;
         match outcome {
             Ok(Ok(value)) => Ok(value),
             // Out of time after waiting for the memory budget: the host's bound, not the

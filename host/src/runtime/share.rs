@@ -3,7 +3,7 @@
 //! guests together, and turns on the CPU.
 //!
 //! Runs before a guest is instantiated ([`HostShare::admit`]), whenever a guest grows its
-//! memory ([`MemoryBudget`]) and around every poll of a running guest ([`OnTurn`]).
+//! memory ([`MemoryBudget`]) and at the end of every CPU slice ([`CpuSlice`]).
 //! Every wait here counts toward the call's deadline: a call that cannot start in time
 //! fails instead of queueing past `call_timeout_ms`. Waiting for one of the caller's own
 //! slots past the deadline is the caller's own overload (`connector_timeout`); waiting
@@ -14,12 +14,14 @@
 //! Guests are preempted only at epoch ticks (every few milliseconds), and tokio runs
 //! whatever is runnable in turn: 64 looping guests of one agent would fill the run queue,
 //! and another agent's call (and the socket it arrived on) would wait behind all of their
-//! slices. So a guest runs only while it holds one of [`Turns`] (as many as the machine
-//! has cores); it gives its turn back when it waits for anything (I/O, memory) and, at
-//! the end of a slice, passes it to the next waiting guest — round-robin across callers,
-//! so a caller with one call gets a turn as often as one with sixty. Only guests holding
-//! a turn are runnable; a guest handed a turn first yields once to the scheduler, so
-//! sockets and timers are serviced between slices.
+//! slices. So a guest that has used a whole slice goes on only while it holds one of
+//! [`Turns`] (as many as the machine has cores): at the end of each slice it yields to
+//! the scheduler, then passes its turn to the next waiting guest (round-robin across
+//! callers, so a caller with one long call gets a turn as often as one with sixty) or
+//! takes one; it gives its turn back when it finishes or waits for anything (I/O,
+//! memory). Only as many long-running guests as there are turns are runnable, so the run
+//! queue stays short; short calls (most tool calls end well inside their first slice)
+//! never wait for a turn at all.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -115,23 +117,14 @@ impl HostShare {
         }
     }
 
-    /// `guest` (a call of `caller`), run only while it holds a CPU turn; `yielded` is set
-    /// by the epoch callback when the guest's slice ends.
-    pub(crate) fn on_turn<F: Future>(
-        &self,
-        caller: &Caller,
-        yielded: Arc<AtomicBool>,
-        guest: F,
-    ) -> OnTurn<F> {
-        OnTurn {
-            guest,
-            hold: Hold {
-                turns: self.turns.clone(),
-                caller: caller.clone(),
-                state: HoldState::None,
-            },
-            yielded,
-        }
+    /// The CPU slices of one call of `caller` (see [`CpuSlice`]).
+    pub(crate) fn cpu_slice(&self, caller: &Caller) -> Arc<CpuSlice> {
+        Arc::new(CpuSlice {
+            turns: self.turns.clone(),
+            caller: caller.clone(),
+            holding: AtomicBool::new(false),
+            yielding: AtomicBool::new(false),
+        })
     }
 
     /// Waits (until `deadline`) for a slot of `caller` and then one of the pool.
@@ -151,14 +144,14 @@ impl HostShare {
                         .or_insert_with(|| Arc::new(Semaphore::new(self.per_caller)))
                         .clone()
                 };
-                match tokio::time::timeout_at(deadline, slots.clone().acquire_owned()).await {
-                    Ok(Ok(permit)) => Some(CallerSlot {
+                match acquire_by(deadline, &slots).await {
+                    Some(permit) => Some(CallerSlot {
                         permit: Some(permit),
                         caller: caller.clone(),
                         slots,
                         callers: self.callers.clone(),
                     }),
-                    _ => {
+                    None => {
                         forget_if_unused(&self.callers, caller, &slots);
                         return Err(GuestError::Queued {
                             after_ms: started.elapsed().as_millis() as u64,
@@ -172,12 +165,12 @@ impl HostShare {
                 }
             }
         };
-        match tokio::time::timeout_at(deadline, self.pool.clone().acquire_owned()).await {
-            Ok(Ok(pool)) => Ok(Admitted {
+        match acquire_by(deadline, &self.pool).await {
+            Some(pool) => Ok(Admitted {
                 _caller: caller_slot,
                 _pool: pool,
             }),
-            _ => Err(GuestError::HostBusy {
+            None => Err(GuestError::HostBusy {
                 message: format!(
                     "every guest instance slot stayed busy for {} ms; retry shortly",
                     started.elapsed().as_millis()
@@ -203,6 +196,22 @@ impl HostShare {
         map.get(caller)
             .map_or(0, |s| self.per_caller - s.available_permits())
     }
+}
+
+/// A permit of `slots`, waiting for one until `deadline`. A free one is taken without
+/// touching tokio's cooperative budget (a caller making many quick calls in a row is not
+/// made to yield for it).
+async fn acquire_by(
+    deadline: tokio::time::Instant,
+    slots: &Arc<Semaphore>,
+) -> Option<OwnedSemaphorePermit> {
+    if let Ok(permit) = slots.clone().try_acquire_owned() {
+        return Some(permit);
+    }
+    tokio::time::timeout_at(deadline, slots.clone().acquire_owned())
+        .await
+        .ok()
+        .and_then(Result::ok)
 }
 
 /// One guest's claim on the host-wide memory budget: growing its linear memory takes
@@ -285,6 +294,9 @@ struct TurnState {
 /// A guest's place in the queue for a turn.
 struct Ticket {
     granted: AtomicBool,
+    /// The turn came from a guest whose CPU slice ended (not one that finished or
+    /// waits for I/O).
+    after_slice: AtomicBool,
     waker: Mutex<Waker>,
 }
 
@@ -293,8 +305,8 @@ struct Ticket {
 enum Taken {
     /// A free one, at once.
     Free,
-    /// Handed over while it waited.
-    Handed,
+    /// Handed over while it waited; `after_slice`: by a guest whose slice ended.
+    Handed { after_slice: bool },
     /// None yet: it waits (its waker is called when one is handed to it).
     Waiting,
 }
@@ -314,14 +326,15 @@ impl Turns {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes a turn for `caller`: a free one, the one handed to `ticket`, or none (then
+    /// Takes a turn for `caller`: the one handed to `ticket`, a free one, or none (then
     /// `ticket` is queued, or its waker updated).
     fn take(&self, caller: &Caller, ticket: &mut Option<Arc<Ticket>>, waker: &Waker) -> Taken {
         let mut state = self.lock();
         if let Some(t) = ticket {
             if t.granted.load(Ordering::Acquire) {
+                let after_slice = t.after_slice.load(Ordering::Acquire);
                 *ticket = None;
-                return Taken::Handed;
+                return Taken::Handed { after_slice };
             }
             let mut w = t.waker.lock().unwrap_or_else(|p| p.into_inner());
             if !w.will_wake(waker) {
@@ -337,19 +350,29 @@ impl Turns {
         Taken::Waiting
     }
 
+    /// Takes a free turn, if there is one (then nobody waits for one).
+    fn take_free(&self) -> bool {
+        let mut state = self.lock();
+        if state.free > 0 {
+            state.free -= 1;
+            return true;
+        }
+        false
+    }
+
     /// Gives a turn back: to the next waiting guest, else to the free ones.
     fn give_back(&self) {
-        self.lock().hand_over();
+        self.lock().hand_over(false);
     }
 
     /// At the end of a slice: when another guest waits, hands the turn to it and queues
-    /// `caller`'s guest behind (`true`); otherwise the guest keeps its turn.
+    /// `caller`'s guest behind (`true`); otherwise gives the turn back (`false`).
     fn pass_on(&self, caller: &Caller, ticket: &mut Option<Arc<Ticket>>, waker: &Waker) -> bool {
         let mut state = self.lock();
         if state.order.is_empty() {
             return false;
         }
-        state.hand_over();
+        state.hand_over(true);
         *ticket = Some(state.enqueue(caller, waker));
         true
     }
@@ -359,7 +382,8 @@ impl Turns {
     fn cancel(&self, caller: &Caller, ticket: &Arc<Ticket>) {
         let mut state = self.lock();
         if ticket.granted.load(Ordering::Acquire) {
-            state.hand_over();
+            let after_slice = ticket.after_slice.load(Ordering::Acquire);
+            state.hand_over(after_slice);
             return;
         }
         if let Some(queue) = state.waiting.get_mut(caller) {
@@ -376,6 +400,7 @@ impl TurnState {
     fn enqueue(&mut self, caller: &Caller, waker: &Waker) -> Arc<Ticket> {
         let ticket = Arc::new(Ticket {
             granted: AtomicBool::new(false),
+            after_slice: AtomicBool::new(false),
             waker: Mutex::new(waker.clone()),
         });
         let queue = self.waiting.entry(caller.clone()).or_default();
@@ -386,7 +411,7 @@ impl TurnState {
         ticket
     }
 
-    fn hand_over(&mut self) {
+    fn hand_over(&mut self, after_slice: bool) {
         let Some(caller) = self.order.pop_front() else {
             self.free += 1;
             return;
@@ -403,6 +428,7 @@ impl TurnState {
         }
         match next {
             Some(ticket) => {
+                ticket.after_slice.store(after_slice, Ordering::Release);
                 ticket.granted.store(true, Ordering::Release);
                 ticket
                     .waker
@@ -415,38 +441,112 @@ impl TurnState {
     }
 }
 
-/// A guest's hold on a turn; released (or its place in the queue given up) on drop.
-struct Hold {
+/// The CPU turn of one guest call: none while the call is short; from the end of its
+/// first slice on, it needs one to go on, and gives it back when it finishes or waits
+/// for anything. Shared by the epoch callback ([`Self::end_of_slice`]) and the guest's
+/// future ([`OnTurn`]); a turn still held is given back when the call is dropped.
+pub(crate) struct CpuSlice {
     turns: Arc<Turns>,
     caller: Caller,
-    state: HoldState,
+    holding: AtomicBool,
+    /// The guest is parked in [`Self::end_of_slice`].
+    yielding: AtomicBool,
 }
 
-enum HoldState {
-    None,
-    Waiting(Option<Arc<Ticket>>),
-    /// Handed a turn and yielded once to the scheduler before running on it.
-    Deferring,
-    Holding,
+impl CpuSlice {
+    /// What the guest waits on when its slice ends (called from the epoch callback): a
+    /// guest without a turn takes a free one and goes on; otherwise it yields to the
+    /// scheduler (sockets, timers, other tasks), then passes its turn to the next waiting
+    /// guest or takes one, waiting round-robin with the other callers.
+    pub(crate) fn end_of_slice(self: &Arc<Self>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        self.yielding.store(true, Ordering::Release);
+        let me = self.clone();
+        Box::pin(async move {
+            // A free turn (nobody waits): go on at once, as if no slice had ended.
+            if !me.holding.load(Ordering::Acquire) && me.turns.take_free() {
+                me.holding.store(true, Ordering::Release);
+                me.yielding.store(false, Ordering::Release);
+                return;
+            }
+            tokio::task::yield_now().await;
+            let mut queued = Queued {
+                turns: me.turns.clone(),
+                caller: me.caller.clone(),
+                ticket: None,
+            };
+            let handed = std::future::poll_fn(|cx| {
+                if queued.ticket.is_none() && me.holding.load(Ordering::Acquire) {
+                    if !me.turns.pass_on(&me.caller, &mut queued.ticket, cx.waker()) {
+                        return Poll::Ready(None);
+                    }
+                    me.holding.store(false, Ordering::Release);
+                    return Poll::Pending;
+                }
+                match me.turns.take(&me.caller, &mut queued.ticket, cx.waker()) {
+                    Taken::Free => Poll::Ready(Some(false)),
+                    Taken::Handed { after_slice } => Poll::Ready(Some(after_slice)),
+                    Taken::Waiting => Poll::Pending,
+                }
+            })
+            .await;
+            if let Some(after_slice) = handed {
+                me.holding.store(true, Ordering::Release);
+                if after_slice {
+                    // Slices back to back: let the scheduler run sockets and timers first.
+                    tokio::task::yield_now().await;
+                }
+            }
+            me.yielding.store(false, Ordering::Release);
+        })
+    }
+
+    /// After a poll of the guest: one that finished, or waits for something other than
+    /// its turn, gives its turn back.
+    fn after_poll(&self, finished: bool) {
+        if (finished || !self.yielding.load(Ordering::Acquire))
+            && self.holding.swap(false, Ordering::AcqRel)
+        {
+            self.turns.give_back();
+        }
+    }
 }
 
-impl Drop for Hold {
+impl Drop for CpuSlice {
     fn drop(&mut self) {
-        match std::mem::replace(&mut self.state, HoldState::None) {
-            HoldState::Holding | HoldState::Deferring => self.turns.give_back(),
-            HoldState::Waiting(Some(ticket)) => self.turns.cancel(&self.caller, &ticket),
-            HoldState::Waiting(None) | HoldState::None => {}
+        if *self.holding.get_mut() {
+            self.turns.give_back();
+        }
+    }
+}
+
+/// A place in the queue for a turn, given up when dropped before the turn came.
+struct Queued {
+    turns: Arc<Turns>,
+    caller: Caller,
+    ticket: Option<Arc<Ticket>>,
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.turns.cancel(&self.caller, &ticket);
         }
     }
 }
 
 pin_project_lite::pin_project! {
-    /// A guest call that runs only while it holds a CPU turn (see the module docs).
+    /// A guest call whose CPU turn (if it holds one) is given back whenever it stops
+    /// running for anything but the end of a slice.
     pub(crate) struct OnTurn<F> {
         #[pin]
         guest: F,
-        hold: Hold,
-        yielded: Arc<AtomicBool>,
+        slice: Arc<CpuSlice>,
+    }
+}
+
+impl<F> OnTurn<F> {
+    pub(crate) fn new(slice: Arc<CpuSlice>, guest: F) -> Self {
+        Self { guest, slice }
     }
 }
 
@@ -455,53 +555,9 @@ impl<F: Future> Future for OnTurn<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
-        let hold = this.hold;
-        match &mut hold.state {
-            HoldState::Holding => {}
-            HoldState::Deferring => hold.state = HoldState::Holding,
-            state => {
-                let mut ticket = match std::mem::replace(state, HoldState::None) {
-                    HoldState::Waiting(ticket) => ticket,
-                    _ => None,
-                };
-                match hold.turns.take(&hold.caller, &mut ticket, cx.waker()) {
-                    Taken::Free => hold.state = HoldState::Holding,
-                    Taken::Handed => {
-                        // Let the scheduler service sockets and timers before this slice.
-                        hold.state = HoldState::Deferring;
-                        let mut yield_now = std::pin::pin!(tokio::task::yield_now());
-                        let _ = yield_now.as_mut().poll(cx);
-                        return Poll::Pending;
-                    }
-                    Taken::Waiting => {
-                        hold.state = HoldState::Waiting(ticket);
-                        return Poll::Pending;
-                    }
-                }
-            }
-        }
-        match this.guest.poll(cx) {
-            Poll::Ready(output) => {
-                hold.state = HoldState::None;
-                hold.turns.give_back();
-                Poll::Ready(output)
-            }
-            Poll::Pending => {
-                if this.yielded.swap(false, Ordering::AcqRel) {
-                    // The slice ended (the guest is still runnable): the next waiting
-                    // guest runs first, if there is one.
-                    let mut ticket = None;
-                    if hold.turns.pass_on(&hold.caller, &mut ticket, cx.waker()) {
-                        hold.state = HoldState::Waiting(ticket);
-                    }
-                } else {
-                    // Waiting for I/O or memory: not runnable, so not holding a turn.
-                    hold.state = HoldState::None;
-                    hold.turns.give_back();
-                }
-                Poll::Pending
-            }
-        }
+        let result = this.guest.poll(cx);
+        this.slice.after_poll(result.is_ready());
+        result
     }
 }
 
