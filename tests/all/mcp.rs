@@ -400,6 +400,25 @@ async fn invalid_arguments_are_32602_with_pointers() {
     assert_eq!(error_code(&r), -32602, "{r}");
 }
 
+/// SEP-1303: from 2025-11-25 on, invalid arguments are a tool result the model can read
+/// (`isError`, each violation named), not a protocol error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_2025_11_25_invalid_arguments_are_a_result_naming_each_violation() {
+    let h = setup().await;
+    let token = h.agent_token("ada").await;
+    let s = Mcp::open(&h.url, "ada", &token, V_2025_11_25).await;
+    let r = s
+        .call("acme.echo", json!({"message": 5, "extra": true}))
+        .await;
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    let text = r["result"]["content"][0]["text"].as_str().expect("text");
+    assert!(text.starts_with("invalid_arguments"), "{text}");
+    assert!(text.contains("/message: "), "{text}");
+    // The unknown tool and the tool not granted stay protocol errors.
+    let r = s.call("nope.nothing", json!({})).await;
+    assert_eq!(error_code(&r), -32602, "{r}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connectors_own_failure_is_a_result_with_is_error() {
     let h = TestHost::start_with(|c| c.limits.call_timeout = Duration::from_millis(500)).await;

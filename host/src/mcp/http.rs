@@ -561,7 +561,7 @@ async fn call(
         .await
     {
         Ok(value) => jsonrpc::result(id, CallResult::success(value)),
-        Err(e) => match call_error(e) {
+        Err(e) => match call_error(e, session.version) {
             CallError::Rpc(code, message, data) => {
                 let message = if code == NOT_GRANTED || code == INVALID_PARAMS {
                     message

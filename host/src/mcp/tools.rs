@@ -151,11 +151,26 @@ pub enum CallError {
     Result(ToolFailure),
 }
 
-/// Maps a host error to the MCP answer: not granted → `-32002`; unknown tool or invalid
-/// arguments → `-32602` (data lists the JSON pointers); a connector's own failure
-/// (`tool_failed`, `connector_trapped`, `connector_timeout`) → a result with `isError`;
-/// anything else → `-32603`. `data` always carries the host's error `code` and `details`.
-pub fn call_error(err: HostError) -> CallError {
+/// The first revision that answers invalid tool arguments with a tool result the model can
+/// read and correct itself from (SEP-1303), rather than a protocol error.
+pub const ARGUMENT_ERRORS_AS_RESULTS: &str = "2025-11-25";
+
+/// Maps a host error to the MCP answer at protocol revision `version`: not granted →
+/// `-32002`; unknown tool → `-32602`; invalid arguments → a result with `isError` whose
+/// text names each violation from [`ARGUMENT_ERRORS_AS_RESULTS`] on, `-32602` (data lists
+/// the JSON pointers) before; a connector's own failure (`tool_failed`,
+/// `connector_trapped`, `connector_timeout`) → a result with `isError`; anything else →
+/// `-32603`. `data` always carries the host's error `code` and `details`.
+pub fn call_error(err: HostError, version: &str) -> CallError {
+    if err.code == ErrorCode::InvalidArguments && version >= ARGUMENT_ERRORS_AS_RESULTS {
+        return CallError::Result(ToolFailure {
+            content: [TextContent {
+                r#type: "text",
+                text: argument_errors(&err),
+            }],
+            is_error: true,
+        });
+    }
     let code = match err.code {
         ErrorCode::ToolFailed | ErrorCode::ConnectorTrapped | ErrorCode::ConnectorTimeout => {
             return CallError::Result(ToolFailure {
@@ -192,6 +207,27 @@ pub fn call_error(err: HostError) -> CallError {
     CallError::Rpc(code, err.message, Value::Object(data))
 }
 
+/// `invalid_arguments: <message>` and one line per violation (`<pointer>: <message>`).
+fn argument_errors(err: &HostError) -> String {
+    let mut text = format!("{}: {}", err.code, err.message);
+    let violations = err
+        .details
+        .as_ref()
+        .and_then(|d| d.get("violations"))
+        .and_then(Value::as_array);
+    for v in violations.into_iter().flatten() {
+        let pointer = v.get("pointer").and_then(Value::as_str).unwrap_or("");
+        let message = v.get("message").and_then(Value::as_str).unwrap_or("");
+        let pointer = if pointer.is_empty() {
+            "(the arguments)"
+        } else {
+            pointer
+        };
+        text.push_str(&format!("\n{pointer}: {message}"));
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,11 +262,11 @@ mod tests {
     fn host_errors_map_to_mcp() {
         let e = |code| HostError::new(code, "m");
         assert!(matches!(
-            call_error(e(ErrorCode::ToolNotGranted)),
+            call_error(e(ErrorCode::ToolNotGranted), "2025-11-25"),
             CallError::Rpc(-32002, _, _)
         ));
         assert!(matches!(
-            call_error(e(ErrorCode::UnknownTool)),
+            call_error(e(ErrorCode::UnknownTool), "2025-11-25"),
             CallError::Rpc(-32602, _, _)
         ));
         for code in [
@@ -238,15 +274,26 @@ mod tests {
             ErrorCode::ConnectorTrapped,
             ErrorCode::ConnectorTimeout,
         ] {
-            assert!(matches!(call_error(e(code)), CallError::Result(_)));
+            assert!(matches!(
+                call_error(e(code), "2025-03-26"),
+                CallError::Result(_)
+            ));
         }
         let invalid = e(ErrorCode::InvalidArguments)
             .with_details(json!({"violations": [{"pointer": "/message", "message": "x"}]}));
-        let CallError::Rpc(code, _, data) = call_error(invalid) else {
-            panic!("not an rpc error")
+        let CallError::Rpc(code, _, data) = call_error(invalid.clone(), "2025-06-18") else {
+            panic!("not an rpc error before 2025-11-25")
         };
         assert_eq!(code, -32602);
         assert_eq!(data["violations"][0]["pointer"], "/message");
         assert_eq!(data["code"], "invalid_arguments");
+        // SEP-1303: from 2025-11-25 on, a result the model can read.
+        let CallError::Result(failure) = call_error(invalid, "2025-11-25") else {
+            panic!("not a result from 2025-11-25 on")
+        };
+        let failure = serde_json::to_value(failure).unwrap();
+        assert_eq!(failure["isError"], true);
+        let text = failure["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("/message: x"), "{text}");
     }
 }
