@@ -62,6 +62,9 @@ pub struct HostConfig {
     pub allowed_host_names: Option<Vec<String>>,
     /// How long the server waits for a client, and how many it serves at once.
     pub server: ServerLimits,
+    /// Browser origins (`https://app.example.com`) allowed to call the MCP endpoint
+    /// (`server.cors_origins`); `*` allows any. Empty: none, only same-origin pages.
+    pub cors_origins: Vec<String>,
 }
 
 /// The HTTP server's bounds on its clients (`server.*`).
@@ -102,6 +105,7 @@ impl Default for HostConfig {
             github_app: None,
             allowed_host_names: None,
             server: ServerLimits::default(),
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -224,6 +228,7 @@ impl fmt::Debug for HostConfig {
             .field("github_app", &self.github_app)
             .field("allowed_host_names", &self.allowed_host_names)
             .field("server", &self.server)
+            .field("cors_origins", &self.cors_origins)
             .finish()
     }
 }
@@ -274,6 +279,8 @@ pub const ENV_HEADER_TIMEOUT_MS: &str = "CONNECTOR_HOST_HEADER_TIMEOUT_MS";
 pub const ENV_IDLE_TIMEOUT_MS: &str = "CONNECTOR_HOST_IDLE_TIMEOUT_MS";
 /// `server.max_connections`.
 pub const ENV_MAX_CONNECTIONS: &str = "CONNECTOR_HOST_MAX_CONNECTIONS";
+/// `server.cors_origins` (comma-separated).
+pub const ENV_CORS_ORIGINS: &str = "CONNECTOR_HOST_CORS_ORIGINS";
 
 /// The host name of a `Host` header value (`[::1]:80` → `[::1]`, `a.example:8080` →
 /// `a.example`), without a trailing dot; compare it ignoring ASCII case.
@@ -309,6 +316,7 @@ const KNOWN_ENV: &[&str] = &[
     ENV_HEADER_TIMEOUT_MS,
     ENV_IDLE_TIMEOUT_MS,
     ENV_MAX_CONNECTIONS,
+    ENV_CORS_ORIGINS,
 ];
 
 /// A whole-number setting: its TOML key and variable, its range, and where it goes.
@@ -513,6 +521,7 @@ struct FileConfig {
 #[serde(deny_unknown_fields)]
 struct FileServer {
     allowed_host_names: Option<Vec<String>>,
+    cors_origins: Option<Vec<String>>,
     header_timeout_ms: Option<toml::Value>,
     idle_timeout_ms: Option<toml::Value>,
     max_connections: Option<toml::Value>,
@@ -671,6 +680,32 @@ fn parse_host_names<'a>(
     Ok(names)
 }
 
+/// Browser origins: `scheme://host[:port]` (no path), or `*`; kept lower-cased.
+fn parse_origins<'a>(
+    name: String,
+    origins: impl Iterator<Item = &'a str>,
+) -> Result<Vec<String>, ConfigError> {
+    let mut out = Vec::new();
+    for given in origins.map(str::trim).filter(|o| !o.is_empty()) {
+        let origin = given.to_ascii_lowercase();
+        let valid = origin == "*"
+            || origin.split_once("://").is_some_and(|(scheme, rest)| {
+                matches!(scheme, "http" | "https")
+                    && !rest.is_empty()
+                    && !rest.contains(['/', ' ', '@', '?', '#'])
+            });
+        if !valid {
+            return Err(invalid(
+                name,
+                "browser origins such as `https://app.example.com` or `http://localhost:6274` (scheme, host and port; no path), or `*`",
+                Some(given),
+            ));
+        }
+        out.push(origin);
+    }
+    Ok(out)
+}
+
 fn apply_file(
     file: FileConfig,
     path: &Path,
@@ -678,6 +713,12 @@ fn apply_file(
     github: &mut GithubParts,
 ) -> Result<(), ConfigError> {
     let origin = Origin::File(path);
+    if let Some(origins) = &file.server.cors_origins {
+        config.cors_origins = parse_origins(
+            origin.name("server.cors_origins"),
+            origins.iter().map(String::as_str),
+        )?;
+    }
     if let Some(names) = &file.server.allowed_host_names {
         config.allowed_host_names = Some(parse_host_names(
             origin.name("server.allowed_host_names"),
@@ -790,6 +831,9 @@ fn apply_env(
 ) -> Result<(), ConfigError> {
     let var = |name: &str| env.get(name).map(String::as_str);
     let origin = Origin::Env;
+    if let Some(v) = var(ENV_CORS_ORIGINS) {
+        config.cors_origins = parse_origins(origin.name(ENV_CORS_ORIGINS), v.split(','))?;
+    }
     if let Some(v) = var(ENV_ALLOWED_HOST_NAMES) {
         config.allowed_host_names = Some(parse_host_names(
             origin.name(ENV_ALLOWED_HOST_NAMES),
@@ -1282,6 +1326,38 @@ max_connections = 100
             err.to_string().contains("at least limits.memory_mib"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn cors_origins_are_origins() {
+        let file = toml_file(
+            "[server]\ncors_origins = [\"HTTP://localhost:6274\", \"https://app.example.com\"]\n",
+        );
+        let config = load(Some(&file), no_env(), &ServeFlags::default()).expect("loads");
+        assert_eq!(
+            config.cors_origins,
+            ["http://localhost:6274", "https://app.example.com"]
+        );
+        let config = load(
+            None,
+            env(&[("CONNECTOR_HOST_CORS_ORIGINS", "*")]),
+            &ServeFlags::default(),
+        )
+        .expect("loads");
+        assert_eq!(config.cors_origins, ["*"]);
+        for bad in [
+            "app.example.com",
+            "https://a.example/path",
+            "ftp://a.example",
+        ] {
+            let err = load(
+                None,
+                env(&[("CONNECTOR_HOST_CORS_ORIGINS", bad)]),
+                &ServeFlags::default(),
+            )
+            .expect_err(bad);
+            assert!(err.to_string().contains("browser origins"), "{err}");
+        }
     }
 
     #[test]

@@ -1407,3 +1407,106 @@ async fn official_python_sdk_drives_http_and_stdio() {
         out.status
     );
 }
+
+/// A `401` points to RFC 9728 metadata of the agent's endpoint, served without a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_401_points_to_the_endpoints_protected_resource_metadata() {
+    let h = setup().await;
+    let r = reqwest::Client::new()
+        .post(h.at("/mcp/agents/ada"))
+        .header("content-type", "application/json")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 401);
+    let challenge = r.headers()["www-authenticate"]
+        .to_str()
+        .expect("ascii")
+        .to_string();
+    let url = challenge
+        .strip_prefix("Bearer resource_metadata=\"")
+        .and_then(|rest| rest.strip_suffix('"'))
+        .unwrap_or_else(|| panic!("no resource_metadata in {challenge}"));
+    assert_eq!(
+        url,
+        h.at("/.well-known/oauth-protected-resource/mcp/agents/ada")
+    );
+    let r = reqwest::get(url).await.expect("metadata");
+    assert_eq!(r.status(), 200);
+    let metadata: Value = r.json().await.expect("JSON");
+    assert_eq!(metadata["resource"], h.at("/mcp/agents/ada"), "{metadata}");
+    assert_eq!(metadata["bearer_methods_supported"], json!(["header"]));
+    // Behind a TLS-terminating proxy the URLs say https.
+    let r = reqwest::Client::new()
+        .get(url)
+        .header("x-forwarded-proto", "https")
+        .send()
+        .await
+        .expect("metadata");
+    let metadata: Value = r.json().await.expect("JSON");
+    let resource = metadata["resource"].as_str().expect("resource");
+    assert!(resource.starts_with("https://"), "{resource}");
+}
+
+/// Browser clients of an allowed origin get CORS answers (preflight without a token);
+/// other origins get none and are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_origins_the_operator_allows_get_cors() {
+    let h = TestHost::start_with(|c| c.cors_origins = vec!["http://localhost:6274".into()]).await;
+    h.unit("team", None).await;
+    h.agent("ada", &["team"]).await;
+    let token = h.agent_token("ada").await;
+    let client = reqwest::Client::new();
+    let preflight = |origin: &'static str| {
+        client
+            .request(Method::OPTIONS, h.at("/mcp/agents/ada"))
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization, content-type, mcp-protocol-version",
+            )
+            .send()
+    };
+    let r = preflight("http://localhost:6274").await.expect("preflight");
+    assert!(r.status().is_success(), "{}", r.status());
+    let h_ = r.headers();
+    assert_eq!(h_["access-control-allow-origin"], "http://localhost:6274");
+    let allowed = h_["access-control-allow-headers"].to_str().expect("ascii");
+    assert!(allowed.contains("authorization") && allowed.contains("mcp-protocol-version"));
+    assert!(h_["access-control-allow-methods"]
+        .to_str()
+        .expect("ascii")
+        .contains("POST"));
+
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "browser", "version": "0"}}});
+    let post = |origin: &'static str| {
+        client
+            .post(h.at("/mcp/agents/ada"))
+            .bearer_auth(&token)
+            .header("origin", origin)
+            .header("accept", "application/json, text/event-stream")
+            .json(&initialize)
+            .send()
+    };
+    let r = post("http://localhost:6274").await.expect("post");
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["access-control-allow-origin"],
+        "http://localhost:6274"
+    );
+    assert!(r.headers()["access-control-expose-headers"]
+        .to_str()
+        .expect("ascii")
+        .contains("mcp-session-id"));
+
+    // Another origin: no CORS answer, and refused.
+    let r = preflight("https://evil.example").await.expect("preflight");
+    assert!(!r.headers().contains_key("access-control-allow-origin"));
+    let r = post("https://evil.example").await.expect("post");
+    assert_eq!(r.status(), 403);
+    assert!(!r.headers().contains_key("access-control-allow-origin"));
+}

@@ -70,20 +70,27 @@ fn authenticate(sessions: &Sessions, headers: &HeaderMap, agent: &str) -> Result
         jsonrpc::error(&Value::Null, UNAUTHORIZED, &e.message, Some(&data)),
     );
     if status == StatusCode::UNAUTHORIZED {
-        response
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            super::access::www_authenticate(headers, agent),
+        );
     }
     Err(Box::new(response))
 }
 
 /// The spec asks servers to validate `Origin`: a browser page may only come from this
-/// host itself. (The bearer token is the real guard: a page on another origin never
-/// has it, and this endpoint answers no CORS preflight.)
-fn check_origin(headers: &HeaderMap) -> Result<(), Rejection> {
+/// host itself or an origin the operator allows (`server.cors_origins`). (The bearer
+/// token is the real guard: a page on another origin never has it.)
+fn check_origin(sessions: &Sessions, headers: &HeaderMap) -> Result<(), Rejection> {
     let Some(origin) = headers.get(header::ORIGIN) else {
         return Ok(());
     };
+    if origin
+        .to_str()
+        .is_ok_and(|o| super::access::origin_allowed(sessions.host(), o))
+    {
+        return Ok(());
+    }
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
     let same = origin
         .to_str()
@@ -215,7 +222,8 @@ pub async fn post(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if let Err(r) = authenticate(&sessions, &headers, &agent).and_then(|()| check_origin(&headers))
+    if let Err(r) =
+        authenticate(&sessions, &headers, &agent).and_then(|()| check_origin(&sessions, &headers))
     {
         return *r;
     }
@@ -583,7 +591,8 @@ pub async fn get(
     Path(agent): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = authenticate(&sessions, &headers, &agent).and_then(|()| check_origin(&headers))
+    if let Err(r) =
+        authenticate(&sessions, &headers, &agent).and_then(|()| check_origin(&sessions, &headers))
     {
         return *r;
     }
@@ -617,7 +626,8 @@ pub async fn delete(
     Path(agent): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = authenticate(&sessions, &headers, &agent).and_then(|()| check_origin(&headers))
+    if let Err(r) =
+        authenticate(&sessions, &headers, &agent).and_then(|()| check_origin(&sessions, &headers))
     {
         return *r;
     }

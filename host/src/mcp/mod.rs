@@ -98,6 +98,7 @@
 //! bridge in `tests/mcp.rs` (`tests/mcp/client_check.py`). If the contract grows to
 //! resources, prompts, sampling or elicitation, revisit this choice.
 
+mod access;
 mod http;
 pub mod jsonrpc;
 pub mod session;
@@ -168,15 +169,21 @@ fn streams_ending() -> tokio::sync::watch::Receiver<bool> {
     STREAMS_END.subscribe()
 }
 
-/// The MCP routes (`/mcp/agents/{agentId}`), for merging into the API router.
+/// The MCP routes (`/mcp/agents/{agentId}` and the RFC 9728 metadata of each), for
+/// merging into the API router.
 pub fn router<S: Clone + Send + Sync + 'static>(host: Host) -> Router<S> {
-    let sessions = Arc::new(session::Sessions::new(host));
+    let sessions = Arc::new(session::Sessions::new(host.clone()));
     Router::new()
         .route(
             "/mcp/agents/{agent}",
             post(http::post).get(http::get).delete(http::delete),
         )
         .with_state(sessions)
+        .route(
+            &format!("{}/mcp/agents/{{agent}}", access::METADATA_PREFIX),
+            axum::routing::get(access::metadata),
+        )
+        .layer(axum::middleware::from_fn_with_state(host, access::cors))
 }
 
 #[cfg(test)]
