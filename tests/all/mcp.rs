@@ -749,7 +749,8 @@ async fn authentication_401_and_403() {
     for method in [Method::POST, Method::GET, Method::DELETE] {
         let r = Mcp::send(h.client.request(method.clone(), &endpoint).json(&init)).await;
         assert_eq!(r.status, 401, "{method}");
-        assert_eq!(r.headers["www-authenticate"], "Bearer");
+        let challenge = r.headers["www-authenticate"].to_str().expect("ascii");
+        assert!(challenge.starts_with("Bearer resource_metadata="), "{challenge}");
         assert_eq!(error_code(&r.body), -32000);
         assert_eq!(r.body["error"]["data"]["code"], "unauthenticated");
     }
