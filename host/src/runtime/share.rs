@@ -366,7 +366,7 @@ impl Turns {
     }
 
     /// At the end of a slice: when another guest waits, hands the turn to it and queues
-    /// `caller`'s guest behind (`true`); otherwise gives the turn back (`false`).
+    /// `caller`'s guest behind (`true`); otherwise the guest keeps its turn (`false`).
     fn pass_on(&self, caller: &Caller, ticket: &mut Option<Arc<Ticket>>, waker: &Waker) -> bool {
         let mut state = self.lock();
         if state.order.is_empty() {
