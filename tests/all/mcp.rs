@@ -750,7 +750,10 @@ async fn authentication_401_and_403() {
         let r = Mcp::send(h.client.request(method.clone(), &endpoint).json(&init)).await;
         assert_eq!(r.status, 401, "{method}");
         let challenge = r.headers["www-authenticate"].to_str().expect("ascii");
-        assert!(challenge.starts_with("Bearer resource_metadata="), "{challenge}");
+        assert!(
+            challenge.starts_with("Bearer resource_metadata="),
+            "{challenge}"
+        );
         assert_eq!(error_code(&r.body), -32000);
         assert_eq!(r.body["error"]["data"]["code"], "unauthenticated");
     }

@@ -626,6 +626,54 @@ mod tests {
         assert!(share.callers.lock().unwrap().is_empty());
     }
 
+    #[test]
+    fn turns_go_round_robin_across_callers_and_cancelled_turns_pass_on() {
+        let turns = Turns::new(1);
+        let waker = Waker::noop();
+        let (ada, bob) = (Caller::Agent("ada".into()), Caller::Agent("bob".into()));
+        let mut a1 = None;
+        assert_eq!(turns.take(&ada, &mut a1, waker), Taken::Free);
+        let (mut a2, mut a3, mut b1) = (None, None, None);
+        assert_eq!(turns.take(&ada, &mut a2, waker), Taken::Waiting);
+        assert_eq!(turns.take(&ada, &mut a3, waker), Taken::Waiting);
+        assert_eq!(turns.take(&bob, &mut b1, waker), Taken::Waiting);
+        // ada's first call ends its slice: ada queued first, so a2 runs.
+        let mut a1_again = None;
+        assert!(turns.pass_on(&ada, &mut a1_again, waker));
+        assert_eq!(
+            turns.take(&ada, &mut a2, waker),
+            Taken::Handed { after_slice: true }
+        );
+        // a2's slice ends: bob's turn comes before ada's other calls.
+        let mut a2_again = None;
+        assert!(turns.pass_on(&ada, &mut a2_again, waker));
+        assert_eq!(turns.take(&ada, &mut a3, waker), Taken::Waiting);
+        assert_eq!(
+            turns.take(&bob, &mut b1, waker),
+            Taken::Handed { after_slice: true }
+        );
+        // bob finishes; the turn goes to ada's next call (a3), which is cancelled: it
+        // passes on to a1, then a2.
+        turns.give_back();
+        let a3 = a3.expect("queued");
+        assert!(a3.granted.load(Ordering::Acquire));
+        turns.cancel(&ada, &a3);
+        assert_eq!(
+            turns.take(&ada, &mut a1_again, waker),
+            Taken::Handed { after_slice: false }
+        );
+        turns.give_back();
+        assert_eq!(
+            turns.take(&ada, &mut a2_again, waker),
+            Taken::Handed { after_slice: false }
+        );
+        turns.give_back();
+        // Nobody waits: the turn is free again, and nobody is left in the queue.
+        assert!(turns.take_free());
+        let state = turns.lock();
+        assert!(state.order.is_empty() && state.waiting.is_empty());
+    }
+
     #[tokio::test]
     async fn a_full_pool_is_host_busy() {
         let share = share(8, 2, 64);
