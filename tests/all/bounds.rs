@@ -396,15 +396,14 @@ async fn all_guests_together_stay_within_the_memory_budget() {
     sampling.store(false, std::sync::atomic::Ordering::Relaxed);
     let peak = sampler.await.expect("sampler");
     eprintln!("hogs: {outcomes:?}; resident {before} MiB before, peak {peak} MiB");
+    // A hog ends at its own 64 MiB limit (`connector_trapped`) only if it got that much;
+    // one the budget held back is `host_busy`, never a trap or a timeout.
+    let busy = outcomes.get("503 host_busy").copied().unwrap_or(0);
+    let own_limit = outcomes.get("502 connector_trapped").copied().unwrap_or(0);
+    assert!(busy > 0 && busy + own_limit == 20, "{outcomes:?}");
     assert!(
-        outcomes.get("503 host_busy").is_some_and(|n| *n > 0),
-        "some hogs wait for memory and fail host_busy: {outcomes:?}"
-    );
-    assert_eq!(
-        outcomes.values().sum::<usize>(),
-        outcomes.get("503 host_busy").copied().unwrap_or(0)
-            + outcomes.get("502 connector_trapped").copied().unwrap_or(0),
-        "{outcomes:?}"
+        own_limit <= 3,
+        "at most 3 hogs fit 64 MiB in 192 MiB: {outcomes:?}"
     );
     assert!(
         peak < before + 192 + 64,

@@ -176,7 +176,10 @@ pub(crate) async fn build(
 
     let calls = bindings.iter().filter_map(|b| {
         let connector = state.registry().get(&b.connector)?;
-        let sandbox = catalog.sandbox(&b.connector, Some(b));
+        // Counted against the agent's share, like its tool calls.
+        let sandbox = catalog
+            .sandbox(&b.connector, Some(b))
+            .for_caller(crate::runtime::Caller::Agent(std::sync::Arc::from(agent)));
         let binding = wit::Binding {
             unit: b.unit_id.clone(),
             config: b.config.to_string(),

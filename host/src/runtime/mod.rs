@@ -231,13 +231,23 @@ impl wasmtime::ResourceLimiterAsync for MemoryLimiter {
         &mut self,
         current: usize,
         desired: usize,
-        _maximum: Option<usize>,
+        maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         if desired > self.limit {
             self.exceeded = true;
             return Ok(false);
         }
+        // Past the memory's own maximum the growth fails anyway: take nothing for it.
+        if maximum.is_some_and(|max| desired > max) {
+            return Ok(false);
+        }
         Ok(self.budget.grow(current, desired).await)
+    }
+
+    fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
+        // Allowed by the budget but refused by the engine: give the pages back.
+        self.budget.undo_last();
+        Ok(())
     }
 
     async fn table_growing(
@@ -556,6 +566,9 @@ impl ConnectorRuntime {
         during_instantiate: bool,
     ) -> GuestError {
         let state = store.data();
+        if state.limiter.budget.denied() {
+            return self.memory_busy();
+        }
         if state.limiter.exceeded {
             return GuestError::MemoryExceeded {
                 limit_bytes: self.limits.memory_bytes,

@@ -184,6 +184,8 @@ impl HostShare {
         MemoryBudget {
             pages: self.memory.clone(),
             held: None,
+            last: None,
+            denied: false,
             deadline,
             held_up: false,
         }
@@ -220,6 +222,10 @@ async fn acquire_by(
 pub(crate) struct MemoryBudget {
     pages: Arc<Semaphore>,
     held: Option<OwnedSemaphorePermit>,
+    /// The pages of the latest growth, until the engine has done it (see `undo_last`).
+    last: Option<OwnedSemaphorePermit>,
+    /// A growth was refused because the budget stayed exhausted until the deadline.
+    denied: bool,
     deadline: Instant,
     /// A growth had to wait for the budget (or failed for it).
     held_up: bool,
@@ -234,7 +240,7 @@ impl MemoryBudget {
             return true;
         }
         let Ok(needed) = u32::try_from(needed) else {
-            self.held_up = true;
+            self.denied = true;
             return false;
         };
         let granted = match self.pages.clone().try_acquire_many_owned(needed) {
@@ -256,14 +262,29 @@ impl MemoryBudget {
         };
         match granted {
             Some(permit) => {
-                match &mut self.held {
-                    Some(held) => held.merge(permit),
-                    None => self.held = Some(permit),
+                if let Some(previous) = self.last.replace(permit) {
+                    match &mut self.held {
+                        Some(held) => held.merge(previous),
+                        None => self.held = Some(previous),
+                    }
                 }
                 true
             }
-            None => false,
+            None => {
+                self.denied = true;
+                false
+            }
         }
+    }
+
+    /// Gives back the pages of the latest growth (the engine could not do it).
+    pub(crate) fn undo_last(&mut self) {
+        self.last = None;
+    }
+
+    /// Whether a growth was refused for want of budget.
+    pub(crate) fn denied(&self) -> bool {
+        self.denied
     }
 
     /// Whether the guest had to wait for the budget during its call (a call out of time
@@ -275,7 +296,11 @@ impl MemoryBudget {
     /// Bytes this guest holds of the budget.
     #[cfg(test)]
     fn held_bytes(&self) -> usize {
-        self.held.as_ref().map_or(0, |p| p.num_permits() * PAGE)
+        [&self.held, &self.last]
+            .iter()
+            .filter_map(|p| p.as_ref())
+            .map(|p| p.num_permits() * PAGE)
+            .sum()
     }
 }
 
@@ -693,7 +718,13 @@ mod tests {
         assert_eq!(first.held_bytes(), 3 * 1024 * 1024);
         let mut second = share.memory_budget(soon(100));
         assert!(!second.grow(0, 2 * 1024 * 1024).await, "1 MiB is left");
-        assert!(second.held_up());
+        assert!(second.held_up() && second.denied());
+        // A growth the engine then refuses gives its pages back.
+        let mut fifth = share.memory_budget(soon(1000));
+        assert!(fifth.grow(0, 1024 * 1024).await);
+        fifth.undo_last();
+        assert_eq!(fifth.held_bytes(), 0);
+        assert!(!fifth.denied());
         // Released memory is granted to a waiting guest.
         let mut third = share.memory_budget(soon(1000));
         let (grown, ()) = tokio::join!(third.grow(0, 2 * 1024 * 1024), async {
