@@ -343,10 +343,8 @@ async fn serve_connection(
             let busy = activity.request_started();
             let router = router.clone();
             let stall = limits.header_timeout;
-            let body_activity = activity.clone();
             async move {
-                let request =
-                    request.map(|body| Body::new(StallBounded::new(body, stall, body_activity)));
+                let request = request.map(|body| Body::new(StallBounded::new(body, stall)));
                 let response = match router.oneshot(request).await {
                     Ok(response) => response,
                     Err(never) => match never {},
@@ -464,18 +462,14 @@ struct StallBounded {
     inner: Option<Incoming>,
     stall: Duration,
     timer: Pin<Box<tokio::time::Sleep>>,
-    /// The connection, kept busy while the rest is discarded (its bytes are not the
-    /// start of a next request).
-    activity: Arc<Activity>,
 }
 
 impl StallBounded {
-    fn new(inner: Incoming, stall: Duration, activity: Arc<Activity>) -> Self {
+    fn new(inner: Incoming, stall: Duration) -> Self {
         Self {
             inner: Some(inner),
             stall,
             timer: Box::pin(tokio::time::sleep(stall)),
-            activity,
         }
     }
 }
@@ -484,11 +478,7 @@ impl Drop for StallBounded {
     fn drop(&mut self) {
         if let Some(rest) = self.inner.take().filter(|b| !b.is_end_stream()) {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                let busy = self.activity.request_started();
-                runtime.spawn(async move {
-                    discard(rest).await;
-                    drop(busy);
-                });
+                runtime.spawn(discard(rest));
             }
         }
     }
