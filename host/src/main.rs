@@ -46,8 +46,6 @@ fn serve(args: cli::ServeArgs) -> Result<(), CliError> {
         .map_err(|e| CliError::usage(e.to_string()))?;
     tracing::debug!(?config, "configuration loaded");
     block_on(async move {
-        // Open MCP streams would otherwise hold the graceful shutdown open forever.
-        tokio::spawn(connector_host::mcp::end_streams_on_shutdown_signal());
         cli::serve::run(config)
             .await
             .map_err(|e| CliError::failed(format!("{e:#}")))

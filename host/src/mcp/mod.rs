@@ -141,30 +141,6 @@ pub fn end_streams() {
     STREAMS_END.send_replace(true);
 }
 
-/// Waits for Ctrl-C or SIGTERM, then [`end_streams`]. `connector-host serve` runs it
-/// beside the server's own shutdown signal.
-pub async fn end_streams_on_shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
-    }
-    end_streams();
-}
-
 fn streams_ending() -> tokio::sync::watch::Receiver<bool> {
     STREAMS_END.subscribe()
 }

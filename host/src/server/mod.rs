@@ -152,6 +152,8 @@ pub async fn serve(config: HostConfig) -> anyhow::Result<()> {
     let signalled = stopping.clone();
     let server = serve_on(listener, host.clone(), async move {
         shutdown_signal().await;
+        // Open MCP streams would otherwise hold the graceful shutdown open.
+        crate::mcp::end_streams();
         signalled.notify_one();
     });
     tokio::select! {
