@@ -44,7 +44,8 @@ use axum::routing::post;
 use axum::{Json, Router};
 use bytes::Bytes;
 use connector_host::config::{ConnectorSettings, HostConfig};
-use connector_host::webhooks::verify::{standard_signature, verify_standard};
+use connector_host::registry::WebhookSchemeName;
+use connector_host::webhooks::verify::{self as signature, standard_signature};
 use connector_host::Host;
 use http::{HeaderValue, Request, StatusCode};
 use http_body_util::Full;
@@ -167,7 +168,7 @@ fn verify_only_router(secrets: Arc<Vec<String>>) -> Router {
             let secrets = secrets.clone();
             async move {
                 let now = time::OffsetDateTime::now_utc().unix_timestamp();
-                match verify_standard(&secrets, &headers, &body, now) {
+                match signature::verify(WebhookSchemeName::StandardWebhooks, &secrets, &headers, &body, now) {
                     Ok(d) => (
                         StatusCode::ACCEPTED,
                         Json(json!({"delivery": d.delivery_id, "status": "accepted", "routedTo": []})),
@@ -481,8 +482,14 @@ async fn webhook_steps(
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        verify_standard(std::slice::from_ref(&secret), pairs.as_slice(), body, now)
-            .map_err(|e| anyhow!("verify: {e}"))?;
+        signature::verify(
+            WebhookSchemeName::StandardWebhooks,
+            std::slice::from_ref(&secret),
+            pairs.as_slice(),
+            body,
+            now,
+        )
+        .map_err(|e| anyhow!("verify: {e}"))?;
         verify.push(t.elapsed().as_nanos() as u64);
 
         let record = delivery_record(&id, body, headers.clone());

@@ -72,6 +72,8 @@ pub enum ErrorCode {
     HostBusy,
     /// The client stopped sending its request.
     RequestTimeout,
+    /// The route exists but not with this method.
+    MethodNotAllowed,
     /// A fault of the host itself.
     Internal,
 }
@@ -83,6 +85,7 @@ impl ErrorCode {
             ErrorCode::InvalidRequest => "invalid_request",
             ErrorCode::HostBusy => "host_busy",
             ErrorCode::RequestTimeout => "request_timeout",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::Unauthenticated => "unauthenticated",
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::NotFound => "not_found",

@@ -280,9 +280,16 @@ impl Host {
 
     // ----- webhooks and inboxes -------------------------------------------------------
 
-    /// Fails with `404` unless an installed connector `slug` takes webhooks.
-    pub fn accepts_webhooks(&self, slug: &str) -> HostResult<()> {
-        self.parts.webhooks.accepts(slug).map(drop)
+    /// Admits a webhook delivery's body to be read (see `Webhooks::admit`): refuses one
+    /// whose slug, headers or size cannot lead to a delivery, or that the host has no room
+    /// to read now, before any of it is buffered. Hold the admission until the body is
+    /// handled.
+    pub fn admit_webhook(
+        &self,
+        slug: &str,
+        headers: &http::HeaderMap,
+    ) -> HostResult<crate::webhooks::BodyAdmission> {
+        self.parts.webhooks.admit(slug, headers)
     }
 
     /// Receives one webhook delivery for connector `slug`.

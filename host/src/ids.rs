@@ -22,6 +22,20 @@ pub fn check_id(kind: &str, id: &str) -> HostResult<()> {
     }
 }
 
+/// `text` with every control character (newlines, carriage returns, escape sequences)
+/// written as its Rust escape, so it stays on one log line and changes no terminal.
+pub fn escape_controls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// `s` cut to `max` characters (with `…`), for echoing untrusted input in an error.
 pub fn truncate(s: &str, max: usize) -> String {
     if s.chars().count() <= max {

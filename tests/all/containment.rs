@@ -208,10 +208,11 @@ async fn status_without_body(url: &str, head: &str, wait: std::time::Duration) -
     text.lines().next().map(str::to_string)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nothing_is_buffered_before_the_caller_and_the_size_are_known() {
+/// A host with `hostile` installed, taking its webhooks (a secret configured) of at most
+/// `max_webhook_bytes`.
+async fn hostile_webhooks(max_webhook_bytes: usize) -> TestHost {
     let h = TestHost::start_with(|c| {
-        c.max_webhook_bytes = 64 * 1024;
+        c.max_webhook_bytes = max_webhook_bytes;
         c.connectors
             .entry("hostile".into())
             .or_default()
@@ -219,6 +220,12 @@ async fn nothing_is_buffered_before_the_caller_and_the_size_are_known() {
     })
     .await;
     h.install(guests::HOSTILE).await;
+    h
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_buffered_before_the_caller_and_the_size_are_known() {
+    let h = hostile_webhooks(64 * 1024).await;
     let token = integration_tests::harness::OPERATOR_TOKEN;
     for (head, expected) in [
         // No token: 401 at once, whatever the body would be.
@@ -248,6 +255,20 @@ async fn nothing_is_buffered_before_the_caller_and_the_size_are_known() {
             format!("POST /api/v1/connectors HTTP/1.1\r\nAuthorization: Bearer {token}\r\nContent-Type: application/wasm\r\nContent-Length: 73400320"),
             "413",
         ),
+        // Headers that cannot verify: 401 before the body. The bundled `github` has no
+        // secret configured here; `hostile` gets no signature, or a stale timestamp.
+        (
+            "POST /api/v1/webhooks/github HTTP/1.1\r\nContent-Type: application/json\r\nX-Hub-Signature-256: sha256=0000000000000000000000000000000000000000000000000000000000000000\r\nContent-Length: 60000".to_string(),
+            "401",
+        ),
+        (
+            "POST /api/v1/webhooks/hostile HTTP/1.1\r\nContent-Type: application/json\r\nwebhook-id: msg_1\r\nwebhook-timestamp: 1000\r\nContent-Length: 60000".to_string(),
+            "401",
+        ),
+        (
+            "POST /api/v1/webhooks/hostile HTTP/1.1\r\nContent-Type: application/json\r\nwebhook-id: msg_1\r\nwebhook-timestamp: 1000\r\nwebhook-signature: v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\r\nContent-Length: 60000".to_string(),
+            "401",
+        ),
     ] {
         // A 401 or 404 comes at once; a 413 after the (bounded) drain of a body that
         // never arrives, never after waiting for the declared megabytes.
@@ -271,6 +292,86 @@ async fn nothing_is_buffered_before_the_caller_and_the_size_are_known() {
     assert_eq!(r.status(), 413);
     let body: Value = r.json().await.expect("a JSON error");
     assert_eq!(error_code(&body), "payload_too_large", "{body}");
+}
+
+/// Webhook bodies being read hold host memory before they can be verified, so the host
+/// holds at most four times `max_webhook_bytes` (at least 64 MiB) of them at once: past
+/// that, a delivery is answered `503 host_busy` as its body arrives, and served again
+/// once the others are done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_bodies_read_at_once_are_bounded() {
+    use tokio::io::AsyncWriteExt as _;
+    let h = hostile_webhooks(1024 * 1024).await;
+    let addr = h.url.trim_start_matches("http://").to_string();
+    let head = |id: usize| {
+        format!(
+            "POST /api/v1/webhooks/hostile HTTP/1.1\r\nContent-Type: application/json\r\nwebhook-id: msg_{id}\r\nwebhook-timestamp: {}\r\nwebhook-signature: v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\r\nContent-Length: 1048576",
+            integration_tests::harness::now_unix()
+        )
+    };
+    // 64 uploads of 1 MiB, each stalled on its last byte: 64 MiB being read. (A declared
+    // length alone costs nothing: only bytes that arrived are counted.)
+    let mut held = Vec::new();
+    for id in 0..64 {
+        let mut stream = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("connect");
+        stream
+            .write_all(format!("{}\r\nHost: {addr}\r\n\r\n", head(id)).as_bytes())
+            .await
+            .expect("write");
+        stream
+            .write_all(&vec![b' '; 1024 * 1024 - 1])
+            .await
+            .expect("body");
+        held.push(stream);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // A 65th gets 503 as its body arrives.
+    let mut stream = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    stream
+        .write_all(format!("{}\r\nHost: {addr}\r\n\r\n", head(64)).as_bytes())
+        .await
+        .expect("write");
+    let _ = stream.write_all(&vec![b' '; 64 * 1024]).await;
+    let mut answer = vec![0u8; 1024];
+    let n = tokio::time::timeout(
+        std::time::Duration::from_secs(3),
+        tokio::io::AsyncReadExt::read(&mut stream, &mut answer),
+    )
+    .await
+    .ok()
+    .and_then(Result::ok)
+    .unwrap_or(0);
+    let status = String::from_utf8_lossy(&answer[..n]).into_owned();
+    assert!(
+        status.starts_with("HTTP/1.1 503") && status.contains("host_busy"),
+        "a 65th upload: {status:?}"
+    );
+    drop(held);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Room again: this one is admitted and its (wrong) signature checked once it arrives.
+    let body = vec![b' '; 1024];
+    let r = h
+        .client
+        .post(h.at("/api/v1/webhooks/hostile"))
+        .header("content-type", "application/json")
+        .header("webhook-id", "msg_65")
+        .header(
+            "webhook-timestamp",
+            integration_tests::harness::now_unix().to_string(),
+        )
+        .header(
+            "webhook-signature",
+            "v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+        )
+        .body(body)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 401);
 }
 
 /// `GET path` with `Host: host_header`; the status code.

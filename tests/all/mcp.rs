@@ -1021,6 +1021,36 @@ async fn deleting_the_agent_ends_its_sessions() {
     assert_eq!(r.status, 401);
 }
 
+/// A stream opened with an agent token ends once that token is revoked (CONTRACT §3:
+/// revoked tokens stop working at once); one opened with the operator token goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoking_the_agents_tokens_ends_the_streams_they_opened() {
+    let h = setup().await;
+    let token = h.agent_token("ada").await;
+    let s = Mcp::open(&h.url, "ada", &token, V_2025_06_18).await;
+    let mut stream = s.stream().await;
+    let operator = Mcp::open(&h.url, "ada", OPERATOR_TOKEN, V_2025_06_18).await;
+    let mut operator_stream = operator.stream().await;
+    let (st, b) = h
+        .op(Method::POST, "/api/v1/agents/ada/tokens/revoke", None)
+        .await;
+    assert_eq!(st, 204, "{b}");
+    let started = std::time::Instant::now();
+    assert!(stream.next(Duration::from_secs(5)).await.is_none());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the stream went on for {:?} after its token was revoked",
+        started.elapsed()
+    );
+    // The operator's stream still carries list_changed.
+    h.bind("team", "hostile", json!({})).await;
+    let event = operator_stream
+        .next(Duration::from_secs(3))
+        .await
+        .expect("the operator's stream goes on");
+    assert_eq!(event["method"], LIST_CHANGED);
+}
+
 // ---------------------------------------------------------------------------------------
 // The stdio bridge
 // ---------------------------------------------------------------------------------------

@@ -961,3 +961,70 @@ async fn credentials_sent_with_a_webhook_are_never_stored_or_shown_to_the_guest(
         assert!(names.contains(&kept), "{kept} missing: {names:?}");
     }
 }
+
+/// A guest's refusal text is logged by the host when a delivery fails; a newline in it
+/// cannot forge a host log line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guests_refusal_cannot_forge_a_host_log_line() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let log_path = data.path().join("server.log");
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let mut server = ServerProcess::start_logging_to(
+        data.path(),
+        &[("CONNECTOR_HOST_HOSTILE_WEBHOOK_SECRET", SECRET)],
+        log,
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let op = |method: Method, path: &str, body: Value| {
+        let client = client.clone();
+        let url = format!("{}{path}", server.url);
+        async move {
+            integration_tests::harness::send(
+                &client,
+                method,
+                &url,
+                Some(OPERATOR_TOKEN),
+                Some(body),
+            )
+            .await
+        }
+    };
+    let (s, b) = integration_tests::harness::upload_component(
+        &client,
+        &server.url,
+        std::fs::read(guests::HOSTILE).expect("component"),
+        "",
+    )
+    .await;
+    assert!(s == 201 || s == 200, "{s} {b}");
+    let (s, b) = op(Method::PUT, "/api/v1/units/u1", json!({})).await;
+    assert!(s == 201 || s == 200, "{s} {b}");
+    let (s, b) = op(
+        Method::PUT,
+        "/api/v1/units/u1/connectors/hostile",
+        json!({"config": {"routes": ["r1"]}}),
+    )
+    .await;
+    assert!(s == 201 || s == 200, "{s} {b}");
+    let forged =
+        "2026-01-01T00:00:00.000000Z ERROR connector_host::auth: FORGED operator token accepted";
+    let (s, b) = deliver(
+        &client,
+        &server.url,
+        "hostile",
+        "forge-1",
+        &json!({"refuse": format!("harmless\n{forged}\r\n\u{1b}[2Jcleared")}),
+        SECRET,
+        now_unix(),
+    )
+    .await;
+    assert_eq!(s, 202, "{b}");
+    server.kill9();
+    let log = std::fs::read_to_string(&log_path).expect("log");
+    assert!(log.contains("harmless"), "the refusal is logged: {log}");
+    for line in log.lines() {
+        assert!(!line.starts_with(forged), "a forged line: {line:?}");
+        assert!(!line.contains('\u{1b}'), "a raw escape sequence: {line:?}");
+    }
+}

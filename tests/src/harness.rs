@@ -13,6 +13,18 @@ use serde_json::Value;
 /// The operator token every test host uses.
 pub const OPERATOR_TOKEN: &str = "test-operator-token";
 
+/// Held by the tests that load the whole machine (floods, memory hogs, big uploads,
+/// cargo builds) or time latency under a load they make themselves, so two of them never
+/// overlap: on a two-core runner one such test beside another measures the other, not
+/// the host. Other tests run beside them as usual.
+pub fn machine_load() -> std::sync::MutexGuard<'static, ()> {
+    static MACHINE_LOAD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A test that failed while holding it leaves nothing behind to guard.
+    MACHINE_LOAD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A host running in this process, served on an ephemeral port.
 pub struct TestHost {
     pub host: Host,
@@ -273,6 +285,18 @@ impl ServerProcess {
                         .map_err(std::io::Error::from)
                 });
             }
+        })
+        .await
+    }
+
+    /// Like [`Self::start`], with the server's stderr (its log) written to `log`.
+    pub async fn start_logging_to(
+        data_dir: &Path,
+        env: &[(&str, &str)],
+        log: std::fs::File,
+    ) -> ServerProcess {
+        Self::start_command(data_dir, env, |cmd| {
+            cmd.stderr(log);
         })
         .await
     }

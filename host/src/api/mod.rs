@@ -440,11 +440,27 @@ async fn receive_webhook(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult {
-    // Nothing is buffered for a slug that takes no webhooks, nor past the limit.
-    host.accepts_webhooks(&slug)?;
-    let limit = host.config().max_webhook_bytes;
-    let body = read_body(&headers, body, limit, "the webhook body").await?;
+    // Nothing is buffered for a slug that takes no webhooks, for headers that cannot
+    // verify, past the limit, or past what the host reads at once.
+    let mut admission = host.admit_webhook(&slug, &headers)?;
+    let limit = admission.limit();
+    let read = read_body_counted(&headers, body, limit, "the webhook body", |seen| {
+        admission.take(seen)
+    });
+    let body = match tokio::time::timeout(crate::webhooks::WEBHOOK_BODY_TIME, read).await {
+        Ok(read) => read?,
+        Err(_) => {
+            return Err(HostError::new(
+                ErrorCode::RequestTimeout,
+                format!(
+                    "the webhook body did not arrive within {} s; send it at once",
+                    crate::webhooks::WEBHOOK_BODY_TIME.as_secs()
+                ),
+            ))
+        }
+    };
     let outcome = host.receive_webhook(&slug, &headers, &body).await?;
+    drop(admission);
     ok(
         StatusCode::ACCEPTED,
         &crate::webhooks::outcome_json(&outcome),
@@ -455,13 +471,25 @@ async fn receive_webhook(
 /// an undeclared one as soon as the limit is passed — nothing more is kept: the rest is
 /// drained (bounded, see [`crate::http::read_limited`]) so the client reads the `413`.
 async fn read_body(headers: &HeaderMap, body: Body, limit: usize, what: &str) -> HostResult<Bytes> {
+    read_body_counted(headers, body, limit, what, |_| true).await
+}
+
+/// Like [`read_body`], asking `room(bytes so far)` as each part arrives whether the host
+/// may hold that much (`503 host_busy` when not).
+async fn read_body_counted(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    what: &str,
+    room: impl FnMut(u64) -> bool,
+) -> HostResult<Bytes> {
     let too_large = || {
         HostError::new(
             ErrorCode::PayloadTooLarge,
             format!("{what} is larger than the limit of {limit} bytes"),
         )
     };
-    crate::http::read_limited(headers, body, limit)
+    crate::http::read_limited_counted(headers, body, limit, room)
         .await
         .map_err(|e| e.into_host_error(too_large))
 }

@@ -22,7 +22,8 @@ pub enum Access<'a> {
     Agent(&'a str),
 }
 
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+/// The request's bearer token, if it sends one.
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
@@ -86,9 +87,14 @@ impl FromRequestParts<Host> for AgentOfPath {
     type Rejection = HostError;
 
     async fn from_request_parts(parts: &mut Parts, host: &Host) -> Result<Self, HostError> {
-        let agent = Self::agent_in_path(parts)
-            .await
-            .ok_or_else(|| HostError::internal("this route has no {agent} in its path"))?;
+        let Some(agent) = Self::agent_in_path(parts).await else {
+            // Not a readable agent id (not UTF-8 once decoded): no agent's token can be
+            // for it, and nobody learns more than the operator would.
+            authorize(host, &parts.headers, Access::Operator)?;
+            return Err(HostError::invalid_request(
+                "the agent id in the path is not valid UTF-8",
+            ));
+        };
         authorize(host, &parts.headers, Access::Agent(&agent))?;
         Ok(AgentOfPath(agent))
     }

@@ -60,6 +60,8 @@ pub enum BodyError {
     Stalled,
     /// The client's body stream failed.
     Unreadable(String),
+    /// The host had no room for more of it (see [`read_limited_counted`]).
+    NoRoom,
 }
 
 impl BodyError {
@@ -86,6 +88,10 @@ impl BodyError {
             BodyError::Unreadable(e) => {
                 HostError::invalid_request(format!("could not read the request body: {e}"))
             }
+            BodyError::NoRoom => HostError::new(
+                ErrorCode::HostBusy,
+                "the host is holding as many request bodies of this kind as it reads at once; retry shortly",
+            ),
         }
     }
 }
@@ -94,8 +100,19 @@ impl BodyError {
 /// most 5 s) before [`BodyError::TooLarge`] is returned.
 pub async fn read_limited(
     headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Bytes, BodyError> {
+    read_limited_counted(headers, body, limit, |_| true).await
+}
+
+/// Like [`read_limited`], asking `room(bytes so far)` as each part arrives whether the
+/// host may hold that much ([`BodyError::NoRoom`] when not).
+pub async fn read_limited_counted(
+    headers: &HeaderMap,
     mut body: Body,
     limit: usize,
+    mut room: impl FnMut(u64) -> bool,
 ) -> Result<Bytes, BodyError> {
     let limit = limit as u64;
     let declared = headers
@@ -104,7 +121,8 @@ pub async fn read_limited(
         .and_then(|v| v.parse::<u64>().ok());
     let mut seen = 0u64;
     if declared.is_none_or(|n| n <= limit) {
-        let mut buffer = Vec::with_capacity(declared.unwrap_or(0) as usize);
+        // What is reserved up front is bounded: a declared length is only a claim.
+        let mut buffer = Vec::with_capacity(declared.unwrap_or(0).min(64 * 1024) as usize);
         loop {
             let Some(frame) = body.frame().await else {
                 return Ok(Bytes::from(buffer));
@@ -115,6 +133,9 @@ pub async fn read_limited(
             seen += data.len() as u64;
             if seen > limit {
                 break;
+            }
+            if !room(seen) {
+                return Err(BodyError::NoRoom);
             }
             buffer.extend_from_slice(&data);
         }

@@ -35,6 +35,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::ConnectorTimeout => StatusCode::GATEWAY_TIMEOUT,
         ErrorCode::StoreUnavailable | ErrorCode::HostBusy => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+        ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         ErrorCode::ContextConflict | ErrorCode::ContextInvalid | ErrorCode::Internal => {
             StatusCode::INTERNAL_SERVER_ERROR
         }
@@ -61,6 +62,7 @@ mod tests {
         let all = [
             InvalidRequest,
             RequestTimeout,
+            MethodNotAllowed,
             HostBusy,
             Unauthenticated,
             Forbidden,

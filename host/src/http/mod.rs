@@ -10,7 +10,8 @@ pub mod body;
 mod error;
 pub mod json;
 
+pub(crate) use auth::bearer;
 pub use auth::{authorize, Access, AgentOfPath, Operator};
-pub use body::{discard, read_limited, BodyError, BodyStalled};
+pub use body::{discard, read_limited, read_limited_counted, BodyError, BodyStalled};
 pub use error::status_of;
 pub use json::ApiJson;

@@ -164,6 +164,13 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, Response> {
                 INVALID_REQUEST,
                 &format!("could not read the request body: {e}"),
             ),
+            // `read_limited` always has room.
+            BodyError::NoRoom => rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &Value::Null,
+                INVALID_REQUEST,
+                "the host has no room to read this request now; retry shortly",
+            ),
         })
 }
 
@@ -602,21 +609,51 @@ pub async fn get(
     };
     let rx = session.open_stream();
     let ending = super::streams_ending();
-    let events = futures::stream::unfold((rx, ending), |(mut rx, mut ending)| async move {
-        let (id, message) = tokio::select! {
-            biased;
-            _ = ending.wait_for(|end| *end) => return None,
-            next = rx.recv() => next?,
-        };
-        let event = Event::default()
-            .event("message")
-            .id(id.to_string())
-            .data(&*message);
-        Some((Ok::<_, Infallible>(event), (rx, ending)))
-    });
+    let revoked = token_revoked(&sessions, &headers);
+    let events = futures::stream::unfold(
+        (rx, ending, revoked),
+        |(mut rx, mut ending, mut revoked)| async move {
+            let (id, message) = tokio::select! {
+                biased;
+                _ = ending.wait_for(|end| *end) => return None,
+                () = &mut revoked => return None,
+                next = rx.recv() => next?,
+            };
+            let event = Event::default()
+                .event("message")
+                .id(id.to_string())
+                .data(&*message);
+            Some((Ok::<_, Infallible>(event), (rx, ending, revoked)))
+        },
+    );
     Sse::new(events)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
+}
+
+/// Resolves once the agent token the request was made with stops being valid (revoked,
+/// expired, its agent deleted), so a stream opened with it ends then; never for the
+/// operator token.
+fn token_revoked(
+    sessions: &Sessions,
+    headers: &HeaderMap,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    let host = sessions.host().clone();
+    let token = crate::http::bearer(headers)
+        .filter(|t| !host.is_operator_token(t))
+        .map(str::to_string);
+    Box::pin(async move {
+        let Some(token) = token else {
+            return std::future::pending().await;
+        };
+        let mut tick = tokio::time::interval(super::session::WATCH_INTERVAL);
+        loop {
+            tick.tick().await;
+            if host.agent_of_token(&token).is_none() {
+                return;
+            }
+        }
+    })
 }
 
 /// `DELETE /mcp/agents/{agentId}`: ends the session (`204`); its stream closes and later

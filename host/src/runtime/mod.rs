@@ -50,7 +50,7 @@ pub use share::Caller;
 
 use cache::ComponentCache;
 use outbound::OutboundHooks;
-use share::{CpuSlice, HostShare, MemoryBudget, OnTurn};
+use share::{Admitted, CpuSlice, HostShare, MemoryBudget, OnTurn};
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -279,7 +279,7 @@ impl bindings::spring::connector::host::Host for GuestState {
         let connector = &*self.hooks.connector;
         // A field, never the format string, with control characters escaped: a guest
         // cannot end the host's log line and forge the next one.
-        let guest = escape_controls(&message);
+        let guest = crate::ids::escape_controls(&message);
         match level {
             wit::LogLevel::Trace => {
                 tracing::trace!(target: "connector", connector, %guest, "guest log")
@@ -322,25 +322,16 @@ impl bindings::spring::connector::host::Host for GuestState {
     async fn secret(&mut self, name: String) -> Option<String> {
         let value = self.secrets.get(&name).cloned();
         if value.is_none() {
-            tracing::warn!(connector = &*self.hooks.connector, secret = %name, "refused a secret the calling binding does not name");
+            tracing::warn!(connector = &*self.hooks.connector, secret = %crate::ids::escape_controls(&name), "refused a secret the calling binding does not name");
         }
         value
     }
 }
 
-/// `text` with every control character (newlines, carriage returns, escape sequences)
-/// written as its Rust escape, so it stays on one log line and changes no terminal.
-fn escape_controls(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
+/// Handles (streams, pollables, headers, requests) one guest may hold at once.
+const GUEST_RESOURCES: usize = 2048;
+/// The largest set of HTTP headers a guest may build or receive.
+const GUEST_HEADER_BYTES: usize = 32 * 1024;
 
 type GuestFuture<'a, R> = Pin<Box<dyn Future<Output = wasmtime::Result<R>> + Send + 'a>>;
 
@@ -465,25 +456,37 @@ impl ConnectorRuntime {
         })
     }
 
-    fn new_store(&self, sandbox: &Sandbox, deadline: Instant) -> Store<GuestState> {
+    fn new_store(
+        &self,
+        sandbox: &Sandbox,
+        admitted: &Admitted,
+        deadline: Instant,
+    ) -> Store<GuestState> {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
         let mut wasi = WasiCtx::builder();
         wasi.stderr(stderr.clone())
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false);
+        // Host memory a guest can make the host hold outside its linear memory: its
+        // handles (streams, headers, requests) and the size of each set of headers.
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(GUEST_RESOURCES);
+        let mut http = WasiHttpCtx::new();
+        http.set_field_size_limit(GUEST_HEADER_BYTES);
         let state = GuestState {
-            table: ResourceTable::new(),
+            table,
             wasi: wasi.build(),
-            http: WasiHttpCtx::new(),
+            http,
             hooks: OutboundHooks {
                 policy: sandbox.outbound.clone(),
                 connector: sandbox.connector.clone(),
+                connections: Arc::new(tokio::sync::Semaphore::new(outbound::CONNECTIONS_PER_CALL)),
             },
             limiter: MemoryLimiter {
                 limit: self.limits.memory_bytes,
                 exceeded: false,
-                budget: self.share.memory_budget(deadline),
+                budget: self.share.memory_budget(admitted, deadline),
             },
             stderr,
             installations: sandbox.installations.clone(),
@@ -523,8 +526,10 @@ impl ConnectorRuntime {
         // The deadline runs from now: waiting for a slot counts toward it.
         let timeout = self.limits.call_timeout;
         let deadline = Instant::now() + timeout;
-        let _admitted = self.share.admit(&sandbox.caller, deadline).await?;
-        let mut store = self.new_store(sandbox, deadline);
+        let admitted = self.share.admit(&sandbox.caller, deadline).await?;
+        // Declared after `admitted`, so dropped before it: the store's memory goes back
+        // to its caller's share while the caller's entry (and that share) still exists.
+        let mut store = self.new_store(sandbox, &admitted, deadline);
         let hard_stop = tokio::time::Instant::from_std(deadline + EPOCH_TICK * 2);
         let slice = store.data().slice.clone();
         let guest = async {
@@ -540,23 +545,21 @@ impl ConnectorRuntime {
             Ok(Ok(value)) => Ok(value),
             // Out of time after waiting for the memory budget: the host's bound, not the
             // guest's.
-            Err(_elapsed) if store.data().limiter.budget.held_up() => Err(self.memory_busy()),
-            Err(_elapsed) => Err(GuestError::Timeout {
-                after_ms: timeout.as_millis() as u64,
-            }),
+            Err(_elapsed) => Err(self
+                .memory_busy(&store, true)
+                .unwrap_or(GuestError::Timeout {
+                    after_ms: timeout.as_millis() as u64,
+                })),
             Ok(Err((err, during_instantiate))) => {
                 Err(self.classify(&store, err, during_instantiate))
             }
         }
     }
 
-    fn memory_busy(&self) -> GuestError {
-        GuestError::HostBusy {
-            message: format!(
-                "the memory of all guests stayed at limits.guest_memory_total_mib ({} MiB) until the call's deadline",
-                self.limits.total_memory_bytes / (1024 * 1024)
-            ),
-        }
+    /// The error when memory is why the call failed (see [`MemoryBudget::shortage`]).
+    fn memory_busy(&self, store: &Store<GuestState>, out_of_time: bool) -> Option<GuestError> {
+        let total_mib = self.limits.total_memory_bytes / (1024 * 1024);
+        store.data().limiter.budget.shortage(total_mib, out_of_time)
     }
 
     fn classify(
@@ -565,10 +568,10 @@ impl ConnectorRuntime {
         err: wasmtime::Error,
         during_instantiate: bool,
     ) -> GuestError {
-        let state = store.data();
-        if state.limiter.budget.denied() {
-            return self.memory_busy();
+        if let Some(busy) = self.memory_busy(store, false) {
+            return busy;
         }
+        let state = store.data();
         if state.limiter.exceeded {
             return GuestError::MemoryExceeded {
                 limit_bytes: self.limits.memory_bytes,
@@ -576,8 +579,8 @@ impl ConnectorRuntime {
         }
         if let Some(trap) = err.downcast_ref::<Trap>() {
             if *trap == Trap::Interrupt {
-                if state.limiter.budget.held_up() {
-                    return self.memory_busy();
+                if let Some(busy) = self.memory_busy(store, true) {
+                    return busy;
                 }
                 return GuestError::Timeout {
                     after_ms: self.limits.call_timeout.as_millis() as u64,

@@ -132,10 +132,16 @@ pub fn is_public(ip: IpAddr) -> bool {
     }
 }
 
-/// The `wasi:http` hooks of one guest call: every outgoing request passes the policy.
+/// Connections one guest call may hold open at once; a further request waits for one to
+/// end (a response read or dropped), within the call's deadline.
+pub(crate) const CONNECTIONS_PER_CALL: usize = 8;
+
+/// The `wasi:http` hooks of one guest call: every outgoing request passes the policy, and
+/// holds one of the call's [`CONNECTIONS_PER_CALL`] until its connection ends.
 pub(crate) struct OutboundHooks {
     pub(crate) policy: Arc<OutboundPolicy>,
     pub(crate) connector: Arc<str>,
+    pub(crate) connections: Arc<tokio::sync::Semaphore>,
 }
 
 type SendResult = Result<
@@ -155,7 +161,13 @@ impl WasiHttpHooks for OutboundHooks {
     ) -> Box<dyn std::future::Future<Output = SendResult> + Send> {
         let policy = self.policy.clone();
         let connector = self.connector.clone();
-        Box::new(async move { send_checked(&policy, &connector, request, options).await })
+        let connections = self.connections.clone();
+        Box::new(async move {
+            let Ok(connection) = connections.acquire_owned().await else {
+                return Err(HttpError::ConnectionRefused);
+            };
+            send_checked(&policy, &connector, request, options, connection).await
+        })
     }
 }
 
@@ -164,6 +176,7 @@ async fn send_checked(
     connector: &str,
     mut request: http::Request<WasiBody>,
     options: Option<RequestOptions>,
+    connection: tokio::sync::OwnedSemaphorePermit,
 ) -> SendResult {
     let uri = request.uri().clone();
     let host = uri
@@ -236,9 +249,9 @@ async fn send_checked(
             .connect(server_name, stream)
             .await
             .map_err(HttpError::Tls)?;
-        handshake_and_send(TokioIo::new(tls), request, connect_timeout).await
+        handshake_and_send(TokioIo::new(tls), request, connect_timeout, connection).await
     } else {
-        handshake_and_send(TokioIo::new(stream), request, connect_timeout).await
+        handshake_and_send(TokioIo::new(stream), request, connect_timeout, connection).await
     }
 }
 
@@ -246,6 +259,7 @@ async fn handshake_and_send<S>(
     io: TokioIo<S>,
     request: http::Request<WasiBody>,
     connect_timeout: Duration,
+    connection: tokio::sync::OwnedSemaphorePermit,
 ) -> SendResult
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
@@ -256,7 +270,12 @@ where
             .map_err(|_| HttpError::ConnectionTimeout)??;
     // The connection must be driven while the request is sent and while the guest
     // reads the body; the future handed back to wasmtime reports how that ended.
-    let driving = tokio::spawn(async move { conn.await.map_err(HttpError::from) });
+    // The call's connection slot is held as long as the connection lives.
+    let driving = tokio::spawn(async move {
+        let ended = conn.await.map_err(HttpError::from);
+        drop(connection);
+        ended
+    });
     let response = sender
         .send_request(request)
         .await

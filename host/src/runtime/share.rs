@@ -9,6 +9,15 @@
 //! slots past the deadline is the caller's own overload (`connector_timeout`); waiting
 //! for the host's pool or memory is the host's (`host_busy`).
 //!
+//! ## Memory
+//!
+//! The guests of one caller together hold at most a quarter of the memory budget (or
+//! one guest's limit, if that is more), so one agent's guests cannot take memory every
+//! other agent's calls need; a call refused for its caller's own share is the caller's
+//! overload (`connector_timeout`), one refused for the whole budget the host's
+//! (`host_busy`). Pages are not handed out first come, first served: a
+//! growth that fits now is not held up by a larger one still waiting.
+//!
 //! ## CPU turns
 //!
 //! Guests are preempted only at epoch ticks (every few milliseconds), and tokio runs
@@ -19,7 +28,7 @@
 //! the scheduler, then passes its turn to the next waiting guest (round-robin across
 //! callers, so a caller with one long call gets a turn as often as one with sixty) or
 //! takes one; it gives its turn back when it finishes or waits for anything (I/O,
-//! memory). Only as many long-running guests as there are turns are runnable, so the run
+//! memory), and takes one again before it runs on. Only as many long-running guests as there are turns are runnable, so the run
 //! queue stays short; short calls (most tool calls end well inside their first slice)
 //! never wait for a turn at all.
 
@@ -60,21 +69,32 @@ impl Caller {
 
 /// Bytes per WebAssembly page, the unit of the memory budget.
 const PAGE: usize = 64 * 1024;
+/// One caller's guests may hold at most this fraction of the memory budget (and at
+/// least one guest's limit), so no agent can starve the others of memory.
+const MEMORY_SHARES: usize = 4;
 
-type CallerSlots = Arc<Mutex<HashMap<Caller, Arc<Semaphore>>>>;
+/// What one caller may use at once: its call slots and its part of the memory budget.
+struct CallerShare {
+    slots: Arc<Semaphore>,
+    memory: Arc<MemoryPool>,
+}
+
+type CallerSlots = Arc<Mutex<HashMap<Caller, CallerShare>>>;
 
 /// The host's guest capacity and how it is shared.
 pub(crate) struct HostShare {
     per_caller: usize,
+    /// Pages of the memory budget one caller's guests may hold together.
+    per_caller_pages: usize,
     callers: CallerSlots,
     pool: Arc<Semaphore>,
-    memory: Arc<Semaphore>,
+    memory: Arc<MemoryPool>,
     turns: Arc<Turns>,
 }
 
 /// A call's admission: a slot of its caller and one of the pool, both released on drop.
 pub(crate) struct Admitted {
-    _caller: Option<CallerSlot>,
+    caller: Option<CallerSlot>,
     _pool: OwnedSemaphorePermit,
 }
 
@@ -82,6 +102,7 @@ struct CallerSlot {
     permit: Option<OwnedSemaphorePermit>,
     caller: Caller,
     slots: Arc<Semaphore>,
+    memory: Arc<MemoryPool>,
     callers: CallerSlots,
 }
 
@@ -101,16 +122,125 @@ fn forget_if_unused(callers: &CallerSlots, caller: &Caller, slots: &Arc<Semaphor
     }
 }
 
+/// Pages of linear memory that guests take as they grow and give back when they end.
+///
+/// Not first come, first served: a guest that needs many pages does not hold up one
+/// that needs a few and fits now. Whoever waits tries again each time pages are given
+/// back, until its deadline.
+struct MemoryPool {
+    pages: Arc<Semaphore>,
+    total: usize,
+    freed: tokio::sync::Notify,
+    /// Growths waiting for pages (nobody is woken when none wait).
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+impl MemoryPool {
+    fn new(pages: usize) -> Arc<Self> {
+        Arc::new(Self {
+            pages: Arc::new(Semaphore::new(pages)),
+            total: pages,
+            freed: tokio::sync::Notify::new(),
+            waiting: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    /// `n` pages, at once or once others give enough back; `Err(waited)` when they were
+    /// not there by `deadline` (or can never be). `waited` notes that it had to wait.
+    async fn take(
+        self: &Arc<Self>,
+        n: u32,
+        deadline: tokio::time::Instant,
+        waited: &mut bool,
+    ) -> Option<Pages> {
+        if let Ok(permit) = self.pages.clone().try_acquire_many_owned(n) {
+            return Some(self.pages_of(permit));
+        }
+        if n as usize > self.total {
+            return None;
+        }
+        *waited = true;
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        let _waiting = scopeguard(|| {
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
+        });
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if let Ok(permit) = self.pages.clone().try_acquire_many_owned(n) {
+                return Some(self.pages_of(permit));
+            }
+            // Outside tokio's cooperative budget: a guest that allocates in a loop must
+            // not be parked here with memory to spare.
+            let wait = tokio::time::timeout_at(deadline, freed);
+            tokio::task::coop::unconstrained(wait).await.ok()?;
+        }
+    }
+
+    fn pages_of(self: &Arc<Self>, permit: OwnedSemaphorePermit) -> Pages {
+        Pages {
+            permit: Some(permit),
+            pool: self.clone(),
+        }
+    }
+}
+
+/// Pages held of a [`MemoryPool`]; giving them back wakes whoever waits for pages.
+struct Pages {
+    permit: Option<OwnedSemaphorePermit>,
+    pool: Arc<MemoryPool>,
+}
+
+impl Pages {
+    fn merge(&mut self, mut other: Pages) {
+        match (&mut self.permit, other.permit.take()) {
+            (Some(mine), Some(theirs)) => mine.merge(theirs),
+            (mine @ None, theirs) => *mine = theirs,
+            (Some(_), None) => {}
+        }
+    }
+
+    #[cfg(test)]
+    fn count(&self) -> usize {
+        self.permit.as_ref().map_or(0, |p| p.num_permits())
+    }
+}
+
+impl Drop for Pages {
+    fn drop(&mut self) {
+        if self.permit.take().is_some() && self.pool.waiting.load(Ordering::Acquire) > 0 {
+            self.pool.freed.notify_waiters();
+        }
+    }
+}
+
+/// Runs `f` when dropped.
+fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
+}
+
 impl HostShare {
     pub(crate) fn new(limits: &GuestLimits) -> Self {
         let pages = (limits.total_memory_bytes / PAGE).max(1);
         Self {
             per_caller: limits.calls_per_caller() as usize,
+            per_caller_pages: (pages / MEMORY_SHARES)
+                .max(limits.memory_bytes.div_ceil(PAGE))
+                .min(pages),
             callers: Arc::default(),
             pool: Arc::new(Semaphore::new(
                 limits.max_concurrent_instances.max(1) as usize
             )),
-            memory: Arc::new(Semaphore::new(pages)),
+            memory: MemoryPool::new(pages),
             turns: Arc::new(Turns::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get()),
             )),
@@ -124,6 +254,7 @@ impl HostShare {
             caller: caller.clone(),
             holding: AtomicBool::new(false),
             yielding: AtomicBool::new(false),
+            sliced: AtomicBool::new(false),
         })
     }
 
@@ -138,17 +269,20 @@ impl HostShare {
         let caller_slot = match caller {
             Caller::Host => None,
             _ => {
-                let slots = {
+                let (slots, memory) = {
                     let mut map = self.callers.lock().unwrap_or_else(|p| p.into_inner());
-                    map.entry(caller.clone())
-                        .or_insert_with(|| Arc::new(Semaphore::new(self.per_caller)))
-                        .clone()
+                    let share = map.entry(caller.clone()).or_insert_with(|| CallerShare {
+                        slots: Arc::new(Semaphore::new(self.per_caller)),
+                        memory: MemoryPool::new(self.per_caller_pages),
+                    });
+                    (share.slots.clone(), share.memory.clone())
                 };
                 match acquire_by(deadline, &slots).await {
                     Some(permit) => Some(CallerSlot {
                         permit: Some(permit),
                         caller: caller.clone(),
                         slots,
+                        memory,
                         callers: self.callers.clone(),
                     }),
                     None => {
@@ -167,7 +301,7 @@ impl HostShare {
         };
         match acquire_by(deadline, &self.pool).await {
             Some(pool) => Ok(Admitted {
-                _caller: caller_slot,
+                caller: caller_slot,
                 _pool: pool,
             }),
             None => Err(GuestError::HostBusy {
@@ -179,15 +313,21 @@ impl HostShare {
         }
     }
 
-    /// The memory budget a call with `deadline` grows its guest's memory from.
-    pub(crate) fn memory_budget(&self, deadline: Instant) -> MemoryBudget {
+    /// The memory budget an admitted call with `deadline` grows its guest's memory
+    /// from: the host's, and its caller's part of it.
+    pub(crate) fn memory_budget(&self, admitted: &Admitted, deadline: Instant) -> MemoryBudget {
         MemoryBudget {
-            pages: self.memory.clone(),
+            host: self.memory.clone(),
+            caller: admitted
+                .caller
+                .as_ref()
+                .map(|slot| (slot.caller.clone(), slot.memory.clone())),
             held: None,
             last: None,
-            denied: false,
+            short: None,
+            started: Instant::now(),
             deadline,
-            held_up: false,
+            waited: std::time::Duration::ZERO,
         }
     }
 
@@ -196,7 +336,7 @@ impl HostShare {
     fn running(&self, caller: &Caller) -> usize {
         let map = self.callers.lock().unwrap_or_else(|p| p.into_inner());
         map.get(caller)
-            .map_or(0, |s| self.per_caller - s.available_permits())
+            .map_or(0, |s| self.per_caller - s.slots.available_permits())
     }
 }
 
@@ -216,19 +356,46 @@ async fn acquire_by(
         .and_then(Result::ok)
 }
 
-/// One guest's claim on the host-wide memory budget: growing its linear memory takes
-/// pages from the budget (waiting for other guests to finish until the call's deadline);
-/// everything is returned when the guest's store is dropped.
+/// One guest's claim on the memory budget: growing its linear memory takes pages from
+/// its caller's part and from the host's whole budget (waiting for other guests to give
+/// some back until the call's deadline); everything is given back when the guest's store
+/// is dropped.
 pub(crate) struct MemoryBudget {
-    pages: Arc<Semaphore>,
-    held: Option<OwnedSemaphorePermit>,
+    host: Arc<MemoryPool>,
+    caller: Option<(Caller, Arc<MemoryPool>)>,
+    held: Option<Grant>,
     /// The pages of the latest growth, until the engine has done it (see `undo_last`).
-    last: Option<OwnedSemaphorePermit>,
-    /// A growth was refused because the budget stayed exhausted until the deadline.
-    denied: bool,
+    last: Option<Grant>,
+    /// Which bound refused a growth (it stayed exhausted until the deadline).
+    short: Option<Shortage>,
+    started: Instant,
     deadline: Instant,
-    /// A growth had to wait for the budget (or failed for it).
-    held_up: bool,
+    /// Time spent waiting for pages.
+    waited: std::time::Duration,
+}
+
+/// Pages of one growth: of the host's budget and of the caller's part.
+struct Grant {
+    host: Pages,
+    caller: Option<Pages>,
+}
+
+impl Grant {
+    fn merge(&mut self, other: Grant) {
+        self.host.merge(other.host);
+        match (&mut self.caller, other.caller) {
+            (Some(mine), Some(theirs)) => mine.merge(theirs),
+            (mine @ None, theirs) => *mine = theirs,
+            (Some(_), None) => {}
+        }
+    }
+}
+
+/// The bound a growth found exhausted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Shortage {
+    Host,
+    Caller(Caller),
 }
 
 impl MemoryBudget {
@@ -240,41 +407,40 @@ impl MemoryBudget {
             return true;
         }
         let Ok(needed) = u32::try_from(needed) else {
-            self.denied = true;
+            self.short = Some(Shortage::Host);
             return false;
         };
-        let granted = match self.pages.clone().try_acquire_many_owned(needed) {
-            Ok(permit) => Some(permit),
-            Err(_) => {
-                self.held_up = true;
-                let deadline = tokio::time::Instant::from_std(self.deadline);
-                // Outside tokio's cooperative budget: a guest that allocates in a loop
-                // must not be parked here with memory to spare.
-                let wait = tokio::time::timeout_at(
-                    deadline,
-                    self.pages.clone().acquire_many_owned(needed),
-                );
-                tokio::task::coop::unconstrained(wait)
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-            }
-        };
-        match granted {
-            Some(permit) => {
-                if let Some(previous) = self.last.replace(permit) {
-                    match &mut self.held {
-                        Some(held) => held.merge(previous),
-                        None => self.held = Some(previous),
-                    }
+        let deadline = tokio::time::Instant::from_std(self.deadline);
+        // Only waits for the host's budget count as the host's; a wait for the caller's
+        // own share is the caller's.
+        let mut waited = false;
+        let caller = match &self.caller {
+            Some((who, pool)) => match pool.take(needed, deadline, &mut waited).await {
+                Some(pages) => Some(pages),
+                None => {
+                    self.short = Some(Shortage::Caller(who.clone()));
+                    return false;
                 }
-                true
-            }
-            None => {
-                self.denied = true;
-                false
+            },
+            None => None,
+        };
+        let began = Instant::now();
+        waited = false;
+        let host = self.host.take(needed, deadline, &mut waited).await;
+        if waited {
+            self.waited += began.elapsed();
+        }
+        let Some(host) = host else {
+            self.short = Some(Shortage::Host);
+            return false;
+        };
+        if let Some(previous) = self.last.replace(Grant { host, caller }) {
+            match &mut self.held {
+                Some(held) => held.merge(previous),
+                None => self.held = Some(previous),
             }
         }
+        true
     }
 
     /// Gives back the pages of the latest growth (the engine could not do it).
@@ -282,25 +448,48 @@ impl MemoryBudget {
         self.last = None;
     }
 
-    /// Whether a growth was refused for want of budget.
-    pub(crate) fn denied(&self) -> bool {
-        self.denied
+    /// Why the call failed for memory, if it did: a growth refused because the caller's
+    /// own share stayed used up (the caller's overload: `connector_timeout`), or the
+    /// host's budget did, or (`out_of_time`: the call ran out of time) it spent at least
+    /// half its time waiting for the host's budget (both the host's bound:
+    /// `host_busy`).
+    pub(crate) fn shortage(&self, total_mib: usize, out_of_time: bool) -> Option<GuestError> {
+        let mostly_waited =
+            out_of_time && !self.waited.is_zero() && self.waited * 2 >= self.started.elapsed();
+        match &self.short {
+            Some(Shortage::Caller(who)) => Some(GuestError::Queued {
+                after_ms: self.started.elapsed().as_millis() as u64,
+                message: format!(
+                    "the guests of {} together hold their share of guest memory (a quarter of limits.guest_memory_total_mib, {total_mib} MiB, or one guest's limits.memory_mib) until the call's deadline; retry when fewer of its calls run",
+                    who.describe()
+                ),
+            }),
+            Some(Shortage::Host) => Some(GuestError::HostBusy {
+                message: format!(
+                    "the memory of all guests stayed at limits.guest_memory_total_mib ({total_mib} MiB) until the call's deadline; retry shortly"
+                ),
+            }),
+            None if mostly_waited => Some(GuestError::HostBusy {
+                message: format!(
+                    "the call spent {} ms of its time waiting for guest memory (limits.guest_memory_total_mib, {total_mib} MiB); retry shortly",
+                    self.waited.as_millis()
+                ),
+            }),
+            None => None,
+        }
     }
 
-    /// Whether the guest had to wait for the budget during its call (a call out of time
-    /// after that is the host's bound, `host_busy`, not the guest's).
-    pub(crate) fn held_up(&self) -> bool {
-        self.held_up
-    }
-
-    /// Bytes this guest holds of the budget.
+    /// Bytes this guest holds of the host's budget and of its caller's part.
     #[cfg(test)]
-    fn held_bytes(&self) -> usize {
-        [&self.held, &self.last]
-            .iter()
-            .filter_map(|p| p.as_ref())
-            .map(|p| p.num_permits() * PAGE)
-            .sum()
+    fn held_bytes(&self) -> (usize, usize) {
+        let grants = [&self.held, &self.last];
+        let grants = grants.iter().filter_map(|g| g.as_ref());
+        let host = grants.clone().map(|g| g.host.count() * PAGE).sum();
+        let caller = grants
+            .filter_map(|g| g.caller.as_ref())
+            .map(|p| p.count() * PAGE)
+            .sum();
+        (host, caller)
     }
 }
 
@@ -476,6 +665,8 @@ pub(crate) struct CpuSlice {
     holding: AtomicBool,
     /// The guest is parked in [`Self::end_of_slice`].
     yielding: AtomicBool,
+    /// A slice of this call has ended: it is a long call, and runs only on a turn.
+    sliced: AtomicBool,
 }
 
 impl CpuSlice {
@@ -485,6 +676,7 @@ impl CpuSlice {
     /// guest or takes one, waiting round-robin with the other callers.
     pub(crate) fn end_of_slice(self: &Arc<Self>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         self.yielding.store(true, Ordering::Release);
+        self.sliced.store(true, Ordering::Release);
         let me = self.clone();
         Box::pin(async move {
             // A free turn (nobody waits): go on at once, as if no slice had ended.
@@ -525,6 +717,16 @@ impl CpuSlice {
         })
     }
 
+    /// Whether the guest must take a turn before it runs again: a long call (a slice of
+    /// it ended) resuming after a wait for something else. Without this, a guest could
+    /// dodge the queue by waiting briefly (a timer, a socket) just before each slice
+    /// ends, and run its next slice without a turn.
+    fn needs_turn(&self) -> bool {
+        self.sliced.load(Ordering::Acquire)
+            && !self.holding.load(Ordering::Acquire)
+            && !self.yielding.load(Ordering::Acquire)
+    }
+
     /// After a poll of the guest: one that finished, or waits for something other than
     /// its turn, gives its turn back.
     fn after_poll(&self, finished: bool) {
@@ -561,17 +763,23 @@ impl Drop for Queued {
 
 pin_project_lite::pin_project! {
     /// A guest call whose CPU turn (if it holds one) is given back whenever it stops
-    /// running for anything but the end of a slice.
+    /// running for anything but the end of a slice, and which, once it is a long call,
+    /// resumes only on a turn.
     pub(crate) struct OnTurn<F> {
         #[pin]
         guest: F,
         slice: Arc<CpuSlice>,
+        queued: Option<Queued>,
     }
 }
 
 impl<F> OnTurn<F> {
     pub(crate) fn new(slice: Arc<CpuSlice>, guest: F) -> Self {
-        Self { guest, slice }
+        Self {
+            guest,
+            slice,
+            queued: None,
+        }
     }
 }
 
@@ -580,6 +788,24 @@ impl<F: Future> Future for OnTurn<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
+        if this.slice.needs_turn() {
+            let slice = &**this.slice;
+            let queued = this.queued.get_or_insert_with(|| Queued {
+                turns: slice.turns.clone(),
+                caller: slice.caller.clone(),
+                ticket: None,
+            });
+            match slice
+                .turns
+                .take(&slice.caller, &mut queued.ticket, cx.waker())
+            {
+                Taken::Free | Taken::Handed { .. } => {
+                    slice.holding.store(true, Ordering::Release);
+                    *this.queued = None;
+                }
+                Taken::Waiting => return Poll::Pending,
+            }
+        }
         let result = this.guest.poll(cx);
         this.slice.after_poll(result.is_ready());
         result
@@ -596,6 +822,7 @@ mod tests {
         HostShare::new(&GuestLimits {
             max_concurrent_instances: pool,
             calls_per_agent: Some(per_caller),
+            memory_bytes: memory_mib * 1024 * 1024,
             total_memory_bytes: memory_mib * 1024 * 1024,
             ..GuestLimits::default()
         })
@@ -699,6 +926,47 @@ mod tests {
         assert!(state.order.is_empty() && state.waiting.is_empty());
     }
 
+    #[test]
+    fn a_long_call_resuming_from_a_wait_runs_only_on_a_turn() {
+        let share = share(8, 8, 64);
+        let ada = Caller::Agent("ada".into());
+        let bob = Caller::Agent("bob".into());
+        // ada's long call holds the only turns.
+        let mut held = 0;
+        while share.turns.take_free() {
+            held += 1;
+        }
+        assert!(held > 0);
+        // bob's call had a slice end, then waited for I/O (no turn held) and is woken.
+        let slice = share.cpu_slice(&bob);
+        slice.sliced.store(true, Ordering::Release);
+        let polls = std::sync::atomic::AtomicUsize::new(0);
+        let guest = std::future::poll_fn(|_| {
+            polls.fetch_add(1, Ordering::Relaxed);
+            Poll::Ready(())
+        });
+        let mut call = std::pin::pin!(OnTurn::new(slice.clone(), guest));
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(call.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(
+            polls.load(Ordering::Relaxed),
+            0,
+            "the guest ran without a turn"
+        );
+        // ada's call ends a slice: the turn goes to bob's.
+        let mut ada_ticket = None;
+        assert!(share.turns.pass_on(&ada, &mut ada_ticket, Waker::noop()));
+        assert!(call.as_mut().poll(&mut cx).is_ready());
+        assert_eq!(polls.load(Ordering::Relaxed), 1);
+        // Finished: the turn went on to ada's waiting call.
+        let ada_ticket = ada_ticket.expect("queued");
+        assert!(ada_ticket.granted.load(Ordering::Acquire));
+        // A short call (no slice ended) never waits for a turn.
+        let short = share.cpu_slice(&bob);
+        let mut call = std::pin::pin!(OnTurn::new(short, std::future::ready(())));
+        assert!(call.as_mut().poll(&mut cx).is_ready());
+    }
+
     #[tokio::test]
     async fn a_full_pool_is_host_busy() {
         let share = share(8, 2, 64);
@@ -710,35 +978,123 @@ mod tests {
         assert!(matches!(third, Err(GuestError::HostBusy { .. })));
     }
 
+    const MIB: usize = 1024 * 1024;
+
+    /// A call of `caller` admitted now, and its memory budget until `deadline_ms`.
+    async fn guest(
+        share: &HostShare,
+        caller: &Caller,
+        deadline_ms: u64,
+    ) -> (Admitted, MemoryBudget) {
+        let admitted = share
+            .admit(caller, soon(deadline_ms))
+            .await
+            .expect("admitted");
+        let budget = share.memory_budget(&admitted, soon(deadline_ms));
+        (admitted, budget)
+    }
+
     #[tokio::test]
     async fn memory_past_the_budget_waits_for_release_then_starves() {
-        let share = share(8, 8, 4);
-        let mut first = share.memory_budget(soon(1000));
-        assert!(first.grow(0, 3 * 1024 * 1024).await);
-        assert_eq!(first.held_bytes(), 3 * 1024 * 1024);
-        let mut second = share.memory_budget(soon(100));
-        assert!(!second.grow(0, 2 * 1024 * 1024).await, "1 MiB is left");
-        assert!(second.held_up() && second.denied());
+        let share = share(8, 16, 4);
+        let host = Caller::Host;
+        let (_a1, mut first) = guest(&share, &host, 1000).await;
+        assert!(first.grow(0, 3 * MIB).await);
+        assert_eq!(first.held_bytes().0, 3 * MIB);
+        let (_a2, mut second) = guest(&share, &host, 100).await;
+        assert!(!second.grow(0, 2 * MIB).await, "1 MiB is left");
+        let why = second.shortage(4, false).expect("host_busy");
+        assert!(
+            matches!(&why, GuestError::HostBusy { message } if message.contains("all guests")),
+            "{why:?}"
+        );
         // A growth the engine then refuses gives its pages back.
-        let mut fifth = share.memory_budget(soon(1000));
-        assert!(fifth.grow(0, 1024 * 1024).await);
+        let (_a5, mut fifth) = guest(&share, &host, 1000).await;
+        assert!(fifth.grow(0, MIB).await);
         fifth.undo_last();
-        assert_eq!(fifth.held_bytes(), 0);
-        assert!(!fifth.denied());
+        assert_eq!(fifth.held_bytes().0, 0);
+        assert!(fifth.shortage(4, true).is_none(), "it never waited");
         // Released memory is granted to a waiting guest.
-        let mut third = share.memory_budget(soon(1000));
-        let (grown, ()) = tokio::join!(third.grow(0, 2 * 1024 * 1024), async {
+        let (_a3, mut third) = guest(&share, &host, 1000).await;
+        let (grown, ()) = tokio::join!(third.grow(0, 2 * MIB), async {
             tokio::time::sleep(Duration::from_millis(20)).await;
             drop(first);
         });
         assert!(grown);
-        assert!(third.held_up(), "it waited");
+        assert!(third.waited > Duration::ZERO, "it waited");
         assert!(
-            third.grow(2 * 1024 * 1024, 2 * 1024 * 1024).await,
-            "no growth, no pages"
+            third.shortage(4, false).is_none(),
+            "a wait that ended in time is no failure"
         );
-        let mut fourth = share.memory_budget(soon(1000));
+        assert!(third.grow(2 * MIB, 2 * MIB).await, "no growth, no pages");
+        let (_a4, mut fourth) = guest(&share, &host, 1000).await;
         assert!(fourth.grow(0, 64 * 1024).await);
-        assert!(!fourth.held_up(), "memory to spare is taken at once");
+        assert!(fourth.waited.is_zero(), "memory to spare is taken at once");
+    }
+
+    #[tokio::test]
+    async fn one_caller_holds_at_most_its_share_of_memory() {
+        // 8 MiB in all, 1 MiB per guest: one caller's guests hold at most 2 MiB.
+        let share = HostShare::new(&GuestLimits {
+            max_concurrent_instances: 16,
+            calls_per_agent: Some(8),
+            memory_bytes: MIB,
+            total_memory_bytes: 8 * MIB,
+            ..GuestLimits::default()
+        });
+        let ada = Caller::Agent("ada".into());
+        let bob = Caller::Agent("bob".into());
+        let (_a1, mut a1) = guest(&share, &ada, 1000).await;
+        let (_a2, mut a2) = guest(&share, &ada, 1000).await;
+        assert!(a1.grow(0, MIB).await && a2.grow(0, MIB).await);
+        assert_eq!(a1.held_bytes(), (MIB, MIB));
+        let (_a3, mut a3) = guest(&share, &ada, 100).await;
+        assert!(!a3.grow(0, 64 * 1024).await, "ada's share is used up");
+        let why = a3.shortage(8, false).expect("the caller's overload");
+        assert!(
+            matches!(&why, GuestError::Queued { message, .. } if message.contains("agent `ada`")),
+            "{why:?}"
+        );
+        // The host has memory to spare for another agent, at once.
+        let started = Instant::now();
+        let (_b1, mut b1) = guest(&share, &bob, 1000).await;
+        assert!(b1.grow(0, MIB).await);
+        assert!(started.elapsed() < Duration::from_millis(50));
+        // The host's own calls are not held to a caller's share.
+        let (_h, mut host) = guest(&share, &Caller::Host, 1000).await;
+        assert!(host.grow(0, 3 * MIB).await);
+        assert_eq!(host.held_bytes(), (3 * MIB, 0));
+    }
+
+    #[tokio::test]
+    async fn a_small_growth_that_fits_is_not_held_up_by_a_large_one_waiting() {
+        let share = share(8, 16, 4);
+        let host = Caller::Host;
+        let (_h1, mut half1) = guest(&share, &host, 2000).await;
+        let (_h2, mut half2) = guest(&share, &host, 2000).await;
+        assert!(half1.grow(0, 2 * MIB).await && half2.grow(0, 2 * MIB).await);
+        let (_l, mut large) = guest(&share, &host, 2000).await;
+        let (_s, mut small) = guest(&share, &host, 2000).await;
+        let large_wait = large.grow(0, 3 * MIB);
+        let small_wait = async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            small.grow(0, MIB).await
+        };
+        let released = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            drop(half1);
+            Instant::now()
+        };
+        let started = Instant::now();
+        let (small_grown, released_at) = tokio::select! {
+            (grown, at) = async { tokio::join!(small_wait, released) } => (grown, at),
+            _ = large_wait => panic!("3 MiB were never free"),
+        };
+        assert!(small_grown);
+        assert!(
+            released_at.elapsed() < Duration::from_millis(100),
+            "the small growth waited {:?} after memory was released",
+            started.elapsed()
+        );
     }
 }

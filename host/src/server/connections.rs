@@ -10,9 +10,13 @@
 //!   (or of its previous response, once bytes of the next request arrive), else it is
 //!   dropped;
 //! - a keep-alive connection with no request for `idle_timeout` is closed;
-//! - a request body that makes no progress for `header_timeout` fails with
-//!   [`BodyStalled`] (the handlers answer `408`); one a handler did not read (it answered
-//!   first: `401`, `404`) is read and dropped after the answer, bounded;
+//! - a connection whose client stops reading (its socket accepts nothing of an answer
+//!   for `header_timeout`) is dropped, busy or not;
+//! - a request body that makes no progress for `header_timeout`, or that past its first
+//!   `header_timeout` averages less than 4 KiB/s, fails with [`BodyStalled`] (the
+//!   handlers answer `408`, and the connection closes after it); one
+//!   a handler did not read (it answered first: `401`, `404`) is read and dropped after
+//!   the answer, bounded, with the connection still counted busy;
 //! - past `max_connections` (lowered to what the open-files limit leaves room for), a
 //!   connection is answered `503` with the contract's JSON error and closed, without
 //!   reading its request.
@@ -24,7 +28,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -42,6 +46,9 @@ use tower::ServiceExt;
 use crate::config::ServerLimits;
 use crate::http::{discard, BodyStalled};
 
+/// The most a connection's read buffer holds: a request's head must fit (larger ones
+/// are answered `431`).
+const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// File descriptors kept free for everything that is not a client connection: the
 /// database, the component cache, guests' outbound HTTP, refusing connections.
 const RESERVED_FILES: u64 = 128;
@@ -241,6 +248,12 @@ struct Activity {
     head_since: AtomicU64,
     /// The last read or write.
     last: AtomicU64,
+    /// Since when a write has found the socket full ([`NOT_WAITING`]: the last write
+    /// went through): a client that stops reading its answers.
+    write_blocked_since: AtomicU64,
+    /// Wakes the watchdog when a write first finds the socket full, so the stall is
+    /// timed from then.
+    blocked: tokio::sync::Notify,
 }
 
 const NOT_WAITING: u64 = u64::MAX;
@@ -263,6 +276,8 @@ impl Activity {
             busy: AtomicU32::new(0),
             head_since: AtomicU64::new(0),
             last: AtomicU64::new(0),
+            write_blocked_since: AtomicU64::new(NOT_WAITING),
+            blocked: tokio::sync::Notify::new(),
         }
     }
 
@@ -285,6 +300,26 @@ impl Activity {
 
     fn wrote(&self) {
         self.last.store(self.now(), Ordering::Relaxed);
+        self.write_blocked_since
+            .store(NOT_WAITING, Ordering::Release);
+    }
+
+    fn write_blocked(&self) {
+        let first = self
+            .write_blocked_since
+            .compare_exchange(NOT_WAITING, self.now(), Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok();
+        if first {
+            self.blocked.notify_one();
+        }
+    }
+
+    fn after_write(&self, result: &Poll<io::Result<usize>>) {
+        match result {
+            Poll::Ready(Ok(n)) if *n > 0 => self.wrote(),
+            Poll::Pending => self.write_blocked(),
+            Poll::Ready(_) => {}
+        }
     }
 
     fn request_started(self: &Arc<Self>) -> Busy {
@@ -296,6 +331,15 @@ impl Activity {
     fn verdict(&self, limits: &ServerLimits, now: u64) -> Verdict {
         let header = limits.header_timeout.as_millis() as u64;
         let idle = limits.idle_timeout.as_millis() as u64;
+        let blocked = self.write_blocked_since.load(Ordering::Acquire);
+        if blocked != NOT_WAITING {
+            // Not reading what it is sent, busy or not: nothing else moves until it does.
+            return if now >= blocked + header {
+                Verdict::Drop
+            } else {
+                Verdict::WaitUntil(Duration::from_millis(blocked + header))
+            };
+        }
         if self.busy.load(Ordering::Acquire) > 0 {
             return Verdict::WaitUntil(Duration::from_millis(now + header.min(idle)));
         }
@@ -321,7 +365,8 @@ struct Busy(Arc<Activity>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.wrote();
+        // The idle clock starts when the answer is done.
+        self.0.last.store(self.0.now(), Ordering::Relaxed);
         self.0.busy.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -333,22 +378,35 @@ async fn serve_connection(
     mut stopped: watch::Receiver<bool>,
 ) {
     let activity = Arc::new(Activity::new());
-    let io = TokioIo::new(Watched {
-        inner: stream,
-        activity: activity.clone(),
-    });
+    let io = TokioIo::new(Watched::new(stream, activity.clone()));
     let service = {
         let activity = activity.clone();
         hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
             let busy = activity.request_started();
             let router = router.clone();
+            let body_activity = activity.clone();
             let stall = limits.header_timeout;
             async move {
-                let request = request.map(|body| Body::new(StallBounded::new(body, stall)));
-                let response = match router.oneshot(request).await {
+                let stalled = Arc::new(AtomicBool::new(false));
+                let request = request.map(|body| {
+                    Body::new(StallBounded::new(
+                        body,
+                        stall,
+                        stalled.clone(),
+                        body_activity,
+                    ))
+                });
+                let mut response = match router.oneshot(request).await {
                     Ok(response) => response,
                     Err(never) => match never {},
                 };
+                if stalled.load(Ordering::Acquire) {
+                    // The rest of that body is not coming: nothing more can be read.
+                    response.headers_mut().insert(
+                        http::header::CONNECTION,
+                        http::HeaderValue::from_static("close"),
+                    );
+                }
                 Ok::<_, std::convert::Infallible>(
                     response.map(|body| Body::new(UntilDone { body, _busy: busy })),
                 )
@@ -357,6 +415,9 @@ async fn serve_connection(
     };
     let connection = hyper::server::conn::http1::Builder::new()
         .header_read_timeout(None)
+        // What one connection may make the server buffer of a request's head (hyper's
+        // default, about 400 KiB, times the connection cap would be gigabytes).
+        .max_buf_size(MAX_HEAD_BYTES)
         .serve_connection(io, service);
     tokio::pin!(connection);
     let mut closing = false;
@@ -375,6 +436,7 @@ async fn serve_connection(
         };
         tokio::select! {
             _ = connection.as_mut() => return,
+            () = activity.blocked.notified() => {}
             _ = tokio::time::sleep_until(wake) => {
                 if closing && activity.busy.load(Ordering::Acquire) == 0 {
                     return;
@@ -390,10 +452,90 @@ async fn serve_connection(
     }
 }
 
-/// The socket of a connection, noting every read and write in its [`Activity`].
+/// The socket of a connection, noting every read and write in its [`Activity`], and
+/// putting hyper's own answers to requests it cannot parse in the contract's JSON shape.
 struct Watched {
     inner: TcpStream,
     activity: Arc<Activity>,
+    /// A JSON answer being written in place of hyper's, and how much of it is written.
+    replacing: Option<(Vec<u8>, usize)>,
+}
+
+impl Watched {
+    fn new(inner: TcpStream, activity: Arc<Activity>) -> Self {
+        Self {
+            inner,
+            activity,
+            replacing: None,
+        }
+    }
+
+    /// Writes `buf`, or its JSON replacement when it is hyper's own error answer (then
+    /// reports all of `buf` written once the replacement is).
+    fn write_answer(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if self.replacing.is_none() {
+            if let Some(answer) = json_for_hypers_answer(buf) {
+                self.replacing = Some((answer, 0));
+            }
+        }
+        let Some((answer, written)) = &mut self.replacing else {
+            let result = Pin::new(&mut self.inner).poll_write(cx, buf);
+            self.activity.after_write(&result);
+            return result;
+        };
+        while *written < answer.len() {
+            let result = Pin::new(&mut self.inner).poll_write(cx, &answer[*written..]);
+            self.activity.after_write(&result);
+            match result {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Ok(0)),
+                Poll::Ready(Ok(n)) => *written += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        self.replacing = None;
+        Poll::Ready(Ok(buf.len()))
+    }
+}
+
+/// Hyper answers a request it cannot parse by itself, before any handler runs: a bare
+/// `400`, `414` or `431` with an empty body (our own answers always have a JSON body).
+/// This is that answer in the contract's shape, or `None` for any other bytes.
+fn json_for_hypers_answer(buf: &[u8]) -> Option<Vec<u8>> {
+    // Every response head passes here: most are ruled out by their first bytes.
+    if !buf.starts_with(b"HTTP/1.1 4") {
+        return None;
+    }
+    let head = std::str::from_utf8(buf.strip_suffix(b"\r\n\r\n")?).ok()?;
+    if head.contains("\r\n\r\n") {
+        return None;
+    }
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.strip_prefix("HTTP/1.1 ")?.get(..3)?;
+    if !lines.any(|l| l.eq_ignore_ascii_case("content-length: 0")) {
+        return None;
+    }
+    let (status_line, message) = match status {
+        "400" => (
+            "400 Bad Request",
+            "the request is not valid HTTP/1.1 (its request line or a header is malformed)",
+        ),
+        "414" => ("414 URI Too Long", "the request's URI is too long"),
+        "431" => (
+            "431 Request Header Fields Too Large",
+            "the request's headers are too large",
+        ),
+        _ => return None,
+    };
+    let body =
+        serde_json::json!({"error": {"code": "invalid_request", "message": message}}).to_string();
+    Some(
+        format!(
+            "HTTP/1.1 {status_line}\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes(),
+    )
 }
 
 impl AsyncRead for Watched {
@@ -417,13 +559,7 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let result = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = result {
-            if n > 0 {
-                self.activity.wrote();
-            }
-        }
-        result
+        self.write_answer(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -431,12 +567,15 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let result = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if let Poll::Ready(Ok(n)) = result {
-            if n > 0 {
-                self.activity.wrote();
+        // Hyper's own answer is a head alone, in one slice.
+        let mut parts = bufs.iter().filter(|b| !b.is_empty());
+        if let (Some(only), None) = (parts.next(), parts.next()) {
+            if self.replacing.is_some() || json_for_hypers_answer(only).is_some() {
+                return self.write_answer(cx, only);
             }
         }
+        let result = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.activity.after_write(&result);
         result
     }
 
@@ -453,32 +592,73 @@ impl AsyncWrite for Watched {
     }
 }
 
-/// A request body that fails with [`BodyStalled`] when no part of it arrives for
-/// `stall`. Dropped before its end (a handler that answered without reading it: a `401`,
-/// a `404`), the rest is read and discarded in the background (bounded, see
-/// [`discard`]), so the client reads the answer rather than a reset and the connection
-/// stays usable.
+/// A request body that fails with [`BodyStalled`] when, once it is read, no part of it
+/// arrives for `stall`, or when past its first `stall` it has averaged less than
+/// [`MIN_BODY_RATE`] (a client dripping a byte now and then would otherwise hold its
+/// connection, and the buffer of what it sent, forever). Dropped before its end (a
+/// handler that answered without reading it: a `401`, a `404`), the rest is read and
+/// discarded in the background (bounded, see [`discard`]) with the connection still busy,
+/// so the client reads the answer rather than a reset, the connection stays usable, and
+/// the discarded bytes are not taken for the start of a next request. A stalled body is
+/// not discarded: its connection closes after the answer.
 struct StallBounded {
     inner: Option<Incoming>,
     stall: Duration,
-    timer: Pin<Box<tokio::time::Sleep>>,
+    /// Started at the first read: a handler may take its time before reading.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// When the body was first read, when a part of it last arrived, and its bytes so far.
+    first_read: Option<tokio::time::Instant>,
+    last_part: Option<tokio::time::Instant>,
+    received: u64,
+    stalled: Arc<AtomicBool>,
+    activity: Arc<Activity>,
 }
 
+/// The least average rate of a request body (bytes per second) past its first
+/// `header_timeout`.
+const MIN_BODY_RATE: u64 = 4096;
+
 impl StallBounded {
-    fn new(inner: Incoming, stall: Duration) -> Self {
+    fn new(
+        inner: Incoming,
+        stall: Duration,
+        stalled: Arc<AtomicBool>,
+        activity: Arc<Activity>,
+    ) -> Self {
         Self {
             inner: Some(inner),
             stall,
-            timer: Box::pin(tokio::time::sleep(stall)),
+            timer: None,
+            first_read: None,
+            last_part: None,
+            received: 0,
+            stalled,
+            activity,
         }
+    }
+
+    /// When the body counts as stalled if nothing more arrives.
+    fn deadline(&self, now: tokio::time::Instant) -> tokio::time::Instant {
+        let first = self.first_read.unwrap_or(now);
+        let by_rate = first
+            + self.stall
+            + Duration::from_secs_f64(self.received as f64 / MIN_BODY_RATE as f64);
+        (self.last_part.unwrap_or(first) + self.stall).min(by_rate)
     }
 }
 
 impl Drop for StallBounded {
     fn drop(&mut self) {
+        if self.stalled.load(Ordering::Acquire) {
+            return;
+        }
         if let Some(rest) = self.inner.take().filter(|b| !b.is_end_stream()) {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(discard(rest));
+                let busy = self.activity.request_started();
+                runtime.spawn(async move {
+                    discard(rest).await;
+                    drop(busy);
+                });
             }
         }
     }
@@ -496,16 +676,32 @@ impl http_body::Body for StallBounded {
         let Some(inner) = this.inner.as_mut() else {
             return Poll::Ready(None);
         };
+        let now = tokio::time::Instant::now();
+        this.first_read.get_or_insert(now);
         match Pin::new(inner).poll_frame(cx) {
             Poll::Ready(frame) => {
-                let next = tokio::time::Instant::now() + this.stall;
-                this.timer.as_mut().reset(next);
+                if let Some(Ok(data)) = frame.as_ref().map(|f| f.as_ref().map(Frame::data_ref)) {
+                    this.received += data.map_or(0, |d| d.len() as u64);
+                }
+                this.last_part = Some(now);
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
-            Poll::Pending => match this.timer.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyStalled(this.stall))))),
-                Poll::Pending => Poll::Pending,
-            },
+            Poll::Pending => {
+                let deadline = this.deadline(now);
+                let timer = this
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                if timer.deadline() != deadline {
+                    timer.as_mut().reset(deadline);
+                }
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => {
+                        this.stalled.store(true, Ordering::Release);
+                        Poll::Ready(Some(Err(Box::new(BodyStalled(this.stall)))))
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
         }
     }
 
@@ -601,6 +797,27 @@ mod tests {
         assert_eq!(length, body.len());
         let json: serde_json::Value = serde_json::from_str(body).expect("JSON");
         assert_eq!(json["error"]["code"], "host_busy");
+    }
+
+    #[test]
+    fn only_hypers_own_bodyless_errors_are_replaced() {
+        let hypers = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\ndate: Mon, 23 Nov 2026 08:00:00 GMT\r\n\r\n";
+        let answer = json_for_hypers_answer(hypers).expect("replaced");
+        let text = String::from_utf8(answer).expect("UTF-8");
+        let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
+        assert!(head.starts_with("HTTP/1.1 431 "), "{head}");
+        let json: serde_json::Value = serde_json::from_str(body).expect("JSON");
+        assert_eq!(json["error"]["code"], "invalid_request");
+        for ours in [
+            // Our own errors carry a body.
+            &b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"[..],
+            // A head whose body follows separately.
+            b"HTTP/1.1 400 Bad Request\r\ncontent-length: 17\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
+            b"HTTP/1.1 204 No Content\r\n\r\n",
+        ] {
+            assert!(json_for_hypers_answer(ours).is_none());
+        }
     }
 
     #[tokio::test]

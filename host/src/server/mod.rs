@@ -39,7 +39,68 @@ pub fn router(host: Host) -> Router {
             host.clone(),
             allowed_host_only,
         ))
+        .layer(axum::middleware::map_response(json_errors))
         .with_state(host)
+}
+
+/// Puts the errors axum answers by itself (a method the route does not take, a path
+/// parameter that is not valid UTF-8, an extractor's rejection) in the contract's JSON
+/// shape, keeping their status and their text as the message. Errors already in JSON
+/// (ours, and MCP's JSON-RPC errors) pass as they are.
+async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let is_json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.contains("json"));
+    if is_json {
+        return response;
+    }
+    use crate::error::ErrorCode;
+    let code = match status.as_u16() {
+        401 => ErrorCode::Unauthenticated,
+        403 => ErrorCode::Forbidden,
+        404 => ErrorCode::NotFound,
+        405 => ErrorCode::MethodNotAllowed,
+        408 => ErrorCode::RequestTimeout,
+        413 => ErrorCode::PayloadTooLarge,
+        415 => ErrorCode::UnsupportedMediaType,
+        503 => ErrorCode::HostBusy,
+        400..=499 => ErrorCode::InvalidRequest,
+        _ => ErrorCode::Internal,
+    };
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&text);
+    let message = match text.trim() {
+        "" if status == axum::http::StatusCode::METHOD_NOT_ALLOWED => {
+            "this route does not take this method".to_string()
+        }
+        "" => status
+            .canonical_reason()
+            .unwrap_or("request failed")
+            .to_string(),
+        text => crate::ids::escape_controls(&crate::ids::truncate(text, 300)),
+    };
+    // The original headers stay (Allow, CORS, Retry-After, ...); only the body and what
+    // describes it change.
+    let (json_parts, json_body) = HostError::new(code, message).into_response().into_parts();
+    let mut answer = Response::from_parts(parts, json_body);
+    let headers = answer.headers_mut();
+    headers.remove(axum::http::header::CONTENT_LENGTH);
+    for name in [
+        axum::http::header::CONTENT_TYPE,
+        axum::http::header::CONTENT_LENGTH,
+    ] {
+        if let Some(value) = json_parts.headers.get(&name) {
+            headers.insert(name, value.clone());
+        }
+    }
+    answer
 }
 
 /// Answers only requests for a host name `server.allowed_host_names` allows: a page that
@@ -49,9 +110,11 @@ async fn allowed_host_only(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let named = request
-        .headers()
-        .get(axum::http::header::HOST)
+    let host_header = request.headers().get(axum::http::header::HOST);
+    if host_header.is_some_and(|v| v.to_str().is_err()) {
+        return HostError::invalid_request("the Host header is not ASCII").into_response();
+    }
+    let named = host_header
         .and_then(|v| v.to_str().ok())
         .map(str::to_string)
         .or_else(|| request.uri().authority().map(|a| a.to_string()));

@@ -180,10 +180,68 @@ pub(crate) struct Webhooks {
     /// Claimed deliveries are routed with the state refreshed first.
     replicas: Arc<ReplicaSync>,
     in_flight: InFlightSet,
+    /// KiB of webhook bodies that may be being read at once (see [`Self::admit`]).
+    reading: Arc<tokio::sync::Semaphore>,
+}
+
+/// The least of webhook bodies that may be being read at once, whatever
+/// `max_webhook_bytes` is; otherwise four of the largest.
+const MIN_READING_BYTES: usize = 64 * 1024 * 1024;
+/// How long a webhook body may take to arrive in all: senders post a delivery at once,
+/// and a body being read holds part of what the host reads at once.
+pub const WEBHOOK_BODY_TIME: Duration = Duration::from_secs(30);
+
+/// A delivery admitted to have its body read: as the body arrives, it takes its bytes
+/// from what the host reads at once ([`Self::take`]), and gives them back when dropped.
+pub struct BodyAdmission {
+    reading: Arc<tokio::sync::Semaphore>,
+    held: Option<tokio::sync::OwnedSemaphorePermit>,
+    limit: usize,
+}
+
+impl BodyAdmission {
+    /// The most the body may hold (`max_webhook_bytes`).
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Takes room for a body `seen` bytes long so far (only what arrived is counted, so
+    /// a large declared length costs nothing until it is sent); `false` when the bodies
+    /// being read already hold what the host reads at once (answer `503 host_busy`).
+    pub fn take(&mut self, seen: u64) -> bool {
+        let wanted = seen.div_ceil(1024);
+        let have = self.held.as_ref().map_or(0, |p| p.num_permits() as u64);
+        if wanted <= have {
+            return true;
+        }
+        let Ok(more) = u32::try_from(wanted - have) else {
+            return false;
+        };
+        match self.reading.clone().try_acquire_many_owned(more) {
+            Ok(permit) => {
+                match &mut self.held {
+                    Some(held) => held.merge(permit),
+                    None => self.held = Some(permit),
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
 }
 
 fn now_unix() -> i64 {
     time::OffsetDateTime::now_utc().unix_timestamp()
+}
+
+/// The answer to a delivery that does not verify: `401 invalid_signature`, or `400` for a
+/// missing header the scheme requires.
+fn refusal(e: verify::VerifyError) -> HostError {
+    if e.is_authentication() {
+        HostError::new(ErrorCode::InvalidSignature, e.to_string())
+    } else {
+        HostError::invalid_request(e.to_string())
+    }
 }
 
 impl Webhooks {
@@ -195,15 +253,52 @@ impl Webhooks {
         inbox: Arc<Inbox>,
         replicas: Arc<ReplicaSync>,
     ) -> Self {
+        let reading_kib = config
+            .max_webhook_bytes
+            .saturating_mul(4)
+            .max(MIN_READING_BYTES)
+            .div_ceil(1024)
+            .min(tokio::sync::Semaphore::MAX_PERMITS);
         Self {
             config,
             store,
             state,
             catalog,
             inbox,
+            reading: Arc::new(tokio::sync::Semaphore::new(reading_kib)),
             replicas,
             in_flight: InFlightSet::default(),
         }
+    }
+
+    /// Admits a delivery's body to be read, or refuses it before anything is buffered:
+    /// `404` for a slug that takes no webhooks, `413` for a declared length past
+    /// `max_webhook_bytes`, `401`/`400` when its headers cannot
+    /// verify (no secret configured, signature missing or malformed, a stale timestamp:
+    /// see [`verify::precheck`]). Its body is then read through the admission, which
+    /// answers `503 host_busy` once the bodies being read hold four times
+    /// `max_webhook_bytes` (at least 64 MiB), so uploads that cannot be verified yet cannot
+    /// fill the host's memory.
+    pub(crate) fn admit(&self, slug: &str, headers: &http::HeaderMap) -> HostResult<BodyAdmission> {
+        let scheme = self.accepts(slug)?;
+        let limit = self.config.max_webhook_bytes;
+        let declared = headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        if declared.is_some_and(|n| n > limit) {
+            return Err(HostError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("the webhook body is larger than the limit of {limit} bytes"),
+            ));
+        }
+        let secrets = self.config.connector(slug).webhook_secrets;
+        verify::precheck(scheme, &secrets, headers, now_unix()).map_err(refusal)?;
+        Ok(BodyAdmission {
+            reading: self.reading.clone(),
+            held: None,
+            limit,
+        })
     }
 
     /// How long a replica's claim on a webhook delivery lasts: long enough for a
@@ -316,13 +411,7 @@ impl Webhooks {
         let scheme = self.accepts(slug)?;
         let secrets = self.config.connector(slug).webhook_secrets;
         let now = now_unix();
-        let verified = verify::verify(scheme, &secrets, headers, body, now).map_err(|e| {
-            if e.is_authentication() {
-                HostError::new(ErrorCode::InvalidSignature, e.to_string())
-            } else {
-                HostError::invalid_request(e.to_string())
-            }
-        })?;
+        let verified = verify::verify(scheme, &secrets, headers, body, now).map_err(refusal)?;
         if verified.delivery_id.len() > 200 {
             return Err(HostError::invalid_request(
                 "the delivery id is longer than 200 characters",
@@ -424,7 +513,14 @@ impl Webhooks {
     /// Marks a delivery failed with `error` (kept, visible, retried on start or request)
     /// and hands the error back.
     async fn record_failure(&self, record: &DeliveryRecord, error: String) -> DeliveryError {
-        tracing::warn!(connector = %record.connector, delivery = %record.delivery_id, %error, "webhook delivery failed; kept for retry");
+        // The delivery id comes from a header and the error from the guest: escaped so
+        // neither can forge a log line.
+        tracing::warn!(
+            connector = %record.connector,
+            delivery = %crate::ids::escape_controls(&record.delivery_id),
+            error = %crate::ids::escape_controls(&error),
+            "webhook delivery failed; kept for retry"
+        );
         if let Err(e) = self
             .store
             .fail_delivery(&record.connector, &record.delivery_id, &error)

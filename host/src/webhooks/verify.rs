@@ -82,6 +82,88 @@ impl Headers for [(&str, &str)] {
     }
 }
 
+/// What a delivery's headers present, checked before its body is read: everything but
+/// the signature's match, which needs the body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Presented {
+    /// `X-Hub-Signature-256`'s HMAC.
+    Github { signature: Vec<u8> },
+    /// Standard Webhooks: the id, the timestamp as sent, and every `v1` signature.
+    Standard {
+        id: String,
+        timestamp: String,
+        signatures: Vec<Vec<u8>>,
+    },
+}
+
+/// Checks what can be checked before the body is read — a secret is configured, the
+/// signature header is present and in the scheme's form, a Standard Webhooks id and a
+/// fresh timestamp — in the order [`verify`] reports them, so a delivery that cannot
+/// verify is refused without buffering its body.
+pub fn precheck(
+    scheme: WebhookSchemeName,
+    secrets: &[String],
+    headers: &(impl Headers + ?Sized),
+    now_unix: i64,
+) -> Result<Presented, VerifyError> {
+    if secrets.is_empty() {
+        return Err(VerifyError::NoSecret);
+    }
+    match scheme {
+        WebhookSchemeName::GithubHmacSha256 => {
+            let header = headers
+                .get("x-hub-signature-256")
+                .ok_or(VerifyError::MissingSignature)?;
+            let hex_sig = header
+                .strip_prefix("sha256=")
+                .ok_or(VerifyError::MalformedSignature)?;
+            if hex_sig.len() != 64
+                || !hex_sig
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            {
+                return Err(VerifyError::MalformedSignature);
+            }
+            let signature = hex::decode(hex_sig).map_err(|_| VerifyError::MalformedSignature)?;
+            Ok(Presented::Github { signature })
+        }
+        WebhookSchemeName::StandardWebhooks => {
+            let id = headers
+                .get("webhook-id")
+                .filter(|s| !s.is_empty())
+                .ok_or(VerifyError::MissingHeader("webhook-id"))?;
+            let timestamp = headers
+                .get("webhook-timestamp")
+                .ok_or(VerifyError::MissingHeader("webhook-timestamp"))?;
+            let sent = headers
+                .get("webhook-signature")
+                .ok_or(VerifyError::MissingSignature)?;
+            let ts: i64 = timestamp
+                .trim()
+                .parse()
+                .map_err(|_| VerifyError::MalformedSignature)?;
+            if (now_unix - ts).abs() > TIMESTAMP_TOLERANCE_SECS {
+                return Err(VerifyError::StaleTimestamp);
+            }
+            let b64 = base64::engine::general_purpose::STANDARD;
+            let signatures: Vec<Vec<u8>> = sent
+                .split(' ')
+                .filter_map(|s| s.strip_prefix("v1,"))
+                .filter_map(|s| b64.decode(s).ok())
+                .filter(|s| s.len() == 32)
+                .collect();
+            if signatures.is_empty() {
+                return Err(VerifyError::MalformedSignature);
+            }
+            Ok(Presented::Standard {
+                id: id.to_string(),
+                timestamp: timestamp.trim().to_string(),
+                signatures,
+            })
+        }
+    }
+}
+
 /// Verifies a delivery under `scheme` with the connector's `secrets` (newest first).
 pub fn verify(
     scheme: WebhookSchemeName,
@@ -90,9 +172,57 @@ pub fn verify(
     body: &[u8],
     now_unix: i64,
 ) -> Result<VerifiedDelivery, VerifyError> {
-    match scheme {
-        WebhookSchemeName::GithubHmacSha256 => verify_github(secrets, headers, body),
-        WebhookSchemeName::StandardWebhooks => verify_standard(secrets, headers, body, now_unix),
+    match precheck(scheme, secrets, headers, now_unix)? {
+        Presented::Github { signature } => {
+            let mut matched = false;
+            for secret in secrets {
+                let expected = hmac(secret.as_bytes(), &[body]);
+                matched |= bool::from(expected.ct_eq(signature.as_slice()));
+            }
+            if !matched {
+                return Err(VerifyError::WrongSignature);
+            }
+            let delivery_id = headers
+                .get("x-github-delivery")
+                .filter(|s| !s.is_empty())
+                .ok_or(VerifyError::MissingHeader("X-GitHub-Delivery"))?;
+            let event = headers
+                .get("x-github-event")
+                .filter(|s| !s.is_empty())
+                .ok_or(VerifyError::MissingHeader("X-GitHub-Event"))?;
+            Ok(VerifiedDelivery {
+                delivery_id: delivery_id.to_string(),
+                event: Some(event.to_string()),
+            })
+        }
+        Presented::Standard {
+            id,
+            timestamp,
+            signatures,
+        } => {
+            let b64 = base64::engine::general_purpose::STANDARD;
+            let mut matched = false;
+            for secret in secrets {
+                let raw = secret.strip_prefix("whsec_").unwrap_or(secret);
+                let Ok(key) = b64.decode(raw) else {
+                    continue;
+                };
+                let expected = hmac(
+                    &key,
+                    &[id.as_bytes(), b".", timestamp.as_bytes(), b".", body],
+                );
+                for p in &signatures {
+                    matched |= bool::from(expected.ct_eq(p.as_slice()));
+                }
+            }
+            if !matched {
+                return Err(VerifyError::WrongSignature);
+            }
+            Ok(VerifiedDelivery {
+                delivery_id: id,
+                event: None,
+            })
+        }
     }
 }
 
@@ -106,112 +236,6 @@ fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
         mac.update(p);
     }
     mac.finalize().into_bytes().into()
-}
-
-/// `X-Hub-Signature-256: sha256=<64 lowercase hex>` over the raw body.
-pub fn verify_github(
-    secrets: &[String],
-    headers: &(impl Headers + ?Sized),
-    body: &[u8],
-) -> Result<VerifiedDelivery, VerifyError> {
-    if secrets.is_empty() {
-        return Err(VerifyError::NoSecret);
-    }
-    let header = headers
-        .get("x-hub-signature-256")
-        .ok_or(VerifyError::MissingSignature)?;
-    let hex_sig = header
-        .strip_prefix("sha256=")
-        .ok_or(VerifyError::MalformedSignature)?;
-    if hex_sig.len() != 64
-        || !hex_sig
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    {
-        return Err(VerifyError::MalformedSignature);
-    }
-    let presented = hex::decode(hex_sig).map_err(|_| VerifyError::MalformedSignature)?;
-    let mut matched = false;
-    for secret in secrets {
-        let expected = hmac(secret.as_bytes(), &[body]);
-        matched |= bool::from(expected.ct_eq(presented.as_slice()));
-    }
-    if !matched {
-        return Err(VerifyError::WrongSignature);
-    }
-    let delivery_id = headers
-        .get("x-github-delivery")
-        .filter(|s| !s.is_empty())
-        .ok_or(VerifyError::MissingHeader("X-GitHub-Delivery"))?;
-    let event = headers
-        .get("x-github-event")
-        .filter(|s| !s.is_empty())
-        .ok_or(VerifyError::MissingHeader("X-GitHub-Event"))?;
-    Ok(VerifiedDelivery {
-        delivery_id: delivery_id.to_string(),
-        event: Some(event.to_string()),
-    })
-}
-
-/// The Standard Webhooks scheme: `v1,<base64 HMAC>` over `id.timestamp.body` with a
-/// `whsec_<base64>` secret.
-pub fn verify_standard(
-    secrets: &[String],
-    headers: &(impl Headers + ?Sized),
-    body: &[u8],
-    now_unix: i64,
-) -> Result<VerifiedDelivery, VerifyError> {
-    if secrets.is_empty() {
-        return Err(VerifyError::NoSecret);
-    }
-    let id = headers
-        .get("webhook-id")
-        .filter(|s| !s.is_empty())
-        .ok_or(VerifyError::MissingHeader("webhook-id"))?;
-    let timestamp = headers
-        .get("webhook-timestamp")
-        .ok_or(VerifyError::MissingHeader("webhook-timestamp"))?;
-    let signatures = headers
-        .get("webhook-signature")
-        .ok_or(VerifyError::MissingSignature)?;
-    let ts: i64 = timestamp
-        .trim()
-        .parse()
-        .map_err(|_| VerifyError::MalformedSignature)?;
-    if (now_unix - ts).abs() > TIMESTAMP_TOLERANCE_SECS {
-        return Err(VerifyError::StaleTimestamp);
-    }
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let presented: Vec<Vec<u8>> = signatures
-        .split(' ')
-        .filter_map(|s| s.strip_prefix("v1,"))
-        .filter_map(|s| b64.decode(s).ok())
-        .filter(|s| s.len() == 32)
-        .collect();
-    if presented.is_empty() {
-        return Err(VerifyError::MalformedSignature);
-    }
-    let mut matched = false;
-    for secret in secrets {
-        let raw = secret.strip_prefix("whsec_").unwrap_or(secret);
-        let Ok(key) = b64.decode(raw) else {
-            continue;
-        };
-        let expected = hmac(
-            &key,
-            &[id.as_bytes(), b".", timestamp.trim().as_bytes(), b".", body],
-        );
-        for p in &presented {
-            matched |= bool::from(expected.ct_eq(p.as_slice()));
-        }
-    }
-    if !matched {
-        return Err(VerifyError::WrongSignature);
-    }
-    Ok(VerifiedDelivery {
-        delivery_id: id.to_string(),
-        event: None,
-    })
 }
 
 /// Signs `body` as GitHub does (for tests, fakes and benchmarks).
@@ -243,6 +267,35 @@ pub fn standard_signature(secret: &str, id: &str, timestamp: i64, body: &[u8]) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn verify_github(
+        secrets: &[String],
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<VerifiedDelivery, VerifyError> {
+        verify(
+            WebhookSchemeName::GithubHmacSha256,
+            secrets,
+            headers,
+            body,
+            0,
+        )
+    }
+
+    fn verify_standard(
+        secrets: &[String],
+        headers: &[(&str, &str)],
+        body: &[u8],
+        now_unix: i64,
+    ) -> Result<VerifiedDelivery, VerifyError> {
+        verify(
+            WebhookSchemeName::StandardWebhooks,
+            secrets,
+            headers,
+            body,
+            now_unix,
+        )
+    }
 
     const GH_SECRET: &str = "It's a Secret to Everybody";
     const GH_SIG: &str = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";

@@ -19,7 +19,7 @@
 //! Config: anything. `bind` returns the strings of config field `routes` as routing keys
 //! (with feature `lookalike` or `prefix-lookalike`, also `installation:4242`).
 //! Webhooks (Standard Webhooks scheme): the body `{"messages": [{route, kind, threadKey?,
-//! payload?}]}` becomes those messages; `{"panic": true}` panics; `{"sleep_ms": n}`
+//! payload?}]}` becomes those messages; `{"panic": true}` panics; `{"refuse": text}` refuses with that text; `{"sleep_ms": n}`
 //! busy-waits n ms first. `accept` drops messages
 //! whose kind is listed in the binding's `reject_kinds`. `runtime_context` returns the
 //! binding's `env` / `files` objects verbatim (so the host's prefix checks can be tested),
@@ -159,6 +159,9 @@ impl Connector for Hostile {
         let body: Value = hook.json()?;
         if body["panic"] == true {
             panic!("deliberate panic in translate-webhook");
+        }
+        if let Some(text) = body["refuse"].as_str() {
+            return Err(text.to_string());
         }
         if let Some(ms) = body["sleep_ms"].as_u64() {
             // Slow translation, for tests that need a delivery in flight.
