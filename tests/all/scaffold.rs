@@ -1,6 +1,7 @@
-//! docs/writing-a-connector.md, followed mechanically: `connector-host new`, build the
-//! crate for wasm32-wasip2, `inspect` it, then install, bind and call it through a real
-//! host over HTTP; and the `connector-testing` harness from a plain `#[test]`.
+//! docs/writing-a-connector.md, followed mechanically: `connector-host new` (which builds
+//! the crate for wasm32-wasip2), `inspect` it, then `connector-host dev --live` installs,
+//! binds and calls it through a real host over HTTP, again after an edit and a rebuild;
+//! and the `connector-testing` harness from a plain `#[test]`.
 //!
 //! The scaffold is built with CARGO_TARGET_DIR=target/scaffold so its dependencies are
 //! compiled once and shared between runs.
@@ -12,9 +13,7 @@ use std::time::Instant;
 
 use connector_testing::Harness;
 use integration_tests::guests;
-use integration_tests::harness::{
-    host_binary, send, upload_component, ServerProcess, OPERATOR_TOKEN,
-};
+use integration_tests::harness::{host_binary, machine_load, send, ServerProcess, OPERATOR_TOKEN};
 use serde_json::json;
 
 fn host(args: &[&str]) -> Output {
@@ -57,44 +56,64 @@ fn cargo_build(dir: &Path, offline: bool) -> Output {
 
 /// The scaffolded, built component (created once per test binary).
 struct Scaffold {
-    _dir: tempfile::TempDir,
+    /// The crate (only `the_scaffold_is_live_in_a_host_in_three_commands` edits it).
+    dir: tempfile::TempDir,
+    /// Where cargo writes the component.
+    built: PathBuf,
+    /// A copy of the first build, for the tests that only read it.
     wasm: PathBuf,
+    _copy: tempfile::TempDir,
 }
 
 fn scaffold() -> &'static Scaffold {
     static SCAFFOLD: OnceLock<Scaffold> = OnceLock::new();
     SCAFFOLD.get_or_init(|| {
+        let _alone = machine_load();
         let dir = tempfile::tempdir().expect("temp dir");
         let started = Instant::now();
 
-        // 1. Scaffold.
-        let out = host(&[
-            "new",
-            "demo_conn",
-            "--dir",
-            dir.path().to_str().expect("utf-8 temp dir"),
-        ]);
-        assert!(out.status.success(), "new: {}", text(&out));
-        assert!(String::from_utf8_lossy(&out.stdout).contains("Next steps"));
+        // 1. Scaffold, and build once. Offline first: every dependency of the scaffold is
+        // a dependency of this workspace, so it is in the local registry cache once the
+        // workspace has built.
+        let new = |offline: bool| {
+            let mut cmd = Command::new(host_binary());
+            cmd.args([
+                "new",
+                "demo_conn",
+                "--dir",
+                dir.path().to_str().expect("utf-8 temp dir"),
+            ])
+            .env("RUST_LOG", "error")
+            .env("CARGO_TARGET_DIR", scaffold_target_dir());
+            if offline {
+                cmd.env("CARGO_NET_OFFLINE", "true");
+            }
+            cmd.output().expect("run connector-host new")
+        };
+        let out = new(true);
+        let built = scaffold_target_dir().join("wasm32-wasip2/release/demo_conn.wasm");
+        if out.status.success() {
+            // The exact component path and the next command are printed.
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                stdout.contains(&format!(
+                    "connector-host dev {} --live --call hello",
+                    built.display()
+                )),
+                "{}",
+                text(&out)
+            );
+        } else {
+            eprintln!("offline build failed, building online:\n{}", text(&out));
+            let out = cargo_build(dir.path(), false);
+            assert!(out.status.success(), "cargo build: {}", text(&out));
+        }
         // Refuses to overwrite what it just wrote.
         let again = host(&["new", "demo_conn", "--dir", dir.path().to_str().unwrap()]);
         assert_eq!(again.status.code(), Some(2), "{}", text(&again));
 
-        // 2. Build. Offline first: every dependency of the scaffold is a dependency of this
-        // workspace, so it is in the local registry cache once the workspace has built.
-        let mut out = cargo_build(dir.path(), true);
-        if !out.status.success() {
-            eprintln!(
-                "offline build failed, retrying online:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            out = cargo_build(dir.path(), false);
-        }
-        assert!(out.status.success(), "cargo build: {}", text(&out));
-        let wasm = scaffold_target_dir().join("wasm32-wasip2/release/demo_conn.wasm");
-
-        // 3. Inspect.
-        let out = host(&["inspect", wasm.to_str().expect("utf-8 path")]);
+        // 2. Inspect.
+        let out = host(&["inspect", built.to_str().expect("utf-8 path")]);
         assert!(out.status.success(), "inspect: {}", text(&out));
         let info: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
         assert_eq!(info["slug"], "demo_conn");
@@ -104,14 +123,14 @@ fn scaffold() -> &'static Scaffold {
             "Who to greet."
         );
         eprintln!(
-            "scaffold: `connector-host new` to a passing `inspect` took {:.1?}",
+            "scaffold: `connector-host new` (with its build) to a passing `inspect` took {:.1?}",
             started.elapsed()
         );
 
-        // 4. A local call.
+        // 3. A local call.
         let out = host(&[
             "call",
-            wasm.to_str().unwrap(),
+            built.to_str().unwrap(),
             "hello",
             r#"{"name": "Ada"}"#,
         ]);
@@ -119,7 +138,15 @@ fn scaffold() -> &'static Scaffold {
         let result: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
         assert_eq!(result, json!({"greeting": "Hello, Ada!"}));
 
-        Scaffold { _dir: dir, wasm }
+        let copy = tempfile::tempdir().expect("temp dir");
+        let wasm = copy.path().join("demo_conn.wasm");
+        std::fs::copy(&built, &wasm).expect("copy the component");
+        Scaffold {
+            dir,
+            built,
+            wasm,
+            _copy: copy,
+        }
     })
 }
 
@@ -137,54 +164,197 @@ fn new_refuses_bad_names() {
     );
     let out = host(&["new", "Bad", "--dir", d]);
     assert_eq!(out.status.code(), Some(2));
-    let out = host(&["new", "my-conn", "--namespace", "my_conn", "--dir", d]);
+    let out = host(&[
+        "new",
+        "my-conn",
+        "--namespace",
+        "my_conn",
+        "--dir",
+        d,
+        "--no-build",
+    ]);
     assert!(out.status.success(), "{}", text(&out));
+    // Not built: the build command comes first in the next steps.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "cd {d} && cargo build --target wasm32-wasip2 --release"
+        )),
+        "{}",
+        text(&out)
+    );
 }
 
+/// A `connector-host dev` child whose stdout lines arrive on a channel.
+struct DevLoop {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl DevLoop {
+    fn start(args: &[&str]) -> DevLoop {
+        use std::io::BufRead;
+        let mut child = Command::new(host_binary())
+            .arg("dev")
+            .args(args)
+            .env("RUST_LOG", "error")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn dev");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        DevLoop {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    fn until(&mut self, needle: &str) -> String {
+        read_until(&self.lines, &mut self.seen, needle)
+    }
+}
+
+impl Drop for DevLoop {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The shortest path, mechanically: `new` (which builds), then `dev --live` against a
+/// running host (which installs, creates unit and agent, binds and calls as the agent
+/// over HTTP), then an edit and `cargo build`, live at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_scaffold_installs_binds_and_answers_through_a_host() {
-    let wasm = tokio::task::spawn_blocking(|| scaffold().wasm.clone())
-        .await
-        .expect("scaffold");
+async fn the_scaffold_is_live_in_a_host_in_three_commands() {
+    let (dir, built) = tokio::task::spawn_blocking(|| {
+        let s = scaffold();
+        (s.dir.path().to_path_buf(), s.built.clone())
+    })
+    .await
+    .expect("scaffold");
     let data = tempfile::tempdir().unwrap();
     let server = ServerProcess::start(data.path(), &[]).await;
+
+    let started = Instant::now();
+    let mut dev = DevLoop::start(&[
+        built.to_str().unwrap(),
+        "--live",
+        "--url",
+        &server.url,
+        "--token",
+        OPERATOR_TOKEN,
+        "--call",
+        "hello",
+        r#"{"name": "Ada"}"#,
+    ]);
+    let dev = tokio::task::spawn_blocking(move || {
+        dev.until("live: installed `demo_conn`");
+        dev.until("unit `dev` (created), agent `dev` (created), `demo_conn` bound on `dev`");
+        dev.until("live: call demo_conn.hello as agent `dev`");
+        dev.until("Hello, Ada!");
+        dev
+    })
+    .await
+    .expect("dev loop");
+    eprintln!(
+        "scaffold: `dev --live` to a bound call took {:.1?}",
+        started.elapsed()
+    );
+
+    // The host holds what the loop said: an agent that can call the tool.
     let client = reqwest::Client::new();
-    let url = |p: &str| format!("{}{p}", server.url);
-
-    let (status, body) =
-        upload_component(&client, &server.url, std::fs::read(&wasm).unwrap(), "").await;
-    assert!(status == 201 || status == 200, "install: {status} {body}");
-    assert_eq!(body["slug"], "demo_conn");
-
-    let op = |method, path: &str, body| {
-        let client = client.clone();
-        let target = url(path);
-        async move { send(&client, method, &target, Some(OPERATOR_TOKEN), Some(body)).await }
-    };
-    let (s, b) = op(reqwest::Method::PUT, "/api/v1/units/demo", json!({})).await;
-    assert!(s == 201 || s == 200, "unit: {s} {b}");
-    let (s, b) = op(
-        reqwest::Method::PUT,
-        "/api/v1/agents/ada",
-        json!({"units": ["demo"]}),
-    )
-    .await;
-    assert!(s == 201 || s == 200, "agent: {s} {b}");
-    let (s, b) = op(
-        reqwest::Method::PUT,
-        "/api/v1/units/demo/connectors/demo_conn",
-        json!({"config": {}}),
-    )
-    .await;
-    assert!(s == 201 || s == 200, "bind: {s} {b}");
-    let (s, b) = op(
+    let (s, b) = send(
+        &client,
         reqwest::Method::POST,
-        "/api/v1/agents/ada/tool-calls",
-        json!({"tool": "demo_conn.hello", "arguments": {"name": "Ada"}}),
+        &format!("{}/api/v1/agents/dev/tool-calls", server.url),
+        Some(OPERATOR_TOKEN),
+        Some(json!({"tool": "demo_conn.hello", "arguments": {"name": "Bo"}})),
     )
     .await;
-    assert_eq!(s, 200, "call: {b}");
-    assert_eq!(b["result"]["greeting"], "Hello, Ada!", "{b}");
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["result"]["greeting"], "Hello, Bo!", "{b}");
+
+    // Edit, rebuild: live at once.
+    let lib = dir.join("src/lib.rs");
+    let source = std::fs::read_to_string(&lib).expect("lib.rs");
+    std::fs::write(&lib, source.replace("\"Hello, {}!\"", "\"Hi, {}!\"")).expect("edit");
+    let rebuilt = Instant::now();
+    let out = tokio::task::spawn_blocking(move || {
+        let _alone = machine_load();
+        cargo_build(&dir, true)
+    })
+    .await
+    .expect("build");
+    assert!(out.status.success(), "rebuild: {}", text(&out));
+    tokio::task::spawn_blocking(move || {
+        let mut dev = dev;
+        dev.until("live: rotated `demo_conn`");
+        dev.until("`demo_conn` rebound on `dev`");
+        dev.until("Hi, Ada!");
+    })
+    .await
+    .expect("dev loop");
+    eprintln!(
+        "scaffold: edit to a live call of the rebuilt component took {:.1?}",
+        rebuilt.elapsed()
+    );
+}
+
+/// A rotation the host refuses is shown with the bindings it would break, and the loop
+/// goes on with the next build.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_live_shows_a_refused_rotation_and_goes_on() {
+    let data = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(data.path(), &[]).await;
+    let watched = tempfile::tempdir().unwrap();
+    let file = watched.path().join("hostile.wasm");
+    std::fs::copy(guests::HOSTILE, &file).unwrap();
+    let mut dev = DevLoop::start(&[
+        file.to_str().unwrap(),
+        "--live",
+        "--url",
+        &server.url,
+        "--token",
+        OPERATOR_TOKEN,
+        "--unit",
+        "try",
+        "--agent",
+        "tester",
+        "--call",
+        "counter",
+        "{}",
+    ]);
+    let file2 = file.clone();
+    tokio::task::spawn_blocking(move || {
+        dev.until("live: installed `hostile`");
+        dev.until("unit `try` (created), agent `tester` (created), `hostile` bound on `try`");
+        dev.until("live: call hostile.counter as agent `tester`");
+        dev.until("watching for changes");
+        // v2 requires a `region` the binding does not have: the host refuses.
+        std::fs::copy(guests::HOSTILE_V2, &file2).unwrap();
+        dev.until("refused the new version");
+        dev.until("rotation_breaks_bindings");
+        dev.until("\"try\"");
+        dev.until("watching for changes");
+        // Back to v1: accepted, bound and called again.
+        std::fs::copy(guests::HOSTILE, &file2).unwrap();
+        dev.until("live: rotated `hostile`");
+        dev.until("`hostile` rebound on `try`");
+        dev.until("live: call hostile.counter");
+    })
+    .await
+    .expect("dev loop");
 }
 
 #[test]
@@ -274,46 +444,24 @@ fn read_until(
 
 #[test]
 fn dev_reloads_and_prints_manifest_changes() {
-    use std::io::BufRead;
-
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("watched.wasm");
     std::fs::copy(guests::HOSTILE, &file).unwrap();
-    let mut child = Command::new(host_binary())
-        .args(["dev", file.to_str().unwrap(), "--call", "counter", "{}"])
-        .env("RUST_LOG", "error")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn dev");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut seen = Vec::new();
-    read_until(&rx, &mut seen, "loaded");
-    read_until(&rx, &mut seen, "hostile.counter");
-    read_until(&rx, &mut seen, "watching for changes");
+    let mut dev = DevLoop::start(&[file.to_str().unwrap(), "--call", "counter", "{}"]);
+    dev.until("loaded");
+    dev.until("hostile.counter");
+    dev.until("watching for changes");
 
     // A new version: the v2 guest requires a `region` in the config.
     std::fs::copy(guests::HOSTILE_V2, &file).unwrap();
-    read_until(&rx, &mut seen, "reloaded");
-    read_until(&rx, &mut seen, "~ config schema");
-    read_until(&rx, &mut seen, "digest:");
-    read_until(&rx, &mut seen, "watching for changes");
+    dev.until("reloaded");
+    dev.until("~ config schema");
+    dev.until("digest:");
+    dev.until("watching for changes");
 
     // A broken one is reported and the loop goes on.
     std::fs::copy(guests::BAD_MANIFEST_UPPERCASE_ID, &file).unwrap();
-    read_until(&rx, &mut seen, "INVALID");
-    read_until(&rx, &mut seen, "rule: tool_id_pattern");
-    read_until(&rx, &mut seen, "watching for changes");
-
-    let _ = child.kill();
-    let _ = child.wait();
+    dev.until("INVALID");
+    dev.until("rule: tool_id_pattern");
+    dev.until("watching for changes");
 }

@@ -1,17 +1,20 @@
 //! `connector-host dev FILE.wasm`: the connector developer's loop. Validates and describes
 //! the component, then watches the file and, on every rebuild, re-validates it and prints
-//! what changed in its manifest (optionally running one tool after each reload).
+//! what changed in its manifest (optionally running one tool after each reload). With
+//! `--live`, every good rebuild also goes into a running host (see [`super::live`]).
 
 use std::collections::BTreeSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use clap::Args;
 use serde_json::Value;
 
 use super::inspect::{install_error_message, local_registry};
-use super::CliError;
+use super::live::{Live, Rebuild};
+use super::{CliError, RemoteArgs};
 use crate::registry::{Connector, ToolAnnotations, ToolInfo};
 
 pub(crate) const HELP: &str = "\
@@ -24,8 +27,17 @@ reported (error, rule, offending id) and the loop goes on. Ctrl-C ends it.
 With --call TOOL JSON the tool runs locally (as `call FILE.wasm TOOL JSON` would) after each
 successful load, and its result or error is printed.
 
-Example:
+With --live, every successful load is also installed (or rotated) into the running host at
+--url (token: --token, $CONNECTOR_HOST_OPERATOR_TOKEN or the host's data/operator-token).
+Unit --unit (default `dev`) and agent --agent (default `dev`, in that unit) are created when
+missing (an existing agent must already be in the unit), the connector is bound on the unit
+with --config, and --call runs as that agent over HTTP, as an agent's call would. A rotation
+the host refuses (rotation_breaks_bindings) is shown with the bindings it would break; the
+loop goes on.
+
+Examples:
   connector-host dev target/wasm32-wasip2/release/demo.wasm --call hello '{\"name\": \"Ada\"}'
+  connector-host dev target/wasm32-wasip2/release/demo.wasm --live --call hello '{\"name\": \"Ada\"}'
   # in another terminal: cargo build --target wasm32-wasip2 --release";
 
 /// How often the file is polled.
@@ -42,9 +54,23 @@ pub struct DevArgs {
     #[arg(long, num_args = 2, value_names = ["TOOL", "JSON"])]
     pub call: Option<Vec<String>>,
 
-    /// The binding configuration for --call: inline JSON or @FILE [default: {}].
-    #[arg(long, value_name = "JSON|@FILE", requires = "call")]
+    /// The binding configuration (for --call, and the binding --live keeps): inline
+    /// JSON or @FILE [default: {}].
+    #[arg(long, value_name = "JSON|@FILE")]
     pub config: Option<String>,
+
+    /// Install every successful load into the running host at --url, bind it on --unit
+    /// and run --call as --agent there.
+    #[arg(long)]
+    pub live: bool,
+
+    /// With --live: the unit the connector is bound on (created when missing).
+    #[arg(long, value_name = "UNIT", default_value = "dev", requires = "live")]
+    pub unit: String,
+
+    /// With --live: the agent --call runs as (created in --unit when missing).
+    #[arg(long, value_name = "AGENT", default_value = "dev", requires = "live")]
+    pub agent: String,
 }
 
 /// What identifies one version of the file on disk.
@@ -56,13 +82,26 @@ fn stamp(path: &Path) -> Stamp {
 }
 
 /// Runs `dev` until Ctrl-C.
-pub async fn run(args: DevArgs) -> Result<(), CliError> {
-    if let Some(raw) = &args.config {
-        super::read_json_arg("--config", raw)?;
-    }
-    if let Some(call) = &args.call {
-        super::read_json_arg("the JSON arguments of --call", &call[1])?;
-    }
+pub async fn run(args: DevArgs, remote: &RemoteArgs) -> Result<(), CliError> {
+    let config = match &args.config {
+        Some(raw) => super::read_json_arg("--config", raw)?,
+        None => Value::Object(Default::default()),
+    };
+    let call = match &args.call {
+        Some(call) => Some((
+            call[0].clone(),
+            super::read_json_arg("the JSON arguments of --call", &call[1])?,
+        )),
+        None => None,
+    };
+    let live = if args.live {
+        let remote = remote.clone();
+        let (unit, agent) = (args.unit.clone(), args.agent.clone());
+        Some(Arc::new(Live::new(&remote, unit, agent)?))
+    } else {
+        None
+    };
+    let session = Session { config, call, live };
     let registry = local_registry()?;
     let mut last_good: Option<Connector> = None;
     let mut loaded: Stamp = None;
@@ -88,7 +127,7 @@ pub async fn run(args: DevArgs) -> Result<(), CliError> {
             waiting_said = false;
             first = false;
             loaded = now;
-            reload(&registry, &args, &mut last_good).await;
+            reload(&registry, &args, &session, &mut last_good).await;
             say("watching for changes (Ctrl-C to stop)");
         }
         pending = now;
@@ -99,10 +138,19 @@ pub async fn run(args: DevArgs) -> Result<(), CliError> {
     }
 }
 
-/// One load: validate, describe or diff, and optionally call.
+/// What every reload does after validating: the parsed --config and --call, and the
+/// live session.
+struct Session {
+    config: Value,
+    call: Option<(String, Value)>,
+    live: Option<Arc<Live>>,
+}
+
+/// One load: validate, describe or diff, and optionally call (locally, or live).
 async fn reload(
     registry: &crate::registry::ConnectorRegistry,
     args: &DevArgs,
+    session: &Session,
     last_good: &mut Option<Connector>,
 ) {
     let bytes = match std::fs::read(&args.file) {
@@ -136,6 +184,23 @@ async fn reload(
     }
     *last_good = Some(connector);
 
+    if let Some(live) = &session.live {
+        let live = live.clone();
+        let rebuild = Rebuild {
+            bytes,
+            config: session.config.clone(),
+            call: session.call.clone(),
+        };
+        match tokio::task::spawn_blocking(move || live.sync(rebuild)).await {
+            Ok(lines) => {
+                for line in lines {
+                    say(&line);
+                }
+            }
+            Err(e) => say(&format!("live: the update stopped: {e}")),
+        }
+        return;
+    }
     if let Some(call) = &args.call {
         let call_args = super::call::CallArgs {
             target: args.file.to_string_lossy().into_owned(),
@@ -162,7 +227,8 @@ fn say(text: &str) {
     super::print_out(&format!("[{h:02}:{m:02}:{s:02}Z] {text}\n"));
 }
 
-fn indent(text: &str) -> String {
+/// `text` with every line indented by two spaces.
+pub(super) fn indent(text: &str) -> String {
     text.lines()
         .map(|l| format!("  {l}"))
         .collect::<Vec<_>>()

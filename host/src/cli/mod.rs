@@ -20,6 +20,7 @@ pub mod connectors;
 pub mod context;
 pub mod dev;
 pub mod inspect;
+pub mod live;
 pub mod mcp;
 pub mod messages;
 pub mod new;
@@ -122,6 +123,7 @@ pub enum Command {
     New(new::NewArgs),
 
     /// Watch a component file: re-validate and print manifest changes on every rebuild
+    /// (with --live: keep a running host in step)
     #[command(after_help = dev::HELP)]
     Dev(dev::DevArgs),
 

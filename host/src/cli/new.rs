@@ -11,9 +11,14 @@ use crate::registry::manifest::{is_namespace, is_slug};
 pub(crate) const HELP: &str = "\
 Writes a new connector crate into DIR (default ./SLUG): Cargo.toml, .gitignore, README.md and
 src/lib.rs with one typed tool `<namespace>.hello` and native unit tests. DIR must not exist
-or be empty. The crate builds as is:
+or be empty. Then builds it once (unless --no-build), installing the wasm32-wasip2 target
+through rustup if it is missing, and prints where the component is and the next commands:
 
-  cd DIR && cargo build --target wasm32-wasip2 --release
+  cd DIR && cargo build --target wasm32-wasip2 --release   # what the build runs
+  connector-host dev COMPONENT --live --call hello '{\"name\": \"Ada\"}'
+
+CARGO_TARGET_DIR (or a cargo config's target-dir) is respected: the path printed is the one
+cargo reported (with --no-build: CARGO_TARGET_DIR if set, else DIR/target).
 
 The slug must match ^[a-z][a-z0-9_-]{0,62}$. The tool namespace defaults to the slug and must
 be one id segment [a-z][a-z0-9_]*, so a slug containing `-` needs --namespace.
@@ -36,6 +41,10 @@ pub struct NewArgs {
     /// The tool namespace [default: the slug]. Required when the slug contains `-`.
     #[arg(long, value_name = "NS")]
     pub namespace: Option<String>,
+
+    /// Only write the crate; print the build command instead of running it.
+    #[arg(long)]
+    pub no_build: bool,
 }
 
 /// The `sdk/` folder of the checkout this binary was built from.
@@ -63,21 +72,10 @@ pub fn run(args: NewArgs) -> Result<(), CliError> {
             .map_err(|e| CliError::failed(format!("could not write {}: {e}", path.display())))?;
     }
 
-    let wasm = wasm_path(&args.slug);
     let shown = dir.display();
     super::print_out(&format!(
-        "Created connector `{slug}` (tool namespace `{namespace}`) in {shown}\n\
-         \n\
-         Next steps:\n  \
-           cd {shown}\n  \
-           cargo test                                   # native unit tests of the manifest and the tool\n  \
-           cargo build --target wasm32-wasip2 --release # once: rustup target add wasm32-wasip2\n  \
-           connector-host inspect {wasm}\n  \
-           connector-host call {wasm} hello '{{\"name\": \"Ada\"}}'\n  \
-           connector-host dev {wasm} --call hello '{{\"name\": \"Ada\"}}'   # rebuild in another terminal\n\
-         \n\
-         The guide: docs/writing-a-connector.md in the connector-host repository.\n",
-        slug = args.slug,
+        "Created connector `{slug}` (tool namespace `{namespace}`) in {shown}\n",
+        slug = args.slug
     ));
     if let SdkDependency::Version = sdk {
         super::print_out(&format!(
@@ -85,7 +83,106 @@ pub fn run(args: NewArgs) -> Result<(), CliError> {
              point it at a checkout of connector-host (path or git dependency), see the comment there.\n"
         ));
     }
+    let build = format!("cd {shown} && cargo build --target wasm32-wasip2 --release");
+    let wasm = if args.no_build {
+        expected_wasm(&dir, &args.slug)
+    } else {
+        let wasm = build_once(&dir, &args.slug).map_err(|e| {
+            CliError::failed(format!(
+                "{e}\nThe crate is written; once that is fixed, build it with:\n  {build}"
+            ))
+        })?;
+        display_path(&wasm)
+    };
+    let mut steps = String::from("\nNext steps:\n");
+    if args.no_build {
+        steps.push_str(&format!("  {build}\n"));
+    }
+    steps.push_str(&format!(
+        "  connector-host dev {wasm} --live --call hello '{{\"name\": \"Ada\"}}'\n  \
+         \x20   # with a host running (connector-host serve): installs, binds on unit `dev`,\n  \
+         \x20   # calls as agent `dev`; again on every rebuild:\n  \
+         {build}   # in another terminal, after each edit\n\
+         \n\
+         Also:\n  \
+           connector-host inspect {wasm}\n  \
+           connector-host call {wasm} hello '{{\"name\": \"Ada\"}}'   # a local call, no host needed\n  \
+           (cd {shown} && cargo test)                    # native unit tests of the manifest and the tool\n\
+         \n\
+         The guide: docs/writing-a-connector.md in the connector-host repository.\n"
+    ));
+    super::print_out(&steps);
     Ok(())
+}
+
+/// Builds the new crate for `wasm32-wasip2` (cargo's progress on stderr); returns the
+/// component cargo reported.
+fn build_once(dir: &Path, slug: &str) -> Result<PathBuf, String> {
+    let started = std::time::Instant::now();
+    // The lock lives in the new crate (the user's own directory), never in a shared one.
+    connector_guest_build::ensure_wasm_target(&dir.join("target")).map_err(|e| format!("{e:#}"))?;
+    eprintln!(
+        "Building {} for wasm32-wasip2 (the first build compiles the SDK: about a minute)...",
+        dir.display()
+    );
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = std::process::Command::new(&cargo)
+        .current_dir(dir)
+        .args([
+            "build",
+            "--target",
+            "wasm32-wasip2",
+            "--release",
+            "--message-format=json-render-diagnostics",
+        ])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("could not run cargo ({}): {e}", cargo.to_string_lossy()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "building the crate failed ({}); cargo's messages are above",
+            out.status
+        ));
+    }
+    let artifact = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| {
+            m["reason"] == "compiler-artifact" && m["target"]["name"] == slug.replace('-', "_")
+        })
+        .flat_map(|m| m["filenames"].as_array().cloned().unwrap_or_default())
+        .filter_map(|f| f.as_str().map(PathBuf::from))
+        .find(|f| f.extension().is_some_and(|e| e == "wasm"));
+    let wasm = artifact
+        .ok_or_else(|| "cargo built the crate but reported no .wasm file for it".to_string())?;
+    eprintln!(
+        "Built {} in {:.1} s",
+        display_path(&wasm),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(wasm)
+}
+
+/// Where the component will be once built: under `CARGO_TARGET_DIR` when it is set, else
+/// the crate's own `target/`.
+fn expected_wasm(dir: &Path, slug: &str) -> String {
+    let file = wasm_path(slug);
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(target) => {
+            let rest = file.trim_start_matches("target/");
+            display_path(&PathBuf::from(target).join(rest))
+        }
+        None => display_path(&dir.join(file)),
+    }
+}
+
+/// `path` relative to the working directory when it is under it, else as is.
+fn display_path(path: &Path) -> String {
+    let shown = std::env::current_dir()
+        .ok()
+        .and_then(|cwd| path.strip_prefix(&cwd).ok().map(Path::to_path_buf))
+        .unwrap_or_else(|| path.to_path_buf());
+    shown.display().to_string()
 }
 
 /// Checks the slug and the namespace against the registry's rules; returns the namespace.
@@ -345,17 +442,21 @@ mod tests {{
 A connector for connector-host, scaffolded by `connector-host new`.
 
 ```sh
-rustup target add wasm32-wasip2                  # once
 cargo test                                       # native unit tests
 cargo build --target wasm32-wasip2 --release     # build the component
 connector-host inspect {wasm}
 connector-host call {wasm} hello '{{"name": "Ada"}}'
 ```
 
-`connector-host dev {wasm} --call hello '{{"name": "Ada"}}'` reloads the component on every
-rebuild and prints what changed in its manifest.
+Against a running host (`connector-host serve`), keep it live: every rebuild is installed,
+bound on unit `dev` and called as agent `dev` (both created when missing):
 
-Then, against a running host:
+```sh
+connector-host dev {wasm} --live --call hello '{{"name": "Ada"}}'
+```
+
+Without `--live`, `dev` reloads the component on every rebuild, prints what changed in its
+manifest and runs the call locally. The same steps by hand:
 
 ```sh
 connector-host connectors install {wasm}
@@ -416,6 +517,7 @@ mod tests {
             slug: "my-conn".into(),
             dir: Some(target.clone()),
             namespace: Some("mine".into()),
+            no_build: true,
         })
         .unwrap();
         let lib = std::fs::read_to_string(target.join("src/lib.rs")).unwrap();
@@ -427,6 +529,7 @@ mod tests {
             slug: "my-conn".into(),
             dir: Some(target),
             namespace: Some("mine".into()),
+            no_build: true,
         })
         .unwrap_err();
         assert!(again.message.contains("not empty"), "{}", again.message);

@@ -135,7 +135,7 @@ pub fn build_components(
         .with_context(|| format!("workspace root {}", workspace_root.display()))?;
     let started = SystemTime::now();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
-    check_target_installed()?;
+    ensure_target_installed(&guest_target_dir(&root))?;
 
     let mut rerun: Vec<PathBuf> = vec![
         root.join("wit"),
@@ -164,10 +164,101 @@ pub fn build_components(
     Ok(built)
 }
 
-/// Fails with an actionable message unless the rust std for `wasm32-wasip2` exists.
-fn check_target_installed() -> Result<()> {
+/// Makes sure the rust std for `wasm32-wasip2` exists for the compiler in use (`$RUSTC`,
+/// else `rustc`): when it is missing, installs it with `rustup target add` (saying so on
+/// stderr), or fails naming the one command to run when rustup is absent or fails.
+/// Returns the toolchain it installed the target for, if it did. `lock_dir` holds the
+/// lock that lets one of several concurrent callers install.
+///
+/// A `rust-toolchain.toml` listing the target is not enough on its own: rustup installs
+/// it only where its auto-install is on.
+pub fn ensure_wasm_target(lock_dir: &Path) -> Result<Option<String>> {
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| OsString::from("rustc"));
-    let out = Command::new(&rustc)
+    let rustup = std::env::var_os("RUSTUP").unwrap_or_else(|| OsString::from("rustup"));
+    Ok(match ensure_target(&rustc, &rustup, lock_dir)? {
+        TargetState::Present => None,
+        TargetState::Installed { toolchain } => Some(toolchain),
+    })
+}
+
+/// [`ensure_wasm_target`] from a build script: an install is also a cargo warning.
+fn ensure_target_installed(lock_dir: &Path) -> Result<()> {
+    if let Some(toolchain) = ensure_wasm_target(lock_dir)? {
+        println!("cargo:warning=installed the {GUEST_TARGET} target for toolchain `{toolchain}` (rustup target add)");
+    }
+    Ok(())
+}
+
+/// What [`ensure_target`] found or did.
+#[derive(Debug, PartialEq, Eq)]
+enum TargetState {
+    Present,
+    Installed { toolchain: String },
+}
+
+fn ensure_target(rustc: &OsString, rustup: &OsString, lock_dir: &Path) -> Result<TargetState> {
+    let sysroot = sysroot_of(rustc)?;
+    let lib = sysroot.join("lib").join("rustlib").join(GUEST_TARGET);
+    if lib.is_dir() {
+        return Ok(TargetState::Present);
+    }
+    // rustup names a toolchain by its directory under `$RUSTUP_HOME/toolchains`.
+    let toolchain = sysroot
+        .parent()
+        .filter(|p| p.file_name().is_some_and(|n| n == "toolchains"))
+        .and_then(|_| sysroot.file_name())
+        .map(|n| n.to_string_lossy().into_owned());
+    let command = match &toolchain {
+        Some(t) => format!("rustup target add {GUEST_TARGET} --toolchain {t}"),
+        None => format!("rustup target add {GUEST_TARGET}"),
+    };
+    let Some(toolchain) = toolchain else {
+        bail!(
+            "the {GUEST_TARGET} target is not installed for the compiler at {} and it is not a rustup toolchain: install the target's standard library (with rustup: `{command}`)",
+            sysroot.display()
+        );
+    };
+    // Build scripts of several packages may get here at once: one installs.
+    std::fs::create_dir_all(lock_dir)
+        .with_context(|| format!("creating {}", lock_dir.display()))?;
+    let lock_path = lock_dir.join("rustup-target.lock");
+    // Opened without truncating: the lock's content does not matter, and an existing
+    // file is never emptied.
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("opening {}", lock_path.display()))?;
+    lock.lock()
+        .with_context(|| format!("locking {}", lock_path.display()))?;
+    if lib.is_dir() {
+        return Ok(TargetState::Present);
+    }
+    eprintln!("the {GUEST_TARGET} target is missing: running `{command}`");
+    let out = Command::new(rustup)
+        .args(["target", "add", GUEST_TARGET, "--toolchain", &toolchain])
+        .output();
+    match out {
+        Err(e) => bail!(
+            "the {GUEST_TARGET} target is not installed and rustup could not be run ({e}): run `{command}`, or install the target's standard library another way"
+        ),
+        Ok(out) if !out.status.success() => bail!(
+            "the {GUEST_TARGET} target is not installed and `{command}` failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Ok(_) if !lib.is_dir() => bail!(
+            "`{command}` succeeded but {} is still missing: check that rustup manages the compiler at {}",
+            lib.display(),
+            sysroot.display()
+        ),
+        Ok(_) => Ok(TargetState::Installed { toolchain }),
+    }
+}
+
+fn sysroot_of(rustc: &OsString) -> Result<PathBuf> {
+    let out = Command::new(rustc)
         .args(["--print", "sysroot"])
         .env_remove("RUSTC_WRAPPER")
         .output()
@@ -179,12 +270,7 @@ fn check_target_installed() -> Result<()> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    let lib = sysroot.join("lib").join("rustlib").join(GUEST_TARGET);
-    if !lib.is_dir() {
-        bail!("the {GUEST_TARGET} target is not installed: run `rustup target add {GUEST_TARGET}`");
-    }
-    Ok(())
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
 fn build_one(
@@ -363,6 +449,89 @@ mod tests {
             rust_path_literal(Path::new("/a/b \"c\"/x.wasm")).unwrap(),
             r#""/a/b \"c\"/x.wasm""#
         );
+    }
+
+    /// An executable shell script at `path`.
+    #[cfg(unix)]
+    fn script(path: &Path, body: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    /// A rustup toolchain without the guest target, a `rustc` printing its sysroot and a
+    /// `rustup` that installs the target there (recording how it was called).
+    #[cfg(unix)]
+    #[test]
+    fn a_missing_target_is_installed_through_rustup_once() {
+        let dir = tempfile_dir("target-install");
+        let sysroot = dir.join("rustup").join("toolchains").join("1.95.0-test");
+        std::fs::create_dir_all(sysroot.join("lib").join("rustlib")).unwrap();
+        let (rustc, rustup, calls) = (dir.join("rustc"), dir.join("rustup-bin"), dir.join("calls"));
+        script(&rustc, &format!("echo '{}'", sysroot.display()));
+        script(
+            &rustup,
+            &format!(
+                "echo \"$@\" >> '{}'\nmkdir -p '{}/lib/rustlib/{GUEST_TARGET}'",
+                calls.display(),
+                sysroot.display()
+            ),
+        );
+        let (rustc, rustup) = (rustc.into_os_string(), rustup.into_os_string());
+        assert_eq!(
+            ensure_target(&rustc, &rustup, &dir).unwrap(),
+            TargetState::Installed {
+                toolchain: "1.95.0-test".into()
+            }
+        );
+        assert_eq!(
+            std::fs::read_to_string(&calls).unwrap(),
+            format!("target add {GUEST_TARGET} --toolchain 1.95.0-test\n")
+        );
+        // Present now: rustup is not run again.
+        assert_eq!(
+            ensure_target(&rustc, &rustup, &dir).unwrap(),
+            TargetState::Present
+        );
+        assert_eq!(std::fs::read_to_string(&calls).unwrap().lines().count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn without_rustup_the_error_names_the_command() {
+        let dir = tempfile_dir("target-no-rustup");
+        let sysroot = dir.join("toolchains").join("stable-test");
+        std::fs::create_dir_all(&sysroot).unwrap();
+        let rustc = dir.join("rustc");
+        script(&rustc, &format!("echo '{}'", sysroot.display()));
+        let missing = dir.join("no-such-rustup").into_os_string();
+        let err = ensure_target(&rustc.into_os_string(), &missing, &dir)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!(
+                "run `rustup target add {GUEST_TARGET} --toolchain stable-test`"
+            )),
+            "{err}"
+        );
+        // A compiler rustup does not manage: the error says so.
+        let other = dir.join("custom");
+        std::fs::create_dir_all(&other).unwrap();
+        let rustc = dir.join("rustc-custom");
+        script(&rustc, &format!("echo '{}'", other.display()));
+        let err = ensure_target(&rustc.into_os_string(), &missing, &dir)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a rustup toolchain"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn tempfile_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("guest-build-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 
     #[test]
