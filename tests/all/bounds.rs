@@ -466,7 +466,7 @@ async fn idle_connections_cannot_exhaust_the_open_files_limit() {
 /// read, and what still arrives is read and dropped, never kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unauthenticated_uploads_do_not_grow_the_servers_memory() {
-    let _alone = integration_tests::harness::machine_load();
+    let _alone = integration_tests::harness::machine_load().await;
     let dir = tempfile::tempdir().expect("temp dir");
     let server = ServerProcess::start(dir.path(), &[]).await;
     let addr = server.addr.to_string();
@@ -631,7 +631,7 @@ async fn outcomes(calls: Vec<tokio::task::JoinHandle<(u16, Value)>>) -> BTreeMap
 /// the wait for a slot counts toward it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flooding_agent_leaves_another_agents_calls_fast() {
-    let _alone = integration_tests::harness::machine_load();
+    let _alone = integration_tests::harness::machine_load().await;
     let h = Hostile::start(
         &[("CONNECTOR_HOST_CALL_TIMEOUT_MS", "3000")],
         &["flood", "calm"],
@@ -722,7 +722,7 @@ impl PeakRss {
 /// memory grows by about the budget, not by 20 × 64 MiB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_guests_together_stay_within_the_memory_budget() {
-    let _alone = integration_tests::harness::machine_load();
+    let _alone = integration_tests::harness::machine_load().await;
     let h = Hostile::start(
         &[
             ("CONNECTOR_HOST_CALL_TIMEOUT_MS", "2000"),

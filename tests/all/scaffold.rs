@@ -13,7 +13,9 @@ use std::time::Instant;
 
 use connector_testing::Harness;
 use integration_tests::guests;
-use integration_tests::harness::{host_binary, machine_load, send, ServerProcess, OPERATOR_TOKEN};
+use integration_tests::harness::{
+    host_binary, machine_load_blocking, send, ServerProcess, OPERATOR_TOKEN,
+};
 use serde_json::json;
 
 fn host(args: &[&str]) -> Output {
@@ -68,7 +70,7 @@ struct Scaffold {
 fn scaffold() -> &'static Scaffold {
     static SCAFFOLD: OnceLock<Scaffold> = OnceLock::new();
     SCAFFOLD.get_or_init(|| {
-        let _alone = machine_load();
+        let _alone = machine_load_blocking();
         let dir = tempfile::tempdir().expect("temp dir");
         let started = Instant::now();
 
@@ -291,7 +293,7 @@ async fn the_scaffold_is_live_in_a_host_in_three_commands() {
     std::fs::write(&lib, source.replace("\"Hello, {}!\"", "\"Hi, {}!\"")).expect("edit");
     let rebuilt = Instant::now();
     let out = tokio::task::spawn_blocking(move || {
-        let _alone = machine_load();
+        let _alone = machine_load_blocking();
         cargo_build(&dir, true)
     })
     .await

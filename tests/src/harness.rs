@@ -17,13 +17,16 @@ pub const OPERATOR_TOKEN: &str = "test-operator-token";
 /// cargo builds) or time latency under a load they make themselves, so two of them never
 /// overlap: on a two-core runner one such test beside another measures the other, not
 /// the host. Other tests run beside them as usual.
-pub fn machine_load() -> std::sync::MutexGuard<'static, ()> {
-    static MACHINE_LOAD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    // A test that failed while holding it leaves nothing behind to guard.
-    MACHINE_LOAD
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+pub async fn machine_load() -> tokio::sync::MutexGuard<'static, ()> {
+    MACHINE_LOAD.lock().await
 }
+
+/// [`machine_load`] outside async code (a plain `#[test]`, `spawn_blocking`).
+pub fn machine_load_blocking() -> tokio::sync::MutexGuard<'static, ()> {
+    MACHINE_LOAD.blocking_lock()
+}
+
+static MACHINE_LOAD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A host running in this process, served on an ephemeral port.
 pub struct TestHost {
