@@ -223,6 +223,13 @@ impl Host {
         self.parts.state.effective_tools(subject)
     }
 
+    /// Changes each time any subject's effective tools may have changed (a bind, a
+    /// grant, a rotation, a change another replica made): wait on it, then compare
+    /// [`Host::effective_tools`] with what you last saw.
+    pub fn watch_tools(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.parts.state.watch_tools()
+    }
+
     /// Grants a tool id or a whole namespace to a subject explicitly.
     pub async fn grant(&self, subject: Subject, tool_or_namespace: &str) -> HostResult<GrantView> {
         self.parts.directory.grant(subject, tool_or_namespace).await

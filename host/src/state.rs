@@ -286,6 +286,11 @@ impl State {
         self.resolver.invalidate();
     }
 
+    /// See [`EffectiveToolResolver::watch`].
+    pub(crate) fn watch_tools(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.resolver.watch()
+    }
+
     /// The effective tools of `subject` (`None` when it does not exist), with `dir` read.
     pub(crate) fn resolve(&self, dir: &Directory, subject: &Subject) -> Option<Arc<ResolvedTools>> {
         if let Some(hit) = self.resolver.cached(subject) {

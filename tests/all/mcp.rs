@@ -28,7 +28,7 @@ const V_2025_11_25: &str = "2025-11-25";
 
 /// A host with unit `team` (acme bound), agent `ada` in it, and `hostile` installed but
 /// not bound there; unit `lab` with `hostile` bound and agent `hal`.
-async fn setup() -> TestHost {
+pub(crate) async fn setup() -> TestHost {
     let h = TestHost::start().await;
     h.install(guests::HOSTILE).await;
     h.unit("team", None).await;
@@ -176,10 +176,7 @@ impl Mcp {
             .to_str()
             .unwrap()
             .starts_with("text/event-stream"));
-        SseReader {
-            resp,
-            buffer: String::new(),
-        }
+        SseReader::new(resp)
     }
 }
 
@@ -190,14 +187,21 @@ fn error_code(body: &Value) -> i64 {
 }
 
 /// Reads `data:` payloads of an SSE response.
-struct SseReader {
+pub(crate) struct SseReader {
     resp: reqwest::Response,
     buffer: String,
 }
 
 impl SseReader {
+    pub(crate) fn new(resp: reqwest::Response) -> SseReader {
+        SseReader {
+            resp,
+            buffer: String::new(),
+        }
+    }
+
     /// The next event's JSON, or `None` at the end of the stream or after `wait`.
-    async fn next(&mut self, wait: Duration) -> Option<Value> {
+    pub(crate) async fn next(&mut self, wait: Duration) -> Option<Value> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             if let Some(end) = self.buffer.find("\n\n") {
@@ -1055,14 +1059,14 @@ async fn revoking_the_agents_tokens_ends_the_streams_they_opened() {
 // The stdio bridge
 // ---------------------------------------------------------------------------------------
 
-struct Bridge {
-    child: tokio::process::Child,
-    stdin: Option<tokio::process::ChildStdin>,
+pub(crate) struct Bridge {
+    pub(crate) child: tokio::process::Child,
+    pub(crate) stdin: Option<tokio::process::ChildStdin>,
     stdout: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
 }
 
 impl Bridge {
-    fn start(url: &str, agent: &str, token: &str) -> Bridge {
+    pub(crate) fn start(url: &str, agent: &str, token: &str) -> Bridge {
         let mut child = tokio::process::Command::new(host_binary())
             .args(["mcp", "--agent", agent, "--url", url, "--token", token])
             .env("RUST_LOG", "warn")
@@ -1083,14 +1087,14 @@ impl Bridge {
         }
     }
 
-    async fn send(&mut self, line: &str) {
+    pub(crate) async fn send(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         stdin.write_all(line.as_bytes()).await.unwrap();
         stdin.write_all(b"\n").await.unwrap();
         stdin.flush().await.unwrap();
     }
 
-    async fn line(&mut self, wait: Duration) -> Option<Value> {
+    pub(crate) async fn line(&mut self, wait: Duration) -> Option<Value> {
         match tokio::time::timeout(wait, self.stdout.next_line()).await {
             Ok(Ok(Some(line))) => Some(serde_json::from_str(&line).expect("stdout is JSON lines")),
             _ => None,
@@ -1132,7 +1136,7 @@ async fn op(
 }
 
 /// Unit `team` with acme bound, agent `ada` in it, `hostile` installed; ada's token.
-async fn prepare(server: &ServerProcess) -> String {
+pub(crate) async fn prepare(server: &ServerProcess) -> String {
     let client = reqwest::Client::new();
     op(
         &client,

@@ -1111,3 +1111,89 @@ async fn a_token_revoked_on_one_replica_stops_working_on_the_others() {
         assert_eq!(s, 401, "{base}: {body}");
     }
 }
+
+/// MCP 2026-07-28 keeps no session: one client's requests may land on any replica, and a
+/// `subscriptions/listen` stream on one replica hears of a bind made through another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_mcp_client_is_served_by_any_replica() {
+    let Some(pg) = require_postgres() else { return };
+    let url = pg.fresh_database("replicas_mcp").unwrap();
+    let (servers, _dirs) = replicas(2, &url, &[]).await;
+    let (a, b) = (&servers[0].url, &servers[1].url);
+    let client = reqwest::Client::new();
+    for (path, body) in [
+        ("units/team", json!({})),
+        ("agents/ada", json!({"units": ["team"]})),
+        ("units/team/connectors/acme", json!({"config": {}})),
+    ] {
+        let status = op(
+            &client,
+            Method::PUT,
+            format!("{a}/api/v1/{path}"),
+            Some(body),
+        )
+        .await;
+        assert_eq!(status, 201, "{path}");
+    }
+    let (s, issued) = call(
+        &client,
+        Method::POST,
+        format!("{b}/api/v1/agents/ada/tokens"),
+        OPERATOR_TOKEN,
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(s, 201, "{issued}");
+    let token = issued["token"].as_str().unwrap_or_default().to_string();
+    let on = |base: &str| crate::mcp_stateless::Stateless::new(base, "ada", &token);
+    let (mut stream, _) = on(b).listen(json!({"toolsListChanged": true})).await;
+    assert!(
+        stream.next(Duration::from_secs(5)).await.is_some(),
+        "acknowledged"
+    );
+
+    // One client, its requests alternating between the replicas.
+    for i in 0..6 {
+        let base = if i % 2 == 0 { a } else { b };
+        let replica = on(base);
+        assert!(replica
+            .tool_names()
+            .await
+            .contains(&"acme.echo".to_string()));
+        let r = replica
+            .rpc(
+                "tools/call",
+                json!({"name": "acme.echo", "arguments": {"message": format!("m{i}")}}),
+            )
+            .await;
+        assert_eq!(
+            r["result"]["structuredContent"]["message"],
+            format!("m{i}"),
+            "{r}"
+        );
+    }
+
+    // A bind through A: B's next request sees it, and B's listen stream is told.
+    let started = Instant::now();
+    let status = op(
+        &client,
+        Method::PUT,
+        format!("{a}/api/v1/units/team/connectors/hostile"),
+        Some(json!({"config": {}})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    assert!(on(b)
+        .tool_names()
+        .await
+        .contains(&"hostile.counter".to_string()));
+    let note = stream
+        .next(Duration::from_secs(5))
+        .await
+        .expect("list_changed on the other replica");
+    assert_eq!(note["method"], "notifications/tools/list_changed", "{note}");
+    eprintln!(
+        "list_changed on replica B {:?} after the bind on A",
+        started.elapsed()
+    );
+}

@@ -19,7 +19,10 @@ Each leg: initialize, list tools (acme.echo present), call acme.echo and check t
 structured result, call a tool of the unbound `hostile` connector (error -32002), bind
 `hostile` through the REST API mid-session and wait for
 `notifications/tools/list_changed` (via a message handler), see the new tool listed and
-callable, then unbind it again. Prints one line per check; exits non-zero on failure.
+callable, then unbind it again. With SDK 2.x, then `mcp.Client` in each negotiation mode
+(`legacy`, `auto`, the `2026-07-28` pin) over both transports: the revision it lands on,
+list, call, errors, and change notifications (`Client.listen` at 2026-07-28). Prints one
+line per check; exits non-zero on failure.
 """
 
 import argparse
@@ -187,6 +190,103 @@ async def leg(name, transport, a):
             log(f"{name}: unbinding announced too")
 
 
+def client_transport(kind, a, endpoint):
+    """A fresh transport for `mcp.Client` (SDK 2.x): Streamable HTTP with the agent token,
+    or the stdio bridge."""
+    if kind == "http":
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        @contextlib.asynccontextmanager
+        async def with_token():
+            async with create_mcp_http_client(headers={"Authorization": f"Bearer {a.token}"}) as client:
+                async with streamable_http_client(endpoint, http_client=client) as streams:
+                    yield streams
+
+        return with_token()
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    return stdio_client(StdioServerParameters(
+        command=a.binary,
+        args=["mcp", "--agent", a.agent, "--url", a.rest, "--token", a.token],
+        env={"RUST_LOG": "warn"},
+    ))
+
+
+class Transported:
+    """Adapts an async context manager of (read, write, ...) streams to `mcp.Client`'s
+    Transport (which yields exactly (read, write))."""
+
+    def __init__(self, cm):
+        self.cm = cm
+
+    async def __aenter__(self):
+        streams = await self.cm.__aenter__()
+        return streams[0], streams[1]
+
+    async def __aexit__(self, *exc):
+        return await self.cm.__aexit__(*exc)
+
+
+async def mode_leg(kind, mode, a, endpoint):
+    """`mcp.Client` in negotiation mode `mode` ('legacy', 'auto', or the 2026-07-28 pin):
+    the revision it lands on, list, call, errors, and change notifications (through
+    `Client.listen` at 2026-07-28, through the session's stream before)."""
+    from mcp import Client
+
+    name = f"{kind}/{mode}"
+    changed = asyncio.Event()
+
+    async def on_message(message):
+        if method_of(message) == "notifications/tools/list_changed":
+            changed.set()
+
+    client = Client(Transported(client_transport(kind, a, endpoint)), mode=mode, message_handler=on_message)
+    async with client:
+        version = client.protocol_version
+        expected = "2025-11-25" if mode == "legacy" else "2026-07-28"
+        assert version == expected, f"{name}: landed on {version}, expected {expected}"
+        info = client.server_info
+        assert info is None or info.name == "connector-host", info
+        names = [t.name for t in (await client.list_tools()).tools]
+        assert "acme.echo" in names and "hostile.counter" not in names, names
+        result = await client.call_tool("acme.echo", {"message": mode})
+        assert not result.is_error and result.structured_content == {"message": mode}, result
+        bad = await client.call_tool("acme.echo", {"message": 5})
+        assert bad.is_error and "/message" in bad.content[0].text, bad
+        try:
+            await client.call_tool("hostile.counter", {})
+        except RpcError as e:
+            assert e.error.code == -32002, e.error
+        else:
+            raise AssertionError(f"{name}: a tool of an unbound connector ran")
+        log(f"{name}: revision {version}; list, call, invalid arguments and -32002 as expected")
+
+        started = time.monotonic()
+        if version == "2026-07-28":
+            async with client.listen(tools_list_changed=True) as sub:
+                assert sub.honored.tools_list_changed, sub.honored
+                status = rest(a.rest, a.operator_token, "PUT",
+                              f"/api/v1/units/{a.unit}/connectors/hostile", {"config": {}})
+                assert status in (200, 201), status
+                event = await asyncio.wait_for(sub.__anext__(), NOTIFY_TIMEOUT_S)
+                log(f"{name}: listen delivered {type(event).__name__} "
+                    f"{1000 * (time.monotonic() - started):.0f} ms after the bind")
+        else:
+            status = rest(a.rest, a.operator_token, "PUT",
+                          f"/api/v1/units/{a.unit}/connectors/hostile", {"config": {}})
+            assert status in (200, 201), status
+            await asyncio.wait_for(changed.wait(), NOTIFY_TIMEOUT_S)
+            log(f"{name}: list_changed {1000 * (time.monotonic() - started):.0f} ms after the bind")
+        # The cached list was evicted by the notification: the new tool is there.
+        names = [t.name for t in (await client.list_tools()).tools]
+        assert "hostile.counter" in names, names
+        result = await client.call_tool("hostile.counter", {})
+        assert result.structured_content == {"result": 1}, result
+        rest(a.rest, a.operator_token, "DELETE", f"/api/v1/units/{a.unit}/connectors/hostile")
+        log(f"{name}: the bound tool listed and callable")
+
+
 async def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", required=True, help="base URL of the host")
@@ -205,6 +305,12 @@ async def main():
         log(f"MCP Python SDK {getattr(mcp, '__version__', '?')}")
     await leg("http", http_transport(endpoint, a.token), a)
     await leg("stdio", stdio_transport(a.binary, a.rest, a.agent, a.token), a)
+    if hasattr(mcp, "Client"):  # SDK 2.x: its negotiation modes, 2026-07-28 included
+        for kind in ("http", "stdio"):
+            for mode in ("legacy", "auto", "2026-07-28"):
+                await mode_leg(kind, mode, a, endpoint)
+    else:
+        log("this SDK has no negotiation modes (1.x): 2026-07-28 not checked")
     log("all checks passed")
 
 

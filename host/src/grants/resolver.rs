@@ -217,18 +217,36 @@ struct Source {
 }
 
 /// Computes and caches effective tool sets.
-#[derive(Default)]
 pub struct EffectiveToolResolver {
     cache: Mutex<(u64, HashMap<Subject, Arc<ResolvedTools>>)>,
+    /// The generation, announced to whoever watches for changes (MCP change
+    /// notifications are pushed from here, not polled).
+    changes: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for EffectiveToolResolver {
+    fn default() -> Self {
+        Self {
+            cache: Mutex::new((0, HashMap::new())),
+            changes: tokio::sync::watch::channel(0).0,
+        }
+    }
 }
 
 impl EffectiveToolResolver {
-    /// Drops every cached result. Call with the directory's write lock held, after the
-    /// change.
+    /// Drops every cached result and tells the watchers. Call with the directory's write
+    /// lock held, after the change.
     pub fn invalidate(&self) {
         let mut cache = self.cache.lock();
         cache.0 += 1;
         cache.1.clear();
+        self.changes.send_replace(cache.0);
+    }
+
+    /// Changes (to the generation) each time any subject's effective tools may have
+    /// changed: a write, a reload from the shared store, a connector installed or gone.
+    pub fn watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// The cached result for `subject`, if any.

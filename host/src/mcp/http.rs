@@ -11,14 +11,14 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::jsonrpc::{
     self, classify, params_object, Incoming, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST,
-    METHOD_NOT_FOUND, NOT_FOUND, NOT_GRANTED, PARSE_ERROR, UNAUTHORIZED,
+    METHOD_NOT_FOUND, NOT_FOUND, PARSE_ERROR, UNAUTHORIZED,
 };
 use super::session::{Session, Sessions};
-use super::tools::{call_error, CallError, CallResult, ToolsList};
+use super::tools::{self, CallOutcome, ToolsList};
 use super::{negotiate, BATCH_VERSION, MAX_BODY_BYTES, SUPPORTED_VERSIONS};
 use crate::error::{ErrorCode, HostError};
 use crate::http::{authorize, read_limited, Access, BodyError};
@@ -33,9 +33,9 @@ const METHODS: [&str; 4] = ["initialize", "ping", "tools/list", "tools/call"];
 
 type McpState = State<Arc<Sessions>>;
 /// A request refused before it reaches a method (boxed: a `Response` is large).
-type Rejection = Box<Response>;
+pub(super) type Rejection = Box<Response>;
 
-fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+pub(super) fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;
     response.headers_mut().insert(
@@ -45,7 +45,7 @@ fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
     response
 }
 
-fn rpc_error(status: StatusCode, id: &Value, code: i64, message: &str) -> Response {
+pub(super) fn rpc_error(status: StatusCode, id: &Value, code: i64, message: &str) -> Response {
     json_response(status, jsonrpc::error(id, code, message, None))
 }
 
@@ -259,6 +259,9 @@ pub async fn post(
     };
     match value {
         Value::Array(items) => batch(&sessions, &agent, &headers, items).await,
+        single if super::stateless::wants(&headers, &single) => {
+            super::stateless::serve(&sessions, &agent, &headers, single).await
+        }
         single => one(&sessions, &agent, &headers, single).await,
     }
 }
@@ -476,9 +479,7 @@ fn initialize(
                 name: "connector-host",
                 version: env!("CARGO_PKG_VERSION"),
             },
-            instructions: format!(
-                "The tools of agent `{agent}`: its connectors' tools (named <namespace>.<tool>) and the platform's sv.* tools. The set follows what the operator binds and grants; watch for notifications/tools/list_changed."
-            ),
+            instructions: instructions(agent),
         },
     );
     let mut response = json_response(StatusCode::OK, body);
@@ -486,6 +487,13 @@ fn initialize(
         response.headers_mut().insert(SESSION_HEADER, v);
     }
     response
+}
+
+/// What the server tells a model about this endpoint (`initialize`, `server/discover`).
+pub(super) fn instructions(agent: &str) -> String {
+    format!(
+        "The tools of agent `{agent}`: its connectors' tools (named <namespace>.<tool>) and the platform's sv.* tools. The set follows what the operator binds and grants; watch for notifications/tools/list_changed."
+    )
 }
 
 fn method_not_found(id: &Value, method: &str) -> Vec<u8> {
@@ -554,39 +562,10 @@ async fn call(
     id: &Value,
     params: Option<Value>,
 ) -> Vec<u8> {
-    let mut params = match params_object(params) {
-        Ok(p) => p,
-        Err(m) => return jsonrpc::error(id, INVALID_PARAMS, m, None),
-    };
-    let Some(Value::String(name)) = params.remove("name") else {
-        return jsonrpc::error(
-            id,
-            INVALID_PARAMS,
-            "Invalid params: `name` (the tool's name, a string) is required",
-            None,
-        );
-    };
-    let arguments = match params.remove("arguments") {
-        None | Some(Value::Null) => Value::Object(Map::new()),
-        Some(v) => v,
-    };
-    match sessions
-        .host()
-        .call_tool(&session.agent, &name, arguments)
-        .await
-    {
-        Ok(value) => jsonrpc::result(id, CallResult::success(value)),
-        Err(e) => match call_error(e, session.version) {
-            CallError::Rpc(code, message, data) => {
-                let message = if code == NOT_GRANTED || code == INVALID_PARAMS {
-                    message
-                } else {
-                    format!("Internal error: {message}")
-                };
-                jsonrpc::error(id, code, &message, Some(&data))
-            }
-            CallError::Result(failure) => jsonrpc::result(id, failure),
-        },
+    match tools::call(sessions.host(), &session.agent, session.version, params).await {
+        CallOutcome::Done(result) => jsonrpc::result(id, result),
+        CallOutcome::Failed(failure) => jsonrpc::result(id, failure),
+        CallOutcome::Rpc(code, message, data) => jsonrpc::error(id, code, &message, data.as_ref()),
     }
 }
 
@@ -634,7 +613,7 @@ pub async fn get(
 /// Resolves once the agent token the request was made with stops being valid (revoked,
 /// expired, its agent deleted), so a stream opened with it ends then; never for the
 /// operator token.
-fn token_revoked(
+pub(super) fn token_revoked(
     sessions: &Sessions,
     headers: &HeaderMap,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {

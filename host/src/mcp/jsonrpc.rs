@@ -23,6 +23,10 @@ pub const UNAUTHORIZED: i64 = -32000;
 pub const NOT_FOUND: i64 = -32001;
 /// The tool exists but is not granted to this agent (CONTRACT.md §5).
 pub const NOT_GRANTED: i64 = -32002;
+/// 2026-07-28: the HTTP headers do not match the body, or a required one is missing.
+pub const HEADER_MISMATCH: i64 = -32020;
+/// 2026-07-28: the request's protocol version is not one the server serves.
+pub const UNSUPPORTED_VERSION: i64 = -32022;
 
 /// One message a client sent.
 #[derive(Debug)]

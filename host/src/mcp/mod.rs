@@ -1,28 +1,30 @@
 //! MCP (CONTRACT.md §5): each agent's effective tools as an MCP server, over Streamable
 //! HTTP at `/mcp/agents/{agentId}` ([`router`]), and over stdio through the
-//! `connector-host mcp` bridge ([`stdio`]).
+//! `connector-host mcp` bridge ([`stdio`]), at the stateless revision `2026-07-28` and
+//! the session revisions before it.
 //!
-//! # What the endpoint does
+//! # Two eras on one endpoint
 //!
-//! - `POST` carries one JSON-RPC message. `initialize` opens a session (answered with
-//!   `Mcp-Session-Id`); every later message must carry that id (`400` without it, `404`
+//! - **Stateless, `2026-07-28`** ([`stateless`]): a request whose `params._meta` names a
+//!   protocol revision (or that carries no session and `MCP-Protocol-Version: 2026-07-28`)
+//!   is answered on its own, by any replica: `server/discover`, `tools/list`, `tools/call`,
+//!   `subscriptions/listen`. Its headers must match its body (`HeaderMismatch` `-32020`),
+//!   its revision must be `2026-07-28` (`-32022` naming it), unknown methods are `404` /
+//!   `-32601`.
+//! - **Sessions, `2025-11-25`, `2025-06-18`, `2025-03-26`** ([`http`]): `initialize` opens
+//!   a session (answered with `Mcp-Session-Id`, at the client's revision when it is one of
+//!   these, else the newest); every later message carries that id (`400` without it, `404`
 //!   when it is unknown, ended, or another agent's). `MCP-Protocol-Version`, when sent,
-//!   must name the revision the session negotiated (`400` otherwise; absent means that
-//!   revision; on `initialize` itself it is ignored). Requests are answered with
-//!   `application/json`, notifications and client responses with `202`.
-//! - `GET` opens the session's server→client SSE stream; it carries
-//!   `notifications/tools/list_changed`. `DELETE` ends the session (`204`).
+//!   must name a supported revision (`400` otherwise). `GET` opens the session's
+//!   server→client SSE stream; `DELETE` ends the session (`204`). Methods: `initialize`,
+//!   `ping`, `tools/list`, `tools/call`; anything else is `-32601`.
+//!
+//! # What both do
+//!
 //! - Authentication: the agent's own token or the operator token (`401` without or with
-//!   an invalid one, `403` with another agent's), then an `Origin` check (`403` for a
-//!   page of another site). Error bodies are JSON-RPC error objects (`id: null` when the
-//!   request was not read), so MCP clients can show them.
-//! - Protocol revisions: `2025-11-25`, `2025-06-18`, `2025-03-26` ([`SUPPORTED_VERSIONS`]).
-//!   `initialize` answers with the client's revision when it is one of them, else with
-//!   the newest.
-//! - Methods: `initialize`, `ping`, `tools/list`, `tools/call`; notifications are
-//!   accepted (`notifications/initialized`, `notifications/cancelled`, ...). Anything else
-//!   is `-32601` (also without a session, so clients probing for newer lifecycles such as
-//!   `server/discover` fall back to `initialize`).
+//!   an invalid one, pointing to the RFC 9728 metadata; `403` with another agent's), then
+//!   an `Origin` check (`403` for a page of another site). Error bodies are JSON-RPC error
+//!   objects (`id: null` when the request was not read), so MCP clients can show them.
 //! - `tools/list`: the agent's effective tools (`Host::effective_tools`) as MCP tools
 //!   (`name`, `description`, `inputSchema`, `annotations` = MCP `ToolAnnotations`), in one
 //!   page, every tier included (image-tier tools run in the agent's own container; a call
@@ -30,28 +32,28 @@
 //! - `tools/call` runs `Host::call_tool` (the same grant and schema checks as
 //!   `POST /agents/{id}/tool-calls`): a result becomes `content` (its JSON text) plus
 //!   `structuredContent` (the result when it is an object, else `{"result": value}`);
-//!   `tool_not_granted` → `-32002`; `unknown_tool` and `invalid_arguments` → `-32602`
-//!   (`data.violations` lists the JSON pointers); the connector's own failure
-//!   (`tool_failed`, `connector_trapped`, `connector_timeout`) → a result with
-//!   `isError: true` and the message as text. `data.code` always names the host's code.
+//!   `tool_not_granted` → `-32002`; `unknown_tool` → `-32602`; `invalid_arguments` → a
+//!   result with `isError: true` naming each violation from `2025-11-25` on (SEP-1303),
+//!   `-32602` with `data.violations` before; the connector's own failure (`tool_failed`,
+//!   `connector_trapped`, `connector_timeout`) → a result with `isError: true`.
 //! - Bad input: malformed JSON → `400` / `-32700`; not a JSON-RPC message → `400` /
 //!   `-32600`; a body over 4 MiB → `413`; a body that is not `application/json` → `415`.
 //!   Batches (JSON arrays): answered in sessions at `2025-03-26`, the one revision that
-//!   had them; at `2025-06-18` and later → `400` / `-32600`.
-//! - Live surface: a watcher task polls each session-holding agent's effective tools
-//!   every [`session::WATCH_INTERVAL`] (250 ms). The resolver caches its result until
-//!   the next write, so an unchanged set costs one cache hit and a pointer compare; a new
-//!   set is fingerprinted (a hash of exactly what `tools/list` would show), and when that
-//!   differs from what a session was last told, the session's GET stream gets
-//!   `notifications/tools/list_changed` (or, with no stream open, the first stream that
-//!   opens gets it). Latency: at most 250 ms after the write (125 ms on average), plus
-//!   one resolve. Nothing in `Host` had to change for this; a change hook in `Host`
-//!   would bring the latency to the write itself.
+//!   had them; otherwise `400` / `-32600`.
+//! - Change notifications are pushed, not polled: every write that may change effective
+//!   tools (a bind, a grant, a rotation, a reload after another replica wrote) signals
+//!   [`Host::watch_tools`]; each listener then compares a fingerprint of the agent's
+//!   `tools/list` (a hash of exactly what it would show, computed once per new tool set)
+//!   with what it last told, and sends `notifications/tools/list_changed` when they
+//!   differ: on a `subscriptions/listen` stream (stateless) or on the session's GET
+//!   stream (kept pending until one opens).
 //! - Session lifetime: ended by `DELETE`, after 30 idle minutes without an open stream,
 //!   when the agent is deleted, or (past 256 sessions of one agent) by evicting that
-//!   agent's least recently used session. On shutdown, [`end_streams`] closes every GET
-//!   stream (a graceful HTTP shutdown would otherwise wait on them forever);
-//!   `connector-host serve` calls it on Ctrl-C / SIGTERM.
+//!   agent's least recently used session. Streams of either era end when the token they
+//!   were opened with stops being valid. On shutdown, [`end_streams`] ends every stream
+//!   (a `subscriptions/listen` stream with its final result), since a graceful HTTP
+//!   shutdown would otherwise wait on them forever; `connector-host serve` calls it on
+//!   Ctrl-C / SIGTERM.
 //!
 //! # Why hand-written rather than `rmcp`
 //!
@@ -102,6 +104,7 @@ mod access;
 mod http;
 pub mod jsonrpc;
 pub mod session;
+mod stateless;
 #[cfg(feature = "cli")]
 pub mod stdio;
 pub mod tools;
@@ -115,26 +118,33 @@ use crate::host::Host;
 
 pub use http::{SESSION_HEADER, VERSION_HEADER};
 
-/// Protocol revisions the endpoint speaks, newest first.
-pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+/// The stateless revision: no sessions, each request carries its version in `_meta`.
+pub const STATELESS_VERSION: &str = "2026-07-28";
+/// Revisions served through `initialize` sessions, newest first.
+pub const SESSION_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+/// Every revision the endpoint speaks, newest first.
+pub const SUPPORTED_VERSIONS: [&str; 4] =
+    [STATELESS_VERSION, "2025-11-25", "2025-06-18", "2025-03-26"];
 /// The one revision with JSON-RPC batches.
 pub const BATCH_VERSION: &str = "2025-03-26";
 /// Largest POST body.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
-/// The revision to answer `initialize` with: the client's when supported, else the newest.
+/// The revision to answer `initialize` with: the client's when it is a session revision,
+/// else the newest session revision.
 pub fn negotiate(requested: &str) -> &'static str {
-    SUPPORTED_VERSIONS
+    SESSION_VERSIONS
         .iter()
         .find(|v| **v == requested)
         .copied()
-        .unwrap_or(SUPPORTED_VERSIONS[0])
+        .unwrap_or(SESSION_VERSIONS[0])
 }
 
 static STREAMS_END: std::sync::LazyLock<tokio::sync::watch::Sender<bool>> =
     std::sync::LazyLock::new(|| tokio::sync::watch::channel(false).0);
 
-/// Ends every open MCP GET stream of this process (and makes new ones end at once).
+/// Ends every open MCP stream of this process, GET and `subscriptions/listen` (and makes
+/// new ones end at once).
 /// A graceful HTTP shutdown waits for responses in flight, and a stream never finishes
 /// on its own: call this when shutting down (clients reconnect to the next server).
 pub fn end_streams() {
@@ -168,9 +178,11 @@ mod tests {
 
     #[test]
     fn negotiation_prefers_the_clients_revision() {
-        for v in SUPPORTED_VERSIONS {
+        for v in SESSION_VERSIONS {
             assert_eq!(negotiate(v), v);
         }
+        // The stateless revision has no `initialize`: a session gets the newest that has.
+        assert_eq!(negotiate(STATELESS_VERSION), "2025-11-25");
         assert_eq!(negotiate("2024-11-05"), "2025-11-25");
         assert_eq!(negotiate("2099-01-01"), "2025-11-25");
         assert_eq!(negotiate(""), "2025-11-25");

@@ -16,9 +16,11 @@ use crate::grants::ResolvedTools;
 use crate::host::Host;
 use crate::store::Subject;
 
-/// How often the watcher compares each agent's effective tools with what its sessions
-/// were last told. A change reaches an open stream within this period (plus one resolve).
+/// How often an open stream checks that the token it was opened with is still valid.
 pub const WATCH_INTERVAL: Duration = Duration::from_millis(250);
+/// How often the watcher looks for idle sessions and sessions of deleted agents (tool
+/// changes are announced when they happen, not on this tick).
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// A session without requests for this long, and with no open stream, is ended.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// Sessions one agent may hold; opening one more ends its least recently used session.
@@ -178,7 +180,7 @@ impl Sessions {
 
     /// The fingerprint of `agent`'s current tool list (computed only when its effective
     /// tool set is a new one).
-    fn fingerprint(&self, agent: &str) -> HostResult<u64> {
+    pub(super) fn fingerprint(&self, agent: &str) -> HostResult<u64> {
         let tools = self
             .host
             .effective_tools(&Subject::Agent(agent.to_string()))?;
@@ -196,11 +198,21 @@ impl Sessions {
     fn start_watcher(self: &Arc<Self>) {
         self.watcher.call_once(|| {
             let weak: Weak<Sessions> = Arc::downgrade(self);
+            let mut changes = self.host.watch_tools();
             tokio::spawn(async move {
-                let mut tick = tokio::time::interval(WATCH_INTERVAL);
+                let mut tick = tokio::time::interval(SWEEP_INTERVAL);
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
-                    tick.tick().await;
+                    // A change is announced as it happens; the tick ends idle sessions
+                    // and those of deleted agents.
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        changed = changes.changed() => {
+                            if changed.is_err() {
+                                break;
+                            }
+                        }
+                    }
                     let Some(sessions) = weak.upgrade() else {
                         break;
                     };

@@ -10,6 +10,13 @@
 //! - Answers (`application/json`, or `text/event-stream` from other servers) become
 //!   stdout lines. An HTTP failure without a JSON-RPC body becomes a JSON-RPC error for
 //!   that request id, so the client never waits for an answer that cannot come.
+//! - A request whose `params._meta` names a protocol revision (2026-07-28, stateless) is
+//!   POSTed without a session, with `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name`
+//!   taken from its body (a name that is not plain ASCII as `=?base64?…?=`). Every
+//!   message of its answer is relayed: a `subscriptions/listen` answer is a stream of
+//!   notifications until its final result. A `notifications/cancelled` naming one of
+//!   these requests closes its HTTP request, which is how that revision cancels; at end
+//!   of input open subscriptions are closed.
 //! - After `initialize` a GET stream relays the server's notifications
 //!   (`notifications/tools/list_changed`) to stdout, reconnecting with backoff.
 //! - When the host forgets the session (`404`, e.g. after a restart), the bridge replays
@@ -199,22 +206,87 @@ struct Bridge {
     auth: Option<HeaderValue>,
     state: Mutex<SessionState>,
     reinitialize: tokio::sync::Mutex<()>,
+    /// Stateless requests in flight by id (JSON text): a `notifications/cancelled` naming
+    /// one closes its HTTP request, which is how 2026-07-28 cancels (and ends a
+    /// `subscriptions/listen`).
+    stateless: Mutex<std::collections::HashMap<String, tokio::task::AbortHandle>>,
+}
+
+/// A header value as 2026-07-28 carries names: as is when it is plain visible ASCII,
+/// else (or when it looks like the sentinel itself) `=?base64?…?=`.
+fn header_name_value(name: &str) -> Option<HeaderValue> {
+    let sentinel = name.starts_with("=?base64?") && name.ends_with("?=");
+    let plain = !name.is_empty()
+        && name.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && !name.starts_with(' ')
+        && !name.ends_with(' ')
+        && !sentinel;
+    if plain {
+        return HeaderValue::from_str(name).ok();
+    }
+    use base64::Engine;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(name.as_bytes());
+    HeaderValue::from_str(&format!("=?base64?{encoded}?=")).ok()
 }
 
 /// What a line holds.
 enum Kind {
     Initialize,
-    /// A request (answered), or a batch.
+    /// A request of a session revision (answered), or a batch.
     Request(Option<Value>),
+    /// A request of the stateless revision: sent without a session, with the headers its
+    /// body names.
+    Stateless(Value, StatelessHeaders),
+    /// A notification cancelling request `requestId` (the value).
+    Cancel(Value),
     /// A notification or a client response (not answered).
     Other,
 }
+
+/// The headers a stateless request mirrors from its body.
+struct StatelessHeaders {
+    version: String,
+    method: String,
+    /// `params.name` (or `params.uri`), for the methods that name something.
+    name: Option<String>,
+}
+
+type Text<'a> = Option<std::borrow::Cow<'a, str>>;
 
 /// The fields the bridge looks at; everything else in a message is skipped, not built.
 #[derive(serde::Deserialize)]
 struct Peek<'a> {
     #[serde(default, borrow)]
-    method: Option<std::borrow::Cow<'a, str>>,
+    method: Text<'a>,
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default, borrow)]
+    params: Option<PeekParams<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct PeekParams<'a> {
+    #[serde(default, borrow)]
+    name: Text<'a>,
+    #[serde(default, borrow)]
+    uri: Text<'a>,
+    #[serde(default, rename = "requestId")]
+    request_id: Option<Value>,
+    #[serde(default, borrow, rename = "_meta")]
+    meta: Option<PeekMeta<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct PeekMeta<'a> {
+    #[serde(default, borrow, rename = "io.modelcontextprotocol/protocolVersion")]
+    version: Text<'a>,
+}
+
+/// Without `params` (for messages whose `params` is not an object: the host answers those).
+#[derive(serde::Deserialize)]
+struct PeekPlain<'a> {
+    #[serde(default, borrow)]
+    method: Text<'a>,
     #[serde(default)]
     id: Option<Value>,
 }
@@ -223,10 +295,43 @@ struct Peek<'a> {
 fn kind_of(line: &[u8]) -> Result<Kind, serde_json::Error> {
     let first = line.iter().find(|b| !b.is_ascii_whitespace());
     if first == Some(&b'{') {
-        let peek: Peek<'_> = serde_json::from_slice(line)?;
-        return Ok(match (peek.method.as_deref(), peek.id) {
-            (Some("initialize"), Some(_)) => Kind::Initialize,
-            (Some(_), Some(id)) => Kind::Request(Some(id)),
+        let peek: Peek<'_> = match serde_json::from_slice(line) {
+            Ok(peek) => peek,
+            Err(_) => {
+                let plain: PeekPlain<'_> = serde_json::from_slice(line)?;
+                Peek {
+                    method: plain.method,
+                    id: plain.id,
+                    params: None,
+                }
+            }
+        };
+        let params = peek.params.as_ref();
+        let version = params
+            .and_then(|p| p.meta.as_ref())
+            .and_then(|m| m.version.as_deref());
+        return Ok(match (peek.method.as_deref(), peek.id, version) {
+            (Some("initialize"), Some(_), _) => Kind::Initialize,
+            (Some(method), Some(id), Some(version)) => Kind::Stateless(
+                id,
+                StatelessHeaders {
+                    version: version.to_string(),
+                    method: method.to_string(),
+                    name: params
+                        .and_then(|p| p.name.as_deref().or(p.uri.as_deref()))
+                        .filter(|_| {
+                            matches!(method, "tools/call" | "prompts/get" | "resources/read")
+                        })
+                        .map(str::to_string),
+                },
+            ),
+            (Some(_), Some(id), None) => Kind::Request(Some(id)),
+            (Some("notifications/cancelled"), None, _) => {
+                match params.and_then(|p| p.request_id.clone()) {
+                    Some(id) => Kind::Cancel(id),
+                    None => Kind::Other,
+                }
+            }
             _ => Kind::Other,
         });
     }
@@ -294,6 +399,7 @@ impl Bridge {
             auth,
             state: Mutex::new(SessionState::default()),
             reinitialize: tokio::sync::Mutex::new(()),
+            stateless: Mutex::new(std::collections::HashMap::new()),
         })
     }
 
@@ -319,8 +425,27 @@ impl Bridge {
                 Kind::Request(id) => {
                     in_flight.spawn(self.clone().forward(line, id));
                 }
+                Kind::Stateless(id, headers) => {
+                    // Registered before the task first runs (this loop does not yield
+                    // in between), so its own removal always finds the entry.
+                    let key = id.to_string();
+                    let task = in_flight.spawn(self.clone().forward_stateless(line, id, headers));
+                    self.stateless.lock().insert(key, task);
+                }
+                Kind::Cancel(id) => {
+                    let stateless = self.stateless.lock().remove(&id.to_string());
+                    match stateless {
+                        // Closing the request is the cancellation; nothing is sent.
+                        Some(task) => task.abort(),
+                        None => self.clone().forward(line, None).await,
+                    }
+                }
                 Kind::Other => self.clone().forward(line, None).await,
             }
+        }
+        // Subscriptions last until cancelled: the input is over, so they are.
+        for (_, task) in self.stateless.lock().drain() {
+            task.abort();
         }
         let drain = async { while in_flight.join_next().await.is_some() {} };
         let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
@@ -451,6 +576,42 @@ impl Bridge {
                 }
             }
         }
+    }
+
+    /// Forwards one stateless request: no session, `MCP-Protocol-Version`, `Mcp-Method`
+    /// and `Mcp-Name` from its body; relays every message of the answer (a
+    /// `subscriptions/listen` answer is a stream of them, until its final result).
+    async fn forward_stateless(
+        self: Arc<Self>,
+        line: Bytes,
+        id: Value,
+        mirrored: StatelessHeaders,
+    ) {
+        let mut headers = self.headers(&SessionState::default());
+        let values = [
+            (
+                VERSION_HEADER,
+                HeaderValue::from_str(&mirrored.version).ok(),
+            ),
+            (
+                super::stateless::METHOD_HEADER,
+                HeaderValue::from_str(&mirrored.method).ok(),
+            ),
+            (
+                super::stateless::NAME_HEADER,
+                mirrored.name.as_deref().and_then(header_name_value),
+            ),
+        ];
+        for (name, value) in values {
+            if let Some(value) = value {
+                headers.insert(name, value);
+            }
+        }
+        match self.post(line, headers).await {
+            Ok(r) => self.relay(r, Some(&id)).await,
+            Err(e) => emit_error(&id, INTERNAL_ERROR, &self.unreachable(&e)),
+        }
+        self.stateless.lock().remove(&id.to_string());
     }
 
     /// Replays the client's `initialize` (unless another task already did since

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use super::jsonrpc;
 use crate::error::{ErrorCode, HostError};
 use crate::grants::ResolvedTools;
+use crate::host::Host;
 use crate::registry::ToolInfo;
 
 /// The `tools/list` result of an effective tool set: `{"tools": [Tool]}`.
@@ -205,6 +206,51 @@ pub fn call_error(err: HostError, version: &str) -> CallError {
         None => {}
     }
     CallError::Rpc(code, err.message, Value::Object(data))
+}
+
+/// What a `tools/call` came to, for each endpoint to frame as its revision says.
+pub enum CallOutcome {
+    /// The tool ran: its result.
+    Done(CallResult),
+    /// A result with `isError: true` (the connector's own failure, or arguments the
+    /// model can correct from SEP-1303 on).
+    Failed(ToolFailure),
+    /// A JSON-RPC error: code, message, data.
+    Rpc(i64, String, Option<Value>),
+}
+
+/// Runs `tools/call` with `params` for `agent` at protocol revision `version`: the same
+/// grant and schema checks as `POST /agents/{id}/tool-calls` (`Host::call_tool`).
+pub async fn call(host: &Host, agent: &str, version: &str, params: Option<Value>) -> CallOutcome {
+    let mut params = match jsonrpc::params_object(params) {
+        Ok(p) => p,
+        Err(m) => return CallOutcome::Rpc(jsonrpc::INVALID_PARAMS, m.into(), None),
+    };
+    let Some(Value::String(name)) = params.remove("name") else {
+        return CallOutcome::Rpc(
+            jsonrpc::INVALID_PARAMS,
+            "Invalid params: `name` (the tool's name, a string) is required".into(),
+            None,
+        );
+    };
+    let arguments = match params.remove("arguments") {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(v) => v,
+    };
+    match host.call_tool(agent, &name, arguments).await {
+        Ok(value) => CallOutcome::Done(CallResult::success(value)),
+        Err(e) => match call_error(e, version) {
+            CallError::Rpc(code, message, data) => {
+                let message = if code == jsonrpc::NOT_GRANTED || code == jsonrpc::INVALID_PARAMS {
+                    message
+                } else {
+                    format!("Internal error: {message}")
+                };
+                CallOutcome::Rpc(code, message, Some(data))
+            }
+            CallError::Result(failure) => CallOutcome::Failed(failure),
+        },
+    }
 }
 
 /// `invalid_arguments: <message>` and one line per violation (`<pointer>: <message>`).

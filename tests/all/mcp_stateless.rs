@@ -1,0 +1,598 @@
+//! MCP's stateless revision 2026-07-28 (CONTRACT.md §5) over real HTTP: `server/discover`,
+//! per-request `_meta`, the `MCP-Protocol-Version` / `Mcp-Method` / `Mcp-Name` headers
+//! checked against the body, caching hints, `subscriptions/listen` pushing
+//! `list_changed`, and the session revisions still served beside it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use integration_tests::harness::{ServerProcess, OPERATOR_TOKEN};
+
+use crate::mcp::{prepare, setup, Bridge, SseReader};
+
+const V: &str = "2026-07-28";
+const LIST_CHANGED: &str = "notifications/tools/list_changed";
+
+/// A 2026-07-28 client: no session, every request self-describing.
+pub(crate) struct Stateless {
+    client: reqwest::Client,
+    endpoint: String,
+    token: String,
+    next_id: AtomicU64,
+}
+
+struct Reply {
+    status: u16,
+    headers: reqwest::header::HeaderMap,
+    body: Value,
+}
+
+impl Stateless {
+    pub(crate) fn new(base: &str, agent: &str, token: &str) -> Stateless {
+        Stateless {
+            client: reqwest::Client::new(),
+            endpoint: format!("{base}/mcp/agents/{agent}"),
+            token: token.to_string(),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    fn id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A request as a conforming client sends it: headers mirroring the body.
+    fn request(&self, id: u64, method: &str, mut params: Value) -> reqwest::RequestBuilder {
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": V,
+            "io.modelcontextprotocol/clientInfo": {"name": "tests", "version": "0"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        });
+        let mut req = self
+            .client
+            .post(&self.endpoint)
+            .bearer_auth(&self.token)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", V)
+            .header("mcp-method", method);
+        if let Some(name) = params.get("name").and_then(Value::as_str) {
+            req = req.header("mcp-name", name);
+        }
+        req.json(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+    }
+
+    async fn send(req: reqwest::RequestBuilder) -> Reply {
+        let resp = req.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.unwrap_or_default();
+        Reply {
+            status,
+            headers,
+            body: serde_json::from_str(&text).unwrap_or(Value::Null),
+        }
+    }
+
+    /// A request; asserts HTTP 200, the id, no session, and returns the JSON-RPC answer.
+    pub(crate) async fn rpc(&self, method: &str, params: Value) -> Value {
+        let id = self.id();
+        let r = Self::send(self.request(id, method, params)).await;
+        assert_eq!(r.status, 200, "{method}: {}", r.body);
+        assert_eq!(r.body["id"], id, "{}", r.body);
+        assert!(
+            !r.headers.contains_key("mcp-session-id"),
+            "a stateless answer minted a session"
+        );
+        r.body
+    }
+
+    pub(crate) async fn tool_names(&self) -> Vec<String> {
+        let body = self.rpc("tools/list", json!({})).await;
+        body["result"]["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .map(|t| t["name"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    /// Opens `subscriptions/listen` with `filter`, returns the stream and its id.
+    pub(crate) async fn listen(&self, filter: Value) -> (SseReader, u64) {
+        let id = self.id();
+        let resp = self
+            .request(id, "subscriptions/listen", json!({"notifications": filter}))
+            .send()
+            .await
+            .expect("listen");
+        assert_eq!(resp.status(), 200);
+        assert!(resp.headers()["content-type"]
+            .to_str()
+            .unwrap_or_default()
+            .starts_with("text/event-stream"));
+        (SseReader::new(resp), id)
+    }
+}
+
+fn code(body: &Value) -> i64 {
+    body["error"]["code"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("not a JSON-RPC error: {body}"))
+}
+
+fn server_info(result: &Value) -> &Value {
+    &result["_meta"]["io.modelcontextprotocol/serverInfo"]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discover_list_and_call_without_a_session() {
+    let h = setup().await;
+    let token = h.agent_token("ada").await;
+    let c = Stateless::new(&h.url, "ada", &token);
+
+    let d = &c.rpc("server/discover", json!({})).await["result"];
+    assert_eq!(d["resultType"], "complete", "{d}");
+    assert!(
+        d["supportedVersions"]
+            .as_array()
+            .is_some_and(|v| v.contains(&json!(V))),
+        "{d}"
+    );
+    assert_eq!(d["capabilities"]["tools"]["listChanged"], true, "{d}");
+    assert_eq!(server_info(d)["name"], "connector-host", "{d}");
+    assert!(d["ttlMs"].as_u64().is_some(), "{d}");
+    assert_eq!(d["cacheScope"], "private", "{d}");
+
+    let list = &c.rpc("tools/list", json!({})).await["result"];
+    assert_eq!(list["resultType"], "complete");
+    assert!(list["ttlMs"].as_u64().is_some_and(|t| t > 0), "{list}");
+    assert_eq!(list["cacheScope"], "private", "the list is this agent's");
+    assert_eq!(server_info(list)["name"], "connector-host");
+    let names: Vec<&str> = list["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"acme.echo"), "{names:?}");
+    assert!(!names.contains(&"hostile.counter"), "{names:?}");
+
+    let call = &c
+        .rpc(
+            "tools/call",
+            json!({"name": "acme.echo", "arguments": {"message": "hi"}}),
+        )
+        .await["result"];
+    assert_eq!(call["resultType"], "complete");
+    assert_eq!(call["isError"], false, "{call}");
+    assert_eq!(call["structuredContent"]["message"], "hi", "{call}");
+    assert!(
+        call.get("ttlMs").is_none(),
+        "a call result is not cacheable"
+    );
+
+    // SEP-1303 holds at this revision: a result the model can correct itself from.
+    let bad = &c
+        .rpc(
+            "tools/call",
+            json!({"name": "acme.echo", "arguments": {"message": 5}}),
+        )
+        .await["result"];
+    assert_eq!(bad["isError"], true, "{bad}");
+    assert!(
+        bad["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("/message")),
+        "{bad}"
+    );
+    // Not granted, unknown tool.
+    let r = c
+        .rpc(
+            "tools/call",
+            json!({"name": "hostile.counter", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(code(&r), -32002, "{r}");
+    let r = c
+        .rpc("tools/call", json!({"name": "acme.nope", "arguments": {}}))
+        .await;
+    assert_eq!(code(&r), -32602, "{r}");
+
+    // Another agent's token: 403, as for the session revisions.
+    let other = h.agent_token("hal").await;
+    let r =
+        Stateless::send(Stateless::new(&h.url, "ada", &other).request(1, "tools/list", json!({})))
+            .await;
+    assert_eq!(r.status, 403, "{}", r.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_must_match_the_body() {
+    let h = setup().await;
+    let token = h.agent_token("ada").await;
+    let c = Stateless::new(&h.url, "ada", &token);
+    let meta = |v: &str| {
+        json!({"io.modelcontextprotocol/protocolVersion": v,
+               "io.modelcontextprotocol/clientCapabilities": {}})
+    };
+    let raw = |headers: &[(&str, &str)], body: Value| {
+        let mut req = c
+            .client
+            .post(&c.endpoint)
+            .bearer_auth(&token)
+            .header("accept", "application/json, text/event-stream");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        Stateless::send(req.json(&body))
+    };
+    let list = |m: Value| json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {"_meta": m}});
+
+    // No MCP-Protocol-Version.
+    let r = raw(&[("mcp-method", "tools/list")], list(meta(V))).await;
+    assert_eq!((r.status, code(&r.body)), (400, -32020), "{}", r.body);
+    assert_eq!(r.body["id"], 9);
+    // Header and `_meta` disagree.
+    let r = raw(
+        &[
+            ("mcp-protocol-version", "2025-11-25"),
+            ("mcp-method", "tools/list"),
+        ],
+        list(meta(V)),
+    )
+    .await;
+    assert_eq!((r.status, code(&r.body)), (400, -32020), "{}", r.body);
+    // A revision not served this way: the versions that are.
+    let r = raw(
+        &[
+            ("mcp-protocol-version", "2099-01-01"),
+            ("mcp-method", "tools/list"),
+        ],
+        list(meta("2099-01-01")),
+    )
+    .await;
+    assert_eq!((r.status, code(&r.body)), (400, -32022), "{}", r.body);
+    assert_eq!(r.body["error"]["data"]["supported"], json!([V]));
+    assert_eq!(r.body["error"]["data"]["requested"], "2099-01-01");
+    // No client capabilities.
+    let r = raw(
+        &[("mcp-protocol-version", V), ("mcp-method", "tools/list")],
+        list(json!({"io.modelcontextprotocol/protocolVersion": V})),
+    )
+    .await;
+    assert_eq!((r.status, code(&r.body)), (400, -32602), "{}", r.body);
+    // No `_meta` at all, with the stateless header.
+    let r = raw(
+        &[("mcp-protocol-version", V), ("mcp-method", "tools/list")],
+        json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"}),
+    )
+    .await;
+    assert_eq!((r.status, code(&r.body)), (400, -32602), "{}", r.body);
+    // No Mcp-Method, or another method.
+    let r = raw(&[("mcp-protocol-version", V)], list(meta(V))).await;
+    assert_eq!((r.status, code(&r.body)), (400, -32020), "{}", r.body);
+    let r = raw(
+        &[("mcp-protocol-version", V), ("mcp-method", "tools/call")],
+        list(meta(V)),
+    )
+    .await;
+    assert_eq!((r.status, code(&r.body)), (400, -32020), "{}", r.body);
+
+    // A call whose Mcp-Name names another tool than the body: refused, and not run.
+    let counter = |name_header: &str| {
+        let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "acme.echo", "arguments": {"message": "x"}, "_meta": meta(V)}});
+        let headers = [
+            ("mcp-protocol-version", V),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", name_header),
+        ];
+        let mut req = c
+            .client
+            .post(&c.endpoint)
+            .bearer_auth(&token)
+            .header("accept", "application/json, text/event-stream");
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
+        Stateless::send(req.json(&body))
+    };
+    let r = counter("sv.something").await;
+    assert_eq!((r.status, code(&r.body)), (400, -32020), "{}", r.body);
+    let calls = |m: &str| {
+        m.lines()
+            .find(|l| l.starts_with("connector_host_tool_calls_total{outcome=\"ok\"}"))
+            .map(str::to_string)
+            .expect("the tool-call counter")
+    };
+    let before = calls(&h.metrics().await);
+    let r = counter("acme.ech0").await;
+    assert_eq!((r.status, code(&r.body)), (400, -32020), "{}", r.body);
+    assert_eq!(calls(&h.metrics().await), before, "a refused call ran");
+    // The same name, base64-encoded as the sentinel form: accepted.
+    let r = counter("=?base64?YWNtZS5lY2hv?=").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["result"]["structuredContent"]["message"], "x");
+    assert_ne!(
+        calls(&h.metrics().await),
+        before,
+        "the accepted call is counted"
+    );
+    // No Mcp-Name on a call: refused.
+    let r = raw(
+        &[("mcp-protocol-version", V), ("mcp-method", "tools/call")],
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+            "name": "acme.echo", "arguments": {"message": "x"}, "_meta": meta(V)}}),
+    )
+    .await;
+    assert_eq!((r.status, code(&r.body)), (400, -32020), "{}", r.body);
+
+    // Methods this server does not have, including what 2026-07-28 removed: 404, -32601.
+    for method in ["ping", "resources/list", "logging/setLevel"] {
+        let id = c.id();
+        let r = Stateless::send(c.request(id, method, json!({}))).await;
+        assert_eq!(
+            (r.status, code(&r.body)),
+            (404, -32601),
+            "{method}: {}",
+            r.body
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_listen_pushes_list_changed() {
+    let h = setup().await;
+    let token = h.agent_token("ada").await;
+    let c = Stateless::new(&h.url, "ada", &token);
+    let (mut stream, sid) = c
+        .listen(json!({"toolsListChanged": true, "promptsListChanged": true}))
+        .await;
+    let ack = stream
+        .next(Duration::from_secs(5))
+        .await
+        .expect("acknowledged");
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        sid
+    );
+    // Only what this server has is acknowledged.
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"toolsListChanged": true})
+    );
+    assert!(stream.next(Duration::from_millis(300)).await.is_none());
+
+    // A bind reaches the stream as it happens (pushed, not polled).
+    let started = Instant::now();
+    h.bind("team", "hostile", json!({})).await;
+    let note = stream
+        .next(Duration::from_secs(5))
+        .await
+        .expect("list_changed after the bind");
+    let latency = started.elapsed();
+    assert_eq!(note["method"], LIST_CHANGED, "{note}");
+    assert_eq!(
+        note["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        sid
+    );
+    eprintln!("stateless list_changed {latency:?} after the bind returned");
+    assert!(latency < Duration::from_millis(200), "{latency:?}");
+    assert!(c
+        .tool_names()
+        .await
+        .contains(&"hostile.counter".to_string()));
+
+    // A write that does not change ada's tools: nothing.
+    h.bind("lab", "acme", json!({})).await;
+    assert!(stream.next(Duration::from_millis(500)).await.is_none());
+
+    // A stream that asked for nothing this server has gets only the acknowledgement.
+    let (mut quiet, _) = c.listen(json!({"resourcesListChanged": true})).await;
+    let ack = quiet
+        .next(Duration::from_secs(5))
+        .await
+        .expect("acknowledged");
+    assert_eq!(ack["params"]["notifications"], json!({}));
+    let (st, _) = h
+        .op(
+            Method::DELETE,
+            "/api/v1/units/team/connectors/hostile",
+            None,
+        )
+        .await;
+    assert_eq!(st, 204);
+    assert!(
+        stream.next(Duration::from_secs(5)).await.is_some(),
+        "after unbind"
+    );
+    assert!(quiet.next(Duration::from_millis(500)).await.is_none());
+
+    // Revoking the token it was opened with ends the stream.
+    let (st, _) = h
+        .op(Method::POST, "/api/v1/agents/ada/tokens/revoke", None)
+        .await;
+    assert_eq!(st, 204);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stream.next(Duration::from_millis(200)).await.is_some() {
+        assert!(Instant::now() < deadline, "the stream outlived its token");
+    }
+}
+
+/// Session clients and stateless clients of one agent side by side; a session request
+/// naming 2026-07-28 in its header is accepted (any supported revision is).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_revisions_are_served_beside_it() {
+    let h = setup().await;
+    let token = h.agent_token("ada").await;
+    let c = Stateless::new(&h.url, "ada", &token);
+    let client = reqwest::Client::new();
+    let endpoint = format!("{}/mcp/agents/ada", h.url);
+    let init = client
+        .post(&endpoint)
+        .bearer_auth(&token)
+        .header("accept", "application/json, text/event-stream")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": V, "capabilities": {},
+            "clientInfo": {"name": "tests", "version": "0"}}}),
+        )
+        .send()
+        .await
+        .expect("initialize");
+    assert_eq!(init.status(), 200);
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap_or_default()
+        .to_string();
+    let body: Value = init.json().await.expect("JSON");
+    // `initialize` asking for the stateless revision gets the newest session revision.
+    assert_eq!(body["result"]["protocolVersion"], "2025-11-25", "{body}");
+    let r = client
+        .post(&endpoint)
+        .bearer_auth(&token)
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", V)
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .expect("tools/list");
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.expect("JSON");
+    assert!(body["result"]["tools"].is_array(), "{body}");
+    assert!(
+        body["result"].get("resultType").is_none(),
+        "a session answer: {body}"
+    );
+    assert!(c.tool_names().await.contains(&"acme.echo".to_string()));
+}
+
+/// A 2026-07-28 client on the stdio bridge: each request forwarded without a session and
+/// with the headers its body names; `subscriptions/listen` relayed until the client
+/// cancels it with `notifications/cancelled`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stdio_bridge_speaks_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(dir.path(), &[]).await;
+    let token = prepare(&server).await;
+    let mut b = Bridge::start(&server.url, "ada", &token);
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": V,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let request = |id: &str, method: &str, mut params: Value| {
+        params["_meta"] = meta.clone();
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+    };
+    let wait = Duration::from_secs(10);
+
+    b.send(&request("d", "server/discover", json!({}))).await;
+    let d = b.line(wait).await.expect("discover");
+    assert_eq!(d["id"], "d");
+    assert_eq!(d["result"]["supportedVersions"], json!([V]), "{d}");
+
+    b.send(&request(
+        "l",
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true}}),
+    ))
+    .await;
+    let ack = b.line(wait).await.expect("acknowledged");
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "l"
+    );
+
+    // A call (its name mirrored into Mcp-Name, which the host checks), and a name that
+    // is not plain ASCII (sent base64-encoded; the host decodes it: an unknown tool).
+    b.send(&request(
+        "c",
+        "tools/call",
+        json!({"name": "acme.echo", "arguments": {"message": "stdio"}}),
+    ))
+    .await;
+    let c = b.line(wait).await.expect("call");
+    assert_eq!(c["result"]["structuredContent"]["message"], "stdio", "{c}");
+    assert_eq!(c["result"]["resultType"], "complete", "{c}");
+    b.send(&request(
+        "u",
+        "tools/call",
+        json!({"name": "acme.échø", "arguments": {}}),
+    ))
+    .await;
+    let u = b.line(wait).await.expect("unknown tool");
+    assert_eq!(u["error"]["code"], -32602, "{u}");
+    // A revision the host does not serve per request: its error, not a bridge error.
+    let mut old = json!({"jsonrpc": "2.0", "id": "o", "method": "tools/list", "params": {"_meta": meta.clone()}});
+    old["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2025-11-25");
+    b.send(&old.to_string()).await;
+    let o = b.line(wait).await.expect("unsupported");
+    assert_eq!(
+        (o["id"].clone(), o["error"]["code"].clone()),
+        (json!("o"), json!(-32022)),
+        "{o}"
+    );
+
+    // A bind reaches the client through the subscription.
+    let r = reqwest::Client::new()
+        .put(format!(
+            "{}/api/v1/units/team/connectors/hostile",
+            server.url
+        ))
+        .bearer_auth(OPERATOR_TOKEN)
+        .json(&json!({"config": {}}))
+        .send()
+        .await
+        .expect("bind");
+    assert!(r.status().is_success(), "{}", r.status());
+    let note = b.line(wait).await.expect("list_changed");
+    assert_eq!(note["method"], LIST_CHANGED, "{note}");
+    assert_eq!(
+        note["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "l"
+    );
+
+    // Cancelled: the stream closes, so the next change is not relayed.
+    b.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"l"}}"#)
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = reqwest::Client::new()
+        .delete(format!(
+            "{}/api/v1/units/team/connectors/hostile",
+            server.url
+        ))
+        .bearer_auth(OPERATOR_TOKEN)
+        .send()
+        .await
+        .expect("unbind");
+    assert_eq!(r.status(), 204);
+    assert!(
+        b.line(Duration::from_millis(800)).await.is_none(),
+        "relayed after cancel"
+    );
+
+    // End of input: exit 0 at once, open subscriptions or not.
+    b.send(&request(
+        "l2",
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true}}),
+    ))
+    .await;
+    assert!(b.line(wait).await.is_some(), "second acknowledgement");
+    drop(b.stdin.take());
+    let status = tokio::time::timeout(Duration::from_secs(3), b.child.wait())
+        .await
+        .expect("the bridge exits at end of input")
+        .expect("exit status");
+    assert!(status.success(), "{status}");
+}
