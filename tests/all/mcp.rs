@@ -1358,7 +1358,7 @@ async fn serve_shuts_down_on_sigterm_with_a_stream_open() {
 // The official MCP Python SDK
 // ---------------------------------------------------------------------------------------
 
-fn workspace_root() -> PathBuf {
+pub(crate) fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("workspace root")

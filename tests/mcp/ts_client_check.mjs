@@ -1,0 +1,140 @@
+// Drives connector-host's MCP surface with the official MCP TypeScript SDK
+// (npm `@modelcontextprotocol/client`), in each of its version-negotiation modes
+// (`legacy`, `auto`, the `2026-07-28` pin) over Streamable HTTP and over the stdio bridge.
+//
+// A client nobody on this project wrote: whatever it does against the host must work
+// (CONTRACT.md §5). Run by `tests/all/mcp_stateless.rs`; by hand (Node >= 22, the SDK
+// installed under target/mcp-node by `.ci/run`):
+//
+//   NODE_PATH=target/mcp-node/node_modules node tests/mcp/ts_client_check.mjs \
+//     --url http://127.0.0.1:8787 --agent ada --token AGENT_TOKEN \
+//     --operator-token OP --unit team --binary target/debug/connector-host
+//
+// The agent must have `acme` bound and the `hostile` test connector installed but not
+// bound to --unit. Each leg: the revision it lands on, list, call, invalid arguments (a
+// result with isError), a tool of an unbound connector (-32002), then a bind through the
+// REST API and the change notification (through `listen` at 2026-07-28, the session's
+// stream before), the new tool listed and callable, and the unbind. Prints one line per
+// check; exits non-zero on failure.
+
+import { readFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+
+const require = createRequire(path.join(process.env.NODE_PATH ?? process.cwd(), 'x.js'));
+const { Client, StreamableHTTPClientTransport } = await import(require.resolve('@modelcontextprotocol/client'));
+const { StdioClientTransport } = await import(require.resolve('@modelcontextprotocol/client/stdio'));
+
+const NOTIFY_TIMEOUT_MS = 10_000;
+const { values: a } = parseArgs({
+  options: {
+    url: { type: 'string' },
+    agent: { type: 'string' },
+    token: { type: 'string' },
+    'operator-token': { type: 'string' },
+    unit: { type: 'string' },
+    binary: { type: 'string' },
+  },
+});
+const base = a.url.replace(/\/$/, '');
+const endpoint = `${base}/mcp/agents/${a.agent}`;
+const log = (m) => console.log(`[ts_client_check] ${m}`);
+const check = (ok, what) => {
+  if (!ok) throw new Error(what);
+};
+
+async function rest(method, p, body) {
+  const r = await fetch(base + p, {
+    method,
+    headers: { authorization: `Bearer ${a['operator-token']}`, 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  check(r.ok, `${method} ${p}: HTTP ${r.status}`);
+}
+
+function transport(kind) {
+  if (kind === 'http') {
+    return new StreamableHTTPClientTransport(new URL(endpoint), {
+      requestInit: { headers: { authorization: `Bearer ${a.token}` } },
+    });
+  }
+  return new StdioClientTransport({
+    command: a.binary,
+    args: ['mcp', '--agent', a.agent, '--url', base, '--token', a.token],
+    env: { RUST_LOG: 'warn', PATH: process.env.PATH ?? '' },
+    stderr: 'inherit',
+  });
+}
+
+function within(promise, what) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: nothing within ${NOTIFY_TIMEOUT_MS} ms`)), NOTIFY_TIMEOUT_MS);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+async function leg(kind, mode) {
+  const name = `${kind}/${typeof mode === 'string' ? mode : mode.pin}`;
+  const client = new Client({ name: 'ts_client_check', version: '0' }, { versionNegotiation: { mode } });
+  let changed;
+  let announce;
+  const reset = () => {
+    changed = new Promise((resolve) => {
+      announce = resolve;
+    });
+  };
+  reset();
+  client.setNotificationHandler('notifications/tools/list_changed', () => announce());
+  await client.connect(transport(kind));
+  try {
+    const version = client.getNegotiatedProtocolVersion();
+    const expected = mode === 'legacy' ? '2025-11-25' : '2026-07-28';
+    check(version === expected, `${name}: landed on ${version}, expected ${expected}`);
+    const server = client.getServerVersion();
+    check(!server || server.name === 'connector-host', `${name}: server ${JSON.stringify(server)}`);
+
+    const names = (await client.listTools()).tools.map((t) => t.name);
+    check(names.includes('acme.echo') && !names.includes('hostile.counter'), `${name}: tools ${names}`);
+    const echo = await client.callTool({ name: 'acme.echo', arguments: { message: name } });
+    check(!echo.isError && echo.structuredContent?.message === name, `${name}: echo ${JSON.stringify(echo)}`);
+    const bad = await client.callTool({ name: 'acme.echo', arguments: { message: 5 } });
+    check(bad.isError && bad.content[0].text.includes('/message'), `${name}: invalid ${JSON.stringify(bad)}`);
+    let refused;
+    try {
+      await client.callTool({ name: 'hostile.counter', arguments: {} });
+    } catch (e) {
+      refused = e.code;
+    }
+    check(refused === -32002, `${name}: an unbound connector's tool gave ${refused}`);
+    log(`${name}: revision ${version}; list, call, invalid arguments and -32002 as expected`);
+
+    const subscription = version === '2026-07-28' ? await client.listen({ toolsListChanged: true }) : undefined;
+    if (subscription) check(subscription.honoredFilter.toolsListChanged === true, `${name}: honoured ${JSON.stringify(subscription.honoredFilter)}`);
+    reset();
+    const started = performance.now();
+    await rest('PUT', `/api/v1/units/${a.unit}/connectors/hostile`, { config: {} });
+    await within(changed, `${name}: list_changed after the bind`);
+    log(`${name}: list_changed ${Math.round(performance.now() - started)} ms after the bind${subscription ? ' (listen)' : ''}`);
+    const after = (await client.listTools()).tools.map((t) => t.name);
+    check(after.includes('hostile.counter'), `${name}: after the bind ${after}`);
+    const counter = await client.callTool({ name: 'hostile.counter', arguments: {} });
+    check(counter.structuredContent?.result === 1, `${name}: counter ${JSON.stringify(counter)}`);
+    await subscription?.close();
+    await rest('DELETE', `/api/v1/units/${a.unit}/connectors/hostile`);
+    log(`${name}: the bound tool listed and callable`);
+  } finally {
+    await client.close();
+  }
+}
+
+const manifest = path.join(process.env.NODE_PATH ?? '', '@modelcontextprotocol/client/package.json');
+const sdk = JSON.parse(await readFile(manifest, 'utf8').catch(() => '{}')).version ?? '?';
+log(`MCP TypeScript SDK (@modelcontextprotocol/client) ${sdk}, Node ${process.version}`);
+for (const kind of ['http', 'stdio']) {
+  for (const mode of ['legacy', 'auto', { pin: '2026-07-28' }]) {
+    await leg(kind, mode);
+  }
+}
+log('all checks passed');
