@@ -330,7 +330,7 @@ async fn headers_must_match_the_body() {
     assert_eq!((r.status, code(&r.body)), (400, -32020), "{}", r.body);
 
     // Methods this server does not have, including what 2026-07-28 removed: 404, -32601.
-    for method in ["ping", "resources/list", "logging/setLevel"] {
+    for method in ["ping", "resources/list", "logging/setLevel", "initialize"] {
         let id = c.id();
         let r = Stateless::send(c.request(id, method, json!({}))).await;
         assert_eq!(
@@ -340,6 +340,105 @@ async fn headers_must_match_the_body() {
             r.body
         );
     }
+}
+
+/// Arguments a tool's schema marks `x-mcp-header` come with `Mcp-Param-*` headers equal to
+/// them (`hostile.route` marks `region` and `priority`), or the call is refused unrun.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mirrored_arguments_must_match_their_headers() {
+    let h = setup().await;
+    let token = h.agent_token("hal").await;
+    let c = Stateless::new(&h.url, "hal", &token);
+    let call = |arguments: Value, params: &[(&str, &str)]| {
+        let mut req = c.request(
+            c.id(),
+            "tools/call",
+            json!({"name": "hostile.route", "arguments": arguments}),
+        );
+        for (k, v) in params {
+            req = req.header(format!("mcp-param-{k}"), *v);
+        }
+        Stateless::send(req)
+    };
+    let ok = |r: &Reply| r.status == 200 && r.body["result"]["isError"] == false;
+    let refused = |r: &Reply| r.status == 400 && r.body["error"]["code"] == -32020;
+
+    let r = call(json!({"region": "eu"}), &[("Region", "eu")]).await;
+    assert!(ok(&r), "{}", r.body);
+    assert_eq!(
+        r.body["result"]["structuredContent"]["region"], "eu",
+        "{}",
+        r.body
+    );
+    // Header names are case-insensitive; integers compare as numbers.
+    let r = call(
+        json!({"region": "eu", "priority": 5}),
+        &[("region", "eu"), ("PRIORITY", "5.0")],
+    )
+    .await;
+    assert!(ok(&r), "{}", r.body);
+    // A value outside plain ASCII, in the base64 form.
+    let r = call(
+        json!({"region": "Zürich"}),
+        &[("Region", "=?base64?WsO8cmljaA==?=")],
+    )
+    .await;
+    assert!(ok(&r), "{}", r.body);
+    // Text that only looks like the form is compared as is.
+    let r = call(
+        json!({"region": "=?base64?ZXU="}),
+        &[("Region", "=?base64?ZXU=")],
+    )
+    .await;
+    assert!(ok(&r), "{}", r.body);
+
+    let before = h.metrics().await;
+    for (arguments, params) in [
+        (json!({"region": "eu"}), vec![]),
+        (json!({"region": "eu"}), vec![("Region", "us")]),
+        (
+            json!({"region": "eu", "priority": 5}),
+            vec![("Region", "eu"), ("Priority", "6")],
+        ),
+        (
+            json!({"region": "eu", "priority": 5}),
+            vec![("Region", "eu")],
+        ),
+        (
+            json!({"region": "Hello"}),
+            vec![("Region", "=?base64?SGVsbG8?=")],
+        ),
+        (
+            json!({"region": "Hello"}),
+            vec![("Region", "=?base64?SGVs!!!bG8=?=")],
+        ),
+    ] {
+        let r = call(arguments.clone(), &params).await;
+        assert!(
+            refused(&r),
+            "{arguments} {params:?}: {} {}",
+            r.status,
+            r.body
+        );
+    }
+    let counted = |m: &str| {
+        m.lines()
+            .filter(|l| l.starts_with("connector_host_tool_calls_total"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        counted(&h.metrics().await),
+        counted(&before),
+        "a refused call ran"
+    );
+    // No value, no header needed.
+    let r = call(
+        json!({"region": "eu", "priority": null}),
+        &[("Region", "eu")],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -675,5 +774,136 @@ async fn official_typescript_sdk_in_every_negotiation_mode() {
         out.status.success() && stdout.contains("all checks passed"),
         "ts_client_check.mjs failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
         out.status
+    );
+}
+
+/// A reverse proxy on 127.0.0.1 that adds `Authorization: Bearer <token>` to every request
+/// and passes everything else through unchanged (the `Host` and `Origin` headers, the
+/// body, a streamed answer): the conformance suite has no option for a token.
+async fn bearer_proxy(upstream: String, token: String) -> String {
+    use axum::body::Body;
+    use axum::extract::Request;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the proxy");
+    let addr = listener.local_addr().expect("proxy address");
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("proxy client");
+    let app = axum::Router::new().fallback(move |request: Request| {
+        let client = client.clone();
+        let upstream = upstream.clone();
+        let token = token.clone();
+        async move {
+            let (parts, body) = request.into_parts();
+            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            let mut headers = parts.headers.clone();
+            headers.insert(
+                "authorization",
+                format!("Bearer {token}").parse().expect("header value"),
+            );
+            let forwarded = client
+                .request(parts.method, format!("{upstream}{path}"))
+                .headers(headers)
+                .body(reqwest::Body::wrap_stream(body.into_data_stream()))
+                .send()
+                .await;
+            match forwarded {
+                Ok(answer) => {
+                    let status = answer.status();
+                    let headers = answer.headers().clone();
+                    let mut response =
+                        axum::response::Response::new(Body::from_stream(answer.bytes_stream()));
+                    *response.status_mut() = status;
+                    *response.headers_mut() = headers;
+                    response
+                }
+                Err(e) => {
+                    let mut response =
+                        axum::response::Response::new(Body::from(format!("proxy: {e}")));
+                    *response.status_mut() = reqwest::StatusCode::BAD_GATEWAY;
+                    response
+                }
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}")
+}
+
+/// The official conformance suite (`@modelcontextprotocol/conformance`) against agent
+/// `ada`'s endpoint, at each revision it scores (`--requirements 2026-07-28` and
+/// `2025-11-25`): every scenario passes except those
+/// `tests/mcp/conformance-baseline-<revision>.yaml` lists, each with its reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_conformance_suite() {
+    let (node, modules) = match node_with_sdk() {
+        Ok(found) => found,
+        Err(why) if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => panic!("{why}"),
+        Err(why) => {
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n!!!!!!!!!! SKIPPED official_conformance_suite (set CI=true to fail instead): {why}\n"
+            );
+            return;
+        }
+    };
+    let cli = modules.join("@modelcontextprotocol/conformance/dist/index.js");
+    if !cli.exists() {
+        let why = format!("{} is missing; run .ci/run", cli.display());
+        if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+            panic!("{why}");
+        }
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n!!!!!!!!!! SKIPPED official_conformance_suite (set CI=true to fail instead): {why}\n"
+        );
+        return;
+    }
+    let h = setup().await;
+    // `hostile.route` marks arguments `x-mcp-header`: the custom-header checks need one.
+    h.bind("team", "hostile", json!({})).await;
+    let token = h.agent_token("ada").await;
+    let proxy = bearer_proxy(h.url.clone(), token).await;
+    let mut report = String::new();
+    let mut failed = Vec::new();
+    for revision in ["2026-07-28", "2025-11-25"] {
+        let baseline =
+            workspace_root().join(format!("tests/mcp/conformance-baseline-{revision}.yaml"));
+        // Each check's result lands here; set CONFORMANCE_OUT to keep them.
+        let out_dir = tempfile::tempdir().expect("temp dir");
+        let out_path = std::env::var_os("CONFORMANCE_OUT")
+            .map(|d| std::path::PathBuf::from(d).join(revision))
+            .unwrap_or_else(|| out_dir.path().to_path_buf());
+        let run = tokio::process::Command::new(&node)
+            .arg(&cli)
+            .args(["server", "--url", &format!("{proxy}/mcp/agents/ada")])
+            .args(["--requirements", revision])
+            .arg("--expected-failures")
+            .arg(&baseline)
+            .arg("-o")
+            .arg(&out_path)
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(300), run)
+            .await
+            .expect("the conformance suite finished within 5 minutes")
+            .expect("run node");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        report.push_str(&format!("===== {revision}\n{stdout}\n{stderr}\n"));
+        if !out.status.success() {
+            failed.push(revision);
+        }
+    }
+    println!("{report}");
+    assert!(
+        failed.is_empty(),
+        "conformance failed at {failed:?}:\n{report}"
     );
 }

@@ -55,20 +55,20 @@ pub const TOOLS_TTL_MS: u64 = 60_000;
 /// How long a `server/discover` result stays fresh (it changes only with the host).
 pub const DISCOVER_TTL_MS: u64 = 3_600_000;
 
-/// Whether a POST speaks the stateless revision: its `_meta` names a protocol revision,
-/// or it carries no session and its `MCP-Protocol-Version` is the stateless revision.
-/// (`initialize`, a session id or neither mark the session revisions.)
+/// Whether a POST speaks the stateless revision: its `_meta` names a protocol revision
+/// (then even `initialize`, which that revision answers `404` / `-32601`), or it is not
+/// `initialize`, carries no session and its `MCP-Protocol-Version` is the stateless
+/// revision. (A session id, a plain `initialize`, or neither mark the session revisions.)
 pub fn wants(headers: &HeaderMap, message: &Value) -> bool {
-    if message.get("method").and_then(Value::as_str) == Some("initialize") {
-        return false;
-    }
     let names_version = message
         .get("params")
         .and_then(|p| p.get("_meta"))
         .and_then(|m| m.get(PROTOCOL_VERSION))
         .is_some();
+    let initialize = message.get("method").and_then(Value::as_str) == Some("initialize");
     names_version
-        || (!headers.contains_key(SESSION_HEADER)
+        || (!initialize
+            && !headers.contains_key(SESSION_HEADER)
             && headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok()) == Some(STATELESS_VERSION))
 }
 
@@ -271,6 +271,89 @@ fn check(
     Ok(())
 }
 
+/// The arguments a tool's input schema marks with `x-mcp-header`, reached from the root
+/// through `properties` only: (the property path, the header's name part).
+pub(super) fn mirrored_params(
+    schema: &Value,
+    path: &mut Vec<String>,
+    out: &mut Vec<(Vec<String>, String)>,
+) {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    for (key, property) in properties {
+        path.push(key.clone());
+        if let Some(name) = property.get("x-mcp-header").and_then(Value::as_str) {
+            out.push((path.clone(), name.to_string()));
+        }
+        mirrored_params(property, path, out);
+        path.pop();
+    }
+}
+
+/// `Mcp-Param-{Name}` headers: each argument the tool's input schema marks `x-mcp-header`
+/// that has a value must come with its header, equal to it once the `=?base64?…?=` form
+/// is decoded (integers compared as numbers, booleans as `true`/`false`); else `400`
+/// `HeaderMismatch`, and the tool does not run. An argument without a value needs none.
+fn check_mirrored_params(
+    schema: &Value,
+    arguments: Option<&Value>,
+    headers: &HeaderMap,
+    id: &Value,
+) -> Result<(), Rejection> {
+    let mut marked = Vec::new();
+    mirrored_params(schema, &mut Vec::new(), &mut marked);
+    for (path, name) in marked {
+        let value = path
+            .iter()
+            .try_fold(arguments, |v, key| v.map(|v| v.get(key)))
+            .flatten();
+        let Some(value) = value.filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let header = format!("mcp-param-{name}");
+        let Some(raw) = header_text(headers, &header, id)? else {
+            return Err(mismatch(
+                id,
+                &format!(
+                    "the Mcp-Param-{} header is required: argument `{}` has a value",
+                    shorten(&name),
+                    shorten(&path.join("."))
+                ),
+            ));
+        };
+        let Some(sent) = decode_name(raw) else {
+            return Err(mismatch(
+                id,
+                &format!(
+                    "the Mcp-Param-{} header is not valid base64",
+                    shorten(&name)
+                ),
+            ));
+        };
+        let equal = match value {
+            Value::String(s) => sent == *s,
+            Value::Bool(b) => sent == b.to_string(),
+            Value::Number(n) => sent.trim().parse::<f64>().ok() == n.as_f64(),
+            // Objects and arrays cannot be mirrored: such an annotation is invalid and
+            // clients drop the tool, so there is nothing to compare.
+            _ => true,
+        };
+        if !equal {
+            return Err(mismatch(
+                id,
+                &format!(
+                    "Mcp-Param-{} header `{}` does not match argument `{}`",
+                    shorten(&name),
+                    shorten(raw),
+                    shorten(&path.join("."))
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Answers one stateless POST (`message`, already parsed) for `agent`.
 pub async fn serve(
     sessions: &Arc<Sessions>,
@@ -330,13 +413,25 @@ pub async fn serve(
                 Err(e) => not_found_or_internal(&id, e),
             }
         }
-        "tools/call" => match tools::call(host, agent, STATELESS_VERSION, params).await {
-            CallOutcome::Done(result) => complete(&id, result, None),
-            CallOutcome::Failed(failure) => complete(&id, failure, None),
-            CallOutcome::Rpc(code, message, data) => {
-                json_response(StatusCode::OK, jsonrpc::error(&id, code, &message, data.as_ref()))
+        "tools/call" => {
+            let tool = params
+                .as_ref()
+                .and_then(|p| p.get("name"))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if let Ok(list) = host.effective_tools(&Subject::Agent(agent.to_string())) {
+                if let Some(tool) = list.get(tool) {
+                    let arguments = params.as_ref().and_then(|p| p.get("arguments"));
+                    if let Err(refused) =
+                        check_mirrored_params(&tool.info.input_schema, arguments, headers, &id)
+                    {
+                        return *refused;
+                    }
+                }
             }
-        },
+            call(host, agent, &id, params).await
+        }
+
         "subscriptions/listen" => listen(sessions, agent, headers, id, params),
         _ => rpc_error(
             StatusCode::NOT_FOUND,
@@ -346,6 +441,23 @@ pub async fn serve(
                 "Method not found: `{}` (at {STATELESS_VERSION} this server offers server/discover, tools/list, tools/call, subscriptions/listen)",
                 shorten(&method)
             ),
+        ),
+    }
+}
+
+/// `tools/call` at this revision.
+async fn call(
+    host: &crate::host::Host,
+    agent: &str,
+    id: &Value,
+    params: Option<Value>,
+) -> Response {
+    match tools::call(host, agent, STATELESS_VERSION, params).await {
+        CallOutcome::Done(result) => complete(id, result, None),
+        CallOutcome::Failed(failure) => complete(id, failure, None),
+        CallOutcome::Rpc(code, message, data) => json_response(
+            StatusCode::OK,
+            jsonrpc::error(id, code, &message, data.as_ref()),
         ),
     }
 }
@@ -500,6 +612,39 @@ mod tests {
     }
 
     #[test]
+    fn mirrored_arguments_are_found_through_properties_only() {
+        let schema = json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "filter": {"type": "object", "properties": {
+                "team": {"type": "string", "x-mcp-header": "Team"}}},
+            "tags": {"type": "array", "items": {"type": "string", "x-mcp-header": "Tag"}},
+            "plain": {"type": "string"}}});
+        let mut found = Vec::new();
+        mirrored_params(&schema, &mut Vec::new(), &mut found);
+        found.sort();
+        assert_eq!(
+            found,
+            [
+                (
+                    vec!["filter".to_string(), "team".to_string()],
+                    "Team".to_string()
+                ),
+                (vec!["region".to_string()], "Region".to_string()),
+            ]
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert("mcp-param-region", HeaderValue::from_static("eu"));
+        headers.insert(
+            "mcp-param-team",
+            HeaderValue::from_static("=?base64?Y29yZQ==?="),
+        );
+        let args = json!({"region": "eu", "filter": {"team": "core"}, "tags": ["x"]});
+        assert!(check_mirrored_params(&schema, Some(&args), &headers, &json!(1)).is_ok());
+        let args = json!({"region": "eu", "filter": {"team": "edge"}});
+        assert!(check_mirrored_params(&schema, Some(&args), &headers, &json!(1)).is_err());
+    }
+
+    #[test]
     fn the_revision_is_read_from_meta_or_a_sessionless_header() {
         let modern = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
             "params": {"_meta": {PROTOCOL_VERSION: "2026-07-28"}}});
@@ -519,6 +664,13 @@ mod tests {
             "a session's request at any revision"
         );
         assert!(!wants(&none, &plain));
-        assert!(!wants(&header, &init));
+        let plain_init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25"}});
+        assert!(
+            wants(&none, &init),
+            "2026-07-28 answers its own `initialize`: 404"
+        );
+        assert!(!wants(&header, &plain_init));
+        assert!(!wants(&none, &plain_init));
     }
 }

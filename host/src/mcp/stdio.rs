@@ -37,7 +37,7 @@ use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYP
 use reqwest::{StatusCode, Url};
 use serde_json::{json, Value};
 
-use super::jsonrpc::{INTERNAL_ERROR, PARSE_ERROR};
+use super::jsonrpc::{HEADER_MISMATCH, INTERNAL_ERROR, PARSE_ERROR};
 use super::{SESSION_HEADER, VERSION_HEADER};
 
 /// Where the bridge forwards to.
@@ -210,7 +210,14 @@ struct Bridge {
     /// one closes its HTTP request, which is how 2026-07-28 cancels (and ends a
     /// `subscriptions/listen`).
     stateless: Mutex<std::collections::HashMap<String, tokio::task::AbortHandle>>,
+    /// Per tool: the arguments its input schema marks `x-mcp-header` (path, header name
+    /// part), learnt from the stateless `tools/list` answers relayed, or fetched when the
+    /// host refuses a call for a missing `Mcp-Param-*` header.
+    mirrored: Mutex<std::collections::HashMap<String, Arc<[MirroredParam]>>>,
 }
+
+/// An argument mirrored into a header: its property path and `Mcp-Param-{name}`'s name.
+type MirroredParam = (Vec<String>, String);
 
 /// A header value as 2026-07-28 carries names: as is when it is plain visible ASCII,
 /// else (or when it looks like the sentinel itself) `=?base64?…?=`.
@@ -400,6 +407,7 @@ impl Bridge {
             state: Mutex::new(SessionState::default()),
             reinitialize: tokio::sync::Mutex::new(()),
             stateless: Mutex::new(std::collections::HashMap::new()),
+            mirrored: Mutex::new(std::collections::HashMap::new()),
         })
     }
 
@@ -579,27 +587,22 @@ impl Bridge {
     }
 
     /// Forwards one stateless request: no session, `MCP-Protocol-Version`, `Mcp-Method`
-    /// and `Mcp-Name` from its body; relays every message of the answer (a
-    /// `subscriptions/listen` answer is a stream of them, until its final result).
-    async fn forward_stateless(
-        self: Arc<Self>,
-        line: Bytes,
-        id: Value,
-        mirrored: StatelessHeaders,
-    ) {
+    /// and `Mcp-Name` from its body, and for `tools/call` the `Mcp-Param-*` headers of
+    /// the arguments the tool's schema marks `x-mcp-header` (when the host refuses a call
+    /// for a missing one, the bridge lists the tools once and retries, as the revision
+    /// tells clients to). Relays every message of the answer (a `subscriptions/listen`
+    /// answer is a stream of them, until its final result).
+    async fn forward_stateless(self: Arc<Self>, line: Bytes, id: Value, sent: StatelessHeaders) {
         let mut headers = self.headers(&SessionState::default());
         let values = [
-            (
-                VERSION_HEADER,
-                HeaderValue::from_str(&mirrored.version).ok(),
-            ),
+            (VERSION_HEADER, HeaderValue::from_str(&sent.version).ok()),
             (
                 super::stateless::METHOD_HEADER,
-                HeaderValue::from_str(&mirrored.method).ok(),
+                HeaderValue::from_str(&sent.method).ok(),
             ),
             (
                 super::stateless::NAME_HEADER,
-                mirrored.name.as_deref().and_then(header_name_value),
+                sent.name.as_deref().and_then(header_name_value),
             ),
         ];
         for (name, value) in values {
@@ -607,11 +610,123 @@ impl Bridge {
                 headers.insert(name, value);
             }
         }
-        match self.post(line, headers).await {
-            Ok(r) => self.relay(r, Some(&id)).await,
-            Err(e) => emit_error(&id, INTERNAL_ERROR, &self.unreachable(&e)),
+        let tool = sent.name.as_deref().filter(|_| sent.method == "tools/call");
+        for attempt in 0..2 {
+            let mut with_params = headers.clone();
+            if let Some(tool) = tool {
+                self.mirror_params(tool, &line, &mut with_params);
+            }
+            let response = match self.post(line.clone(), with_params).await {
+                Ok(r) => r,
+                Err(e) => {
+                    emit_error(&id, INTERNAL_ERROR, &self.unreachable(&e));
+                    break;
+                }
+            };
+            if tool.is_some() && attempt == 0 && response.status() == StatusCode::BAD_REQUEST {
+                let body = response.bytes().await;
+                let code = serde_json::from_slice::<Value>(&body)
+                    .ok()
+                    .and_then(|v| v.pointer("/error/code").and_then(Value::as_i64));
+                if code == Some(HEADER_MISMATCH) && self.learn_tools(&sent.version).await {
+                    continue;
+                }
+                match serde_json::from_slice::<Value>(&body) {
+                    Ok(v) if v.get("jsonrpc").is_some() => emit(&body),
+                    _ => emit_error(&id, INTERNAL_ERROR, "the host answered HTTP 400"),
+                }
+                break;
+            }
+            if sent.method == "tools/list" {
+                if let Some(answer) = self.answer(response, Some(&id)).await {
+                    self.remember_tools(&answer);
+                    emit(&answer);
+                }
+            } else {
+                self.relay(response, Some(&id)).await;
+            }
+            break;
         }
         self.stateless.lock().remove(&id.to_string());
+    }
+
+    /// Records which arguments each tool of a `tools/list` answer mirrors into headers.
+    fn remember_tools(&self, answer: &[u8]) {
+        let Ok(answer) = serde_json::from_slice::<Value>(answer) else {
+            return;
+        };
+        let Some(tools) = answer.pointer("/result/tools").and_then(Value::as_array) else {
+            return;
+        };
+        let mut mirrored = self.mirrored.lock();
+        for tool in tools {
+            let (Some(name), Some(schema)) = (tool["name"].as_str(), tool.get("inputSchema"))
+            else {
+                continue;
+            };
+            let mut marked = Vec::new();
+            super::stateless::mirrored_params(schema, &mut Vec::new(), &mut marked);
+            mirrored.insert(name.to_string(), marked.into());
+        }
+    }
+
+    /// Lists the tools at `version` for [`Bridge::remember_tools`]; whether it could.
+    async fn learn_tools(&self, version: &str) -> bool {
+        let request = json!({
+            "jsonrpc": "2.0",
+            "id": "connector-host-bridge-tools",
+            "method": "tools/list",
+            "params": {"_meta": {
+                "io.modelcontextprotocol/protocolVersion": version,
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }},
+        });
+        let mut headers = self.headers(&SessionState::default());
+        let (Ok(v), m) = (
+            HeaderValue::from_str(version),
+            HeaderValue::from_static("tools/list"),
+        ) else {
+            return false;
+        };
+        headers.insert(VERSION_HEADER, v);
+        headers.insert(super::stateless::METHOD_HEADER, m);
+        match self.post(Bytes::from(request.to_string()), headers).await {
+            Ok(r) if r.status().is_success() => {
+                let answer = r.bytes().await;
+                self.remember_tools(&answer);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Adds `Mcp-Param-*` for each argument of `tool` its schema marks `x-mcp-header`.
+    fn mirror_params(&self, tool: &str, line: &[u8], headers: &mut HeaderMap) {
+        let marked = self.mirrored.lock().get(tool).cloned();
+        let Some(marked) = marked.filter(|m| !m.is_empty()) else {
+            return;
+        };
+        let Ok(message) = serde_json::from_slice::<Value>(line) else {
+            return;
+        };
+        let arguments = message.pointer("/params/arguments");
+        for (path, name) in marked.iter() {
+            let value = path
+                .iter()
+                .try_fold(arguments, |v, key| v.map(|v| v.get(key)))
+                .flatten();
+            let text = match value {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Bool(b)) => b.to_string(),
+                Some(Value::Number(n)) => n.to_string(),
+                _ => continue,
+            };
+            let header =
+                reqwest::header::HeaderName::from_bytes(format!("mcp-param-{name}").as_bytes());
+            if let (Ok(header), Some(value)) = (header, header_name_value(&text)) {
+                headers.insert(header, value);
+            }
+        }
     }
 
     /// Replays the client's `initialize` (unless another task already did since

@@ -70,6 +70,20 @@ struct TokenArgs {
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// `{region, priority?, note?}`, `region` and `priority` marked `x-mcp-header` (MCP
+/// 2026-07-28: clients mirror them into `Mcp-Param-Region` / `Mcp-Param-Priority`).
+fn route_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "priority": {"type": "integer", "x-mcp-header": "Priority"},
+            "note": {"type": "string"}
+        },
+        "required": ["region"]
+    })
+}
+
 /// Any JSON object.
 #[cfg_attr(feature = "v2", allow(dead_code))]
 fn any_object() -> Value {
@@ -144,6 +158,12 @@ impl Connector for Hostile {
             ))
             .tool(Tool::new("counter", "Increments a static counter", counter))
             .tool(Tool::new("log", "Logs at every level", log))
+            .tool(Tool::raw(
+                "route",
+                "Echoes its arguments; `region` and `priority` are mirrored into Mcp-Param headers",
+                route_schema,
+                |_, arguments| Ok(arguments.to_string()),
+            ))
     }
 
     fn bind(config: &Value) -> Result<Vec<String>, String> {
