@@ -28,6 +28,31 @@ pub fn machine_load_blocking() -> tokio::sync::MutexGuard<'static, ()> {
 
 static MACHINE_LOAD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// The availability policy for what a test needs from outside the workspace (a
+/// PostgreSQL server, a Python venv, Node and npm packages): missing, it fails the test
+/// under `CI=true` (where `.ci/run` installs it), else prints a skip notice naming the
+/// running test and returns `None`.
+pub fn skip_or_fail<T>(what: &str, why: &str) -> Option<T> {
+    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+        panic!("{what} is required under CI=true: {why}");
+    }
+    let current = std::thread::current();
+    let test = current.name().unwrap_or("a test");
+    // Straight to stderr: the test harness would swallow `eprintln!` of a passing test,
+    // and this skip must be seen.
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n!!!!!!!!!! SKIPPED {test} (set CI=true to fail instead): {why}\n"
+    );
+    None
+}
+
+/// [`skip_or_fail`] when `found` is an `Err`.
+pub fn required<T>(what: &str, found: Result<T, String>) -> Option<T> {
+    found.or_else(|why| skip_or_fail(what, &why).ok_or(())).ok()
+}
+
 /// A host running in this process, served on an ephemeral port.
 pub struct TestHost {
     pub host: Host,

@@ -656,21 +656,9 @@ impl Drop for PgCluster {
     }
 }
 
-/// Applies the availability policy to a missing PostgreSQL: fails under `CI=true`,
-/// else prints a skip notice naming the running test and returns `None`.
+/// [`crate::harness::skip_or_fail`] for PostgreSQL.
 fn skip_or_fail<T>(why: &str) -> Option<T> {
-    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
-        panic!("PostgreSQL is required under CI=true: {why}");
-    }
-    let current = std::thread::current();
-    let test = current.name().unwrap_or("a test");
-    // Straight to stderr: the test harness would swallow `eprintln!` of a passing test,
-    // and this skip must be seen.
-    let _ = writeln!(
-        std::io::stderr(),
-        "\n!!!!!!!!!! SKIPPED {test} (set CI=true to fail instead): {why}\n"
-    );
-    None
+    crate::harness::skip_or_fail("PostgreSQL", why)
 }
 
 /// The shared cluster of this test binary ([`PgCluster::shared`]), for tests that need a
