@@ -201,6 +201,19 @@ impl SseReader {
     }
 
     /// The next event's JSON, or `None` at the end of the stream or after `wait`.
+    /// Whether the stream ends (its response body is over) within `wait`, reading past
+    /// any events; `false` when it is still open then.
+    pub(crate) async fn ends_within(&mut self, wait: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            match tokio::time::timeout_at(deadline, self.resp.chunk()).await {
+                Ok(Ok(Some(_))) => continue,
+                Ok(_) => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+
     pub(crate) async fn next(&mut self, wait: Duration) -> Option<Value> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {

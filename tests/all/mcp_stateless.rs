@@ -482,7 +482,8 @@ async fn subscriptions_listen_pushes_list_changed() {
         sid
     );
     eprintln!("stateless list_changed {latency:?} after the bind returned");
-    assert!(latency < Duration::from_millis(200), "{latency:?}");
+    // Polling every 250 ms (as before) would take 125 ms on average.
+    assert!(latency < Duration::from_millis(50), "{latency:?}");
     assert!(c
         .tool_names()
         .await
@@ -507,20 +508,93 @@ async fn subscriptions_listen_pushes_list_changed() {
         )
         .await;
     assert_eq!(st, 204);
-    assert!(
-        stream.next(Duration::from_secs(5)).await.is_some(),
-        "after unbind"
-    );
+    let after_unbind = stream
+        .next(Duration::from_secs(5))
+        .await
+        .expect("after unbind");
+    assert_eq!(after_unbind["method"], LIST_CHANGED, "{after_unbind}");
     assert!(quiet.next(Duration::from_millis(500)).await.is_none());
 
     // Revoking the token it was opened with ends the stream.
+    assert!(
+        !stream.ends_within(Duration::from_millis(300)).await,
+        "ended early"
+    );
     let (st, _) = h
         .op(Method::POST, "/api/v1/agents/ada/tokens/revoke", None)
         .await;
     assert_eq!(st, 204);
+    assert!(
+        stream.ends_within(Duration::from_secs(5)).await,
+        "the stream outlived its token"
+    );
+
+    // Deleting the agent ends a stream opened with the operator token.
+    let c = Stateless::new(&h.url, "ada", OPERATOR_TOKEN);
+    let (mut operator, _) = c.listen(json!({"toolsListChanged": true})).await;
+    assert!(
+        operator.next(Duration::from_secs(5)).await.is_some(),
+        "acknowledged"
+    );
+    let (st, _) = h.op(Method::DELETE, "/api/v1/agents/ada", None).await;
+    assert_eq!(st, 204);
+    assert!(
+        operator.ends_within(Duration::from_secs(5)).await,
+        "the stream outlived its agent"
+    );
+}
+
+/// One agent holds at most 64 `subscriptions/listen` streams at once (each holds a
+/// connection): the next is refused with `429` until one closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_open_subscriptions_are_bounded() {
+    let h = setup().await;
+    let token = h.agent_token("ada").await;
+    let c = Stateless::new(&h.url, "ada", &token);
+    let mut open = Vec::new();
+    for _ in 0..64 {
+        let (mut stream, _) = c.listen(json!({"toolsListChanged": true})).await;
+        assert!(
+            stream.next(Duration::from_secs(5)).await.is_some(),
+            "acknowledged"
+        );
+        open.push(stream);
+    }
+    // An accepted stream would never end: bound the wait.
+    let refused = tokio::time::timeout(
+        Duration::from_secs(5),
+        Stateless::send(c.request(c.id(), "subscriptions/listen", json!({"notifications": {}}))),
+    )
+    .await
+    .expect("a 65th subscription was accepted (its answer is a stream that does not end)");
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert!(
+        refused.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("close one")),
+        "{}",
+        refused.body
+    );
+    // Another agent is not affected.
+    let hal = h.agent_token("hal").await;
+    let (mut other, _) = Stateless::new(&h.url, "hal", &hal)
+        .listen(json!({"toolsListChanged": true}))
+        .await;
+    assert!(other.next(Duration::from_secs(5)).await.is_some());
+    // One closes: room for one more.
+    drop(open.pop());
     let deadline = Instant::now() + Duration::from_secs(5);
-    while stream.next(Duration::from_millis(200)).await.is_some() {
-        assert!(Instant::now() < deadline, "the stream outlived its token");
+    loop {
+        let r = c
+            .request(c.id(), "subscriptions/listen", json!({"notifications": {}}))
+            .send()
+            .await
+            .expect("listen");
+        if r.status() == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no room after a stream closed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -680,7 +754,8 @@ async fn the_stdio_bridge_speaks_it() {
         "relayed after cancel"
     );
 
-    // End of input: exit 0 at once, open subscriptions or not.
+    // End of input: a request just sent is still answered; open subscriptions end; the
+    // bridge exits 0.
     b.send(&request(
         "l2",
         "subscriptions/listen",
@@ -688,7 +763,19 @@ async fn the_stdio_bridge_speaks_it() {
     ))
     .await;
     assert!(b.line(wait).await.is_some(), "second acknowledgement");
+    b.send(&request(
+        "last",
+        "tools/call",
+        json!({"name": "acme.echo", "arguments": {"message": "bye"}}),
+    ))
+    .await;
     drop(b.stdin.take());
+    let last = b.line(wait).await.expect("the last answer");
+    assert_eq!(last["id"], "last", "{last}");
+    assert_eq!(
+        last["result"]["structuredContent"]["message"], "bye",
+        "{last}"
+    );
     let status = tokio::time::timeout(Duration::from_secs(3), b.child.wait())
         .await
         .expect("the bridge exits at end of input")

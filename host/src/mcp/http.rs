@@ -418,11 +418,18 @@ struct ListChanged {
     list_changed: bool,
 }
 
+/// The server's name and version (`serverInfo`).
 #[derive(Serialize)]
-struct ServerInfo {
+pub(super) struct ServerInfo {
     name: &'static str,
     version: &'static str,
 }
+
+/// This server's identity, for `initialize` and every stateless result.
+pub(super) const SERVER_INFO: ServerInfo = ServerInfo {
+    name: "connector-host",
+    version: env!("CARGO_PKG_VERSION"),
+};
 
 fn initialize(
     sessions: &Arc<Sessions>,
@@ -475,10 +482,7 @@ fn initialize(
             capabilities: Capabilities {
                 tools: ListChanged { list_changed: true },
             },
-            server_info: ServerInfo {
-                name: "connector-host",
-                version: env!("CARGO_PKG_VERSION"),
-            },
+            server_info: SERVER_INFO,
             instructions: instructions(agent),
         },
     );
@@ -610,6 +614,9 @@ pub async fn get(
         .into_response()
 }
 
+/// How often an open stream checks that the token it was opened with is still valid.
+pub const TOKEN_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+
 /// Resolves once the agent token the request was made with stops being valid (revoked,
 /// expired, its agent deleted), so a stream opened with it ends then; never for the
 /// operator token.
@@ -625,7 +632,7 @@ pub(super) fn token_revoked(
         let Some(token) = token else {
             return std::future::pending().await;
         };
-        let mut tick = tokio::time::interval(super::session::WATCH_INTERVAL);
+        let mut tick = tokio::time::interval(TOKEN_CHECK_INTERVAL);
         loop {
             tick.tick().await;
             if host.agent_of_token(&token).is_none() {

@@ -16,8 +16,6 @@ use crate::grants::ResolvedTools;
 use crate::host::Host;
 use crate::store::Subject;
 
-/// How often an open stream checks that the token it was opened with is still valid.
-pub const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 /// How often the watcher looks for idle sessions and sessions of deleted agents (tool
 /// changes are announced when they happen, not on this tick).
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -25,6 +23,9 @@ pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// Sessions one agent may hold; opening one more ends its least recently used session.
 pub const MAX_SESSIONS_PER_AGENT: usize = 256;
+/// `subscriptions/listen` streams one agent may hold open at once (each holds a
+/// connection): one more is refused until one closes.
+pub const MAX_LISTENERS_PER_AGENT: usize = 64;
 /// Events buffered for a stream whose client reads slowly.
 const STREAM_BUFFER: usize = 16;
 
@@ -104,7 +105,30 @@ pub struct Sessions {
     /// Per agent: the last effective tool set seen and its fingerprint (kept alive so
     /// its address cannot be reused by another set).
     fingerprints: Mutex<Fingerprints>,
+    /// Open `subscriptions/listen` streams per agent.
+    listeners: Mutex<HashMap<Arc<str>, usize>>,
     watcher: std::sync::Once,
+}
+
+/// One open `subscriptions/listen` stream, counted against its agent until dropped.
+pub struct Listener {
+    sessions: Weak<Sessions>,
+    agent: Arc<str>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let Some(sessions) = self.sessions.upgrade() else {
+            return;
+        };
+        let mut listeners = sessions.listeners.lock();
+        if let Some(n) = listeners.get_mut(&self.agent) {
+            *n -= 1;
+            if *n == 0 {
+                listeners.remove(&self.agent);
+            }
+        }
+    }
 }
 
 impl Sessions {
@@ -114,6 +138,7 @@ impl Sessions {
             epoch: Instant::now(),
             table: RwLock::new(HashMap::new()),
             fingerprints: Mutex::new(HashMap::new()),
+            listeners: Mutex::new(HashMap::new()),
             watcher: std::sync::Once::new(),
         }
     }
@@ -169,6 +194,21 @@ impl Sessions {
         }
         self.start_watcher();
         Ok(session)
+    }
+
+    /// Counts a new `subscriptions/listen` stream of `agent`; `None` when it already
+    /// holds [`MAX_LISTENERS_PER_AGENT`].
+    pub fn listen(self: &Arc<Self>, agent: &str) -> Option<Listener> {
+        let mut listeners = self.listeners.lock();
+        let open = listeners.entry(agent.into()).or_insert(0);
+        if *open >= MAX_LISTENERS_PER_AGENT {
+            return None;
+        }
+        *open += 1;
+        Some(Listener {
+            sessions: Arc::downgrade(self),
+            agent: agent.into(),
+        })
     }
 
     /// Ends a session (its stream closes).
@@ -251,8 +291,10 @@ impl Sessions {
         for id in ended {
             self.remove(&id);
         }
+        // Fingerprints of agents with sessions or open listeners stay cached.
+        let listening = self.listeners.lock();
         self.fingerprints
             .lock()
-            .retain(|agent, _| current.contains_key(agent));
+            .retain(|agent, _| current.contains_key(agent) || listening.contains_key(agent));
     }
 }

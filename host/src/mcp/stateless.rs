@@ -27,12 +27,14 @@ use base64::Engine;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::http::{json_response, rpc_error, token_revoked, Rejection, VERSION_HEADER};
+use super::http::{
+    json_response, rpc_error, token_revoked, Rejection, ServerInfo, SERVER_INFO, VERSION_HEADER,
+};
 use super::jsonrpc::{
     self, classify, Incoming, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND,
     UNSUPPORTED_VERSION,
 };
-use super::session::Sessions;
+use super::session::{Listener, Sessions, MAX_LISTENERS_PER_AGENT};
 use super::tools::{self, CallOutcome, ToolsList};
 use super::{SESSION_HEADER, STATELESS_VERSION};
 use crate::error::ErrorCode;
@@ -80,17 +82,8 @@ struct ServerMeta {
     server_info: ServerInfo,
 }
 
-#[derive(Serialize)]
-struct ServerInfo {
-    name: &'static str,
-    version: &'static str,
-}
-
 const SERVER: ServerMeta = ServerMeta {
-    server_info: ServerInfo {
-        name: "connector-host",
-        version: env!("CARGO_PKG_VERSION"),
-    },
+    server_info: SERVER_INFO,
 };
 
 /// A complete result: `body`'s fields, `resultType`, the server's identity and, for
@@ -161,8 +154,9 @@ fn decode_name(raw: &str) -> Option<String> {
     }
 }
 
+/// What a client sent, cut to a length an error message can quote.
 fn shorten(s: &str) -> String {
-    s.chars().take(100).collect()
+    crate::ids::truncate(s, 100)
 }
 
 /// Checks what every stateless request must carry: `MCP-Protocol-Version` equal to
@@ -500,6 +494,16 @@ fn listen(
         .and_then(|n| n.get("toolsListChanged"))
         .and_then(Value::as_bool)
         == Some(true);
+    let Some(listener) = sessions.listen(agent) else {
+        return rpc_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            &id,
+            INVALID_REQUEST,
+            &format!(
+                "Too many subscriptions: agent `{agent}` already has {MAX_LISTENERS_PER_AGENT} open; close one first"
+            ),
+        );
+    };
     // Watch first, then take the baseline: a change between the two is not missed.
     let changes = sessions.host().watch_tools();
     let baseline = match sessions.fingerprint(agent) {
@@ -526,6 +530,8 @@ fn listen(
         revoked: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
         ack: Option<String>,
         done: bool,
+        /// Counts this stream against the agent until it ends.
+        _listener: Listener,
     }
     let state = Listening {
         sessions: sessions.clone(),
@@ -538,6 +544,7 @@ fn listen(
         revoked: token_revoked(sessions, headers),
         ack: Some(ack),
         done: false,
+        _listener: listener,
     };
     let events = futures::stream::unfold(state, |mut s| async move {
         if let Some(ack) = s.ack.take() {

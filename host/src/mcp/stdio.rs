@@ -209,11 +209,22 @@ struct Bridge {
     /// Stateless requests in flight by id (JSON text): a `notifications/cancelled` naming
     /// one closes its HTTP request, which is how 2026-07-28 cancels (and ends a
     /// `subscriptions/listen`).
-    stateless: Mutex<std::collections::HashMap<String, tokio::task::AbortHandle>>,
+    stateless: Mutex<std::collections::HashMap<String, InFlight>>,
+    /// Numbers the stateless requests, so a finished one never removes the entry of a
+    /// later request that reused its id.
+    next_stateless: std::sync::atomic::AtomicU64,
     /// Per tool: the arguments its input schema marks `x-mcp-header` (path, header name
     /// part), learnt from the stateless `tools/list` answers relayed, or fetched when the
     /// host refuses a call for a missing `Mcp-Param-*` header.
     mirrored: Mutex<std::collections::HashMap<String, Arc<[MirroredParam]>>>,
+}
+
+/// A stateless request in flight.
+struct InFlight {
+    seq: u64,
+    /// A `subscriptions/listen`: it lasts until cancelled, so end of input cancels it.
+    listen: bool,
+    task: tokio::task::AbortHandle,
 }
 
 /// An argument mirrored into a header: its property path and `Mcp-Param-{name}`'s name.
@@ -273,10 +284,11 @@ struct Peek<'a> {
 
 #[derive(serde::Deserialize)]
 struct PeekParams<'a> {
-    #[serde(default, borrow)]
-    name: Text<'a>,
-    #[serde(default, borrow)]
-    uri: Text<'a>,
+    /// A value, not text: a `name` of another type must not cost the message its `_meta`.
+    #[serde(default)]
+    name: Option<Value>,
+    #[serde(default)]
+    uri: Option<Value>,
     #[serde(default, rename = "requestId")]
     request_id: Option<Value>,
     #[serde(default, borrow, rename = "_meta")]
@@ -318,20 +330,27 @@ fn kind_of(line: &[u8]) -> Result<Kind, serde_json::Error> {
             .and_then(|p| p.meta.as_ref())
             .and_then(|m| m.version.as_deref());
         return Ok(match (peek.method.as_deref(), peek.id, version) {
-            (Some("initialize"), Some(_), _) => Kind::Initialize,
+            // Before `initialize`: at a revision named in `_meta`, `initialize` is
+            // answered by the host (`404`), not opened as a session.
             (Some(method), Some(id), Some(version)) => Kind::Stateless(
                 id,
                 StatelessHeaders {
                     version: version.to_string(),
                     method: method.to_string(),
                     name: params
-                        .and_then(|p| p.name.as_deref().or(p.uri.as_deref()))
+                        .and_then(|p| {
+                            p.name
+                                .as_ref()
+                                .and_then(Value::as_str)
+                                .or(p.uri.as_ref().and_then(Value::as_str))
+                        })
                         .filter(|_| {
                             matches!(method, "tools/call" | "prompts/get" | "resources/read")
                         })
                         .map(str::to_string),
                 },
             ),
+            (Some("initialize"), Some(_), None) => Kind::Initialize,
             (Some(_), Some(id), None) => Kind::Request(Some(id)),
             (Some("notifications/cancelled"), None, _) => {
                 match params.and_then(|p| p.request_id.clone()) {
@@ -407,6 +426,7 @@ impl Bridge {
             state: Mutex::new(SessionState::default()),
             reinitialize: tokio::sync::Mutex::new(()),
             stateless: Mutex::new(std::collections::HashMap::new()),
+            next_stateless: std::sync::atomic::AtomicU64::new(0),
             mirrored: Mutex::new(std::collections::HashMap::new()),
         })
     }
@@ -434,27 +454,37 @@ impl Bridge {
                     in_flight.spawn(self.clone().forward(line, id));
                 }
                 Kind::Stateless(id, headers) => {
-                    // Registered before the task first runs (this loop does not yield
-                    // in between), so its own removal always finds the entry.
                     let key = id.to_string();
-                    let task = in_flight.spawn(self.clone().forward_stateless(line, id, headers));
-                    self.stateless.lock().insert(key, task);
+                    let seq = self
+                        .next_stateless
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let listen = headers.method == "subscriptions/listen";
+                    // Registered under the lock the task's own removal takes, so that
+                    // removal always finds this entry (or a later one it leaves alone).
+                    let mut table = self.stateless.lock();
+                    let task =
+                        in_flight.spawn(self.clone().forward_stateless(line, id, headers, seq));
+                    table.insert(key, InFlight { seq, listen, task });
                 }
                 Kind::Cancel(id) => {
                     let stateless = self.stateless.lock().remove(&id.to_string());
                     match stateless {
                         // Closing the request is the cancellation; nothing is sent.
-                        Some(task) => task.abort(),
+                        Some(request) => request.task.abort(),
                         None => self.clone().forward(line, None).await,
                     }
                 }
                 Kind::Other => self.clone().forward(line, None).await,
             }
         }
-        // Subscriptions last until cancelled: the input is over, so they are.
-        for (_, task) in self.stateless.lock().drain() {
-            task.abort();
-        }
+        // Subscriptions last until cancelled: the input is over, so they are. Other
+        // requests get their answers (within the wait below).
+        self.stateless.lock().retain(|_, request| {
+            if request.listen {
+                request.task.abort();
+            }
+            !request.listen
+        });
         let drain = async { while in_flight.join_next().await.is_some() {} };
         let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
         self.end_session().await;
@@ -592,7 +622,13 @@ impl Bridge {
     /// for a missing one, the bridge lists the tools once and retries, as the revision
     /// tells clients to). Relays every message of the answer (a `subscriptions/listen`
     /// answer is a stream of them, until its final result).
-    async fn forward_stateless(self: Arc<Self>, line: Bytes, id: Value, sent: StatelessHeaders) {
+    async fn forward_stateless(
+        self: Arc<Self>,
+        line: Bytes,
+        id: Value,
+        sent: StatelessHeaders,
+        seq: u64,
+    ) {
         let mut headers = self.headers(&SessionState::default());
         let values = [
             (VERSION_HEADER, HeaderValue::from_str(&sent.version).ok()),
@@ -647,7 +683,11 @@ impl Bridge {
             }
             break;
         }
-        self.stateless.lock().remove(&id.to_string());
+        let key = id.to_string();
+        let mut table = self.stateless.lock();
+        if table.get(&key).is_some_and(|request| request.seq == seq) {
+            table.remove(&key);
+        }
     }
 
     /// Records which arguments each tool of a `tools/list` answer mirrors into headers.
@@ -658,7 +698,15 @@ impl Bridge {
         let Some(tools) = answer.pointer("/result/tools").and_then(Value::as_array) else {
             return;
         };
+        // A complete list replaces what was known (tools that left are forgotten); a
+        // page adds to it.
+        let complete = answer
+            .pointer("/result/nextCursor")
+            .is_none_or(Value::is_null);
         let mut mirrored = self.mirrored.lock();
+        if complete {
+            mirrored.clear();
+        }
         for tool in tools {
             let (Some(name), Some(schema)) = (tool["name"].as_str(), tool.get("inputSchema"))
             else {

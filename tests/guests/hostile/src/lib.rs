@@ -333,7 +333,7 @@ mod tests {
     fn manifest_is_valid() {
         let m = Hostile::manifest();
         assert_eq!(m.validate(), Ok(()));
-        assert_eq!(m.tool_ids().len(), 10);
+        assert_eq!(m.tool_ids().len(), 11);
     }
 
     #[test]
