@@ -184,6 +184,75 @@ fn parse_schema(owner: &str, text: &str) -> Result<Value, ManifestError> {
     Ok(value)
 }
 
+/// Where a schema sits relative to the root of a tool's input schema.
+#[derive(Clone, Copy, PartialEq)]
+enum Reach {
+    Root,
+    /// Reached from the root through `properties` keys only.
+    Property,
+    /// Anywhere else (`items`, `oneOf`, `$defs`, ...).
+    Elsewhere,
+}
+
+/// Checks the `x-mcp-header` annotations of a tool's input schema (MCP 2026-07-28): each
+/// is a non-empty HTTP token, unique ignoring case, on a `string`, `integer` or `boolean`
+/// property reached from the root through `properties` only. Clients drop a tool that
+/// breaks one of these, and the host could never accept a call that needs such a header,
+/// so the component is refused instead.
+fn check_mirrored_headers(owner: &str, schema: &Value) -> Result<(), ManifestError> {
+    fn is_token(name: &str) -> bool {
+        !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    }
+    fn walk(schema: &Value, reach: Reach, seen: &mut Vec<String>) -> Result<(), String> {
+        match schema {
+            Value::Object(map) => {
+                if let Some(name) = map.get("x-mcp-header") {
+                    if reach != Reach::Property {
+                        return Err("`x-mcp-header` may only mark a property reached from the schema root through `properties`".into());
+                    }
+                    let Some(name) = name.as_str().filter(|n| is_token(n)) else {
+                        return Err(format!(
+                            "`x-mcp-header` {name} is not an HTTP header name token"
+                        ));
+                    };
+                    if !matches!(
+                        map.get("type").and_then(Value::as_str),
+                        Some("string" | "integer" | "boolean")
+                    ) {
+                        return Err(format!("`x-mcp-header` `{name}` marks a property that is not of type string, integer or boolean"));
+                    }
+                    if seen.iter().any(|s| s.eq_ignore_ascii_case(name)) {
+                        return Err(format!("`x-mcp-header` `{name}` is used twice (names are compared ignoring case)"));
+                    }
+                    seen.push(name.to_string());
+                }
+                for (key, value) in map {
+                    match (key.as_str(), value) {
+                        ("properties", Value::Object(properties)) if reach != Reach::Elsewhere => {
+                            for property in properties.values() {
+                                walk(property, Reach::Property, seen)?;
+                            }
+                        }
+                        _ => walk(value, Reach::Elsewhere, seen)?,
+                    }
+                }
+                Ok(())
+            }
+            Value::Array(items) => items
+                .iter()
+                .try_for_each(|item| walk(item, Reach::Elsewhere, seen)),
+            _ => Ok(()),
+        }
+    }
+    walk(schema, Reach::Root, &mut Vec::new()).map_err(|reason| ManifestError::InvalidSchema {
+        owner: owner.to_string(),
+        reason,
+    })
+}
+
 /// Checks a manifest against every naming rule and turns it into the contract's
 /// `Connector` object. Only rules about the component itself are checked here; clashes
 /// with other installed connectors are the registry's.
@@ -222,6 +291,7 @@ pub fn validate(manifest: wit::Manifest, digest: &str) -> Result<Connector, Mani
             return Err(ManifestError::DuplicateToolId { id: tool.name });
         }
         let input_schema = parse_schema(&tool.name, &tool.input_schema)?;
+        check_mirrored_headers(&tool.name, &input_schema)?;
         tools.push(ToolInfo {
             name: tool.name,
             description: tool.description,
@@ -302,6 +372,76 @@ mod tests {
         assert!(empty.tools.is_empty());
         let custom = validate(manifest("my-conn", Some("mine"), &["mine.x"]), "sha256:00").unwrap();
         assert_eq!(custom.tool_namespace, "mine");
+    }
+
+    #[test]
+    fn mirrored_header_annotations_are_checked() {
+        use serde_json::json;
+        let with_schema = |schema: Value| {
+            let mut m = manifest("acme", None, &["acme.x"]);
+            m.tools[0].input_schema = schema.to_string();
+            validate(m, "sha256:00")
+        };
+        let prop = |p: Value| json!({"type": "object", "properties": p});
+        for good in [
+            prop(
+                json!({"region": {"type": "string", "x-mcp-header": "Region"},
+                        "n": {"type": "integer", "x-mcp-header": "N"},
+                        "deep": {"type": "object", "properties": {
+                            "flag": {"type": "boolean", "x-mcp-header": "Flag"}}}}),
+            ),
+            // Not an annotation: a property *named* x-mcp-header.
+            prop(json!({"x-mcp-header": {"type": "string"}})),
+        ] {
+            assert!(with_schema(good.clone()).is_ok(), "{good}");
+        }
+        for (bad, why) in [
+            (
+                prop(json!({"a": {"type": "string", "x-mcp-header": ""}})),
+                "token",
+            ),
+            (
+                prop(json!({"a": {"type": "string", "x-mcp-header": "Has Space"}})),
+                "token",
+            ),
+            (
+                prop(json!({"a": {"type": "string", "x-mcp-header": "Colon:"}})),
+                "token",
+            ),
+            (
+                prop(json!({"a": {"type": "string", "x-mcp-header": 5}})),
+                "token",
+            ),
+            (
+                prop(json!({"a": {"type": "number", "x-mcp-header": "A"}})),
+                "type",
+            ),
+            (
+                prop(json!({"a": {"type": "object", "x-mcp-header": "A"}})),
+                "type",
+            ),
+            (prop(json!({"a": {"x-mcp-header": "A"}})), "type"),
+            (
+                prop(json!({"a": {"type": "string", "x-mcp-header": "Same"},
+                            "b": {"type": "string", "x-mcp-header": "same"}})),
+                "twice",
+            ),
+            (
+                prop(
+                    json!({"a": {"type": "array", "items": {"type": "string", "x-mcp-header": "A"}}}),
+                ),
+                "reached",
+            ),
+            (
+                json!({"type": "object", "oneOf": [{"properties": {"a": {"type": "string", "x-mcp-header": "A"}}}]}),
+                "reached",
+            ),
+            (json!({"type": "object", "x-mcp-header": "Root"}), "reached"),
+        ] {
+            let err = with_schema(bad.clone()).expect_err(&bad.to_string());
+            assert_eq!(err.rule(), "invalid_json_schema", "{bad}");
+            assert!(err.to_string().contains(why), "{bad}: {err}");
+        }
     }
 
     #[test]
