@@ -1425,26 +1425,38 @@ async fn official_python_sdk_drives_http_and_stdio() {
     };
     let h = setup().await;
     let token = h.agent_token("ada").await;
-    let script = workspace_root().join("tests/mcp/client_check.py");
-    let run = tokio::process::Command::new(&python)
-        .arg(&script)
-        .args(["--url", &h.url, "--agent", "ada", "--token", &token])
+    let mut python = tokio::process::Command::new(python);
+    python.env("PYTHONUNBUFFERED", "1");
+    run_sdk_check(python, "client_check.py", &h, &token).await;
+}
+
+/// Runs `tests/mcp/<script>` with `command` (its interpreter) against agent `ada` of `h`
+/// (unit `team`, the stdio leg through this build's binary) and asserts that it printed
+/// "all checks passed"; its output is shown either way.
+pub(crate) async fn run_sdk_check(
+    mut command: tokio::process::Command,
+    script: &str,
+    h: &TestHost,
+    token: &str,
+) {
+    let run = command
+        .arg(workspace_root().join("tests/mcp").join(script))
+        .args(["--url", &h.url, "--agent", "ada", "--token", token])
         .args(["--operator-token", OPERATOR_TOKEN, "--unit", "team"])
         .arg("--binary")
         .arg(host_binary())
-        .env("PYTHONUNBUFFERED", "1")
         .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(Duration::from_secs(180), run)
         .await
-        .expect("client_check.py finished within 3 minutes")
-        .expect("run python");
+        .unwrap_or_else(|_| panic!("{script} did not finish within 3 minutes"))
+        .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("{stdout}");
     assert!(
         out.status.success() && stdout.contains("all checks passed"),
-        "client_check.py failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        "{script} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
         out.status
     );
 }

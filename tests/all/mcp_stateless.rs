@@ -834,27 +834,9 @@ async fn official_typescript_sdk_in_every_negotiation_mode() {
     };
     let h = setup().await;
     let token = h.agent_token("ada").await;
-    let run = tokio::process::Command::new(node)
-        .arg(workspace_root().join("tests/mcp/ts_client_check.mjs"))
-        .args(["--url", &h.url, "--agent", "ada", "--token", &token])
-        .args(["--operator-token", OPERATOR_TOKEN, "--unit", "team"])
-        .arg("--binary")
-        .arg(integration_tests::harness::host_binary())
-        .env("NODE_PATH", modules)
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(180), run)
-        .await
-        .expect("ts_client_check.mjs finished within 3 minutes")
-        .expect("run node");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("{stdout}");
-    assert!(
-        out.status.success() && stdout.contains("all checks passed"),
-        "ts_client_check.mjs failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-        out.status
-    );
+    let mut node = tokio::process::Command::new(node);
+    node.env("NODE_PATH", modules);
+    crate::mcp::run_sdk_check(node, "ts_client_check.mjs", &h, &token).await;
 }
 
 /// A reverse proxy on 127.0.0.1 that adds `Authorization: Bearer <token>` to every request
