@@ -1344,6 +1344,13 @@ async fn serve_shuts_down_on_sigterm_with_a_stream_open() {
     let token = prepare(&server).await;
     let s = Mcp::open(&server.url, "ada", &token, V_2025_06_18).await;
     let mut stream = s.stream().await;
+    // A 2026-07-28 subscription too: it ends with its final result.
+    let c = crate::mcp_stateless::Stateless::new(&server.url, "ada", &token);
+    let (mut listen, sid) = c.listen(json!({"toolsListChanged": true})).await;
+    assert!(
+        listen.next(Duration::from_secs(5)).await.is_some(),
+        "acknowledged"
+    );
     let pid = server.child.id().to_string();
     let sent = std::process::Command::new("kill")
         .args(["-TERM", &pid])
@@ -1353,6 +1360,20 @@ async fn serve_shuts_down_on_sigterm_with_a_stream_open() {
     // The stream ends, and so does the process (a graceful shutdown waits for responses
     // in flight; an open stream must not hold it forever).
     assert!(stream.next(Duration::from_secs(5)).await.is_none());
+    let end = listen
+        .next(Duration::from_secs(5))
+        .await
+        .expect("the final result");
+    assert_eq!(end["id"], sid, "{end}");
+    assert_eq!(end["result"]["resultType"], "complete", "{end}");
+    assert_eq!(
+        end["result"]["_meta"]["io.modelcontextprotocol/subscriptionId"], sid,
+        "{end}"
+    );
+    assert!(
+        listen.ends_within(Duration::from_secs(5)).await,
+        "listen outlived the server"
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Some(status) = server.child.try_wait().unwrap() {
