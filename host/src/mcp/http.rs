@@ -266,17 +266,20 @@ pub async fn post(
     }
 }
 
+/// `400` for what is not a JSON-RPC message.
+pub(super) fn invalid_request(invalid: &jsonrpc::Invalid) -> Response {
+    rpc_error(
+        StatusCode::BAD_REQUEST,
+        &invalid.id,
+        INVALID_REQUEST,
+        invalid.message,
+    )
+}
+
 async fn one(sessions: &Arc<Sessions>, agent: &str, headers: &HeaderMap, value: Value) -> Response {
     let message = match classify(value) {
         Ok(m) => m,
-        Err(invalid) => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                &invalid.id,
-                INVALID_REQUEST,
-                invalid.message,
-            )
-        }
+        Err(invalid) => return invalid_request(&invalid),
     };
     match message {
         Incoming::Request { id, method, params } => {
@@ -527,16 +530,11 @@ async fn request(
         "ping" => jsonrpc::result(id, Empty {}),
         "tools/list" => {
             let params = match params_object(params) {
-                Ok(p) => p,
+                Ok(p) => Value::Object(p),
                 Err(m) => return jsonrpc::error(id, INVALID_PARAMS, m, None),
             };
-            if params.get("cursor").is_some_and(|c| !c.is_null()) {
-                return jsonrpc::error(
-                    id,
-                    INVALID_PARAMS,
-                    "Invalid params: unknown cursor (this server lists every tool in one page)",
-                    None,
-                );
+            if let Some(m) = tools::refused_cursor(Some(&params)) {
+                return jsonrpc::error(id, INVALID_PARAMS, m, None);
             }
             match sessions
                 .host()

@@ -28,7 +28,8 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::http::{
-    json_response, rpc_error, token_revoked, Rejection, ServerInfo, SERVER_INFO, VERSION_HEADER,
+    invalid_request, json_response, rpc_error, token_revoked, Rejection, ServerInfo, SERVER_INFO,
+    VERSION_HEADER,
 };
 use super::jsonrpc::{
     self, classify, Incoming, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND,
@@ -285,6 +286,13 @@ pub(super) fn mirrored_params(
     }
 }
 
+/// The value at `path` (property names from the root) in a call's arguments.
+pub(super) fn argument_at<'a>(arguments: Option<&'a Value>, path: &[String]) -> Option<&'a Value> {
+    path.iter()
+        .try_fold(arguments, |v, key| v.map(|v| v.get(key)))
+        .flatten()
+}
+
 /// `Mcp-Param-{Name}` headers: each argument the tool's input schema marks `x-mcp-header`
 /// that has a value must come with its header, equal to it once the `=?base64?…?=` form
 /// is decoded (integers compared as numbers, booleans as `true`/`false`); else `400`
@@ -298,11 +306,7 @@ fn check_mirrored_params(
     let mut marked = Vec::new();
     mirrored_params(schema, &mut Vec::new(), &mut marked);
     for (path, name) in marked {
-        let value = path
-            .iter()
-            .try_fold(arguments, |v, key| v.map(|v| v.get(key)))
-            .flatten();
-        let Some(value) = value.filter(|v| !v.is_null()) else {
+        let Some(value) = argument_at(arguments, &path).filter(|v| !v.is_null()) else {
             continue;
         };
         let header = format!("mcp-param-{name}");
@@ -366,14 +370,7 @@ pub async fn serve(
                 INVALID_REQUEST,
                 "Invalid Request: this server sends no requests, so there is nothing to respond to",
             ),
-            Err(invalid) => {
-                return rpc_error(
-                    StatusCode::BAD_REQUEST,
-                    &invalid.id,
-                    INVALID_REQUEST,
-                    invalid.message,
-                )
-            }
+            Err(invalid) => return invalid_request(&invalid),
         };
     if let Err(refused) = check(headers, &id, &method, params.as_ref()) {
         return *refused;
@@ -390,17 +387,8 @@ pub async fn serve(
             Some(DISCOVER_TTL_MS),
         ),
         "tools/list" => {
-            if params
-                .as_ref()
-                .and_then(|p| p.get("cursor"))
-                .is_some_and(|c| !c.is_null())
-            {
-                return rpc_error(
-                    StatusCode::OK,
-                    &id,
-                    INVALID_PARAMS,
-                    "Invalid params: unknown cursor (this server lists every tool in one page)",
-                );
+            if let Some(m) = tools::refused_cursor(params.as_ref()) {
+                return rpc_error(StatusCode::OK, &id, INVALID_PARAMS, m);
             }
             match host.effective_tools(&Subject::Agent(agent.to_string())) {
                 Ok(list) => complete(&id, ToolsList(&list), Some(TOOLS_TTL_MS)),
@@ -425,7 +413,6 @@ pub async fn serve(
             }
             call(host, agent, &id, params).await
         }
-
         "subscriptions/listen" => listen(sessions, agent, headers, id, params),
         _ => rpc_error(
             StatusCode::NOT_FOUND,

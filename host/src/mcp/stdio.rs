@@ -759,11 +759,7 @@ impl Bridge {
         };
         let arguments = message.pointer("/params/arguments");
         for (path, name) in marked.iter() {
-            let value = path
-                .iter()
-                .try_fold(arguments, |v, key| v.map(|v| v.get(key)))
-                .flatten();
-            let text = match value {
+            let text = match super::stateless::argument_at(arguments, path) {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Bool(b)) => b.to_string(),
                 Some(Value::Number(n)) => n.to_string(),

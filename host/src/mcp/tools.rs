@@ -208,6 +208,15 @@ pub fn call_error(err: HostError, version: &str) -> CallError {
     CallError::Rpc(code, err.message, Value::Object(data))
 }
 
+/// Why a `tools/list` request cannot be answered, if it names a cursor: every tool is
+/// listed in one page, so no cursor is ever handed out.
+pub fn refused_cursor(params: Option<&Value>) -> Option<&'static str> {
+    params
+        .and_then(|p| p.get("cursor"))
+        .is_some_and(|c| !c.is_null())
+        .then_some("Invalid params: unknown cursor (this server lists every tool in one page)")
+}
+
 /// What a `tools/call` came to, for each endpoint to frame as its revision says.
 pub enum CallOutcome {
     /// The tool ran: its result.
