@@ -32,6 +32,7 @@ fn specs() -> Vec<GuestSpec> {
             .features(&["prefix-lookalike"])
             .output_name("hostile-prefix-lookalike"),
         GuestSpec::new("no-exports"),
+        GuestSpec::new("rich"),
     ];
     for feature in BAD_MANIFEST_FEATURES {
         specs.push(

@@ -43,6 +43,7 @@ fn bench(c: &mut Criterion) {
                 description: format!("Tool {t} of {ns}"),
                 input_schema: json!({"type": "object", "properties": {"x": {"type": "string"}}}),
                 annotations: ToolAnnotations::default(),
+                output_schema: None,
             })
             .collect();
         let info = Connector {
@@ -52,6 +53,7 @@ fn bench(c: &mut Criterion) {
             description: String::new(),
             version: "1".into(),
             digest: "sha256:00".into(),
+            world: String::new(),
             tools,
             config_schema: json!({}),
             webhook: None,

@@ -50,6 +50,7 @@ async fn main() -> anyhow::Result<()> {
                 read_only_hint: true,
                 ..ToolAnnotations::default()
             },
+            output_schema: None,
         },
         Arc::new(WhoAmI),
     )?;
@@ -69,11 +70,12 @@ async fn main() -> anyhow::Result<()> {
     let echoed = host
         .call_tool("ada", "acme.echo", json!({"message": "from the platform"}))
         .await?;
-    println!("acme.echo -> {echoed}");
+    // The structured result (JSON); `content` holds any content blocks (images, ...).
+    println!("acme.echo -> {}", serde_json::to_string(&echoed)?);
     let me = host
         .call_tool("ada", "sv.platform.whoami", json!({}))
         .await?;
-    println!("sv.platform.whoami -> {me}");
+    println!("sv.platform.whoami -> {}", serde_json::to_string(&me)?);
     let context = host.runtime_context("ada").await?;
     println!("runtime context env: {:?}", context.env);
 

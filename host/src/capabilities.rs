@@ -160,6 +160,7 @@ mod tests {
             description: String::new(),
             version: "1.0.0".into(),
             digest: "sha256:00".into(),
+            world: String::new(),
             tools: Vec::new(),
             config_schema: schema,
             webhook: None,

@@ -22,6 +22,7 @@ use crate::registry::{SchemaViolation, ToolAnnotations, ToolInfo};
 use crate::runtime::{wit, Caller};
 use crate::state::State;
 use crate::store::Subject;
+use crate::tool_output::ToolOutput;
 
 /// A handler of a platform tool an embedding platform registers.
 pub trait PlatformToolHandler: Send + Sync {
@@ -122,7 +123,7 @@ impl ToolDispatcher {
         agent: &str,
         tool: &str,
         arguments: Value,
-    ) -> HostResult<Value> {
+    ) -> HostResult<ToolOutput> {
         let result = self.call_tool_inner(agent, tool, arguments).await;
         let m = &self.metrics;
         match &result {
@@ -138,7 +139,7 @@ impl ToolDispatcher {
         agent: &str,
         tool: &str,
         arguments: Value,
-    ) -> HostResult<Value> {
+    ) -> HostResult<ToolOutput> {
         check_id("agent", agent)?;
         let subject = Subject::Agent(agent.to_string());
         let (tools, binding) = {
@@ -190,9 +191,20 @@ impl ToolDispatcher {
                 };
                 let args = arguments.to_string();
                 match self.catalog.runtime().call_tool(connector.component(), &sandbox, ctx, tool, &args).await {
-                    Ok(Ok(json_text)) => serde_json::from_str(&json_text).map_err(|e| {
-                        HostError::new(ErrorCode::ConnectorTrapped, format!("connector `{}` returned a result that is not JSON: {e}", connector.slug()))
-                    }),
+                    Ok(Ok(output)) => {
+                        let output = ToolOutput::from_guest(output).map_err(|e| {
+                            HostError::new(ErrorCode::ConnectorTrapped, format!("connector `{}` returned a malformed result: {e}", connector.slug()))
+                        })?;
+                        if let Err(v) = connector.check_output(tool, output.structured.as_ref()) {
+                            let listed: Vec<String> = v.iter().map(ToString::to_string).collect();
+                            return Err(HostError::new(
+                                ErrorCode::ToolFailed,
+                                format!("connector `{}` returned a result that breaks the output schema of `{tool}`: {}", connector.slug(), listed.join("; ")),
+                            )
+                            .with_details(json!({"reason": "output_schema", "violations": violations_json(&v)})));
+                        }
+                        Ok(output)
+                    }
                     Ok(Err(wit::ToolError::Failed(msg))) => Err(HostError::new(ErrorCode::ToolFailed, msg)),
                     Ok(Err(wit::ToolError::Unauthorized(msg))) => {
                         Err(HostError::new(ErrorCode::ToolFailed, msg).with_details(json!({"reason": "unauthorized"})))
@@ -221,16 +233,16 @@ impl ToolDispatcher {
                     }
                 }
                 match info.name.as_str() {
-                    "sv.tools.list" => Ok(json!({"tools": &*tools})),
+                    "sv.tools.list" => Ok(ToolOutput::json(json!({"tools": &*tools}))),
                     "sv.tools.describe" => {
                         let name = arguments.get("name").and_then(Value::as_str).unwrap_or_default();
                         match tools.get(name) {
-                            Some(t) => serde_json::to_value(t).map_err(|e| HostError::internal(e.to_string())),
+                            Some(t) => serde_json::to_value(t).map(ToolOutput::json).map_err(|e| HostError::internal(e.to_string())),
                             None => Err(HostError::new(ErrorCode::ToolFailed, format!("`{name}` is not one of your tools"))),
                         }
                     }
                     _ => match handler {
-                        Some(h) => h.call(agent, arguments).await.map_err(|m| HostError::new(ErrorCode::ToolFailed, m)),
+                        Some(h) => h.call(agent, arguments).await.map(ToolOutput::json).map_err(|m| HostError::new(ErrorCode::ToolFailed, m)),
                         None => Err(HostError::new(ErrorCode::UnknownTool, format!("platform tool `{tool}` has no handler"))),
                     },
                 }
@@ -275,12 +287,14 @@ fn builtin_platform_tools() -> (Vec<ToolInfo>, PlatformHandlers) {
             description: "Describe one of your effective tools: its description, input schema, annotations and where it comes from.".into(),
             input_schema: json!({"type": "object", "properties": {"name": {"type": "string", "description": "Canonical tool id, e.g. github.create_issue"}}, "required": ["name"], "additionalProperties": false}),
             annotations,
+            output_schema: None,
         },
         ToolInfo {
             name: "sv.tools.list".into(),
             description: "List the tools you can call (your effective tool set), with their provenance.".into(),
             input_schema: json!({"type": "object", "properties": {}, "additionalProperties": false}),
             annotations,
+            output_schema: None,
         },
     ];
     let mut validators = BTreeMap::new();

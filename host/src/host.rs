@@ -280,8 +280,13 @@ impl Host {
         self.parts.tools.register_platform_tool(info, handler)
     }
 
-    /// Calls a tool on behalf of an agent.
-    pub async fn call_tool(&self, agent: &str, tool: &str, arguments: Value) -> HostResult<Value> {
+    /// Calls a tool on behalf of an agent: its structured result and content blocks.
+    pub async fn call_tool(
+        &self,
+        agent: &str,
+        tool: &str,
+        arguments: Value,
+    ) -> HostResult<crate::ToolOutput> {
         self.parts.tools.call_tool(agent, tool, arguments).await
     }
 

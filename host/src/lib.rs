@@ -29,7 +29,9 @@ pub mod server;
 mod startup;
 mod state;
 pub mod store;
+pub mod tool_output;
 pub mod webhooks;
 
 pub use error::{ErrorCode, HostError, HostResult};
 pub use host::Host;
+pub use tool_output::{ContentBlock, ToolOutput};

@@ -342,6 +342,7 @@ pub(crate) fn image_tool_infos(record: &ImageToolsRecord) -> Arc<[Arc<ToolInfo>]
                     .cloned()
                     .unwrap_or_else(|| serde_json::json!({"type": "object"})),
                 annotations: Default::default(),
+                output_schema: None,
             }))
         })
         .collect();

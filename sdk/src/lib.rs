@@ -85,6 +85,7 @@ pub mod github;
 pub mod http;
 pub mod log;
 mod manifest;
+mod output;
 pub mod secrets;
 mod types;
 
@@ -92,6 +93,7 @@ pub use manifest::{
     is_id_segment, is_slug, is_tool_id, schema_of, Annotations, Manifest, ManifestError, NoArgs,
     Tool, WebhookScheme, RESERVED_NAMESPACE,
 };
+pub use output::{Content, IntoToolOutput, ResourceContents, ResourceLink, ToolOutput};
 pub use types::{AgentContext, Binding, CallContext, Message, ToolError, Webhook};
 
 pub use schemars;
@@ -237,6 +239,43 @@ pub mod __private {
         }
     }
 
+    fn output_to_wit(o: crate::ToolOutput) -> wit::ToolOutput {
+        use crate::{Content, ResourceContents};
+        let block = |c: Content| match c {
+            Content::Text(t) => wit::ContentBlock::Text(t),
+            Content::Image { data, mime_type } => {
+                wit::ContentBlock::Image(wit::Media { data, mime_type })
+            }
+            Content::Audio { data, mime_type } => {
+                wit::ContentBlock::Audio(wit::Media { data, mime_type })
+            }
+            Content::ResourceLink(l) => wit::ContentBlock::ResourceLink(wit::ResourceLink {
+                uri: l.uri,
+                name: l.name,
+                title: l.title,
+                description: l.description,
+                mime_type: l.mime_type,
+                size: l.size,
+            }),
+            Content::Resource {
+                uri,
+                mime_type,
+                contents,
+            } => wit::ContentBlock::Resource(wit::EmbeddedResource {
+                uri,
+                mime_type,
+                contents: match contents {
+                    ResourceContents::Text(t) => wit::ResourceContents::Text(t),
+                    ResourceContents::Blob(b) => wit::ResourceContents::Blob(b),
+                },
+            }),
+        };
+        wit::ToolOutput {
+            structured: o.structured,
+            content: o.content.into_iter().map(block).collect(),
+        }
+    }
+
     fn manifest_to_wit(m: crate::Manifest) -> wit::Manifest {
         let tools = m
             .tools
@@ -251,6 +290,7 @@ pub mod __private {
                     idempotent: t.annotations.idempotent,
                     open_world: t.annotations.open_world,
                 },
+                output_schema: t.output_schema.map(|schema| schema().to_string()),
             })
             .collect();
         wit::Manifest {
@@ -296,7 +336,7 @@ pub mod __private {
             ctx: wit::CallContext,
             tool: String,
             arguments: String,
-        ) -> Result<String, wit::ToolError> {
+        ) -> Result<wit::ToolOutput, wit::ToolError> {
             let manifest = C::manifest();
             let Some(handler) = manifest.find_tool(&tool) else {
                 return Err(wit::ToolError::Failed(format!(
@@ -309,7 +349,9 @@ pub mod __private {
                 agent: ctx.agent,
                 call_id: ctx.call_id,
             };
-            (handler.handler)(&ctx, &arguments).map_err(tool_error_to_wit)
+            (handler.handler)(&ctx, &arguments)
+                .map(output_to_wit)
+                .map_err(tool_error_to_wit)
         }
 
         fn translate_webhook(hook: wit::Webhook) -> Result<Vec<wit::Message>, String> {

@@ -15,16 +15,16 @@ use std::fmt;
 
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
-use serde::Serialize;
 use serde_json::Value;
 
+use crate::output::{IntoToolOutput, ToolOutput};
 use crate::types::{CallContext, ToolError};
 
 /// A string that is usually a literal: no allocation when the manifest is rebuilt.
 pub(crate) type Text = Cow<'static, str>;
 
-/// The type-erased tool handler: raw JSON arguments in, raw JSON result out.
-pub(crate) type Handler = Box<dyn Fn(&CallContext, &str) -> Result<String, ToolError>>;
+/// The type-erased tool handler: raw JSON arguments in, the tool's output out.
+pub(crate) type Handler = Box<dyn Fn(&CallContext, &str) -> Result<ToolOutput, ToolError>>;
 
 /// The namespace reserved for the platform (CONTRACT.md §1).
 pub const RESERVED_NAMESPACE: &str = "sv";
@@ -142,6 +142,7 @@ pub struct Tool {
     pub(crate) name: Text,
     pub(crate) description: Text,
     pub(crate) schema: fn() -> Value,
+    pub(crate) output_schema: Option<fn() -> Value>,
     pub(crate) annotations: Annotations,
     pub(crate) handler: Handler,
 }
@@ -162,8 +163,9 @@ impl Tool {
     /// The input schema is derived from `A` (only when the host asks for the manifest);
     /// the host validates every call against it before guest code runs. If the arguments
     /// still do not deserialize into `A`, the call fails with
-    /// [`ToolError::InvalidArguments`] naming the problem. The result is serialized to
-    /// JSON.
+    /// [`ToolError::InvalidArguments`] naming the problem. The result is any serializable
+    /// value (serialized to JSON: the structured result) or a
+    /// [`ToolOutput`](crate::ToolOutput) with content blocks (images, audio, resources).
     ///
     /// ```
     /// use connector_sdk::{CallContext, Tool, ToolError};
@@ -185,22 +187,20 @@ impl Tool {
     ) -> Tool
     where
         A: JsonSchema + DeserializeOwned,
-        R: Serialize,
+        R: IntoToolOutput,
         F: Fn(&CallContext, A) -> Result<R, ToolError> + 'static,
     {
         Tool {
             name: name.into(),
             description: description.into(),
             schema: schema_of::<A>,
+            output_schema: None,
             annotations: Annotations::new(),
             handler: Box::new(move |ctx, raw| {
                 let args: A = serde_json::from_str(raw).map_err(|e| {
                     ToolError::InvalidArguments(format!("the arguments do not fit: {e}"))
                 })?;
-                let result = handler(ctx, args)?;
-                serde_json::to_string(&result).map_err(|e| {
-                    ToolError::Failed(format!("the tool's result is not serializable: {e}"))
-                })
+                handler(ctx, args)?.into_tool_output()
             }),
         }
     }
@@ -225,9 +225,47 @@ impl Tool {
             name: name.into(),
             description: description.into(),
             schema,
+            output_schema: None,
             annotations: Annotations::new(),
-            handler: Box::new(handler),
+            handler: Box::new(move |ctx, raw| {
+                handler(ctx, raw).map(|json| ToolOutput {
+                    structured: Some(json),
+                    content: Vec::new(),
+                })
+            }),
         }
+    }
+
+    /// Declares the structured result's schema, derived from `T` (an object type) when the
+    /// host asks for the manifest. Clients see it as `outputSchema`; the host fails any
+    /// call whose structured result is missing or does not fit it.
+    ///
+    /// ```
+    /// use connector_sdk::{CallContext, NoArgs, Tool, ToolError};
+    ///
+    /// #[derive(serde::Serialize, schemars::JsonSchema)]
+    /// struct Weather { celsius: f64 }
+    ///
+    /// let tool = Tool::new("now", "Current weather", |_: &CallContext, _: NoArgs| {
+    ///     Ok::<_, ToolError>(Weather { celsius: 21.5 })
+    /// })
+    /// .output::<Weather>();
+    /// assert_eq!(tool.output_schema().unwrap()["type"], "object");
+    /// ```
+    pub fn output<T: JsonSchema>(self) -> Self {
+        self.output_schema_fn(schema_of::<T>)
+    }
+
+    /// Declares the structured result's schema from a function returning it (for a
+    /// hand-written schema); see [`Tool::output`].
+    pub fn output_schema_fn(mut self, schema: fn() -> Value) -> Self {
+        self.output_schema = Some(schema);
+        self
+    }
+
+    /// The output schema, if declared (generated now).
+    pub fn output_schema(&self) -> Option<Value> {
+        self.output_schema.map(|f| f())
     }
 
     /// The name as given (relative or full).

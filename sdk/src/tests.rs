@@ -264,6 +264,25 @@ impl Connector for TestConnector {
             .tool(Tool::new("fail", "Fails", |_: &CallContext, _: NoArgs| {
                 Err::<(), _>(ToolError::unauthorized("nope"))
             }))
+            .tool(
+                Tool::new("picture", "A picture", |_: &CallContext, _: NoArgs| {
+                    ToolOutput::new()
+                        .text("look:")
+                        .image(vec![1u8, 2, 3], "image/png")
+                        .audio(vec![4u8], "audio/wav")
+                        .resource_link(
+                            ResourceLink::new("https://example.com/p", "p")
+                                .title("P")
+                                .description("the p")
+                                .mime_type("image/png")
+                                .size(3),
+                        )
+                        .resource_text("test://t", "text/plain", "hello")
+                        .resource_blob("test://b", "application/octet-stream", vec![9u8])
+                        .structured(&json!({"pixels": 3}))
+                })
+                .output::<Pixels>(),
+            )
     }
 
     fn bind(config: &Value) -> Result<Vec<String>, String> {
@@ -290,6 +309,11 @@ impl Connector for TestConnector {
 
 type T = Adapter<TestConnector>;
 
+#[derive(Serialize, schemars::JsonSchema)]
+struct Pixels {
+    pixels: u32,
+}
+
 fn ctx(config: &str) -> wit::CallContext {
     wit::CallContext {
         binding: wit::Binding {
@@ -314,7 +338,20 @@ fn describe_emits_the_wit_manifest() {
         Some(wit::WebhookScheme::StandardWebhooks)
     ));
     let names: Vec<_> = m.tools.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(names, ["test.echo", "test.raw", "test.whoami", "test.fail"]);
+    assert_eq!(
+        names,
+        [
+            "test.echo",
+            "test.raw",
+            "test.whoami",
+            "test.fail",
+            "test.picture"
+        ]
+    );
+    assert_eq!(m.tools[0].output_schema, None);
+    let output: Value = serde_json::from_str(m.tools[4].output_schema.as_deref().unwrap()).unwrap();
+    assert_eq!(output["type"], "object");
+    assert_eq!(output["properties"]["pixels"]["type"], "integer");
     assert!(m.tools[0].annotations.read_only);
     let schema: Value = serde_json::from_str(&m.tools[0].input_schema).unwrap();
     assert_eq!(schema["properties"]["message"]["type"], "string");
@@ -352,25 +389,58 @@ fn describe_panics_on_an_invalid_manifest() {
 
 #[test]
 fn call_tool_dispatches_by_id() {
-    let out = T::call_tool(ctx("{}"), "test.echo".into(), r#"{"message":"hi"}"#.into()).unwrap();
-    assert_eq!(out, r#"{"message":"hi"}"#);
-
-    let raw = r#"{ "x" : [1, 2],  "y":"z" }"#;
+    let json_only = |tool: &str, args: &str, config: &str| {
+        let out = T::call_tool(ctx(config), tool.into(), args.into()).unwrap();
+        assert!(out.content.is_empty(), "{tool}: {:?}", out.content);
+        out.structured.unwrap()
+    };
     assert_eq!(
-        T::call_tool(ctx("{}"), "test.raw".into(), raw.into()).unwrap(),
-        raw
+        json_only("test.echo", r#"{"message":"hi"}"#, "{}"),
+        r#"{"message":"hi"}"#
     );
 
-    let who = T::call_tool(
-        ctx(r#"{"routes":["a"]}"#),
-        "test.whoami".into(),
-        "{}".into(),
-    )
-    .unwrap();
+    let raw = r#"{ "x" : [1, 2],  "y":"z" }"#;
+    assert_eq!(json_only("test.raw", raw, "{}"), raw);
+
+    let who = json_only("test.whoami", "{}", r#"{"routes":["a"]}"#);
     let who: Value = serde_json::from_str(&who).unwrap();
     assert_eq!(
         who,
         json!({"unit": "unit-1", "agent": "agent-7", "call": "call-1", "config": {"routes": ["a"]}})
+    );
+}
+
+#[test]
+fn content_blocks_reach_the_host_in_order() {
+    let out = T::call_tool(ctx("{}"), "test.picture".into(), "{}".into()).unwrap();
+    assert_eq!(out.structured.as_deref(), Some(r#"{"pixels":3}"#));
+    let kinds: Vec<String> = out
+        .content
+        .iter()
+        .map(|b| match b {
+            wit::ContentBlock::Text(t) => format!("text {t}"),
+            wit::ContentBlock::Image(m) => format!("image {} {:?}", m.mime_type, m.data),
+            wit::ContentBlock::Audio(m) => format!("audio {} {:?}", m.mime_type, m.data),
+            wit::ContentBlock::ResourceLink(l) => format!(
+                "link {} {} {:?} {:?} {:?} {:?}",
+                l.uri, l.name, l.title, l.description, l.mime_type, l.size
+            ),
+            wit::ContentBlock::Resource(r) => match &r.contents {
+                wit::ResourceContents::Text(t) => format!("text resource {} {t}", r.uri),
+                wit::ResourceContents::Blob(b) => format!("blob resource {} {b:?}", r.uri),
+            },
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "text look:",
+            "image image/png [1, 2, 3]",
+            "audio audio/wav [4]",
+            r#"link https://example.com/p p Some("P") Some("the p") Some("image/png") Some(3)"#,
+            "text resource test://t hello",
+            "blob resource test://b [9]",
+        ]
     );
 }
 

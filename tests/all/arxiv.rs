@@ -87,7 +87,10 @@ impl Setup {
             .call_tool(&self.arxiv, &self.sandbox, ctx, tool, &args.to_string())
             .await
             .expect("the guest runs to completion")
-            .map(|out| serde_json::from_str(&out).expect("JSON result"))
+            .map(|out| {
+                serde_json::from_str(out.structured.as_deref().unwrap_or_default())
+                    .expect("JSON result")
+            })
     }
 
     fn last_request(&self) -> std::collections::HashMap<String, String> {

@@ -1,13 +1,16 @@
 //! The GitHub connector end to end against a fake GitHub that checks the App JWT:
 //! signed deliveries into unit inboxes (routing, fan-out, filters), and the runtime
 //! context with host-minted installation tokens (and the personal-access-token route).
+//!
+//! Each check runs twice: on the bundled connector (the current world) and on the same
+//! connector as built against `spring:connector@0.1.0` (a kept fixture), rotated in.
 
 use std::path::PathBuf;
 
 use connector_host::config::{ConnectorSettings, GithubAppSettings};
 use connector_host::webhooks::verify::github_signature;
 use integration_tests::fake_github::FakeGithub;
-use integration_tests::harness::{send_github_webhook, TestHost};
+use integration_tests::harness::{send_github_webhook, upload_component, TestHost};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -29,7 +32,30 @@ fn key(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The bundled `github` as built against the first world.
+fn first_world_component() -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/spring-connector-0.1.0/github.wasm");
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Which `github` component a test runs on.
+#[derive(Clone, Copy, Debug)]
+enum World {
+    /// The bundled one.
+    Current,
+    /// The 0.1.0 fixture, rotated in before anything is bound.
+    First,
+}
+
 async fn setup() -> (TestHost, FakeGithub) {
+    setup_in(World::Current).await
+}
+
+async fn setup_in(world: World) -> (TestHost, FakeGithub) {
+    // Only the bundled build mints installation tokens by default; an operator's own
+    // build of `github` (as the 0.1.0 one is) needs `github_app = true`.
+    let own_build = matches!(world, World::First);
     let public = std::fs::read_to_string(key("app-public.pem")).unwrap();
     let fake = FakeGithub::start(&public, APP_ID).await;
     fake.register(INSTALLATION);
@@ -42,12 +68,23 @@ async fn setup() -> (TestHost, FakeGithub) {
         });
         let mut settings = ConnectorSettings {
             webhook_secrets: vec![SECRET.into()],
+            github_app: own_build.then_some(true),
             ..ConnectorSettings::default()
         };
         settings.secrets.insert("ci-bot".into(), PAT.into());
         c.connectors.insert("github".into(), settings);
     })
     .await;
+    let expected = match world {
+        World::Current => "spring:connector@0.2.0",
+        World::First => {
+            let (s, b) = upload_component(&h.client, &h.url, first_world_component(), "").await;
+            assert_eq!(s, 200, "rotating github to its 0.1.0 build: {b}");
+            "spring:connector@0.1.0"
+        }
+    };
+    let (s, b) = h.op(Method::GET, "/api/v1/connectors/github", None).await;
+    assert_eq!((s, b["world"].as_str()), (200, Some(expected)), "{b}");
     for u in ["web", "docs", "other", "pat"] {
         h.unit(u, None).await;
     }
@@ -90,7 +127,16 @@ async fn inbox(h: &TestHost, unit: &str) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_reach_the_matching_units_with_kind_and_thread() {
-    let (h, _fake) = setup().await;
+    deliveries_in(World::Current).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_world_github_routes_deliveries_the_same() {
+    deliveries_in(World::First).await;
+}
+
+async fn deliveries_in(world: World) {
+    let (h, _fake) = setup_in(world).await;
 
     // Repository matched case-insensitively; the label filter drops it for `docs` only.
     let (s, b) = deliver(&h, "issues", "g-1", &fixture("issues.opened")).await;
@@ -159,7 +205,16 @@ async fn deliveries_reach_the_matching_units_with_kind_and_thread() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runtime_context_has_the_contract_env_and_file_and_one_exchange() {
-    let (h, fake) = setup().await;
+    runtime_context_in(World::Current).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_world_github_gets_the_same_context_through_the_host_imports() {
+    runtime_context_in(World::First).await;
+}
+
+async fn runtime_context_in(world: World) {
+    let (h, fake) = setup_in(world).await;
     let token = h.agent_token("dev").await;
 
     // 100 concurrent requests for one installation: exactly one exchange.
@@ -180,7 +235,8 @@ async fn runtime_context_has_the_contract_env_and_file_and_one_exchange() {
     assert_eq!(
         fake.exchanges(),
         1,
-        "one exchange for 100 concurrent requests"
+        "one exchange for 100 concurrent requests: {:?}",
+        answers.first()
     );
     let (s, ctx) = &answers[0];
     assert_eq!(*s, 200, "{ctx}");

@@ -21,3 +21,4 @@ mod runtime;
 mod scaffold;
 mod store_conformance;
 mod webhooks;
+mod worlds;

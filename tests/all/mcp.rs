@@ -47,7 +47,7 @@ struct Reply {
 }
 
 /// One MCP client session over plain HTTP.
-struct Mcp {
+pub(crate) struct Mcp {
     client: reqwest::Client,
     endpoint: String,
     token: String,
@@ -69,7 +69,7 @@ impl Mcp {
     }
 
     /// A session opened with `initialize` at `version` (and `notifications/initialized`).
-    async fn open(base: &str, agent: &str, token: &str, version: &str) -> Mcp {
+    pub(crate) async fn open(base: &str, agent: &str, token: &str, version: &str) -> Mcp {
         let mut m = Mcp::new(base, agent, token);
         let r = m
             .post(
@@ -138,7 +138,7 @@ impl Mcp {
     }
 
     /// A request; asserts HTTP 200 and returns the JSON-RPC answer.
-    async fn rpc(&self, method: &str, params: Value) -> Value {
+    pub(crate) async fn rpc(&self, method: &str, params: Value) -> Value {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let r = self
             .post(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
@@ -149,7 +149,7 @@ impl Mcp {
         r.body
     }
 
-    async fn call(&self, tool: &str, arguments: Value) -> Value {
+    pub(crate) async fn call(&self, tool: &str, arguments: Value) -> Value {
         self.rpc("tools/call", json!({"name": tool, "arguments": arguments}))
             .await
     }
@@ -1445,6 +1445,8 @@ async fn official_python_sdk_drives_http_and_stdio() {
         return;
     };
     let h = setup().await;
+    h.install(guests::RICH).await;
+    h.bind("team", "rich", json!({})).await;
     let token = h.agent_token("ada").await;
     let mut python = tokio::process::Command::new(python);
     python.env("PYTHONUNBUFFERED", "1");

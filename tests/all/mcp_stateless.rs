@@ -833,6 +833,8 @@ async fn official_typescript_sdk_in_every_negotiation_mode() {
         return;
     };
     let h = setup().await;
+    h.install(integration_tests::guests::RICH).await;
+    h.bind("team", "rich", json!({})).await;
     let token = h.agent_token("ada").await;
     let mut node = tokio::process::Command::new(node);
     node.env("NODE_PATH", modules);

@@ -53,7 +53,10 @@ async fn call(
     tool: &str,
     args: &str,
 ) -> Result<Result<String, wit::ToolError>, GuestError> {
-    rt.call_tool(c, sandbox, ctx(), tool, args).await
+    // These tools return JSON only: the structured result's text.
+    rt.call_tool(c, sandbox, ctx(), tool, args)
+        .await
+        .map(|r| r.map(|out| out.structured.unwrap_or_default()))
 }
 
 fn acme_bytes() -> &'static [u8] {

@@ -7,8 +7,8 @@ A client nobody on this project wrote: whatever it does against the host must wo
     python client_check.py --url http://127.0.0.1:8787 --agent ada --token AGENT_TOKEN \
         --operator-token OP --unit team --binary target/debug/connector-host
 
-The agent must have `acme` bound and the `hostile` test connector installed but not
-bound to --unit. Two legs, each over its own transport:
+The agent must have `acme` and the `rich` test connector bound, and the `hostile` test
+connector installed but not bound to --unit. Two legs, each over its own transport:
 
 1. Streamable HTTP (`streamable_http_client`, or `streamablehttp_client` in SDK 1.x)
    with the agent token as a bearer header;
@@ -19,7 +19,8 @@ Each leg: initialize, list tools (acme.echo present), call acme.echo and check t
 structured result, call a tool of the unbound `hostile` connector (error -32002), bind
 `hostile` through the REST API mid-session and wait for
 `notifications/tools/list_changed` (via a message handler), see the new tool listed and
-callable, then unbind it again. With SDK 2.x, then `mcp.Client` in each negotiation mode
+callable, then unbind it again; rich results (image, audio, resource link, embedded
+resources, mixed content, structured output with an output schema). With SDK 2.x, then `mcp.Client` in each negotiation mode
 (`legacy`, `auto`, the `2026-07-28` pin) over both transports: the revision it lands on,
 list, call, errors, and change notifications (`Client.listen` at 2026-07-28). Prints one
 line per check; exits non-zero on failure.
@@ -43,6 +44,49 @@ except ImportError:  # SDK 1.x
     from mcp.shared.exceptions import McpError as RpcError
 
 NOTIFY_TIMEOUT_S = 10.0
+# tests/guests/rich's 1x1 PNG and WAV header, base64.
+PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVQI12P4z8AAAAMBAQAY3Y2wAAAAAElFTkSuQmCC"
+WAV_B64 = "UklGRiQAAABXQVZFZm10IBAAAAABAAEARKwAAIhYAQACABAAZGF0YQAAAAA="
+
+
+def attr(obj, snake, camel):
+    """An attribute under its SDK 2.x (snake_case) or 1.x (camelCase) name."""
+    value = getattr(obj, snake, None)
+    return getattr(obj, camel, None) if value is None else value
+
+
+async def rich_checks(name, call_tool, list_tools):
+    """The `rich` connector's content blocks and structured output, as this SDK parses them."""
+    tools = (await list_tools()).tools
+    weather = next(t for t in tools if t.name == "rich.weather")
+    out_schema = attr(weather, "output_schema", "outputSchema")
+    assert out_schema and out_schema["type"] == "object" and "celsius" in out_schema["properties"], weather
+
+    image = await call_tool("rich.image", {})
+    block = image.content[0]
+    assert block.type == "image" and block.data == PNG_B64, block
+    assert attr(block, "mime_type", "mimeType") == "image/png", block
+    audio = (await call_tool("rich.audio", {})).content[0]
+    assert audio.type == "audio" and audio.data == WAV_B64, audio
+    assert attr(audio, "mime_type", "mimeType") == "audio/wav", audio
+    link = (await call_tool("rich.resource_link", {})).content[0]
+    assert link.type == "resource_link" and str(link.uri) == "https://example.com/report.pdf", link
+    assert link.name == "report" and attr(link, "mime_type", "mimeType") == "application/pdf", link
+    embedded = (await call_tool("rich.embedded_resource", {})).content[0]
+    assert embedded.type == "resource", embedded
+    assert str(embedded.resource.uri) == "test://embedded-resource", embedded
+    assert embedded.resource.text == "This is an embedded resource content.", embedded
+    mixed = (await call_tool("rich.mixed", {})).content
+    assert [b.type for b in mixed] == ["text", "image", "resource"], mixed
+    assert mixed[2].resource.blob == "AAEC/w==", mixed[2]
+
+    result = await call_tool("rich.weather", {"city": "Oslo"})
+    assert not attr(result, "is_error", "isError"), result
+    assert attr(result, "structured_content", "structuredContent") == {"city": "Oslo", "celsius": 21.5}, result
+    assert result.content[0].text == "Oslo: 21.5 °C", result
+    broken = await call_tool("rich.broken_output", {})
+    assert attr(broken, "is_error", "isError") and "output schema" in broken.content[0].text, broken
+    log(f"{name}: rich results (image, audio, resource link, embedded and mixed content, structured output) as sent")
 
 
 def log(msg):
@@ -190,6 +234,8 @@ async def leg(name, transport, a):
             await asyncio.wait_for(changed.wait(), NOTIFY_TIMEOUT_S)
             log(f"{name}: unbinding announced too")
 
+            await rich_checks(name, session.call_tool, session.list_tools)
+
 
 def client_transport(kind, a, endpoint):
     """A fresh transport for `mcp.Client` (SDK 2.x): Streamable HTTP with the agent token,
@@ -262,6 +308,7 @@ async def mode_leg(kind, mode, a, endpoint):
         else:
             raise AssertionError(f"{name}: a tool of an unbound connector ran")
         log(f"{name}: revision {version}; list, call, invalid arguments and -32002 as expected")
+        await rich_checks(name, client.call_tool, client.list_tools)
 
         started = time.monotonic()
         if version == "2026-07-28":

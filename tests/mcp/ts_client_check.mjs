@@ -10,12 +10,14 @@
 //     --url http://127.0.0.1:8787 --agent ada --token AGENT_TOKEN \
 //     --operator-token OP --unit team --binary target/debug/connector-host
 //
-// The agent must have `acme` bound and the `hostile` test connector installed but not
-// bound to --unit. Each leg: the revision it lands on, list, call, invalid arguments (a
-// result with isError), a tool of an unbound connector (-32002), then a bind through the
-// REST API and the change notification (through `listen` at 2026-07-28, the session's
-// stream before), the new tool listed and callable, and the unbind. Prints one line per
-// check; exits non-zero on failure.
+// The agent must have `acme` and the `rich` test connector bound, and the `hostile` test
+// connector installed but not bound to --unit. Each leg: the revision it lands on, list,
+// call, invalid arguments (a result with isError), a tool of an unbound connector
+// (-32002), rich results (image, audio, resource link, embedded and mixed content,
+// structured output with an output schema), then a bind through the REST API and the
+// change notification (through `listen` at 2026-07-28, the session's stream before), the
+// new tool listed and callable, and the unbind. Prints one line per check; exits non-zero
+// on failure.
 
 import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
@@ -27,6 +29,9 @@ const { Client, StreamableHTTPClientTransport } = await import(require.resolve('
 const { StdioClientTransport } = await import(require.resolve('@modelcontextprotocol/client/stdio'));
 
 const NOTIFY_TIMEOUT_MS = 10_000;
+// tests/guests/rich's 1x1 PNG and WAV header, base64.
+const PNG_B64 = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVQI12P4z8AAAAMBAQAY3Y2wAAAAAElFTkSuQmCC';
+const WAV_B64 = 'UklGRiQAAABXQVZFZm10IBAAAAABAAEARKwAAIhYAQACABAAZGF0YQAAAAA=';
 const { values: a } = parseArgs({
   options: {
     url: { type: 'string' },
@@ -75,6 +80,29 @@ function within(promise, what) {
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
+// The `rich` connector's content blocks and structured output, as this SDK parses them.
+async function richChecks(name, client) {
+  const weather = (await client.listTools()).tools.find((t) => t.name === 'rich.weather');
+  check(weather?.outputSchema?.type === 'object' && weather.outputSchema.properties?.celsius, `${name}: weather ${JSON.stringify(weather)}`);
+  const first = async (tool) => (await client.callTool({ name: tool, arguments: {} })).content;
+  const [image] = await first('rich.image');
+  check(image.type === 'image' && image.data === PNG_B64 && image.mimeType === 'image/png', `${name}: image ${JSON.stringify(image)}`);
+  const [audio] = await first('rich.audio');
+  check(audio.type === 'audio' && audio.data === WAV_B64 && audio.mimeType === 'audio/wav', `${name}: audio ${JSON.stringify(audio)}`);
+  const [link] = await first('rich.resource_link');
+  check(link.type === 'resource_link' && link.uri === 'https://example.com/report.pdf' && link.name === 'report' && link.mimeType === 'application/pdf', `${name}: link ${JSON.stringify(link)}`);
+  const [embedded] = await first('rich.embedded_resource');
+  check(embedded.type === 'resource' && embedded.resource.uri === 'test://embedded-resource' && embedded.resource.text === 'This is an embedded resource content.', `${name}: embedded ${JSON.stringify(embedded)}`);
+  const mixed = await first('rich.mixed');
+  check(mixed.map((b) => b.type).join() === 'text,image,resource' && mixed[2].resource.blob === 'AAEC/w==', `${name}: mixed ${JSON.stringify(mixed)}`);
+  const result = await client.callTool({ name: 'rich.weather', arguments: { city: 'Oslo' } });
+  check(!result.isError && result.structuredContent?.city === 'Oslo' && result.structuredContent?.celsius === 21.5, `${name}: weather ${JSON.stringify(result)}`);
+  check(result.content[0].text === 'Oslo: 21.5 °C', `${name}: weather text ${JSON.stringify(result.content)}`);
+  const broken = await client.callTool({ name: 'rich.broken_output', arguments: {} });
+  check(broken.isError && broken.content[0].text.includes('output schema'), `${name}: broken ${JSON.stringify(broken)}`);
+  log(`${name}: rich results (image, audio, resource link, embedded and mixed content, structured output) as sent`);
+}
+
 async function leg(kind, mode) {
   const name = `${kind}/${typeof mode === 'string' ? mode : mode.pin}`;
   const client = new Client({ name: 'ts_client_check', version: '0' }, { versionNegotiation: { mode } });
@@ -109,6 +137,7 @@ async function leg(kind, mode) {
     }
     check(refused === -32002, `${name}: an unbound connector's tool gave ${refused}`);
     log(`${name}: revision ${version}; list, call, invalid arguments and -32002 as expected`);
+    await richChecks(name, client);
 
     const subscription = version === '2026-07-28' ? await client.listen({ toolsListChanged: true }) : undefined;
     if (subscription) check(subscription.honoredFilter.toolsListChanged === true, `${name}: honoured ${JSON.stringify(subscription.honoredFilter)}`);

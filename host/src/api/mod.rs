@@ -428,8 +428,8 @@ async fn call_tool(
         return Err(HostError::invalid_request("`tool` is required"));
     }
     let arguments = body.arguments.unwrap_or_else(|| json!({}));
-    let result = host.call_tool(&agent, &body.tool, arguments).await?;
-    ok(StatusCode::OK, &json!({ "result": result }))
+    let output = host.call_tool(&agent, &body.tool, arguments).await?;
+    ok(StatusCode::OK, &output)
 }
 
 // ----- webhooks and unit messages -----------------------------------------------------

@@ -12,6 +12,7 @@ use super::inspect::{local_registry, prepare, read_component};
 use super::{print_json, read_json_arg, CliError};
 use crate::registry::SchemaViolation;
 use crate::runtime::{wit, Caller, GuestError, OutboundPolicy, Sandbox};
+use crate::tool_output::ToolOutput;
 
 pub(crate) const HELP: &str = "\
 With FILE.wasm (a TARGET ending in .wasm, containing a `/`, or naming an existing file) the
@@ -24,6 +25,10 @@ addresses are refused unless --allow-private-networks. TOOL may omit the namespa
 
 With AGENT the call goes through the running host (POST /api/v1/agents/AGENT/tool-calls)
 and passes its grant and schema checks.
+
+A JSON result is printed as is. A result with content blocks (text, images, audio,
+resources) is printed as the HTTP API returns it: {\"result\": <structured JSON or null>,
+\"content\": [blocks]}, binary data in base64.
 
 Examples:
   connector-host call target/wasm32-wasip2/release/acme.wasm echo '{\"text\": \"hi\"}'
@@ -92,8 +97,17 @@ pub fn run_remote(client: &Client, args: CallArgs) -> Result<(), CliError> {
         Body::Json(json!({"tool": args.tool, "arguments": arguments})),
     )?;
     let body = reply.body.unwrap_or(Value::Null);
-    print_json(body.get("result").unwrap_or(&body));
+    print_json(shown_result(&body));
     Ok(())
+}
+
+/// What `call` prints of a tool-call answer `{"result", "content"?}`: the result alone
+/// when there are no content blocks, else the whole answer.
+pub(crate) fn shown_result(body: &Value) -> &Value {
+    match body.get("result") {
+        Some(result) if body.get("content").is_none() => result,
+        _ => body,
+    }
 }
 
 /// A local call in the component file TARGET.
@@ -200,16 +214,27 @@ pub async fn run_local(args: CallArgs) -> Result<(), CliError> {
         .await
         .map_err(|e| guest_error(&e))?;
     match outcome {
-        Ok(text) => match serde_json::from_str::<Value>(&text) {
-            Ok(result) => {
-                print_json(&result);
-                Ok(())
-            }
-            Err(e) => Err(CliError::failed(format!(
-                "connector_trapped: the connector returned a result that is not JSON ({e}): {}",
-                text.chars().take(200).collect::<String>()
-            ))),
-        },
+        Ok(output) => {
+            let output = ToolOutput::from_guest(output).map_err(|e| {
+                CliError::failed(format!(
+                    "connector_trapped: the connector returned a malformed result: {e}"
+                ))
+            })?;
+            connector
+                .check_output(&tool_id, output.structured.as_ref())
+                .map_err(|v| {
+                    CliError::failed(violations(
+                        &format!(
+                            "tool_failed: the result breaks the output schema of `{tool_id}`:"
+                        ),
+                        &v,
+                    ))
+                })?;
+            let body = serde_json::to_value(&output)
+                .map_err(|e| CliError::failed(format!("the result cannot be shown: {e}")))?;
+            print_json(shown_result(&body));
+            Ok(())
+        }
         Err(wit::ToolError::Failed(m)) => Err(CliError::failed(format!("tool_failed: {m}"))),
         Err(wit::ToolError::InvalidArguments(m)) => {
             Err(CliError::failed(format!("invalid_arguments: {m}")))

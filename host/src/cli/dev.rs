@@ -495,6 +495,7 @@ mod tests {
             description: description.into(),
             input_schema: schema,
             annotations: ToolAnnotations::default(),
+            output_schema: None,
         }
     }
 
@@ -506,6 +507,7 @@ mod tests {
             description: "d".into(),
             version: "0.1.0".into(),
             digest: "sha256:aa".into(),
+            world: String::new(),
             tools: vec![
                 tool(
                     "demo.a",

@@ -151,14 +151,10 @@ impl Round<'_> {
             );
             match answer {
                 Ok(reply) => {
-                    let result = reply
-                        .body
-                        .as_ref()
-                        .and_then(|b| b.get("result"))
-                        .cloned()
-                        .unwrap_or(Value::Null);
-                    let text = serde_json::to_string_pretty(&result)
-                        .unwrap_or_else(|_| result.to_string());
+                    let body = reply.body.unwrap_or(Value::Null);
+                    let result = super::call::shown_result(&body);
+                    let text =
+                        serde_json::to_string_pretty(result).unwrap_or_else(|_| result.to_string());
                     lines.push(format!(
                         "live: call {tool} as agent `{}`:\n{}",
                         self.agent,

@@ -132,7 +132,7 @@ impl Serialize for EffectiveTool<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let info = self.info;
         let namespace = info.name.split('.').next().unwrap_or_default();
-        let mut s = serializer.serialize_struct("EffectiveTool", 7)?;
+        let mut s = serializer.serialize_struct("EffectiveTool", 8)?;
         s.serialize_field("name", &info.name)?;
         s.serialize_field("namespace", namespace)?;
         s.serialize_field("description", &info.description)?;
@@ -143,6 +143,10 @@ impl Serialize for EffectiveTool<'_> {
         )?;
         s.serialize_field("inputSchema", &info.input_schema)?;
         s.serialize_field("annotations", &info.annotations)?;
+        match &info.output_schema {
+            Some(schema) => s.serialize_field("outputSchema", schema)?,
+            None => s.skip_field("outputSchema")?,
+        }
         s.end()
     }
 }

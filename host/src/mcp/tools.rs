@@ -12,6 +12,7 @@ use crate::error::{ErrorCode, HostError};
 use crate::grants::ResolvedTools;
 use crate::host::Host;
 use crate::registry::ToolInfo;
+use crate::tool_output::ToolOutput;
 
 /// The `tools/list` result of an effective tool set: `{"tools": [Tool]}`.
 ///
@@ -38,18 +39,22 @@ impl Serialize for ToolsList<'_> {
     }
 }
 
-/// One MCP `Tool`: `{name, description, inputSchema, annotations}`. The contract's
-/// annotations already carry MCP's `ToolAnnotations` names (`readOnlyHint`, ...).
+/// One MCP `Tool`: `{name, description, inputSchema, annotations, outputSchema?}`. The
+/// contract's annotations already carry MCP's `ToolAnnotations` names (`readOnlyHint`,
+/// ...); an output schema is an object schema (checked at install).
 struct McpTool<'a>(&'a ToolInfo);
 
 impl Serialize for McpTool<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let info = self.0;
-        let mut map = serializer.serialize_map(Some(4))?;
+        let mut map = serializer.serialize_map(None)?;
         map.serialize_entry("name", &info.name)?;
         map.serialize_entry("description", &info.description)?;
         map.serialize_entry("inputSchema", &InputSchema(&info.input_schema))?;
         map.serialize_entry("annotations", &info.annotations)?;
+        if let Some(schema) = &info.output_schema {
+            map.serialize_entry("outputSchema", schema)?;
+        }
         map.end()
     }
 }
@@ -99,15 +104,10 @@ pub fn fingerprint(tools: &ResolvedTools) -> u64 {
     w.0.finish()
 }
 
-/// A successful call: the result as JSON text content, and as structured content (the
-/// result itself when it is an object, else `{"result": value}`).
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CallResult {
-    content: [TextContent; 1],
-    structured_content: Value,
-    is_error: bool,
-}
+/// A successful call: the connector's content blocks, or the structured result as JSON
+/// text when there are none; and the structured result as `structuredContent` (the
+/// result itself when it is an object, else `{"result": value}`), when there is one.
+pub struct CallResult(ToolOutput);
 
 #[derive(Serialize)]
 struct TextContent {
@@ -116,23 +116,39 @@ struct TextContent {
 }
 
 impl CallResult {
-    pub fn success(value: Value) -> Self {
-        let text = value.to_string();
-        let structured_content = if value.is_object() {
-            value
-        } else {
-            let mut m = Map::with_capacity(1);
-            m.insert("result".into(), value);
-            Value::Object(m)
-        };
-        CallResult {
-            content: [TextContent {
-                r#type: "text",
-                text,
-            }],
-            structured_content,
-            is_error: false,
+    pub fn success(output: ToolOutput) -> Self {
+        CallResult(output)
+    }
+}
+
+impl Serialize for CallResult {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        struct Wrapped<'a>(&'a Value);
+        impl Serialize for Wrapped<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut map = serializer.serialize_map(Some(1))?;
+                map.serialize_entry("result", self.0)?;
+                map.end()
+            }
         }
+        let output = &self.0;
+        let mut map = serializer.serialize_map(Some(3))?;
+        if output.content.is_empty() {
+            let text = [TextContent {
+                r#type: "text",
+                text: output.structured_text(),
+            }];
+            map.serialize_entry("content", &text)?;
+        } else {
+            map.serialize_entry("content", &output.content)?;
+        }
+        match &output.structured {
+            Some(value @ Value::Object(_)) => map.serialize_entry("structuredContent", value)?,
+            Some(value) => map.serialize_entry("structuredContent", &Wrapped(value))?,
+            None => {}
+        }
+        map.serialize_entry("isError", &false)?;
+        map.end()
     }
 }
 
@@ -247,7 +263,7 @@ pub async fn call(host: &Host, agent: &str, version: &str, params: Option<Value>
         Some(v) => v,
     };
     match host.call_tool(agent, &name, arguments).await {
-        Ok(value) => CallOutcome::Done(CallResult::success(value)),
+        Ok(output) => CallOutcome::Done(CallResult::success(output)),
         Err(e) => match call_error(e, version) {
             CallError::Rpc(code, message, data) => {
                 let message = if code == jsonrpc::NOT_GRANTED || code == jsonrpc::INVALID_PARAMS {
@@ -303,14 +319,44 @@ mod tests {
 
     #[test]
     fn results_carry_text_and_structured_content() {
-        let r = serde_json::to_value(CallResult::success(json!({"message": "hi"}))).unwrap();
+        let success =
+            |v: Value| serde_json::to_value(CallResult::success(ToolOutput::json(v))).unwrap();
+        let r = success(json!({"message": "hi"}));
         assert_eq!(
             r,
             json!({"content": [{"type": "text", "text": "{\"message\":\"hi\"}"}], "structuredContent": {"message": "hi"}, "isError": false})
         );
-        let r = serde_json::to_value(CallResult::success(json!([1, 2]))).unwrap();
+        let r = success(json!([1, 2]));
         assert_eq!(r["structuredContent"], json!({"result": [1, 2]}));
         assert_eq!(r["content"][0]["text"], "[1,2]");
+    }
+
+    #[test]
+    fn content_blocks_are_the_content_and_structured_results_stay_beside_them() {
+        use crate::tool_output::ContentBlock;
+        let text = |t: &str| ContentBlock::Text { text: t.into() };
+        let image = ContentBlock::Image {
+            data: "AQI=".into(),
+            mime_type: "image/png".into(),
+        };
+        let r = serde_json::to_value(CallResult::success(ToolOutput {
+            structured: None,
+            content: vec![text("look"), image],
+        }))
+        .unwrap();
+        assert_eq!(
+            r,
+            json!({"content": [{"type": "text", "text": "look"}, {"type": "image", "data": "AQI=", "mimeType": "image/png"}], "isError": false})
+        );
+        let r = serde_json::to_value(CallResult::success(ToolOutput {
+            structured: Some(json!({"n": 1})),
+            content: vec![text("one")],
+        }))
+        .unwrap();
+        assert_eq!(
+            r,
+            json!({"content": [{"type": "text", "text": "one"}], "structuredContent": {"n": 1}, "isError": false})
+        );
     }
 
     #[test]

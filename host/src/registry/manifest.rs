@@ -58,6 +58,10 @@ pub struct Connector {
     pub description: String,
     pub version: String,
     pub digest: String,
+    /// The WIT world the component implements (`spring:connector@0.2.0`, or `@0.1.0`
+    /// for a component built against the first world); set from the loaded component.
+    #[serde(default)]
+    pub world: String,
     pub tools: Vec<ToolInfo>,
     pub config_schema: Value,
     pub webhook: Option<WebhookInfo>,
@@ -72,6 +76,10 @@ pub struct ToolInfo {
     pub description: String,
     pub input_schema: Value,
     pub annotations: ToolAnnotations,
+    /// JSON Schema of the structured result (an object schema), when the tool declares
+    /// one; every successful call is checked against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
 }
 
 /// MCP-style tool annotations.
@@ -184,6 +192,25 @@ fn parse_schema(owner: &str, text: &str) -> Result<Value, ManifestError> {
     Ok(value)
 }
 
+/// An output schema: a JSON Schema whose root is an object schema (`"type": "object"`),
+/// as MCP requires of `outputSchema`.
+fn parse_output_schema(tool: &str, text: &str) -> Result<Value, ManifestError> {
+    let schema = parse_schema(tool, text).map_err(|e| match e {
+        ManifestError::InvalidSchema { owner, reason } => ManifestError::InvalidSchema {
+            owner,
+            reason: format!("its output schema: {reason}"),
+        },
+        other => other,
+    })?;
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        return Err(ManifestError::InvalidSchema {
+            owner: tool.to_string(),
+            reason: "its output schema must be an object schema with `\"type\": \"object\"` at its root (MCP's rule for outputSchema)".into(),
+        });
+    }
+    Ok(schema)
+}
+
 /// Where a schema sits relative to the root of a tool's input schema.
 #[derive(Clone, Copy, PartialEq)]
 enum Reach {
@@ -292,6 +319,10 @@ pub fn validate(manifest: wit::Manifest, digest: &str) -> Result<Connector, Mani
         }
         let input_schema = parse_schema(&tool.name, &tool.input_schema)?;
         check_mirrored_headers(&tool.name, &input_schema)?;
+        let output_schema = match &tool.output_schema {
+            None => None,
+            Some(text) => Some(parse_output_schema(&tool.name, text)?),
+        };
         tools.push(ToolInfo {
             name: tool.name,
             description: tool.description,
@@ -302,6 +333,7 @@ pub fn validate(manifest: wit::Manifest, digest: &str) -> Result<Connector, Mani
                 idempotent_hint: tool.annotations.idempotent,
                 open_world_hint: tool.annotations.open_world,
             },
+            output_schema,
         });
     }
     let config_schema = parse_schema("configSchema", &manifest.config_schema)?;
@@ -318,6 +350,7 @@ pub fn validate(manifest: wit::Manifest, digest: &str) -> Result<Connector, Mani
         description: manifest.description,
         version: manifest.version,
         digest: digest.to_string(),
+        world: String::new(),
         tools,
         config_schema,
         webhook,
@@ -340,6 +373,7 @@ mod tests {
                 idempotent: true,
                 open_world: false,
             },
+            output_schema: None,
         }
     }
 
@@ -504,5 +538,39 @@ mod tests {
         let mut m = manifest("acme", None, &[]);
         m.config_schema = "[1]".into();
         assert_eq!(validate(m, "d").unwrap_err().offending_id(), "configSchema");
+    }
+
+    #[test]
+    fn output_schemas_are_object_schemas() {
+        let with_output = |schema: &str| {
+            let mut m = manifest("acme", None, &["acme.echo"]);
+            m.tools[0].output_schema = Some(schema.into());
+            validate(m, "d")
+        };
+        let good = r#"{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}"#;
+        let c = with_output(good).unwrap();
+        assert_eq!(
+            c.tools[0].output_schema,
+            Some(serde_json::from_str::<Value>(good).unwrap())
+        );
+        for (bad, why) in [
+            (r#"{"type":"array"}"#, "object schema"),
+            (r#"{"properties":{}}"#, "object schema"),
+            ("true", "object schema"),
+            (r#"{"type": 12}"#, ""),
+            ("nope", "not JSON"),
+        ] {
+            let err = with_output(bad).unwrap_err();
+            assert_eq!(err.rule(), "invalid_json_schema", "{bad}");
+            assert_eq!(err.offending_id(), "acme.echo", "{bad}");
+            assert!(err.to_string().contains("output schema"), "{bad}: {err}");
+            assert!(err.to_string().contains(why), "{bad}: {err}");
+        }
+        assert_eq!(with_output(good).unwrap().tools[0].name, "acme.echo");
+        let none = validate(manifest("acme", None, &["acme.echo"]), "d").unwrap();
+        assert_eq!(none.tools[0].output_schema, None);
+        assert!(!serde_json::to_string(&none.tools[0])
+            .unwrap()
+            .contains("outputSchema"));
     }
 }

@@ -123,6 +123,7 @@ pub struct InstalledConnector {
     info: Connector,
     component: LoadedComponent,
     tool_schemas: HashMap<String, jsonschema::Validator>,
+    output_schemas: HashMap<String, jsonschema::Validator>,
     config_schema: jsonschema::Validator,
     bytes: Arc<[u8]>,
     sorted_tools: Vec<usize>,
@@ -172,8 +173,12 @@ impl InstalledConnector {
         bytes: Arc<[u8]>,
     ) -> Result<Self, ManifestError> {
         let mut tool_schemas = HashMap::with_capacity(info.tools.len());
+        let mut output_schemas = HashMap::new();
         for tool in &info.tools {
             tool_schemas.insert(tool.name.clone(), compile(&tool.name, &tool.input_schema)?);
+            if let Some(schema) = &tool.output_schema {
+                output_schemas.insert(tool.name.clone(), compile(&tool.name, schema)?);
+            }
         }
         let config_schema = compile("configSchema", &info.config_schema)?;
         let mut sorted_tools: Vec<usize> = (0..info.tools.len()).collect();
@@ -183,6 +188,7 @@ impl InstalledConnector {
             info,
             component,
             tool_schemas,
+            output_schemas,
             config_schema,
             bytes,
         })
@@ -233,6 +239,25 @@ impl InstalledConnector {
         }
     }
 
+    /// Checks a successful call's structured result against the tool's output schema, if
+    /// it declares one (a declared schema makes a structured result mandatory).
+    pub fn check_output(
+        &self,
+        tool: &str,
+        structured: Option<&Value>,
+    ) -> Result<(), Vec<SchemaViolation>> {
+        let Some(validator) = self.output_schemas.get(tool) else {
+            return Ok(());
+        };
+        match structured {
+            Some(value) => violations(validator, value),
+            None => Err(vec![SchemaViolation {
+                pointer: String::new(),
+                message: "no structured result, but the tool declares an output schema".into(),
+            }]),
+        }
+    }
+
     /// Checks a binding configuration against the config schema.
     pub fn check_config(&self, config: &Value) -> Result<(), Vec<SchemaViolation>> {
         violations(&self.config_schema, config)
@@ -270,8 +295,9 @@ impl ConnectorRegistry {
             .describe(&component)
             .await
             .map_err(InstallError::Describe)?;
-        let info =
+        let mut info =
             manifest::validate(manifest, component.digest()).map_err(InstallError::Manifest)?;
+        info.world = component.world().to_string();
         InstalledConnector::from_parts(info, component, Arc::from(bytes))
             .map_err(InstallError::Manifest)
     }

@@ -17,11 +17,16 @@
 //! The guest sees WASI with no files, environment, arguments or sockets; the only way
 //! out is `wasi:http/outgoing-handler`, policed by [`OutboundPolicy`], and the host
 //! interface of the WIT package (logging, host-minted credentials).
+//!
+//! Two worlds are linked: the current `spring:connector@0.2.0` and the first, 0.1.0
+//! (`previous`), so every component ever built keeps working. The rest of the host sees
+//! only the current world's types.
 
 mod cache;
 mod error;
 mod limits;
 mod outbound;
+mod previous;
 mod share;
 
 use std::collections::BTreeMap;
@@ -54,21 +59,26 @@ use share::{Admitted, CpuSlice, HostShare, MemoryBudget, OnTurn};
 
 mod bindings {
     wasmtime::component::bindgen!({
-        path: "../wit",
+        path: "../wit/connector.wit",
         world: "connector",
         imports: { default: async },
         exports: { default: async },
     });
 }
 
-/// The WIT types exchanged with guests, as generated from `wit/connector.wit`.
+/// The WIT types exchanged with guests, as generated from `wit/connector.wit` (the
+/// current world; 0.1.0 guests are translated to and from these).
 pub mod wit {
     pub use super::bindings::spring::connector::host::{AccessToken, LogLevel};
     pub use super::bindings::spring::connector::types::{
-        AgentContext, Annotations, Binding, CallContext, Manifest, Message, Tool, ToolError,
-        Webhook, WebhookScheme,
+        AgentContext, Annotations, Binding, CallContext, ContentBlock, EmbeddedResource, Manifest,
+        Media, Message, ResourceContents, ResourceLink, Tool, ToolError, ToolOutput, Webhook,
+        WebhookScheme,
     };
 }
+
+/// The world of components built against the current WIT package.
+pub const CURRENT_WORLD: &str = "spring:connector@0.2.0";
 
 /// How often the epoch advances. A guest past its deadline is stopped within one tick.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -140,7 +150,20 @@ impl Sandbox {
 pub struct LoadedComponent {
     digest: String,
     source: LoadSource,
-    pre: bindings::ConnectorPre<GuestState>,
+    pre: WorldPre,
+}
+
+/// A linked component of one of the worlds the host speaks.
+#[derive(Clone)]
+enum WorldPre {
+    Current(bindings::ConnectorPre<GuestState>),
+    Previous(previous::bindings::ConnectorPre<GuestState>),
+}
+
+/// One instance of a component, in its world.
+enum Instance {
+    Current(bindings::Connector),
+    Previous(previous::bindings::Connector),
 }
 
 impl std::fmt::Debug for LoadedComponent {
@@ -148,6 +171,7 @@ impl std::fmt::Debug for LoadedComponent {
         f.debug_struct("LoadedComponent")
             .field("digest", &self.digest)
             .field("source", &self.source)
+            .field("world", &self.world())
             .finish()
     }
 }
@@ -161,6 +185,14 @@ impl LoadedComponent {
     /// Whether it was compiled now or read back from the cache.
     pub fn source(&self) -> LoadSource {
         self.source
+    }
+
+    /// The WIT world the component was built against, e.g. `spring:connector@0.2.0`.
+    pub fn world(&self) -> &'static str {
+        match self.pre {
+            WorldPre::Current(_) => CURRENT_WORLD,
+            WorldPre::Previous(_) => previous::WORLD,
+        }
     }
 }
 
@@ -371,6 +403,11 @@ impl ConnectorRuntime {
             .map_err(|e| anyhow::anyhow!("linking wasi:http: {e}"))?;
         bindings::Connector::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |s| s)
             .map_err(|e| anyhow::anyhow!("linking the connector host interface: {e}"))?;
+        previous::bindings::Connector::add_to_linker::<GuestState, HasSelf<GuestState>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| anyhow::anyhow!("linking the 0.1.0 connector host interface: {e}"))?;
 
         let cache = ComponentCache::new(&engine, options.cache_dir.clone())
             .map_err(|e| anyhow::anyhow!("could not create the component cache directory: {e}"))?;
@@ -447,8 +484,15 @@ impl ConnectorRuntime {
             .linker
             .instantiate_pre(&component)
             .map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
-        let pre = bindings::ConnectorPre::new(instance_pre)
-            .map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        // The exports say which world a component implements: the current one, else
+        // the first; a component of neither is refused with the current world's reason.
+        let pre = match bindings::ConnectorPre::new(instance_pre.clone()) {
+            Ok(pre) => WorldPre::Current(pre),
+            Err(current) => match previous::bindings::ConnectorPre::new(instance_pre) {
+                Ok(pre) => WorldPre::Previous(pre),
+                Err(_) => return Err(LoadError::WrongWorld(format!("{current:#}"))),
+            },
+        };
         Ok(LoadedComponent {
             digest: format!("sha256:{digest_hex}"),
             source,
@@ -521,7 +565,7 @@ impl ConnectorRuntime {
         f: F,
     ) -> Result<R, GuestError>
     where
-        F: for<'a> FnOnce(&'a bindings::Connector, &'a mut Store<GuestState>) -> GuestFuture<'a, R>,
+        F: for<'a> FnOnce(&'a Instance, &'a mut Store<GuestState>) -> GuestFuture<'a, R>,
     {
         // The deadline runs from now: waiting for a slot counts toward it.
         let timeout = self.limits.call_timeout;
@@ -533,11 +577,17 @@ impl ConnectorRuntime {
         let hard_stop = tokio::time::Instant::from_std(deadline + EPOCH_TICK * 2);
         let slice = store.data().slice.clone();
         let guest = async {
-            let instance = component
-                .pre
-                .instantiate_async(&mut store)
-                .await
-                .map_err(|e| (e, true))?;
+            let instance = match &component.pre {
+                WorldPre::Current(pre) => pre
+                    .instantiate_async(&mut store)
+                    .await
+                    .map(Instance::Current),
+                WorldPre::Previous(pre) => pre
+                    .instantiate_async(&mut store)
+                    .await
+                    .map(Instance::Previous),
+            }
+            .map_err(|e| (e, true))?;
             f(&instance, &mut store).await.map_err(|e| (e, false))
         };
         let outcome = tokio::time::timeout_at(hard_stop, OnTurn::new(slice, guest)).await;
@@ -617,14 +667,25 @@ impl ConnectorRuntime {
         let sandbox = Sandbox::isolated("(describe)");
         let manifest = self
             .run(component, &sandbox, |c, store| {
-                Box::pin(c.call_describe(store))
+                Box::pin(async move {
+                    match c {
+                        Instance::Current(c) => c.call_describe(store).await,
+                        Instance::Previous(c) => {
+                            c.call_describe(store).await.map(previous::manifest)
+                        }
+                    }
+                })
             })
             .await?;
         let size = manifest.config_schema.len()
             + manifest
                 .tools
                 .iter()
-                .map(|t| t.input_schema.len() + t.description.len())
+                .map(|t| {
+                    t.input_schema.len()
+                        + t.description.len()
+                        + t.output_schema.as_ref().map_or(0, String::len)
+                })
                 .sum::<usize>();
         self.check_size(size)?;
         Ok(manifest)
@@ -639,7 +700,12 @@ impl ConnectorRuntime {
     ) -> Result<Result<Vec<String>, String>, GuestError> {
         let config = config.to_owned();
         self.run(component, sandbox, move |c, store| {
-            Box::pin(async move { c.call_bind(store, &config).await })
+            Box::pin(async move {
+                match c {
+                    Instance::Current(c) => c.call_bind(store, &config).await,
+                    Instance::Previous(c) => c.call_bind(store, &config).await,
+                }
+            })
         })
         .await
     }
@@ -652,16 +718,26 @@ impl ConnectorRuntime {
         ctx: wit::CallContext,
         tool: &str,
         arguments: &str,
-    ) -> Result<Result<String, wit::ToolError>, GuestError> {
+    ) -> Result<Result<wit::ToolOutput, wit::ToolError>, GuestError> {
         let tool = tool.to_owned();
         let arguments = arguments.to_owned();
         let result = self
             .run(component, sandbox, move |c, store| {
-                Box::pin(async move { c.call_call_tool(store, &ctx, &tool, &arguments).await })
+                Box::pin(async move {
+                    match c {
+                        Instance::Current(c) => {
+                            c.call_call_tool(store, &ctx, &tool, &arguments).await
+                        }
+                        Instance::Previous(c) => c
+                            .call_call_tool(store, &previous::call_context(ctx), &tool, &arguments)
+                            .await
+                            .map(previous::tool_result),
+                    }
+                })
             })
             .await?;
         match &result {
-            Ok(json) => self.check_size(json.len())?,
+            Ok(output) => self.check_size(output_size(output))?,
             Err(
                 wit::ToolError::Failed(m)
                 | wit::ToolError::InvalidArguments(m)
@@ -680,7 +756,15 @@ impl ConnectorRuntime {
     ) -> Result<Result<Vec<wit::Message>, String>, GuestError> {
         let result = self
             .run(component, sandbox, move |c, store| {
-                Box::pin(async move { c.call_translate_webhook(store, &hook).await })
+                Box::pin(async move {
+                    match c {
+                        Instance::Current(c) => c.call_translate_webhook(store, &hook).await,
+                        Instance::Previous(c) => c
+                            .call_translate_webhook(store, &previous::webhook(hook))
+                            .await
+                            .map(|r| r.map(|m| m.into_iter().map(previous::message_out).collect())),
+                    }
+                })
             })
             .await?;
         if let Ok(messages) = &result {
@@ -703,7 +787,19 @@ impl ConnectorRuntime {
         message: wit::Message,
     ) -> Result<bool, GuestError> {
         self.run(component, sandbox, move |c, store| {
-            Box::pin(async move { c.call_accept(store, &binding, &message).await })
+            Box::pin(async move {
+                match c {
+                    Instance::Current(c) => c.call_accept(store, &binding, &message).await,
+                    Instance::Previous(c) => {
+                        c.call_accept(
+                            store,
+                            &previous::binding(binding),
+                            &previous::message_in(message),
+                        )
+                        .await
+                    }
+                }
+            })
         })
         .await
     }
@@ -717,7 +813,15 @@ impl ConnectorRuntime {
     ) -> Result<Result<wit::AgentContext, String>, GuestError> {
         let result = self
             .run(component, sandbox, move |c, store| {
-                Box::pin(async move { c.call_runtime_context(store, &binding).await })
+                Box::pin(async move {
+                    match c {
+                        Instance::Current(c) => c.call_runtime_context(store, &binding).await,
+                        Instance::Previous(c) => c
+                            .call_runtime_context(store, &previous::binding(binding))
+                            .await
+                            .map(|r| r.map(previous::agent_context)),
+                    }
+                })
             })
             .await?;
         if let Ok(ctx) = &result {
@@ -731,6 +835,34 @@ impl ConnectorRuntime {
         }
         Ok(result)
     }
+}
+
+/// Bytes of a tool's output, as counted against `max_output_bytes`.
+fn output_size(output: &wit::ToolOutput) -> usize {
+    let block = |b: &wit::ContentBlock| match b {
+        wit::ContentBlock::Text(t) => t.len(),
+        wit::ContentBlock::Image(m) | wit::ContentBlock::Audio(m) => {
+            m.data.len() + m.mime_type.len()
+        }
+        wit::ContentBlock::ResourceLink(l) => {
+            l.uri.len()
+                + l.name.len()
+                + [&l.title, &l.description, &l.mime_type]
+                    .iter()
+                    .map(|s| s.as_ref().map_or(0, String::len))
+                    .sum::<usize>()
+        }
+        wit::ContentBlock::Resource(r) => {
+            r.uri.len()
+                + r.mime_type.as_ref().map_or(0, String::len)
+                + match &r.contents {
+                    wit::ResourceContents::Text(t) => t.len(),
+                    wit::ResourceContents::Blob(b) => b.len(),
+                }
+        }
+    };
+    output.structured.as_ref().map_or(0, String::len)
+        + output.content.iter().map(block).sum::<usize>()
 }
 
 /// Whether `bytes` start with the binary header of a WebAssembly component (layer 1).

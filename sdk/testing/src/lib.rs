@@ -40,6 +40,7 @@ use connector_host::runtime::{
 };
 use serde_json::Value;
 
+pub use connector_host::{ContentBlock, ToolOutput};
 pub use serde_json::json;
 
 /// Why a harness operation failed. `code` is the host's error code for the same failure
@@ -289,8 +290,19 @@ impl Harness {
     }
 
     /// Calls a tool (`hello` or `demo.hello`) with `arguments`, checked against its
-    /// inputSchema first, with the current binding config; returns the result.
+    /// inputSchema first, with the current binding config; returns the structured result
+    /// (`null` for a tool that returned content blocks only: see [`Harness::call_output`]).
     pub fn call(&mut self, tool: &str, arguments: Value) -> Result<Value, Error> {
+        Ok(self
+            .call_output(tool, arguments)?
+            .structured
+            .unwrap_or(Value::Null))
+    }
+
+    /// Like [`Harness::call`], returning the whole output: the structured result and the
+    /// content blocks (binary data base64-encoded, as the host serves them). The structured
+    /// result is checked against the tool's output schema, as the host does.
+    pub fn call_output(&mut self, tool: &str, arguments: Value) -> Result<ToolOutput, Error> {
         let info = self.connector.info();
         let tool_id = if tool.contains('.') {
             tool.to_string()
@@ -328,6 +340,7 @@ impl Harness {
         let runtime = self.registry.runtime().clone();
         let component = self.connector.component().clone();
         let args = arguments.to_string();
+        let tool_name = tool_id.clone();
         let outcome = self
             .rt
             .block_on(async move {
@@ -337,12 +350,29 @@ impl Harness {
             })
             .map_err(|e| guest_error(&e))?;
         match outcome {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| {
-                Error::new(
-                    "connector_trapped",
-                    format!("the connector returned a result that is not JSON: {e}"),
-                )
-            }),
+            Ok(output) => {
+                let output = ToolOutput::from_guest(output).map_err(|e| {
+                    Error::new(
+                        "connector_trapped",
+                        format!("the connector returned a malformed result: {e}"),
+                    )
+                })?;
+                let tool_id = tool_name;
+                if let Err(violations) = self
+                    .connector
+                    .check_output(&tool_id, output.structured.as_ref())
+                {
+                    let lines: Vec<String> = violations.iter().map(ToString::to_string).collect();
+                    return Err(Error::new(
+                        "tool_failed",
+                        format!(
+                            "the result breaks the output schema of `{tool_id}`: {}",
+                            lines.join("; ")
+                        ),
+                    ));
+                }
+                Ok(output)
+            }
             Err(wit::ToolError::Failed(m)) => Err(Error::new("tool_failed", m)),
             Err(wit::ToolError::InvalidArguments(m)) => Err(Error::new("invalid_arguments", m)),
             Err(wit::ToolError::Unauthorized(m)) => Err(Error::new("unauthorized", m)),

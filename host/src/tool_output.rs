@@ -1,0 +1,319 @@
+//! What a tool call produced, in the one shape the HTTP API and MCP both show.
+//!
+//! A connector built against `spring:connector@0.2.0` returns structured JSON, content
+//! blocks (text, image, audio, resource link, embedded resource), or both; a 0.1.0
+//! connector and every platform tool return JSON only. The guest's output is checked
+//! once here (JSON parses, media types and URIs are well formed) and binary data is
+//! base64-encoded once, into MCP's content-block shape, so the HTTP tool-call API
+//! (`{"result", "content"}`) and MCP's `tools/call` result serialise the same values.
+
+use base64::Engine as _;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::runtime::wit;
+
+/// A successful tool call's output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    /// The structured result: a 0.1.0 connector's or a platform tool's JSON, a 0.2.0
+    /// connector's `structured` value. `None` when the tool returned content only.
+    pub structured: Option<Value>,
+    /// Content blocks, in the connector's order. Empty: `structured` is the whole result.
+    pub content: Vec<ContentBlock>,
+}
+
+/// One MCP content block. Serialises as MCP does (`{"type": "image", "data": <base64>,
+/// "mimeType": ...}`), which is also the HTTP API's shape.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(
+    tag = "type",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
+pub enum ContentBlock {
+    /// Text for the model.
+    Text { text: String },
+    /// An image: base64 data and its media type.
+    Image { data: String, mime_type: String },
+    /// A sound: base64 data and its media type.
+    Audio { data: String, mime_type: String },
+    /// A link to a resource the client may fetch.
+    ResourceLink {
+        uri: String,
+        name: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        title: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        size: Option<u64>,
+    },
+    /// A resource embedded in the result.
+    Resource { resource: EmbeddedResource },
+}
+
+/// The `resource` of an embedded-resource block: `{uri, mimeType?, text | blob}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EmbeddedResource {
+    pub uri: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    #[serde(flatten)]
+    pub contents: ResourceContents,
+}
+
+/// Text or base64 binary contents of an embedded resource.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResourceContents {
+    /// UTF-8 text.
+    Text(String),
+    /// Base64 data.
+    Blob(String),
+}
+
+impl ToolOutput {
+    /// An output that is JSON only.
+    pub fn json(value: Value) -> Self {
+        ToolOutput {
+            structured: Some(value),
+            content: Vec::new(),
+        }
+    }
+
+    /// Checks and converts what a guest returned. The error says what is wrong, for the
+    /// caller (it names the connector's mistake, never host internals).
+    pub fn from_guest(output: wit::ToolOutput) -> Result<Self, String> {
+        let structured = match output.structured {
+            None => None,
+            Some(text) => Some(
+                serde_json::from_str(&text)
+                    .map_err(|e| format!("its structured result is not JSON: {e}"))?,
+            ),
+        };
+        let content = output
+            .content
+            .into_iter()
+            .enumerate()
+            .map(|(i, block)| {
+                block_from_guest(block).map_err(|e| format!("content block {i}: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(ToolOutput {
+            structured,
+            content,
+        })
+    }
+
+    /// The text a client shows when there are no content blocks: the structured JSON
+    /// (`null` when there is none).
+    pub fn structured_text(&self) -> String {
+        match &self.structured {
+            Some(v) => v.to_string(),
+            None => "null".into(),
+        }
+    }
+}
+
+/// The HTTP API's answer to a tool call: `{"result": <structured JSON or null>}`, with
+/// `"content": [ContentBlock]` when the connector returned content blocks.
+impl Serialize for ToolOutput {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("result", &self.structured)?;
+        if !self.content.is_empty() {
+            map.serialize_entry("content", &self.content)?;
+        }
+        map.end()
+    }
+}
+
+fn base64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn block_from_guest(block: wit::ContentBlock) -> Result<ContentBlock, String> {
+    Ok(match block {
+        wit::ContentBlock::Text(text) => ContentBlock::Text { text },
+        wit::ContentBlock::Image(m) => ContentBlock::Image {
+            mime_type: media_type(m.mime_type)?,
+            data: base64(&m.data),
+        },
+        wit::ContentBlock::Audio(m) => ContentBlock::Audio {
+            mime_type: media_type(m.mime_type)?,
+            data: base64(&m.data),
+        },
+        wit::ContentBlock::ResourceLink(l) => {
+            if l.name.is_empty() {
+                return Err("a resource link needs a name".into());
+            }
+            ContentBlock::ResourceLink {
+                uri: uri(l.uri)?,
+                name: l.name,
+                title: l.title,
+                description: l.description,
+                mime_type: l.mime_type.map(media_type).transpose()?,
+                size: l.size,
+            }
+        }
+        wit::ContentBlock::Resource(r) => ContentBlock::Resource {
+            resource: EmbeddedResource {
+                uri: uri(r.uri)?,
+                mime_type: r.mime_type.map(media_type).transpose()?,
+                contents: match r.contents {
+                    wit::ResourceContents::Text(t) => ResourceContents::Text(t),
+                    wit::ResourceContents::Blob(b) => ResourceContents::Blob(base64(&b)),
+                },
+            },
+        },
+    })
+}
+
+/// `type/subtype` (RFC 6838 restricted names), parameters allowed after `;`.
+fn media_type(text: String) -> Result<String, String> {
+    let is_name = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 127
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
+    };
+    let essence = text.split(';').next().unwrap_or_default().trim();
+    match essence.split_once('/') {
+        Some((t, s)) if is_name(t) && is_name(s) => Ok(text),
+        _ => Err(format!(
+            "media type {:?} is not of the form type/subtype",
+            crate::ids::escape_controls(&text)
+        )),
+    }
+}
+
+/// An absolute URI: a scheme (`[A-Za-z][A-Za-z0-9+.-]*`), a colon, and no whitespace or
+/// control characters.
+fn uri(text: String) -> Result<String, String> {
+    let scheme_ok = text.split_once(':').is_some_and(|(scheme, _)| {
+        let mut b = scheme.bytes();
+        b.next().is_some_and(|c| c.is_ascii_alphabetic())
+            && b.all(|c| c.is_ascii_alphanumeric() || b"+.-".contains(&c))
+    });
+    if scheme_ok && !text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        Ok(text)
+    } else {
+        Err(format!(
+            "{:?} is not an absolute URI (a scheme, then `:`)",
+            crate::ids::escape_controls(&text)
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn guest(structured: Option<&str>, content: Vec<wit::ContentBlock>) -> wit::ToolOutput {
+        wit::ToolOutput {
+            structured: structured.map(str::to_string),
+            content,
+        }
+    }
+
+    #[test]
+    fn blocks_serialise_as_mcp_content() {
+        let out = ToolOutput::from_guest(guest(
+            Some(r#"{"n":1}"#),
+            vec![
+                wit::ContentBlock::Text("hi".into()),
+                wit::ContentBlock::Image(wit::Media {
+                    data: vec![1, 2, 3],
+                    mime_type: "image/png".into(),
+                }),
+                wit::ContentBlock::Audio(wit::Media {
+                    data: vec![0xff],
+                    mime_type: "audio/wav".into(),
+                }),
+                wit::ContentBlock::ResourceLink(wit::ResourceLink {
+                    uri: "https://example.com/a".into(),
+                    name: "a".into(),
+                    title: None,
+                    description: Some("the a".into()),
+                    mime_type: Some("text/plain; charset=utf-8".into()),
+                    size: Some(9),
+                }),
+                wit::ContentBlock::Resource(wit::EmbeddedResource {
+                    uri: "test://r".into(),
+                    mime_type: None,
+                    contents: wit::ResourceContents::Blob(vec![0, 1]),
+                }),
+            ],
+        ))
+        .unwrap();
+        assert_eq!(
+            serde_json::to_value(&out).unwrap(),
+            json!({
+                "result": {"n": 1},
+                "content": [
+                    {"type": "text", "text": "hi"},
+                    {"type": "image", "data": "AQID", "mimeType": "image/png"},
+                    {"type": "audio", "data": "/w==", "mimeType": "audio/wav"},
+                    {"type": "resource_link", "uri": "https://example.com/a", "name": "a", "description": "the a", "mimeType": "text/plain; charset=utf-8", "size": 9},
+                    {"type": "resource", "resource": {"uri": "test://r", "blob": "AAE="}},
+                ]
+            })
+        );
+    }
+
+    #[test]
+    fn json_only_output_keeps_the_old_answer() {
+        let out = ToolOutput::from_guest(guest(Some("[1,2]"), vec![])).unwrap();
+        assert_eq!(
+            serde_json::to_value(&out).unwrap(),
+            json!({"result": [1, 2]})
+        );
+        let none =
+            ToolOutput::from_guest(guest(None, vec![wit::ContentBlock::Text("x".into())])).unwrap();
+        assert_eq!(
+            serde_json::to_value(&none).unwrap(),
+            json!({"result": null, "content": [{"type": "text", "text": "x"}]})
+        );
+    }
+
+    #[test]
+    fn malformed_output_is_refused_with_the_reason() {
+        let bad = |content: wit::ContentBlock| {
+            ToolOutput::from_guest(guest(
+                None,
+                vec![wit::ContentBlock::Text("ok".into()), content],
+            ))
+            .unwrap_err()
+        };
+        let media = |t: &str| wit::Media {
+            data: vec![],
+            mime_type: t.into(),
+        };
+        assert!(
+            bad(wit::ContentBlock::Image(media("png"))).starts_with("content block 1: media type")
+        );
+        assert!(bad(wit::ContentBlock::Audio(media("audio/"))).contains("type/subtype"));
+        let link = |uri: &str, name: &str| {
+            wit::ContentBlock::ResourceLink(wit::ResourceLink {
+                uri: uri.into(),
+                name: name.into(),
+                title: None,
+                description: None,
+                mime_type: None,
+                size: None,
+            })
+        };
+        assert!(bad(link("relative/path", "x")).contains("not an absolute URI"));
+        assert!(bad(link("https://a b", "x")).contains("not an absolute URI"));
+        assert!(bad(link("https://a", "")).contains("needs a name"));
+        assert!(ToolOutput::from_guest(guest(Some("{nope"), vec![]))
+            .unwrap_err()
+            .contains("not JSON"));
+    }
+}
