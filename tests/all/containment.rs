@@ -51,12 +51,7 @@ async fn setup() -> (TestHost, FakeGithub) {
 }
 
 async fn call(h: &TestHost, tool: &str, arguments: Value) -> (u16, Value) {
-    h.op(
-        Method::POST,
-        "/api/v1/agents/ada/tool-calls",
-        Some(json!({"tool": tool, "arguments": arguments})),
-    )
-    .await
+    h.call_tool("ada", tool, arguments).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,6 +40,16 @@ pub(crate) async fn setup() -> TestHost {
     h
 }
 
+/// [`setup`] with the `rich` test connector bound on `team` too (what the official-SDK
+/// check scripts expect), and a token of `ada`.
+pub(crate) async fn setup_with_rich() -> (TestHost, String) {
+    let h = setup().await;
+    h.install(guests::RICH).await;
+    h.bind("team", "rich", json!({})).await;
+    let token = h.agent_token("ada").await;
+    (h, token)
+}
+
 struct Reply {
     status: u16,
     headers: HeaderMap,
@@ -1444,10 +1454,7 @@ async fn official_python_sdk_drives_http_and_stdio() {
     let Some(python) = integration_tests::harness::required("the MCP Python SDK", found) else {
         return;
     };
-    let h = setup().await;
-    h.install(guests::RICH).await;
-    h.bind("team", "rich", json!({})).await;
-    let token = h.agent_token("ada").await;
+    let (h, token) = setup_with_rich().await;
     let mut python = tokio::process::Command::new(python);
     python.env("PYTHONUNBUFFERED", "1");
     run_sdk_check(python, "client_check.py", &h, &token).await;

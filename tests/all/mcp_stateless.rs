@@ -827,17 +827,37 @@ fn node_with_sdk() -> Result<(std::path::PathBuf, std::path::PathBuf), String> {
 /// (`tests/mcp/ts_client_check.mjs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_typescript_sdk_in_every_negotiation_mode() {
-    let Some((node, modules)) =
-        integration_tests::harness::required("Node and the MCP TypeScript SDK", node_with_sdk())
-    else {
+    typescript_sdk_check("@modelcontextprotocol/client").await;
+}
+
+/// The 1.x TypeScript SDK (`@modelcontextprotocol/sdk`, still the most installed): no
+/// negotiation modes, so the session revision over Streamable HTTP and the stdio bridge,
+/// with the same checks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_typescript_sdk_1x_in_a_session() {
+    typescript_sdk_check("@modelcontextprotocol/sdk").await;
+}
+
+/// Runs `tests/mcp/ts_client_check.mjs` with the TypeScript SDK `package` (installed under
+/// `target/mcp-node` by `.ci/run`).
+async fn typescript_sdk_check(package: &str) {
+    let found = node_with_sdk().and_then(|(node, modules)| {
+        if modules.join(package).join("package.json").exists() {
+            Ok((node, modules))
+        } else {
+            Err(format!(
+                "{package} is not installed in {}; run .ci/run",
+                modules.display()
+            ))
+        }
+    });
+    let Some((node, modules)) = integration_tests::harness::required(package, found) else {
         return;
     };
-    let h = setup().await;
-    h.install(integration_tests::guests::RICH).await;
-    h.bind("team", "rich", json!({})).await;
-    let token = h.agent_token("ada").await;
+    let (h, token) = crate::mcp::setup_with_rich().await;
     let mut node = tokio::process::Command::new(node);
-    node.env("NODE_PATH", modules);
+    node.env("NODE_PATH", modules)
+        .env("MCP_TS_PACKAGE", package);
     crate::mcp::run_sdk_check(node, "ts_client_check.mjs", &h, &token).await;
 }
 

@@ -40,12 +40,18 @@ async fn setup() -> TestHost {
 }
 
 async fn call(h: &TestHost, tool: &str, arguments: Value) -> (u16, Value) {
-    h.op(
-        Method::POST,
-        "/api/v1/agents/ada/tool-calls",
-        Some(json!({"tool": tool, "arguments": arguments})),
-    )
-    .await
+    h.call_tool("ada", tool, arguments).await
+}
+
+/// Asserts that calling `tool` fails with `502 <code>` and a message containing each of
+/// `phrases`.
+async fn fails(h: &TestHost, tool: &str, arguments: Value, code: &str, phrases: &[&str]) {
+    let (s, b) = call(h, tool, arguments).await;
+    assert_eq!((s, error_code(&b)), (502, code), "{tool}: {b}");
+    let message = b["error"]["message"].as_str().unwrap_or_default();
+    for phrase in phrases {
+        assert!(message.contains(phrase), "{tool}: no {phrase:?} in {b}");
+    }
 }
 
 async fn world_of(h: &TestHost, slug: &str) -> String {
@@ -180,67 +186,61 @@ async fn the_http_api_returns_content_blocks_and_structured_results() {
 async fn output_schemas_are_shown_and_enforced() {
     let h = setup().await;
     let (_, tools) = h.op(Method::GET, "/api/v1/agents/ada/tools", None).await;
-    let weather = tools["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "rich.weather")
-        .cloned()
-        .unwrap_or_default();
+    let find = |name: &str| {
+        tools["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|t| t["name"] == name)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let weather = find("rich.weather");
     assert_eq!(weather["outputSchema"]["type"], "object", "{weather}");
     assert_eq!(
         weather["outputSchema"]["properties"]["celsius"]["type"],
         "number"
     );
-    let echo = tools["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "acme.echo")
-        .cloned()
-        .unwrap_or_default();
+    let echo = find("acme.echo");
     assert!(echo.get("outputSchema").is_none(), "{echo}");
 
     // A result that breaks the schema, or is missing, fails the call: the connector's
     // mistake never reaches the caller as if it were valid.
-    let (s, b) = call(&h, "rich.broken_output", json!({})).await;
-    assert_eq!((s, error_code(&b)), (502, "tool_failed"), "{b}");
-    let message = b["error"]["message"].as_str().unwrap_or_default();
-    assert!(
-        message.contains("output schema") && message.contains("/celsius"),
-        "{b}"
-    );
-    let (s, b) = call(&h, "rich.missing_output", json!({})).await;
-    assert_eq!((s, error_code(&b)), (502, "tool_failed"), "{b}");
-    assert!(
-        b["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("no structured result"),
-        "{b}"
-    );
-
+    fails(
+        &h,
+        "rich.broken_output",
+        json!({}),
+        "tool_failed",
+        &["output schema", "/celsius"],
+    )
+    .await;
+    fails(
+        &h,
+        "rich.missing_output",
+        json!({}),
+        "tool_failed",
+        &["no structured result"],
+    )
+    .await;
     // Malformed blocks are the connector's fault, named.
-    let (s, b) = call(&h, "rich.bad_media", json!({})).await;
-    assert_eq!((s, error_code(&b)), (502, "connector_trapped"), "{b}");
-    assert!(
-        b["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("type/subtype"),
-        "{b}"
-    );
-
+    fails(
+        &h,
+        "rich.bad_media",
+        json!({}),
+        "connector_trapped",
+        &["type/subtype"],
+    )
+    .await;
     // Binary output counts against the output limit.
-    let (s, b) = call(&h, "rich.big_image", json!({"bytes": 5 * 1024 * 1024})).await;
-    assert_eq!((s, error_code(&b)), (502, "connector_trapped"), "{b}");
-    assert!(
-        b["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("byte limit"),
-        "{b}"
-    );
+    let five_mib = json!({"bytes": 5 * 1024 * 1024});
+    fails(
+        &h,
+        "rich.big_image",
+        five_mib,
+        "connector_trapped",
+        &["byte limit"],
+    )
+    .await;
     let (s, _) = call(&h, "rich.big_image", json!({"bytes": 1024})).await;
     assert_eq!(s, 200);
 

@@ -1,6 +1,8 @@
 // Drives connector-host's MCP surface with the official MCP TypeScript SDK
 // (npm `@modelcontextprotocol/client`), in each of its version-negotiation modes
-// (`legacy`, `auto`, the `2026-07-28` pin) over Streamable HTTP and over the stdio bridge.
+// (`legacy`, `auto`, the `2026-07-28` pin) over Streamable HTTP and over the stdio bridge;
+// with `--package @modelcontextprotocol/sdk`, the 1.x SDK instead (it has no negotiation
+// modes: session revisions only, the `legacy` leg).
 //
 // A client nobody on this project wrote: whatever it does against the host must work
 // (CONTRACT.md §5). Run by `tests/all/mcp_stateless.rs`; by hand (Node >= 22, the SDK
@@ -24,14 +26,6 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 
-const require = createRequire(path.join(process.env.NODE_PATH ?? process.cwd(), 'x.js'));
-const { Client, StreamableHTTPClientTransport } = await import(require.resolve('@modelcontextprotocol/client'));
-const { StdioClientTransport } = await import(require.resolve('@modelcontextprotocol/client/stdio'));
-
-const NOTIFY_TIMEOUT_MS = 10_000;
-// tests/guests/rich's 1x1 PNG and WAV header, base64.
-const PNG_B64 = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVQI12P4z8AAAAMBAQAY3Y2wAAAAAElFTkSuQmCC';
-const WAV_B64 = 'UklGRiQAAABXQVZFZm10IBAAAAABAAEARKwAAIhYAQACABAAZGF0YQAAAAA=';
 const { values: a } = parseArgs({
   options: {
     url: { type: 'string' },
@@ -40,8 +34,26 @@ const { values: a } = parseArgs({
     'operator-token': { type: 'string' },
     unit: { type: 'string' },
     binary: { type: 'string' },
+    // The SDK package: `@modelcontextprotocol/client` (2.x) or `@modelcontextprotocol/sdk` (1.x).
+    package: { type: 'string', default: process.env.MCP_TS_PACKAGE ?? '@modelcontextprotocol/client' },
   },
 });
+const sdk1 = a.package === '@modelcontextprotocol/sdk';
+const require = createRequire(path.join(process.env.NODE_PATH ?? process.cwd(), 'x.js'));
+// 1.x: one module per piece, and notification handlers keyed by their schema.
+const esm1 = (p) => import(path.join(process.env.NODE_PATH ?? '', '@modelcontextprotocol/sdk/dist/esm', p));
+const { Client, StreamableHTTPClientTransport } = sdk1
+  ? { ...(await esm1('client/index.js')), ...(await esm1('client/streamableHttp.js')) }
+  : await import(require.resolve('@modelcontextprotocol/client'));
+const { StdioClientTransport } = sdk1
+  ? await esm1('client/stdio.js')
+  : await import(require.resolve('@modelcontextprotocol/client/stdio'));
+const LIST_CHANGED = sdk1 ? (await esm1('types.js')).ToolListChangedNotificationSchema : 'notifications/tools/list_changed';
+
+const NOTIFY_TIMEOUT_MS = 10_000;
+// tests/guests/rich's 1x1 PNG and WAV header, base64.
+const PNG_B64 = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVQI12P4z8AAAAMBAQAY3Y2wAAAAAElFTkSuQmCC';
+const WAV_B64 = 'UklGRiQAAABXQVZFZm10IBAAAAABAAEARKwAAIhYAQACABAAZGF0YQAAAAA=';
 const base = a.url.replace(/\/$/, '');
 const endpoint = `${base}/mcp/agents/${a.agent}`;
 const log = (m) => console.log(`[ts_client_check] ${m}`);
@@ -114,12 +126,14 @@ async function leg(kind, mode) {
     });
   };
   reset();
-  client.setNotificationHandler('notifications/tools/list_changed', () => announce());
-  await client.connect(transport(kind));
+  client.setNotificationHandler(LIST_CHANGED, () => announce());
+  const connection = transport(kind);
+  await client.connect(connection);
   try {
-    const version = client.getNegotiatedProtocolVersion();
+    // 1.x reports the revision only on its HTTP transport.
+    const version = sdk1 ? connection.protocolVersion : client.getNegotiatedProtocolVersion();
     const expected = mode === 'legacy' ? '2025-11-25' : '2026-07-28';
-    check(version === expected, `${name}: landed on ${version}, expected ${expected}`);
+    check(version === expected || (sdk1 && kind === 'stdio' && version === undefined), `${name}: landed on ${version}, expected ${expected}`);
     const server = client.getServerVersion();
     check(!server || server.name === 'connector-host', `${name}: server ${JSON.stringify(server)}`);
 
@@ -136,7 +150,7 @@ async function leg(kind, mode) {
       refused = e.code;
     }
     check(refused === -32002, `${name}: an unbound connector's tool gave ${refused}`);
-    log(`${name}: revision ${version}; list, call, invalid arguments and -32002 as expected`);
+    log(`${name}: revision ${version ?? '(not reported by this SDK over stdio)'}; list, call, invalid arguments and -32002 as expected`);
     await richChecks(name, client);
 
     const subscription = version === '2026-07-28' ? await client.listen({ toolsListChanged: true }) : undefined;
@@ -158,11 +172,11 @@ async function leg(kind, mode) {
   }
 }
 
-const manifest = path.join(process.env.NODE_PATH ?? '', '@modelcontextprotocol/client/package.json');
+const manifest = path.join(process.env.NODE_PATH ?? '', a.package, 'package.json');
 const sdk = JSON.parse(await readFile(manifest, 'utf8').catch(() => '{}')).version ?? '?';
-log(`MCP TypeScript SDK (@modelcontextprotocol/client) ${sdk}, Node ${process.version}`);
+log(`MCP TypeScript SDK (${a.package}) ${sdk}, Node ${process.version}`);
 for (const kind of ['http', 'stdio']) {
-  for (const mode of ['legacy', 'auto', { pin: '2026-07-28' }]) {
+  for (const mode of sdk1 ? ['legacy'] : ['legacy', 'auto', { pin: '2026-07-28' }]) {
     await leg(kind, mode);
   }
 }

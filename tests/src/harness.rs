@@ -175,6 +175,16 @@ impl TestHost {
         assert!(s == 201 || s == 200, "bind {slug} to {unit}: {s} {b}");
     }
 
+    /// Calls `tool` on behalf of `agent` with the operator token; (status, JSON body).
+    pub async fn call_tool(&self, agent: &str, tool: &str, arguments: Value) -> (u16, Value) {
+        self.op(
+            reqwest::Method::POST,
+            &format!("/api/v1/agents/{agent}/tool-calls"),
+            Some(serde_json::json!({"tool": tool, "arguments": arguments})),
+        )
+        .await
+    }
+
     /// An agent token.
     pub async fn agent_token(&self, agent: &str) -> String {
         let (s, b) = self
