@@ -517,7 +517,7 @@ async fn compiled_components_are_cached_and_a_corrupt_cache_is_recompiled() {
             std::fs::write(&path, bytes).unwrap();
         }
     }
-    let rt3 = ConnectorRuntime::new(options).unwrap();
+    let rt3 = ConnectorRuntime::new(options.clone()).unwrap();
     let reloaded = rt3.load(acme_bytes()).unwrap();
     assert_eq!(reloaded.source(), LoadSource::Compiled);
     let out = call(
@@ -531,4 +531,33 @@ async fn compiled_components_are_cached_and_a_corrupt_cache_is_recompiled() {
     .unwrap()
     .unwrap();
     assert!(out.contains("again"));
+
+    // The recompile rewrote the cache: it loads from there again. A file cut short (a
+    // torn write) or one without its checksum is recompiled too.
+    let cache_files = |ext: &str| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == ext))
+            .collect()
+    };
+    let rt4 = ConnectorRuntime::new(options.clone()).unwrap();
+    assert_eq!(rt4.load(acme_bytes()).unwrap().source(), LoadSource::Cache);
+    for path in cache_files("cwasm") {
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 1]).unwrap();
+    }
+    let rt5 = ConnectorRuntime::new(options.clone()).unwrap();
+    assert_eq!(
+        rt5.load(acme_bytes()).unwrap().source(),
+        LoadSource::Compiled
+    );
+    for path in cache_files("xxh3") {
+        std::fs::remove_file(path).unwrap();
+    }
+    let rt6 = ConnectorRuntime::new(options).unwrap();
+    assert_eq!(
+        rt6.load(acme_bytes()).unwrap().source(),
+        LoadSource::Compiled
+    );
 }

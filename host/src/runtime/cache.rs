@@ -5,8 +5,14 @@
 //! plus the engine's compatibility hash (wasmtime version, target, engine settings), so a
 //! host upgrade or a changed setting never loads stale code. Deserializing compiled code
 //! is `unsafe` in wasmtime because the bytes are trusted to be machine code: the cache
-//! only ever loads files it wrote itself, and checks each file against the SHA-256 it
-//! recorded at write time, so a truncated or tampered file is recompiled, not executed.
+//! only ever loads files it wrote itself (written to a temporary name and renamed), and
+//! checks each file's length and XXH3-128 against what it recorded at write time, so a
+//! truncated or corrupted file is recompiled, not executed.
+//!
+//! The check guards against accidents (a torn write, a bad disk block), not an attacker:
+//! whoever can write the cache directory can write the checksum beside it, so a
+//! cryptographic hash would add nothing but time. XXH3 reads the file at memory speed
+//! (SHA-256 was most of a cached load).
 
 use std::fs;
 use std::hash::{Hash, Hasher};
@@ -16,6 +22,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 use wasmtime::Engine;
+use xxhash_rust::xxh3::xxh3_128;
 
 /// Compiled components on disk, keyed by component digest and engine compatibility.
 #[derive(Debug, Clone)]
@@ -62,7 +69,7 @@ impl ComponentCache {
         let base = format!("{digest_hex}-{}", self.engine_key);
         Some((
             dir.join(format!("{base}.cwasm")),
-            dir.join(format!("{base}.sha256")),
+            dir.join(format!("{base}.xxh3")),
         ))
     }
 
@@ -97,17 +104,32 @@ impl ComponentCache {
     }
 }
 
+/// `<length> <xxh3-128 hex>` of `serialized`: what the checksum file holds.
+fn checksum(serialized: &[u8]) -> String {
+    format!("{} {:032x}", serialized.len(), xxh3_128(serialized))
+}
+
 fn read_verified(engine: &Engine, code: &Path, sum: &Path) -> Option<Component> {
     let expected = fs::read_to_string(sum).ok()?;
-    let serialized = fs::read(code).ok()?;
-    if hex::encode(Sha256::digest(&serialized)) != expected.trim() {
+    let file = fs::File::open(code).ok()?;
+    // The file is checked through a read-only mapping and then mapped again by wasmtime,
+    // never copied: the copy and its page faults were most of a cached load.
+    // SAFETY: a private read-only mapping of a file only this cache writes, and always by
+    // renaming a complete temporary file over it, so its contents never change while it
+    // is mapped (a replacement is a new file).
+    let mapped = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    let matches = checksum(&mapped) == expected.trim();
+    drop(mapped);
+    if !matches {
         tracing::warn!(path = %code.display(), "compiled-component cache entry does not match its checksum; recompiling");
         return None;
     }
     // SAFETY: the file was written by `write_atomically` from `Component::serialize` of
-    // this same engine configuration (the engine key is part of the name) and its content
-    // matches the checksum recorded at write time.
-    match unsafe { Component::deserialize(engine, &serialized) } {
+    // this same engine configuration (the engine key is part of the name), its content
+    // matches the checksum recorded at write time, and files here are only ever replaced
+    // by rename, never rewritten in place. A replacement between the check and this
+    // mapping is another complete entry this cache wrote for the same key.
+    match unsafe { Component::deserialize_file(engine, code) } {
         Ok(component) => Some(component),
         Err(err) => {
             tracing::warn!(path = %code.display(), error = %err, "unusable compiled-component cache entry; recompiling");
@@ -128,5 +150,5 @@ fn write_atomically(code: &Path, sum: &Path, serialized: &[u8]) -> std::io::Resu
     // checksum, which is never loaded.
     let _ = fs::remove_file(sum);
     write(code, serialized)?;
-    write(sum, hex::encode(Sha256::digest(serialized)).as_bytes())
+    write(sum, checksum(serialized).as_bytes())
 }
