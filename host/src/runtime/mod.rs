@@ -160,10 +160,31 @@ enum WorldPre {
     Previous(previous::bindings::ConnectorPre<GuestState>),
 }
 
-/// One instance of a component, in its world.
+/// One instance of a component, in its world. Its exports were type-checked once, when
+/// the component was linked; a call looks up (and checks) only the one export it runs,
+/// rather than all six on every instantiation as the generated bindings would.
 enum Instance {
-    Current(bindings::Connector),
-    Previous(previous::bindings::Connector),
+    Current(wasmtime::component::Instance),
+    Previous(wasmtime::component::Instance),
+}
+
+impl Instance {
+    /// Calls the export `name` with `params` and returns its result.
+    async fn call<P, R>(
+        &self,
+        store: &mut Store<GuestState>,
+        name: &str,
+        params: P,
+    ) -> wasmtime::Result<R>
+    where
+        P: wasmtime::component::ComponentNamedList + wasmtime::component::Lower + Send + Sync,
+        R: wasmtime::component::ComponentType + wasmtime::component::Lift + Send + Sync + 'static,
+    {
+        let (Instance::Current(instance) | Instance::Previous(instance)) = self;
+        let func = instance.get_typed_func::<P, (R,)>(&mut *store, name)?;
+        let (result,) = func.call_async(&mut *store, params).await?;
+        Ok(result)
+    }
 }
 
 impl std::fmt::Debug for LoadedComponent {
@@ -579,10 +600,12 @@ impl ConnectorRuntime {
         let guest = async {
             let instance = match &component.pre {
                 WorldPre::Current(pre) => pre
+                    .instance_pre()
                     .instantiate_async(&mut store)
                     .await
                     .map(Instance::Current),
                 WorldPre::Previous(pre) => pre
+                    .instance_pre()
                     .instantiate_async(&mut store)
                     .await
                     .map(Instance::Previous),
@@ -669,10 +692,11 @@ impl ConnectorRuntime {
             .run(component, &sandbox, |c, store| {
                 Box::pin(async move {
                     match c {
-                        Instance::Current(c) => c.call_describe(store).await,
-                        Instance::Previous(c) => {
-                            c.call_describe(store).await.map(previous::manifest)
-                        }
+                        Instance::Current(_) => c.call(store, "describe", ()).await,
+                        Instance::Previous(_) => c
+                            .call::<_, previous::old::Manifest>(store, "describe", ())
+                            .await
+                            .map(previous::manifest),
                     }
                 })
             })
@@ -700,12 +724,7 @@ impl ConnectorRuntime {
     ) -> Result<Result<Vec<String>, String>, GuestError> {
         let config = config.to_owned();
         self.run(component, sandbox, move |c, store| {
-            Box::pin(async move {
-                match c {
-                    Instance::Current(c) => c.call_bind(store, &config).await,
-                    Instance::Previous(c) => c.call_bind(store, &config).await,
-                }
-            })
+            Box::pin(async move { c.call(store, "bind", (config.as_str(),)).await })
         })
         .await
     }
@@ -724,12 +743,17 @@ impl ConnectorRuntime {
         let result = self
             .run(component, sandbox, move |c, store| {
                 Box::pin(async move {
+                    let (tool, arguments) = (tool.as_str(), arguments.as_str());
                     match c {
-                        Instance::Current(c) => {
-                            c.call_call_tool(store, &ctx, &tool, &arguments).await
+                        Instance::Current(_) => {
+                            c.call(store, "call-tool", (&ctx, tool, arguments)).await
                         }
-                        Instance::Previous(c) => c
-                            .call_call_tool(store, &previous::call_context(ctx), &tool, &arguments)
+                        Instance::Previous(_) => c
+                            .call::<_, Result<String, previous::old::ToolError>>(
+                                store,
+                                "call-tool",
+                                (&previous::call_context(ctx), tool, arguments),
+                            )
                             .await
                             .map(previous::tool_result),
                     }
@@ -758,11 +782,19 @@ impl ConnectorRuntime {
             .run(component, sandbox, move |c, store| {
                 Box::pin(async move {
                     match c {
-                        Instance::Current(c) => c.call_translate_webhook(store, &hook).await,
-                        Instance::Previous(c) => c
-                            .call_translate_webhook(store, &previous::webhook(hook))
+                        Instance::Current(_) => c.call(store, "translate-webhook", (&hook,)).await,
+                        Instance::Previous(_) => c
+                            .call::<_, Result<Vec<previous::old::Message>, String>>(
+                                store,
+                                "translate-webhook",
+                                (&previous::webhook(hook),),
+                            )
                             .await
-                            .map(|r| r.map(|m| m.into_iter().map(previous::message_out).collect())),
+                            .map(|r| {
+                                r.map(|m| {
+                                    m.into_iter().map(previous::message_out).collect::<Vec<_>>()
+                                })
+                            }),
                     }
                 })
             })
@@ -789,14 +821,11 @@ impl ConnectorRuntime {
         self.run(component, sandbox, move |c, store| {
             Box::pin(async move {
                 match c {
-                    Instance::Current(c) => c.call_accept(store, &binding, &message).await,
-                    Instance::Previous(c) => {
-                        c.call_accept(
-                            store,
-                            &previous::binding(binding),
-                            &previous::message_in(message),
-                        )
-                        .await
+                    Instance::Current(_) => c.call(store, "accept", (&binding, &message)).await,
+                    Instance::Previous(_) => {
+                        let binding = previous::binding(binding);
+                        let message = previous::message_in(message);
+                        c.call(store, "accept", (&binding, &message)).await
                     }
                 }
             })
@@ -815,9 +844,13 @@ impl ConnectorRuntime {
             .run(component, sandbox, move |c, store| {
                 Box::pin(async move {
                     match c {
-                        Instance::Current(c) => c.call_runtime_context(store, &binding).await,
-                        Instance::Previous(c) => c
-                            .call_runtime_context(store, &previous::binding(binding))
+                        Instance::Current(_) => c.call(store, "runtime-context", (&binding,)).await,
+                        Instance::Previous(_) => c
+                            .call::<_, Result<previous::old::AgentContext, String>>(
+                                store,
+                                "runtime-context",
+                                (&previous::binding(binding),),
+                            )
                             .await
                             .map(|r| r.map(previous::agent_context)),
                     }

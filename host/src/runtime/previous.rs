@@ -21,7 +21,8 @@ pub(super) mod bindings {
 }
 
 use bindings::spring::connector::host as old_host;
-use bindings::spring::connector::types as old;
+/// The 0.1.0 world's types.
+pub(super) use bindings::spring::connector::types as old;
 
 /// The world's name, as `inspect` and the API show it.
 pub(super) const WORLD: &str = "spring:connector@0.1.0";
