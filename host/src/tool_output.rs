@@ -133,6 +133,9 @@ impl Serialize for ToolOutput {
     }
 }
 
+/// Most characters of a guest's value quoted in an error.
+const QUOTED_CHARS: usize = 200;
+
 fn base64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
@@ -182,12 +185,12 @@ fn media_type(text: String) -> Result<String, String> {
             && s.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
     };
-    let essence = text.split(';').next().unwrap_or_default().trim();
+    let essence = text.split(';').next().unwrap_or_default();
     match essence.split_once('/') {
-        Some((t, s)) if is_name(t) && is_name(s) => Ok(text),
+        Some((t, s)) if is_name(t) && is_name(s) && !text.chars().any(char::is_control) => Ok(text),
         _ => Err(format!(
             "media type {:?} is not of the form type/subtype",
-            crate::ids::escape_controls(&text)
+            crate::ids::truncate(&text, QUOTED_CHARS)
         )),
     }
 }
@@ -205,7 +208,7 @@ fn uri(text: String) -> Result<String, String> {
     } else {
         Err(format!(
             "{:?} is not an absolute URI (a scheme, then `:`)",
-            crate::ids::escape_controls(&text)
+            crate::ids::truncate(&text, QUOTED_CHARS)
         ))
     }
 }

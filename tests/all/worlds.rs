@@ -47,7 +47,8 @@ async fn call(h: &TestHost, tool: &str, arguments: Value) -> (u16, Value) {
 /// `phrases`.
 async fn fails(h: &TestHost, tool: &str, arguments: Value, code: &str, phrases: &[&str]) {
     let (s, b) = call(h, tool, arguments).await;
-    assert_eq!((s, error_code(&b)), (502, code), "{tool}: {b}");
+    let shown: String = b.to_string().chars().take(600).collect();
+    assert_eq!((s, error_code(&b)), (502, code), "{tool}: {shown}");
     let message = b["error"]["message"].as_str().unwrap_or_default();
     for phrase in phrases {
         assert!(message.contains(phrase), "{tool}: no {phrase:?} in {b}");
@@ -241,6 +242,23 @@ async fn output_schemas_are_shown_and_enforced() {
         &["byte limit"],
     )
     .await;
+    // So does a flood of empty blocks, which carries no data but costs the host a
+    // structure per block and clients its framing.
+    let flood = json!({"count": 200_000});
+    fails(
+        &h,
+        "rich.many_blocks",
+        flood,
+        "connector_trapped",
+        &["byte limit"],
+    )
+    .await;
+    let (s, b) = call(&h, "rich.many_blocks", json!({"count": 10})).await;
+    assert_eq!(
+        (s, b["content"].as_array().map(Vec::len)),
+        (200, Some(10)),
+        "{b}"
+    );
     let (s, _) = call(&h, "rich.big_image", json!({"bytes": 1024})).await;
     assert_eq!(s, 200);
 

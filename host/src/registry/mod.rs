@@ -138,16 +138,22 @@ impl fmt::Debug for InstalledConnector {
     }
 }
 
+/// Most violations reported for one document.
+const MAX_VIOLATIONS: usize = 50;
+/// Longest violation message kept: a message quotes the offending value, which may be
+/// megabytes (a guest's whole result), and one value can break several keywords.
+const MAX_VIOLATION_CHARS: usize = 300;
+
 fn violations(
     validator: &jsonschema::Validator,
     value: &Value,
 ) -> Result<(), Vec<SchemaViolation>> {
     let found: Vec<SchemaViolation> = validator
         .iter_errors(value)
-        .take(50)
+        .take(MAX_VIOLATIONS)
         .map(|e| SchemaViolation {
-            pointer: e.instance_path.to_string(),
-            message: e.to_string(),
+            pointer: crate::ids::truncate(&e.instance_path.to_string(), MAX_VIOLATION_CHARS),
+            message: crate::ids::truncate(&e.to_string(), MAX_VIOLATION_CHARS),
         })
         .collect();
     if found.is_empty() {
@@ -395,6 +401,22 @@ impl ConnectorRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn violations_quote_at_most_a_bounded_part_of_the_value() {
+        let schema = serde_json::json!({"type": "object", "minProperties": 2, "required": ["a"]});
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        let huge = serde_json::json!({"b": "x".repeat(1 << 20)});
+        let found = violations(&validator, &huge).unwrap_err();
+        assert_eq!(found.len(), 2, "{found:?}");
+        for v in &found {
+            assert!(
+                v.message.chars().count() <= MAX_VIOLATION_CHARS + 1,
+                "{}",
+                v.message.len()
+            );
+        }
+    }
 
     #[test]
     fn slugs_conflict_by_env_spelling_or_context_prefix() {

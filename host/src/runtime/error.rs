@@ -44,7 +44,7 @@ impl fmt::Display for GuestError {
             GuestError::Trapped { message } => write!(f, "the connector trapped: {message}"),
             GuestError::OutputTooLarge { bytes, limit } => write!(
                 f,
-                "the connector returned {bytes} bytes, more than the {limit}-byte limit"
+                "the connector returned at least {bytes} bytes, more than the {limit}-byte limit"
             ),
             GuestError::InvalidOutput { message } => {
                 write!(f, "the connector returned invalid output: {message}")
@@ -88,7 +88,7 @@ pub enum LoadError {
     NotAComponent(String),
     /// The component does not implement the `spring:connector/connector` world, or needs
     /// imports the host does not provide.
-    #[error("the component does not implement the spring:connector@0.1.0 `connector` world: {0}")]
+    #[error("the component implements neither the spring:connector@0.2.0 nor the @0.1.0 `connector` world: {0}")]
     WrongWorld(String),
     /// The on-disk cache could not be used; compiling still works, so this is only raised
     /// when writing is impossible and compiling also failed.

@@ -381,6 +381,12 @@ impl bindings::spring::connector::host::Host for GuestState {
     }
 }
 
+/// Transfer allowance beyond twice `max_output_bytes` (headers, small records).
+const HOSTCALL_SLACK: usize = 64 * 1024;
+/// What one content block costs against `max_output_bytes` beyond its data: its JSON
+/// framing (`{"type": ..., "mimeType": ...}`), so a flood of empty blocks is not free.
+const BLOCK_OVERHEAD: usize = 64;
+
 /// Handles (streams, pollables, headers, requests) one guest may hold at once.
 const GUEST_RESOURCES: usize = 2048;
 /// The largest set of HTTP headers a guest may build or receive.
@@ -511,7 +517,11 @@ impl ConnectorRuntime {
             Ok(pre) => WorldPre::Current(pre),
             Err(current) => match previous::bindings::ConnectorPre::new(instance_pre) {
                 Ok(pre) => WorldPre::Previous(pre),
-                Err(_) => return Err(LoadError::WrongWorld(format!("{current:#}"))),
+                Err(first) => {
+                    return Err(LoadError::WrongWorld(format!(
+                        "0.2.0: {current:#}; 0.1.0: {first:#}"
+                    )))
+                }
             },
         };
         Ok(LoadedComponent {
@@ -563,6 +573,10 @@ impl ConnectorRuntime {
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter_async(|s| &mut s.limiter);
+        // What the host copies out of the guest in one transfer (a result, an import's
+        // arguments), bounded before it is copied: each list element costs at least its
+        // host size, so neither large nor very many values pass.
+        store.set_hostcall_fuel(self.limits.max_output_bytes.saturating_mul(2) + HOSTCALL_SLACK);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|ctx| {
             if Instant::now() >= ctx.data().deadline {
@@ -648,6 +662,15 @@ impl ConnectorRuntime {
         if state.limiter.exceeded {
             return GuestError::MemoryExceeded {
                 limit_bytes: self.limits.memory_bytes,
+            };
+        }
+        // wasmtime's error when a transfer out of the guest passes the hostcall fuel set
+        // in `new_store` (its type is private; `runtime::faults_are_reported...` notices
+        // if the text changes).
+        if format!("{err:#}").contains("fuel allocated for hostcalls has been exhausted") {
+            return GuestError::OutputTooLarge {
+                bytes: self.limits.max_output_bytes.saturating_mul(2) + HOSTCALL_SLACK,
+                limit: self.limits.max_output_bytes,
             };
         }
         if let Some(trap) = err.downcast_ref::<Trap>() {
@@ -870,29 +893,34 @@ impl ConnectorRuntime {
     }
 }
 
-/// Bytes of a tool's output, as counted against `max_output_bytes`.
+/// Bytes of a tool's output, as counted against `max_output_bytes`: what clients are
+/// sent, roughly (binary data as base64, each block with its framing).
 fn output_size(output: &wit::ToolOutput) -> usize {
-    let block = |b: &wit::ContentBlock| match b {
-        wit::ContentBlock::Text(t) => t.len(),
-        wit::ContentBlock::Image(m) | wit::ContentBlock::Audio(m) => {
-            m.data.len() + m.mime_type.len()
-        }
-        wit::ContentBlock::ResourceLink(l) => {
-            l.uri.len()
-                + l.name.len()
-                + [&l.title, &l.description, &l.mime_type]
-                    .iter()
-                    .map(|s| s.as_ref().map_or(0, String::len))
-                    .sum::<usize>()
-        }
-        wit::ContentBlock::Resource(r) => {
-            r.uri.len()
-                + r.mime_type.as_ref().map_or(0, String::len)
-                + match &r.contents {
-                    wit::ResourceContents::Text(t) => t.len(),
-                    wit::ResourceContents::Blob(b) => b.len(),
+    let base64 = |n: usize| n.div_ceil(3) * 4;
+    let block = |b: &wit::ContentBlock| {
+        BLOCK_OVERHEAD
+            + match b {
+                wit::ContentBlock::Text(t) => t.len(),
+                wit::ContentBlock::Image(m) | wit::ContentBlock::Audio(m) => {
+                    base64(m.data.len()) + m.mime_type.len()
                 }
-        }
+                wit::ContentBlock::ResourceLink(l) => {
+                    l.uri.len()
+                        + l.name.len()
+                        + [&l.title, &l.description, &l.mime_type]
+                            .iter()
+                            .map(|s| s.as_ref().map_or(0, String::len))
+                            .sum::<usize>()
+                }
+                wit::ContentBlock::Resource(r) => {
+                    r.uri.len()
+                        + r.mime_type.as_ref().map_or(0, String::len)
+                        + match &r.contents {
+                            wit::ResourceContents::Text(t) => t.len(),
+                            wit::ResourceContents::Blob(b) => base64(b.len()),
+                        }
+                }
+            }
     };
     output.structured.as_ref().map_or(0, String::len)
         + output.content.iter().map(block).sum::<usize>()

@@ -16,6 +16,7 @@
 //! - `missing_output` `{}`: declares the output schema and returns content only.
 //! - `bad_media` `{}`: an image whose media type is `png` (not type/subtype).
 //! - `big_image` `{bytes}`: an image of `bytes` zero bytes (output limits).
+//! - `many_blocks` `{count}`: `count` empty text blocks (a flood that costs no data).
 
 use connector_sdk::serde_json::json;
 use connector_sdk::{
@@ -120,6 +121,16 @@ fn bad_media(_: &CallContext, _: NoArgs) -> Output {
     Ok(ToolOutput::new().image(PNG, "png"))
 }
 
+/// `{count}`.
+#[derive(Deserialize, JsonSchema)]
+struct CountArgs {
+    count: u32,
+}
+
+fn many_blocks(_: &CallContext, args: CountArgs) -> Output {
+    Ok((0..args.count).fold(ToolOutput::new(), |out, _| out.text("")))
+}
+
 fn big_image(_: &CallContext, args: SizeArgs) -> Output {
     Ok(ToolOutput::new().image(vec![0u8; args.bytes as usize], "image/png"))
 }
@@ -175,6 +186,11 @@ impl Connector for Rich {
                 "big_image",
                 "An image of `bytes` bytes",
                 big_image,
+            ))
+            .tool(Tool::new(
+                "many_blocks",
+                "`count` empty text blocks",
+                many_blocks,
             ))
     }
 }
