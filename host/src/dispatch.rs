@@ -18,7 +18,7 @@ use crate::error::{ErrorCode, HostError, HostResult};
 use crate::grants::Provider;
 use crate::ids::{check_id, truncate};
 use crate::registry::manifest::is_tool_id;
-use crate::registry::{SchemaViolation, ToolAnnotations, ToolInfo};
+use crate::registry::{OutputRefused, SchemaViolation, ToolAnnotations, ToolInfo};
 use crate::runtime::{wit, Caller};
 use crate::state::State;
 use crate::store::Subject;
@@ -191,20 +191,14 @@ impl ToolDispatcher {
                 };
                 let args = arguments.to_string();
                 match self.catalog.runtime().call_tool(connector.component(), &sandbox, ctx, tool, &args).await {
-                    Ok(Ok(output)) => {
-                        let output = ToolOutput::from_guest(output).map_err(|e| {
-                            HostError::new(ErrorCode::ConnectorTrapped, format!("connector `{}` returned a malformed result: {e}", connector.slug()))
-                        })?;
-                        if let Err(v) = connector.check_output(tool, output.structured.as_ref()) {
-                            let listed: Vec<String> = v.iter().map(ToString::to_string).collect();
-                            return Err(HostError::new(
-                                ErrorCode::ToolFailed,
-                                format!("connector `{}` returned a result that breaks the output schema of `{tool}`: {}", connector.slug(), listed.join("; ")),
-                            )
-                            .with_details(json!({"reason": "output_schema", "violations": violations_json(&v)})));
+                    Ok(Ok(output)) => connector.tool_output(tool, output).map_err(|refused| {
+                        let error = HostError::new(refused.code(), format!("connector `{}` returned {refused}", connector.slug()));
+                        match &refused {
+                            OutputRefused::BreaksSchema { violations, .. } => error
+                                .with_details(json!({"reason": "output_schema", "violations": violations_json(violations)})),
+                            OutputRefused::Malformed(_) => error,
                         }
-                        Ok(output)
-                    }
+                    }),
                     Ok(Err(wit::ToolError::Failed(msg))) => Err(HostError::new(ErrorCode::ToolFailed, msg)),
                     Ok(Err(wit::ToolError::Unauthorized(msg))) => {
                         Err(HostError::new(ErrorCode::ToolFailed, msg).with_details(json!({"reason": "unauthorized"})))

@@ -108,15 +108,6 @@ impl ToolOutput {
             content,
         })
     }
-
-    /// The text a client shows when there are no content blocks: the structured JSON
-    /// (`null` when there is none).
-    pub fn structured_text(&self) -> String {
-        match &self.structured {
-            Some(v) => v.to_string(),
-            None => "null".into(),
-        }
-    }
 }
 
 /// The HTTP API's answer to a tool call: `{"result": <structured JSON or null>}`, with

@@ -12,7 +12,6 @@ use super::inspect::{local_registry, prepare, read_component};
 use super::{print_json, read_json_arg, CliError};
 use crate::registry::SchemaViolation;
 use crate::runtime::{wit, Caller, GuestError, OutboundPolicy, Sandbox};
-use crate::tool_output::ToolOutput;
 
 pub(crate) const HELP: &str = "\
 With FILE.wasm (a TARGET ending in .wasm, containing a `/`, or naming an existing file) the
@@ -215,21 +214,12 @@ pub async fn run_local(args: CallArgs) -> Result<(), CliError> {
         .map_err(|e| guest_error(&e))?;
     match outcome {
         Ok(output) => {
-            let output = ToolOutput::from_guest(output).map_err(|e| {
+            let output = connector.tool_output(&tool_id, output).map_err(|refused| {
                 CliError::failed(format!(
-                    "connector_trapped: the connector returned a malformed result: {e}"
+                    "{}: the connector returned {refused}",
+                    refused.code()
                 ))
             })?;
-            connector
-                .check_output(&tool_id, output.structured.as_ref())
-                .map_err(|v| {
-                    CliError::failed(violations(
-                        &format!(
-                            "tool_failed: the result breaks the output schema of `{tool_id}`:"
-                        ),
-                        &v,
-                    ))
-                })?;
             let body = serde_json::to_value(&output)
                 .map_err(|e| CliError::failed(format!("the result cannot be shown: {e}")))?;
             print_json(shown_result(&body));

@@ -12,7 +12,7 @@ use crate::error::{ErrorCode, HostError};
 use crate::grants::ResolvedTools;
 use crate::host::Host;
 use crate::registry::ToolInfo;
-use crate::tool_output::ToolOutput;
+use crate::tool_output::{ContentBlock, ToolOutput};
 
 /// The `tools/list` result of an effective tool set: `{"tools": [Tool]}`.
 ///
@@ -115,8 +115,21 @@ struct TextContent {
     text: String,
 }
 
+/// The first revision with `resource_link` content blocks.
+pub const RESOURCE_LINKS: &str = "2025-06-18";
+
 impl CallResult {
-    pub fn success(output: ToolOutput) -> Self {
+    /// The result of a call at protocol revision `version`. Before [`RESOURCE_LINKS`] a
+    /// resource link is shown as a text block `<name>: <uri>`, which every client reads.
+    pub fn success(mut output: ToolOutput, version: &str) -> Self {
+        if version < RESOURCE_LINKS {
+            for block in &mut output.content {
+                if let ContentBlock::ResourceLink { uri, name, .. } = block {
+                    let text = format!("{name}: {uri}");
+                    *block = ContentBlock::Text { text };
+                }
+            }
+        }
         CallResult(output)
     }
 }
@@ -133,14 +146,16 @@ impl Serialize for CallResult {
         }
         let output = &self.0;
         let mut map = serializer.serialize_map(Some(3))?;
-        if output.content.is_empty() {
-            let text = [TextContent {
-                r#type: "text",
-                text: output.structured_text(),
-            }];
-            map.serialize_entry("content", &text)?;
-        } else {
-            map.serialize_entry("content", &output.content)?;
+        match &output.structured {
+            // No blocks: the structured result's JSON text is what clients read.
+            Some(value) if output.content.is_empty() => {
+                let text = [TextContent {
+                    r#type: "text",
+                    text: value.to_string(),
+                }];
+                map.serialize_entry("content", &text)?;
+            }
+            _ => map.serialize_entry("content", &output.content)?,
         }
         match &output.structured {
             Some(value @ Value::Object(_)) => map.serialize_entry("structuredContent", value)?,
@@ -263,7 +278,7 @@ pub async fn call(host: &Host, agent: &str, version: &str, params: Option<Value>
         Some(v) => v,
     };
     match host.call_tool(agent, &name, arguments).await {
-        Ok(output) => CallOutcome::Done(CallResult::success(output)),
+        Ok(output) => CallOutcome::Done(CallResult::success(output, version)),
         Err(e) => match call_error(e, version) {
             CallError::Rpc(code, message, data) => {
                 let message = if code == jsonrpc::NOT_GRANTED || code == jsonrpc::INVALID_PARAMS {
@@ -304,6 +319,9 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A revision with every content kind.
+    const V: &str = "2025-11-25";
+
     #[test]
     fn input_schemas_are_object_schemas() {
         let s = |v: Value| serde_json::to_value(InputSchema(&v)).unwrap();
@@ -320,7 +338,7 @@ mod tests {
     #[test]
     fn results_carry_text_and_structured_content() {
         let success =
-            |v: Value| serde_json::to_value(CallResult::success(ToolOutput::json(v))).unwrap();
+            |v: Value| serde_json::to_value(CallResult::success(ToolOutput::json(v), V)).unwrap();
         let r = success(json!({"message": "hi"}));
         assert_eq!(
             r,
@@ -333,30 +351,64 @@ mod tests {
 
     #[test]
     fn content_blocks_are_the_content_and_structured_results_stay_beside_them() {
-        use crate::tool_output::ContentBlock;
         let text = |t: &str| ContentBlock::Text { text: t.into() };
         let image = ContentBlock::Image {
             data: "AQI=".into(),
             mime_type: "image/png".into(),
         };
-        let r = serde_json::to_value(CallResult::success(ToolOutput {
-            structured: None,
-            content: vec![text("look"), image],
-        }))
+        let r = serde_json::to_value(CallResult::success(
+            ToolOutput {
+                structured: None,
+                content: vec![text("look"), image],
+            },
+            V,
+        ))
         .unwrap();
         assert_eq!(
             r,
             json!({"content": [{"type": "text", "text": "look"}, {"type": "image", "data": "AQI=", "mimeType": "image/png"}], "isError": false})
         );
-        let r = serde_json::to_value(CallResult::success(ToolOutput {
-            structured: Some(json!({"n": 1})),
-            content: vec![text("one")],
-        }))
+        let r = serde_json::to_value(CallResult::success(
+            ToolOutput {
+                structured: Some(json!({"n": 1})),
+                content: vec![text("one")],
+            },
+            V,
+        ))
         .unwrap();
         assert_eq!(
             r,
             json!({"content": [{"type": "text", "text": "one"}], "structuredContent": {"n": 1}, "isError": false})
         );
+        // Nothing at all: an empty content list, not the text `null`.
+        let r = serde_json::to_value(CallResult::success(
+            ToolOutput {
+                structured: None,
+                content: Vec::new(),
+            },
+            V,
+        ))
+        .unwrap();
+        assert_eq!(r, json!({"content": [], "isError": false}));
+        // Before 2025-06-18 there are no resource links: the link is shown as text.
+        let link = || ToolOutput {
+            structured: None,
+            content: vec![ContentBlock::ResourceLink {
+                uri: "https://e.com/r".into(),
+                name: "r".into(),
+                title: None,
+                description: None,
+                mime_type: None,
+                size: None,
+            }],
+        };
+        let old = serde_json::to_value(CallResult::success(link(), "2025-03-26")).unwrap();
+        assert_eq!(
+            old["content"],
+            json!([{"type": "text", "text": "r: https://e.com/r"}])
+        );
+        let new = serde_json::to_value(CallResult::success(link(), "2025-06-18")).unwrap();
+        assert_eq!(new["content"][0]["type"], "resource_link");
     }
 
     #[test]

@@ -16,7 +16,8 @@ use parking_lot::RwLock;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::runtime::{ConnectorRuntime, GuestError, LoadError, LoadedComponent};
+use crate::runtime::{wit, ConnectorRuntime, GuestError, LoadError, LoadedComponent};
+use crate::tool_output::ToolOutput;
 
 pub use manifest::{
     Connector, ManifestError, ToolAnnotations, ToolInfo, WebhookInfo, WebhookSchemeName,
@@ -41,6 +42,45 @@ impl fmt::Display for SchemaViolation {
             &self.pointer
         };
         write!(f, "{pointer}: {}", self.message)
+    }
+}
+
+/// Why a tool's successful output was refused (the connector's mistake, never the
+/// caller's).
+#[derive(Debug)]
+pub enum OutputRefused {
+    /// Not well formed: JSON that does not parse, a bad media type or URI, ...
+    Malformed(String),
+    /// The structured result is missing or breaks the tool's output schema.
+    BreaksSchema {
+        tool: String,
+        violations: Vec<SchemaViolation>,
+    },
+}
+
+impl fmt::Display for OutputRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OutputRefused::Malformed(why) => write!(f, "a malformed result: {why}"),
+            OutputRefused::BreaksSchema { tool, violations } => {
+                write!(f, "a result that breaks the output schema of `{tool}`:")?;
+                for (i, v) in violations.iter().enumerate() {
+                    write!(f, "{} {v}", if i == 0 { "" } else { ";" })?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl OutputRefused {
+    /// The contract's error code: `connector_trapped` for a malformed result,
+    /// `tool_failed` for one that breaks the output schema.
+    pub fn code(&self) -> crate::error::ErrorCode {
+        match self {
+            OutputRefused::Malformed(_) => crate::error::ErrorCode::ConnectorTrapped,
+            OutputRefused::BreaksSchema { .. } => crate::error::ErrorCode::ToolFailed,
+        }
     }
 }
 
@@ -245,22 +285,31 @@ impl InstalledConnector {
         }
     }
 
-    /// Checks a successful call's structured result against the tool's output schema, if
-    /// it declares one (a declared schema makes a structured result mandatory).
-    pub fn check_output(
+    /// Checks and converts what a guest returned from `tool`: a well-formed output
+    /// ([`ToolOutput::from_guest`]) whose structured result fits the tool's output schema,
+    /// if it declares one (a declared schema makes a structured result mandatory).
+    pub fn tool_output(
         &self,
         tool: &str,
-        structured: Option<&Value>,
-    ) -> Result<(), Vec<SchemaViolation>> {
+        output: wit::ToolOutput,
+    ) -> Result<ToolOutput, OutputRefused> {
+        let output = ToolOutput::from_guest(output).map_err(OutputRefused::Malformed)?;
         let Some(validator) = self.output_schemas.get(tool) else {
-            return Ok(());
+            return Ok(output);
         };
-        match structured {
+        let checked = match &output.structured {
             Some(value) => violations(validator, value),
             None => Err(vec![SchemaViolation {
                 pointer: String::new(),
                 message: "no structured result, but the tool declares an output schema".into(),
             }]),
+        };
+        match checked {
+            Ok(()) => Ok(output),
+            Err(violations) => Err(OutputRefused::BreaksSchema {
+                tool: tool.to_string(),
+                violations,
+            }),
         }
     }
 

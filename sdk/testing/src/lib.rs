@@ -350,29 +350,15 @@ impl Harness {
             })
             .map_err(|e| guest_error(&e))?;
         match outcome {
-            Ok(output) => {
-                let output = ToolOutput::from_guest(output).map_err(|e| {
+            Ok(output) => self
+                .connector
+                .tool_output(&tool_name, output)
+                .map_err(|refused| {
                     Error::new(
-                        "connector_trapped",
-                        format!("the connector returned a malformed result: {e}"),
+                        refused.code().as_str(),
+                        format!("the connector returned {refused}"),
                     )
-                })?;
-                let tool_id = tool_name;
-                if let Err(violations) = self
-                    .connector
-                    .check_output(&tool_id, output.structured.as_ref())
-                {
-                    let lines: Vec<String> = violations.iter().map(ToString::to_string).collect();
-                    return Err(Error::new(
-                        "tool_failed",
-                        format!(
-                            "the result breaks the output schema of `{tool_id}`: {}",
-                            lines.join("; ")
-                        ),
-                    ));
-                }
-                Ok(output)
-            }
+                }),
             Err(wit::ToolError::Failed(m)) => Err(Error::new("tool_failed", m)),
             Err(wit::ToolError::InvalidArguments(m)) => Err(Error::new("invalid_arguments", m)),
             Err(wit::ToolError::Unauthorized(m)) => Err(Error::new("unauthorized", m)),
