@@ -12,7 +12,9 @@
 //! per timed run, default 50000), `HTTP_LOAD_CLIENT_THREADS` (load generator threads,
 //! default 1), `HTTP_LOAD_BINDINGS` (bindings of the large routing case, default 10000),
 //! `HOSTILE_WASM` (path of the `hostile` test component, default
-//! `target/guests/components/hostile.wasm` under the workspace root).
+//! `target/guests/components/hostile.wasm` under the workspace root),
+//! `HTTP_LOAD_STOP_AFTER=2` (end after scenario 2, to profile the tool-call path alone:
+//! `perf record --call-graph dwarf -- target/release/deps/http_load-* --bench`).
 //!
 //! The load generator is closed-loop: each of N connections (HTTP/1.1 keep-alive,
 //! 127.0.0.1 only) sends one request, reads the whole answer, then sends the next. A run
@@ -672,6 +674,10 @@ fn main() -> anyhow::Result<()> {
             verdict(met)
         ),
     ));
+
+    if std::env::var("HTTP_LOAD_STOP_AFTER").as_deref() == Ok("2") {
+        return Ok(());
+    }
 
     println!("\n[2b] diagnostic: Host::call_tool in-process, same concurrency, no HTTP");
     let inproc = server.block_on(call_tool_inprocess(&tools.host, limits));
