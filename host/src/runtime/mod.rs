@@ -465,6 +465,12 @@ impl ConnectorRuntime {
         })
     }
 
+    /// The most one transfer out of a guest may copy into the host: twice the output
+    /// limit, plus room for headers and small records.
+    fn hostcall_fuel(&self) -> usize {
+        self.limits.max_output_bytes.saturating_mul(2) + HOSTCALL_SLACK
+    }
+
     /// The bounds every call is held to.
     pub fn limits(&self) -> GuestLimits {
         self.limits
@@ -512,7 +518,7 @@ impl ConnectorRuntime {
             .instantiate_pre(&component)
             .map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
         // The exports say which world a component implements: the current one, else
-        // the first; a component of neither is refused with the current world's reason.
+        // the first; a component of neither is refused with both worlds' reasons.
         let pre = match bindings::ConnectorPre::new(instance_pre.clone()) {
             Ok(pre) => WorldPre::Current(pre),
             Err(current) => match previous::bindings::ConnectorPre::new(instance_pre) {
@@ -576,7 +582,7 @@ impl ConnectorRuntime {
         // What the host copies out of the guest in one transfer (a result, an import's
         // arguments), bounded before it is copied: each list element costs at least its
         // host size, so neither large nor very many values pass.
-        store.set_hostcall_fuel(self.limits.max_output_bytes.saturating_mul(2) + HOSTCALL_SLACK);
+        store.set_hostcall_fuel(self.hostcall_fuel());
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|ctx| {
             if Instant::now() >= ctx.data().deadline {
@@ -612,19 +618,15 @@ impl ConnectorRuntime {
         let hard_stop = tokio::time::Instant::from_std(deadline + EPOCH_TICK * 2);
         let slice = store.data().slice.clone();
         let guest = async {
-            let instance = match &component.pre {
-                WorldPre::Current(pre) => pre
-                    .instance_pre()
-                    .instantiate_async(&mut store)
-                    .await
-                    .map(Instance::Current),
-                WorldPre::Previous(pre) => pre
-                    .instance_pre()
-                    .instantiate_async(&mut store)
-                    .await
-                    .map(Instance::Previous),
-            }
-            .map_err(|e| (e, true))?;
+            let (pre, world): (_, fn(_) -> Instance) = match &component.pre {
+                WorldPre::Current(pre) => (pre.instance_pre(), Instance::Current),
+                WorldPre::Previous(pre) => (pre.instance_pre(), Instance::Previous),
+            };
+            let instance = pre
+                .instantiate_async(&mut store)
+                .await
+                .map(world)
+                .map_err(|e| (e, true))?;
             f(&instance, &mut store).await.map_err(|e| (e, false))
         };
         let outcome = tokio::time::timeout_at(hard_stop, OnTurn::new(slice, guest)).await;
@@ -669,7 +671,7 @@ impl ConnectorRuntime {
         // if the text changes).
         if format!("{err:#}").contains("fuel allocated for hostcalls has been exhausted") {
             return GuestError::OutputTooLarge {
-                bytes: self.limits.max_output_bytes.saturating_mul(2) + HOSTCALL_SLACK,
+                bytes: self.hostcall_fuel(),
                 limit: self.limits.max_output_bytes,
             };
         }
