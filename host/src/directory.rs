@@ -41,6 +41,15 @@ pub struct AgentView {
     pub effective_tools: Arc<ResolvedTools>,
 }
 
+/// An agent as a list shows it: no tools, no token state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentSummary {
+    pub id: String,
+    /// Its units, primary first.
+    pub units: Vec<String>,
+    pub display_name: Option<String>,
+}
+
 /// The contract's `Grant` object.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -221,6 +230,29 @@ impl DirectoryService {
             bindings,
             effective_tools: tools,
         })
+    }
+
+    /// Every unit, sorted by id.
+    pub(crate) fn list_units(&self) -> Vec<UnitRecord> {
+        let mut units: Vec<UnitRecord> = self.state.directory().units().cloned().collect();
+        units.sort_by(|a, b| a.id.cmp(&b.id));
+        units
+    }
+
+    /// Every agent (id, units, display name), sorted by id.
+    pub(crate) fn list_agents(&self) -> Vec<AgentSummary> {
+        let mut agents: Vec<AgentSummary> = self
+            .state
+            .directory()
+            .agents()
+            .map(|a| AgentSummary {
+                id: a.id.clone(),
+                units: a.units.clone(),
+                display_name: a.display_name.clone(),
+            })
+            .collect();
+        agents.sort_by(|a, b| a.id.cmp(&b.id));
+        agents
     }
 
     /// Deletes a unit (its bindings are unbound and grants revoked); refused while it has

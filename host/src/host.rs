@@ -25,7 +25,9 @@ pub use crate::bundled::bundled_component;
 pub use crate::catalog::{Installed, Written};
 use crate::config::HostConfig;
 pub use crate::context::RuntimeContext;
-pub use crate::directory::{mask_secrets, AgentView, BindingView, GrantView, UnitView};
+pub use crate::directory::{
+    mask_secrets, AgentSummary, AgentView, BindingView, GrantView, UnitView,
+};
 pub use crate::dispatch::{Metrics, PlatformToolHandler};
 use crate::error::HostResult;
 use crate::grants::ResolvedTools;
@@ -34,7 +36,7 @@ use crate::registry::{Connector, InstalledConnector, ToolInfo};
 use crate::runtime::{ConnectorRuntime, Sandbox};
 use crate::startup::Parts;
 pub use crate::startup::{open_store, StartupReport};
-use crate::store::{BindingRecord, Store, Subject};
+use crate::store::{BindingRecord, DeliveryRecord, Store, Subject, UnitRecord};
 pub use crate::webhooks::{DeliveryView, WebhookOutcome};
 
 /// The connector host. Cheap to clone; all clones share one state.
@@ -213,6 +215,16 @@ impl Host {
         self.parts.directory.all_bindings()
     }
 
+    /// Every unit, sorted by id: what an operator browses.
+    pub fn list_units(&self) -> Vec<UnitRecord> {
+        self.parts.directory.list_units()
+    }
+
+    /// Every agent (without tools or token state), sorted by id.
+    pub fn list_agents(&self) -> Vec<AgentSummary> {
+        self.parts.directory.list_agents()
+    }
+
     /// Unbinds: deletes the binding and exactly its grants in one transaction.
     pub async fn unbind(&self, unit: &str, slug: &str) -> HostResult<()> {
         self.parts.directory.unbind(unit, slug).await
@@ -326,6 +338,12 @@ impl Host {
     /// What the operator sees of one delivery.
     pub async fn delivery(&self, slug: &str, delivery_id: &str) -> HostResult<DeliveryView> {
         self.parts.webhooks.delivery(slug, delivery_id).await
+    }
+
+    /// The deliveries stored for connector `slug`, newest first, at most `limit`, without
+    /// their bodies.
+    pub async fn deliveries(&self, slug: &str, limit: u32) -> HostResult<Vec<DeliveryRecord>> {
+        Ok(self.parts.store.deliveries_of(slug, limit).await?)
     }
 
     /// Deletes finished deliveries older than the de-duplication window.

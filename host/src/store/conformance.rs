@@ -84,6 +84,7 @@ macro_rules! store_conformance_tests {
             load_version_matches_changes_since
             shared_secret_first_writer_wins
             nul_characters_in_free_text_do_not_fail_a_write
+            deliveries_of_lists_one_connectors_newest_first
         );
     };
     (@cases ($factory:expr) $($case:ident)*) => {
@@ -1741,4 +1742,45 @@ pub async fn nul_characters_in_free_text_do_not_fail_a_write(factory: &dyn Store
         failed.error.as_deref().unwrap_or(""),
         "guest said \0 no"
     ));
+}
+
+/// An operator's list of one connector's deliveries: newest first, bounded, that
+/// connector's only, with status, attempts and error as stored and without bodies.
+pub async fn deliveries_of_lists_one_connectors_newest_first(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    for (id, at) in [("d1", 1_000), ("d2", 1_002), ("d3", 1_001)] {
+        assert!(store
+            .insert_delivery(&delivery(id, at), 60, &claim("a", at + 30))
+            .await
+            .unwrap());
+    }
+    let elsewhere = DeliveryRecord {
+        connector: "other".into(),
+        ..delivery("d9", 1_005)
+    };
+    assert!(store
+        .insert_delivery(&elsewhere, 60, &claim("a", 1_035))
+        .await
+        .unwrap());
+    store.fail_delivery("acme", "d3", "boom").await.unwrap();
+
+    let listed = store.deliveries_of("acme", 10).await.unwrap();
+    assert_eq!(ids(&listed), ["d2", "d3", "d1"]);
+    let failed = &listed[1];
+    assert_eq!(failed.status, DeliveryStatus::Failed);
+    assert_eq!(failed.error.as_deref(), Some("boom"));
+    let stored = store.delivery("acme", "d3").await.unwrap().unwrap();
+    assert!(!stored.body.is_empty(), "the fixture has a body");
+    assert_eq!(
+        *failed,
+        DeliveryRecord {
+            body: Vec::new(),
+            ..stored
+        }
+    );
+    assert_eq!(
+        ids(&store.deliveries_of("acme", 2).await.unwrap()),
+        ["d2", "d3"]
+    );
+    assert!(store.deliveries_of("nobody", 10).await.unwrap().is_empty());
 }

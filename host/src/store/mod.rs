@@ -422,6 +422,9 @@ pub trait DeliveryQueue: Send + Sync + 'static {
     /// Deletes finished deliveries received before `before_unix` (their bodies; the
     /// messages stay); returns how many.
     async fn prune_deliveries(&self, before_unix: i64) -> StoreResult<u64>;
+    /// The deliveries stored for `connector`, newest first, at most `limit`, for the
+    /// operator to look at: bodies are left out (an empty `body`), whatever their size.
+    async fn deliveries_of(&self, connector: &str, limit: u32) -> StoreResult<Vec<DeliveryRecord>>;
 }
 
 /// Units' inboxes, read by cursor (messages are appended by

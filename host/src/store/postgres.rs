@@ -1120,6 +1120,23 @@ impl DeliveryQueue for PostgresStore {
         .await
         .map_err(|e| map_err("prune_deliveries", e))
     }
+
+    async fn deliveries_of(&self, connector: &str, limit: u32) -> StoreResult<Vec<DeliveryRecord>> {
+        let conn = self.conn("deliveries_of").await?;
+        // The body is left out: an operator's list never holds megabytes of payloads.
+        let rows = conn
+            .query(
+                &format!(
+                    "SELECT {} FROM deliveries WHERE connector = $1
+                     ORDER BY received_unix DESC, ord DESC LIMIT $2",
+                    DELIVERY_COLUMNS.replace(" body,", " ''::bytea AS body,")
+                ),
+                &[&connector, &i64::from(limit)],
+            )
+            .await
+            .map_err(|e| map_err("deliveries_of", e))?;
+        rows.iter().map(rows::delivery).collect()
+    }
 }
 
 #[async_trait]

@@ -1169,6 +1169,26 @@ impl DeliveryQueue for SqliteStore {
         })
         .await
     }
+
+    async fn deliveries_of(&self, connector: &str, limit: u32) -> StoreResult<Vec<DeliveryRecord>> {
+        let connector = connector.to_owned();
+        self.write("deliveries_of", move |tx, _| {
+            // The body is left out: an operator's list never holds megabytes of payloads.
+            let sql = format!(
+                "SELECT {} FROM deliveries WHERE connector = ?1
+                 ORDER BY received_unix DESC, rowid DESC LIMIT ?2",
+                rows::DELIVERY_COLUMNS.replace(" body,", " X'' AS body,")
+            );
+            select_all(
+                tx,
+                "deliveries_of",
+                &sql,
+                params![connector, i64::from(limit)],
+                |r| rows::delivery(r),
+            )
+        })
+        .await
+    }
 }
 
 #[async_trait]
