@@ -34,8 +34,8 @@ use crate::grants::ResolvedTools;
 pub use crate::inbox::{Message, MessagePage};
 use crate::registry::{Connector, InstalledConnector, ToolInfo};
 use crate::runtime::{ConnectorRuntime, Sandbox};
-use crate::startup::Parts;
 pub use crate::startup::{open_store, StartupReport};
+use crate::startup::{Parts, Role};
 use crate::store::{BindingRecord, DeliveryRecord, Store, Subject, UnitRecord};
 pub use crate::webhooks::{DeliveryView, WebhookOutcome};
 
@@ -58,8 +58,23 @@ impl Host {
         config: HostConfig,
         store: Arc<dyn Store>,
     ) -> anyhow::Result<(Host, StartupReport)> {
-        let (parts, report) = Parts::open(config, store).await?;
+        let (parts, report) = Parts::open(config, store, Role::Server).await?;
         Ok((Host { parts }, report))
+    }
+
+    /// Opens a host that only serves tools beside a running `serve` on the same database
+    /// (`connector-host mcp --local`): it writes nothing at start, starts no webhook work,
+    /// and catches up with the other process's writes before each request, SQLite
+    /// included.
+    pub async fn open_tool_server(mut config: HostConfig) -> anyhow::Result<Host> {
+        // It listens nowhere, so it accepts no operator token: one only it knows, rather
+        // than reading (or creating) the server's `operator-token` file.
+        if config.operator_token.is_none() {
+            config.operator_token = Some(crate::auth::random_secret(32));
+        }
+        let store = open_store(&config).await?;
+        let (parts, _) = Parts::open(config, store, Role::ToolServer).await?;
+        Ok(Host { parts })
     }
 
     // ----- configuration, credentials, replicas ----------------------------------------

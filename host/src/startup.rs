@@ -34,6 +34,20 @@ pub async fn open_store(config: &HostConfig) -> anyhow::Result<Arc<dyn Store>> {
         .map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))
 }
 
+/// What a host process does besides serving from its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    /// `serve`, or a platform embedding the host: installs the bundled and directory
+    /// connectors, resumes and sweeps webhook deliveries.
+    #[default]
+    Server,
+    /// Serves tools beside a [`Role::Server`] on the same database: adopts the stored
+    /// connectors as they are, writes nothing at start, starts no webhook work, and
+    /// checks for other processes' writes before each request (and in the background)
+    /// whatever the store, SQLite included.
+    ToolServer,
+}
+
 /// The parts of one host, each owning its concern.
 pub(crate) struct Parts {
     pub(crate) config: Arc<HostConfig>,
@@ -55,6 +69,7 @@ impl Parts {
     pub(crate) async fn open(
         config: HostConfig,
         store: Arc<dyn Store>,
+        role: Role,
     ) -> anyhow::Result<(Arc<Parts>, StartupReport)> {
         let config = Arc::new(config);
         std::fs::create_dir_all(&config.data_dir).map_err(|e| {
@@ -100,6 +115,7 @@ impl Parts {
             catalog.clone(),
             replica_id,
             snapshot.version,
+            store.is_shared() || role == Role::ToolServer,
         ));
         let inbox = Arc::new(Inbox::new(store.clone(), state.clone()));
         let http = reqwest::Client::builder()
@@ -126,6 +142,18 @@ impl Parts {
             credentials,
         };
         let parts = Arc::new(parts);
+        if role == Role::ToolServer {
+            // The server beside it installs, rotates and delivers; this process serves
+            // what is stored.
+            parts.catalog.adopt(&snapshot).await;
+            parts.replicas.spawn_background_refresh();
+            return Ok((
+                parts,
+                StartupReport {
+                    generated_operator_token,
+                },
+            ));
+        }
         parts.install_at_start(&snapshot).await?;
         // Deliveries stored but not routed when the previous process stopped.
         parts

@@ -13,6 +13,7 @@ mod github;
 mod github_app;
 mod layout;
 mod mcp;
+mod mcp_local;
 mod mcp_stateless;
 mod postgres_cluster;
 mod replicas;

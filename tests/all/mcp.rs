@@ -1420,7 +1420,7 @@ fn has_mcp(python: &std::path::Path) -> bool {
 
 /// The venv interpreter with the MCP SDK (`target/mcp-venv`, which `.ci/run` creates),
 /// creating it when missing; `Err` says why it cannot be had.
-fn python_with_mcp() -> Result<PathBuf, String> {
+pub(crate) fn python_with_mcp() -> Result<PathBuf, String> {
     let venv = workspace_root().join("target/mcp-venv");
     let python = venv.join("bin/python");
     if python.exists() && has_mcp(&python) {
@@ -1464,10 +1464,21 @@ async fn official_python_sdk_drives_http_and_stdio() {
 /// (unit `team`, the stdio leg through this build's binary) and asserts that it printed
 /// "all checks passed"; its output is shown either way.
 pub(crate) async fn run_sdk_check(
+    command: tokio::process::Command,
+    script: &str,
+    h: &TestHost,
+    token: &str,
+) {
+    run_sdk_check_with(command, script, h, token, &[]).await;
+}
+
+/// [`run_sdk_check`] with more arguments for the script.
+pub(crate) async fn run_sdk_check_with(
     mut command: tokio::process::Command,
     script: &str,
     h: &TestHost,
     token: &str,
+    extra: &[&str],
 ) {
     let run = command
         .arg(workspace_root().join("tests/mcp").join(script))
@@ -1475,6 +1486,7 @@ pub(crate) async fn run_sdk_check(
         .args(["--operator-token", OPERATOR_TOKEN, "--unit", "team"])
         .arg("--binary")
         .arg(host_binary())
+        .args(extra)
         .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(Duration::from_secs(180), run)

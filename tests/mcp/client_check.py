@@ -13,7 +13,8 @@ connector installed but not bound to --unit. Two legs, each over its own transpo
 1. Streamable HTTP (`streamable_http_client`, or `streamablehttp_client` in SDK 1.x)
    with the agent token as a bearer header;
 2. stdio, launching `connector-host mcp --agent ... --url ... --token ...`
-   (`stdio_client`).
+   (`stdio_client`), or with --stdio-data-dir DIR `connector-host mcp --agent ...
+   --data-dir DIR`, which answers from the host's data in its own process.
 
 Each leg: initialize, list tools (acme.echo present), call acme.echo and check the
 structured result, call a tool of the unbound `hostile` connector (error -32002), bind
@@ -131,13 +132,20 @@ async def http_transport(url, token):
             yield read, write
 
 
+def stdio_args(a):
+    """`connector-host mcp`'s arguments: local on --stdio-data-dir, else the bridge."""
+    if a.stdio_data_dir:
+        return ["mcp", "--agent", a.agent, "--data-dir", a.stdio_data_dir]
+    return ["mcp", "--agent", a.agent, "--url", a.rest, "--token", a.token]
+
+
 @contextlib.asynccontextmanager
-async def stdio_transport(binary, url, agent, token):
+async def stdio_transport(a):
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     params = StdioServerParameters(
-        command=binary,
-        args=["mcp", "--agent", agent, "--url", url, "--token", token],
+        command=a.binary,
+        args=stdio_args(a),
         env={"RUST_LOG": "warn"},
     )
     async with stdio_client(params) as streams:
@@ -255,7 +263,7 @@ def client_transport(kind, a, endpoint):
 
     return stdio_client(StdioServerParameters(
         command=a.binary,
-        args=["mcp", "--agent", a.agent, "--url", a.rest, "--token", a.token],
+        args=stdio_args(a),
         env={"RUST_LOG": "warn"},
     ))
 
@@ -343,6 +351,8 @@ async def main():
     ap.add_argument("--operator-token", required=True)
     ap.add_argument("--unit", required=True, help="a unit of the agent, to bind hostile to")
     ap.add_argument("--binary", required=True, help="the connector-host binary (stdio leg)")
+    ap.add_argument("--stdio-data-dir", help="the host's data directory: the stdio leg runs "
+                    "`connector-host mcp --data-dir` (local) instead of the bridge")
     a = ap.parse_args()
     a.rest = a.url.rstrip("/")
     endpoint = f"{a.rest}/mcp/agents/{a.agent}"
@@ -352,7 +362,7 @@ async def main():
     except Exception:  # pragma: no cover
         log(f"MCP Python SDK {getattr(mcp, '__version__', '?')}")
     await leg("http", http_transport(endpoint, a.token), a)
-    await leg("stdio", stdio_transport(a.binary, a.rest, a.agent, a.token), a)
+    await leg("stdio", stdio_transport(a), a)
     if hasattr(mcp, "Client"):  # SDK 2.x: its negotiation modes, 2026-07-28 included
         for kind in ("http", "stdio"):
             for mode in ("legacy", "auto", "2026-07-28"):

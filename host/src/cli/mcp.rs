@@ -1,33 +1,59 @@
 //! `connector-host mcp --agent A`: an agent's tools as a local (stdio) MCP server,
+//! answered in this process from the host's data (`--local`, see [`crate::mcp::local`]) or
 //! bridged to a running host's `/mcp/agents/{A}` (see [`crate::mcp::stdio`]).
+//!
+//! The bridge stays the default: `--url` (and `$CONNECTOR_HOST_URL`, and the default URL)
+//! keep meaning what they meant, and a process only opens the data directory when asked
+//! to, since the wrong directory would silently serve another host's state.
+
+use std::path::PathBuf;
 
 use clap::Args;
 use reqwest::Url;
 
 use super::client::{parse_base_url, resolve_token};
 use super::{CliError, RemoteArgs};
-use crate::config::{ENV_DATA_DIR, ENV_OPERATOR_TOKEN};
+use crate::config::{HostConfig, ServeFlags, ENV_DATA_DIR, ENV_OPERATOR_TOKEN, ENV_PREFIX};
 use crate::mcp::stdio::{self, BridgeConfig};
 
 /// The environment variable holding the agent's token.
 pub const ENV_AGENT_TOKEN: &str = "CONNECTOR_HOST_AGENT_TOKEN";
 
 pub(crate) const HELP: &str = "\
-Speaks MCP as newline-delimited JSON-RPC on stdin/stdout and forwards every message to the
-host's Streamable HTTP endpoint {url}/mcp/agents/{agent}, relaying the host's notifications
-(notifications/tools/list_changed) to stdout. For agent runtimes that only launch local MCP
-servers. Logs and errors go to stderr; stdout carries only JSON-RPC.
+Speaks MCP as newline-delimited JSON-RPC on stdin/stdout, for agent runtimes that only launch
+local MCP servers. Logs and errors go to stderr; stdout carries only JSON-RPC. It answers in
+one of two ways, with the same answers (revisions, tools/list, tools/call results and errors,
+notifications/tools/list_changed): both are the host's own MCP endpoint.
 
+Local (--local, or --data-dir / --config): this process opens the host's data itself (the data
+directory and database `serve` uses, found from the same --data-dir, --config and
+CONNECTOR_HOST_* variables) and answers every message in memory. The fastest path, for a
+client on the machine that holds the host's data, beside a running `connector-host serve`:
+each message first catches up with what serve wrote (a bind or grant made through the API or
+CLI is seen by the next message), and changes reach the client as
+notifications/tools/list_changed. It serves only AGENT's effective tools and will not start
+when AGENT does not exist. It listens on no port, writes nothing at start and runs no webhook
+work (serve does). Reading the data directory is operator access: give this mode only to
+runtimes you would trust with the operator token. --url and --token are not used.
+
+Bridge (the default): forwards every message to the host's Streamable HTTP endpoint
+{url}/mcp/agents/{agent} (--url, else $CONNECTOR_HOST_URL, else http://127.0.0.1:8787),
+relaying the host's notifications. For a host on another machine or in a container.
 Token: --token, else $CONNECTOR_HOST_AGENT_TOKEN (an agent token: `connector-host agents
 token A`), else the operator token ($CONNECTOR_HOST_OPERATOR_TOKEN or <data dir>/operator-token).
 
 Examples:
+  connector-host mcp --agent ada --local
+  connector-host mcp --agent ada --data-dir /var/lib/connector-host
   connector-host mcp --agent ada --url http://127.0.0.1:8787 --token \"$ADA_TOKEN\"
   CONNECTOR_HOST_AGENT_TOKEN=... connector-host mcp --agent ada
 
 MCP client configuration (e.g. a runtime's mcpServers entry):
+  {\"command\": \"connector-host\", \"args\": [\"mcp\", \"--agent\", \"ada\", \"--data-dir\", \"/var/lib/connector-host\"]}
   {\"command\": \"connector-host\", \"args\": [\"mcp\", \"--agent\", \"ada\"],
    \"env\": {\"CONNECTOR_HOST_URL\": \"http://127.0.0.1:8787\", \"CONNECTOR_HOST_AGENT_TOKEN\": \"...\"}}";
+
+const LOCAL: &str = "Local (answer from the host's data in this process)";
 
 /// `connector-host mcp`.
 #[derive(Debug, Clone, Args)]
@@ -35,6 +61,26 @@ pub struct McpArgs {
     /// The agent whose effective tools to serve.
     #[arg(long, value_name = "AGENT")]
     pub agent: String,
+
+    /// Answer in this process from the host's data instead of bridging to --url.
+    #[arg(long, help_heading = LOCAL)]
+    pub local: bool,
+
+    /// The host's data directory, as given to `serve` (implies --local)
+    /// [env: CONNECTOR_HOST_DATA_DIR; default ./data]
+    #[arg(long, value_name = "DIR", help_heading = LOCAL)]
+    pub data_dir: Option<PathBuf>,
+
+    /// The host's TOML configuration file, as given to `serve --config` (implies --local).
+    #[arg(long, value_name = "FILE", help_heading = LOCAL)]
+    pub config: Option<PathBuf>,
+}
+
+impl McpArgs {
+    /// Whether to answer from the host's data in this process.
+    pub fn is_local(&self) -> bool {
+        self.local || self.data_dir.is_some() || self.config.is_some()
+    }
 }
 
 /// The endpoint `base/mcp/agents/<agent>` (the agent id escaped; any path prefix of
@@ -68,9 +114,12 @@ pub fn token(
     resolve_token(flag, data_dir)
 }
 
-/// Runs the bridge until stdin ends.
+/// Serves until stdin ends: locally or through the bridge.
 pub fn run(remote: &RemoteArgs, args: McpArgs) -> Result<(), CliError> {
     crate::ids::check_id("agent", &args.agent).map_err(|e| CliError::usage(e.message))?;
+    if args.is_local() {
+        return run_local(args);
+    }
     let base = parse_base_url(&remote.url)?;
     let env = |name| std::env::var(name).ok();
     let token = token(
@@ -89,6 +138,45 @@ pub fn run(remote: &RemoteArgs, args: McpArgs) -> Result<(), CliError> {
         token,
     })
     .map_err(CliError::failed)
+}
+
+/// The host's configuration as `serve` would load it from the same flags and
+/// environment, then the stdio server on it.
+fn run_local(args: McpArgs) -> Result<(), CliError> {
+    // Tokens are the bridge's business: this process authorizes the agent itself, and
+    // the agent token variable is no host setting to warn about.
+    let env = std::env::vars_os().filter_map(|(name, value)| {
+        let name = name.into_string().ok()?;
+        (name.starts_with(ENV_PREFIX) && name != ENV_AGENT_TOKEN && name != ENV_OPERATOR_TOKEN)
+            .then(|| Some((name, value.into_string().ok()?)))
+            .flatten()
+    });
+    let flags = ServeFlags {
+        listen: None,
+        data_dir: args.data_dir.clone(),
+    };
+    let config = HostConfig::load(args.config.as_deref(), env, &flags)
+        .map_err(|e| CliError::usage(e.to_string()))?;
+    check_database(&config)?;
+    stdio::run_local(config, args.agent).map_err(CliError::failed)
+}
+
+/// An SQLite database must exist already: opening it would create an empty host, which
+/// has no agent to serve and is never the one a client meant.
+fn check_database(config: &HostConfig) -> Result<(), CliError> {
+    let Some(file) = crate::mcp::local::sqlite_file(config) else {
+        return Ok(());
+    };
+    if file.is_file() {
+        return Ok(());
+    }
+    Err(CliError::failed(format!(
+        "no host database at {}: point --data-dir (or --config, or ${ENV_DATA_DIR}) at the data \
+         directory `connector-host serve` uses, or start `connector-host serve --data-dir {}` \
+         once to create it",
+        file.display(),
+        config.data_dir.display()
+    )))
 }
 
 #[cfg(test)]

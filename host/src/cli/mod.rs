@@ -166,7 +166,8 @@ pub enum Command {
     /// Show an agent's runtime context (env vars and files), or write it out
     Context(context::ContextArgs),
 
-    /// Serve an agent's tools as a local MCP server on stdin/stdout (bridged to the host)
+    /// Serve an agent's tools as a local MCP server on stdin/stdout (from the host's data
+    /// with --local, else bridged to the running host)
     #[command(after_help = mcp::HELP)]
     Mcp(mcp::McpArgs),
 }

@@ -1,7 +1,8 @@
 //! MCP (CONTRACT.md §5): each agent's effective tools as an MCP server, over Streamable
-//! HTTP at `/mcp/agents/{agentId}` ([`router`]), and over stdio through the
-//! `connector-host mcp` bridge ([`stdio`]), at the stateless revision `2026-07-28` and
-//! the session revisions before it.
+//! HTTP at `/mcp/agents/{agentId}` ([`router`]), and over stdio through `connector-host
+//! mcp` ([`stdio`]): bridged to a running host, or answered in its own process by the same
+//! handlers on the host's data ([`local`]), at the stateless revision `2026-07-28` and the
+//! session revisions before it.
 //!
 //! # Two eras on one endpoint
 //!
@@ -103,6 +104,7 @@
 mod access;
 mod http;
 pub mod jsonrpc;
+pub mod local;
 pub mod session;
 mod stateless;
 #[cfg(feature = "cli")]

@@ -1,6 +1,9 @@
-//! The stdio bridge behind `connector-host mcp`: newline-delimited JSON-RPC on
-//! stdin/stdout, forwarded to a host's Streamable HTTP endpoint, for agent runtimes that
-//! only launch local MCP servers.
+//! The stdio server behind `connector-host mcp`: newline-delimited JSON-RPC on
+//! stdin/stdout, for agent runtimes that only launch local MCP servers, forwarded to a
+//! host's Streamable HTTP endpoint ([`run`], the bridge), or to that same endpoint served
+//! in this process on the host's own data ([`run_local`], see [`super::local`]). Both
+//! speak to the endpoint in the same terms (its requests, headers and answers), so
+//! everything below holds for both; only the transport differs.
 //!
 //! - Each stdin line is one JSON-RPC message (or batch), POSTed as is. `initialize` is
 //!   sent before the next line is read and its `Mcp-Session-Id` and negotiated revision
@@ -51,12 +54,30 @@ pub struct BridgeConfig {
 
 /// Runs the bridge on this process's stdin/stdout until stdin ends.
 pub fn run(config: BridgeConfig) -> Result<(), String> {
+    serve_stdio(async move { Bridge::remote(config) })
+}
+
+/// Serves agent `agent`'s tools on this process's stdin/stdout from the host's data named
+/// by `config`, opened here beside any running `serve` (see [`super::local`]), until
+/// stdin ends.
+pub fn run_local(config: crate::config::HostConfig, agent: String) -> Result<(), String> {
+    serve_stdio(async move {
+        let local = super::local::Local::open(config, &agent).await?;
+        Ok(Bridge::local(local))
+    })
+}
+
+/// Runs the bridge `open` makes on one thread: stdin, the transport and (locally) the
+/// host share its event loop, so a message costs no hand-over between threads.
+fn serve_stdio(
+    open: impl std::future::Future<Output = Result<Bridge, String>>,
+) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("could not start the async runtime: {e}"))?;
-    let bridge = Arc::new(Bridge::new(config)?);
     runtime.block_on(async move {
+        let bridge = Arc::new(open.await?);
         let lines = Lines::open()?;
         bridge.serve(lines).await;
         Ok(())
@@ -197,12 +218,22 @@ struct SessionState {
     generation: u64,
 }
 
+/// Where the messages go.
+enum Transport {
+    /// A running host over HTTP.
+    Remote {
+        http: reqwest::Client,
+        /// Keep-alive connections for `http://` endpoints (the hot path); `https://`
+        /// goes through `http`.
+        plain: Option<Plain>,
+        endpoint: Url,
+    },
+    /// The endpoint served in this process.
+    Local(super::local::Local),
+}
+
 struct Bridge {
-    http: reqwest::Client,
-    /// Keep-alive connections for `http://` endpoints (the hot path); `https://` goes
-    /// through `http`.
-    plain: Option<Plain>,
-    endpoint: Url,
+    transport: Transport,
     auth: Option<HeaderValue>,
     state: Mutex<SessionState>,
     reinitialize: tokio::sync::Mutex<()>,
@@ -394,7 +425,7 @@ fn emit_error(id: &Value, code: i64, message: &str) {
 }
 
 impl Bridge {
-    fn new(config: BridgeConfig) -> Result<Self, String> {
+    fn remote(config: BridgeConfig) -> Result<Self, String> {
         let auth = match config.token {
             Some(t) => {
                 let mut v = HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| {
@@ -418,17 +449,31 @@ impl Bridge {
         let plain = (config.endpoint.scheme() == "http")
             .then(|| Plain::new(&config.endpoint))
             .flatten();
-        Ok(Bridge {
-            http,
-            plain,
-            endpoint: config.endpoint,
+        Ok(Bridge::with(
+            Transport::Remote {
+                http,
+                plain,
+                endpoint: config.endpoint,
+            },
+            auth,
+        ))
+    }
+
+    /// The endpoint in this process (it authenticates each message itself).
+    fn local(local: super::local::Local) -> Self {
+        Bridge::with(Transport::Local(local), None)
+    }
+
+    fn with(transport: Transport, auth: Option<HeaderValue>) -> Self {
+        Bridge {
+            transport,
             auth,
             state: Mutex::new(SessionState::default()),
             reinitialize: tokio::sync::Mutex::new(()),
             stateless: Mutex::new(std::collections::HashMap::new()),
             next_stateless: std::sync::atomic::AtomicU64::new(0),
             mirrored: Mutex::new(std::collections::HashMap::new()),
-        })
+        }
     }
 
     async fn serve(self: Arc<Self>, mut lines: Lines) {
@@ -510,24 +555,46 @@ impl Bridge {
     }
 
     async fn post(&self, body: Bytes, headers: HeaderMap) -> Result<Answer, String> {
-        if let Some(plain) = &self.plain {
-            return plain.post(body, headers).await;
+        self.send(reqwest::Method::POST, body, headers).await
+    }
+
+    /// One request to the endpoint (a POST, the GET stream, the DELETE).
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        body: Bytes,
+        headers: HeaderMap,
+    ) -> Result<Answer, String> {
+        match &self.transport {
+            Transport::Local(local) => Ok(Answer::Local(local.send(method, headers, body).await)),
+            Transport::Remote {
+                plain: Some(plain), ..
+            } if method == reqwest::Method::POST => plain.post(body, headers).await,
+            Transport::Remote { http, endpoint, .. } => {
+                let post = method == reqwest::Method::POST;
+                let mut request = http.request(method, endpoint.clone()).headers(headers);
+                if post {
+                    request = request.body(body);
+                }
+                request
+                    .send()
+                    .await
+                    .map(Answer::Reqwest)
+                    .map_err(|e| e.to_string())
+            }
         }
-        self.http
-            .post(self.endpoint.clone())
-            .headers(headers)
-            .body(body)
-            .send()
-            .await
-            .map(Answer::Reqwest)
-            .map_err(|e| e.to_string())
     }
 
     fn unreachable(&self, e: &str) -> String {
-        format!(
-            "connector-host bridge: the request to {} failed: {e}",
-            self.endpoint
-        )
+        match &self.transport {
+            Transport::Remote { endpoint, .. } => {
+                format!("connector-host bridge: the request to {endpoint} failed: {e}")
+            }
+            Transport::Local(local) => format!(
+                "connector-host mcp: the request to agent `{}` failed: {e}",
+                local.agent()
+            ),
+        }
     }
 
     /// `initialize`: a new session (any previous one is forgotten), then its GET stream.
@@ -922,17 +989,11 @@ impl Bridge {
             {
                 headers.insert("last-event-id", id);
             }
-            match self
-                .http
-                .get(self.endpoint.clone())
-                .headers(headers)
-                .send()
-                .await
-            {
+            match self.send(reqwest::Method::GET, Bytes::new(), headers).await {
                 Ok(mut response) if response.status().is_success() => {
                     delay = Duration::from_millis(250);
                     let mut parser = SseParser::default();
-                    while let Ok(Some(chunk)) = response.chunk().await {
+                    while let Some(chunk) = response.chunk().await {
                         for event in parser.feed(&chunk) {
                             emit(&event);
                         }
@@ -978,11 +1039,7 @@ impl Bridge {
             }
             self.headers(&state)
         };
-        let delete = self
-            .http
-            .delete(self.endpoint.clone())
-            .headers(headers)
-            .send();
+        let delete = self.send(reqwest::Method::DELETE, Bytes::new(), headers);
         let _ = tokio::time::timeout(Duration::from_secs(2), delete).await;
     }
 }
@@ -1083,9 +1140,11 @@ impl Plain {
     }
 }
 
-/// An HTTP answer from either transport.
+/// An HTTP answer from any transport.
 enum Answer {
     Reqwest(reqwest::Response),
+    /// From the endpoint in this process.
+    Local(axum::response::Response),
     Plain {
         status: StatusCode,
         headers: HeaderMap,
@@ -1099,6 +1158,7 @@ impl Answer {
     fn status(&self) -> StatusCode {
         match self {
             Answer::Reqwest(r) => r.status(),
+            Answer::Local(r) => r.status(),
             Answer::Plain { status, .. } => *status,
         }
     }
@@ -1106,6 +1166,7 @@ impl Answer {
     fn headers(&self) -> &HeaderMap {
         match self {
             Answer::Reqwest(r) => r.headers(),
+            Answer::Local(r) => r.headers(),
             Answer::Plain { headers, .. } => headers,
         }
     }
@@ -1114,6 +1175,16 @@ impl Answer {
     async fn chunk(&mut self) -> Option<Bytes> {
         match self {
             Answer::Reqwest(r) => r.chunk().await.ok().flatten(),
+            Answer::Local(r) => loop {
+                match r.body_mut().frame().await {
+                    Some(Ok(frame)) => {
+                        if let Ok(data) = frame.into_data() {
+                            return Some(data);
+                        }
+                    }
+                    Some(Err(_)) | None => return None,
+                }
+            },
             Answer::Plain { body, conn, .. } => loop {
                 match body.frame().await {
                     Some(Ok(frame)) => {

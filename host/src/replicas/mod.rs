@@ -14,6 +14,11 @@
 //!   under the write lock so it cannot interleave with a local write). If the database
 //!   cannot be asked, the request fails with `503` rather than being served from state
 //!   that may be stale.
+//! - **A tool server beside `serve`** (`connector-host mcp --local`,
+//!   [`Role::ToolServer`](crate::startup::Role::ToolServer)) does the same on any store,
+//!   SQLite included: `serve` writes the file it reads, and two handles on one SQLite file
+//!   behave as two replicas (the state version and its own-writes record live in the
+//!   file and the handle), so a grant made through `serve` is seen by its next request.
 //! - **In the background** the same check runs every [`BACKGROUND_REFRESH`], so open MCP
 //!   sessions learn about a bind on another replica without a request of their own.
 //! - **Webhook deliveries are claimed.** A replica stores a delivery with a claim that
@@ -56,16 +61,21 @@ pub(crate) struct ReplicaSync {
     failed_through: AtomicU64,
     /// One check at a time.
     check: tokio::sync::Mutex<()>,
+    /// Whether other processes write this database: the store is shared, or this
+    /// process serves tools beside the one that writes it (`Role::ToolServer`).
+    follow: bool,
 }
 
 impl ReplicaSync {
-    /// Replica `id` whose memory reflects state version `applied`.
+    /// Replica `id` whose memory reflects state version `applied`; `follow`: other
+    /// processes write the database, so check for their changes.
     pub(crate) fn new(
         store: Arc<dyn Store>,
         state: Arc<State>,
         catalog: Arc<Catalog>,
         id: String,
         applied: i64,
+        follow: bool,
     ) -> Self {
         Self {
             store,
@@ -77,6 +87,7 @@ impl ReplicaSync {
             checked_through: AtomicU64::new(0),
             failed_through: AtomicU64::new(0),
             check: tokio::sync::Mutex::new(()),
+            follow,
         }
     }
 
@@ -89,7 +100,7 @@ impl ReplicaSync {
     /// change committed (through any replica) before this call started is visible after
     /// it returns. A no-op on a store only this process writes.
     pub(crate) async fn refresh(&self) -> HostResult<()> {
-        if !self.store.is_shared() {
+        if !self.follow {
             return Ok(());
         }
         let ticket = self.arrivals.fetch_add(1, Ordering::SeqCst) + 1;
@@ -162,7 +173,7 @@ impl ReplicaSync {
     /// [`BACKGROUND_REFRESH`] (so open MCP sessions learn about them without a request of
     /// their own) until this is dropped.
     pub(crate) fn spawn_background_refresh(self: &Arc<Self>) {
-        if !self.store.is_shared() {
+        if !self.follow {
             return;
         }
         let weak = Arc::downgrade(self);
