@@ -15,7 +15,7 @@
 //!   cannot be asked, the request fails with `503` rather than being served from state
 //!   that may be stale.
 //! - **A tool server beside `serve`** (`connector-host mcp --local`,
-//!   [`Role::ToolServer`](crate::startup::Role::ToolServer)) does the same on any store,
+//!   `Role::ToolServer` of the start-up) does the same on any store,
 //!   SQLite included: `serve` writes the file it reads, and two handles on one SQLite file
 //!   behave as two replicas (the state version and its own-writes record live in the
 //!   file and the handle), so a grant made through `serve` is seen by its next request.
