@@ -906,6 +906,209 @@ async fn kill_round(round: usize) {
     }
 }
 
+/// Every delivery id in a unit's inbox, in cursor order (all pages).
+async fn inbox_ids(client: &reqwest::Client, base: &str, unit: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut after = String::new();
+    loop {
+        let page: Value = client
+            .get(format!(
+                "{base}/api/v1/units/{unit}/messages?limit=500&after={after}"
+            ))
+            .bearer_auth(OPERATOR_TOKEN)
+            .send()
+            .await
+            .expect("inbox page")
+            .json()
+            .await
+            .expect("inbox json");
+        let messages = page["messages"].as_array().expect("messages");
+        if messages.is_empty() {
+            return ids;
+        }
+        ids.extend(
+            messages
+                .iter()
+                .map(|m| m["deliveryId"].as_str().expect("deliveryId").to_string()),
+        );
+        after = page["next"].as_str().expect("next").to_string();
+    }
+}
+
+/// A metric's value from `/metrics`.
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+/// Many deliveries at once share commits; a kill -9 while groups are being committed
+/// loses no acknowledged delivery and doubles none, and redeliveries fill in the rest
+/// exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_in_the_middle_of_a_commit_group_loses_nothing_and_doubles_nothing() {
+    let _load = integration_tests::harness::machine_load().await;
+    const DELIVERIES: usize = 400;
+    const SENDERS: usize = 48;
+    let data = tempfile::tempdir().unwrap();
+    let connectors = data.path().join("connectors");
+    std::fs::create_dir_all(&connectors).unwrap();
+    std::fs::copy(guests::HOSTILE, connectors.join("hostile.wasm")).unwrap();
+    let env = [
+        ("CONNECTOR_HOST_HOSTILE_WEBHOOK_SECRET", SECRET),
+        (
+            "CONNECTOR_HOST_CONNECTORS_DIR",
+            connectors.to_str().unwrap(),
+        ),
+    ];
+    let mut server = ServerProcess::start(data.path(), &env).await;
+    let client = reqwest::Client::new();
+    for u in ["g1", "g2"] {
+        for (path, body) in [
+            (format!("/api/v1/units/{u}"), json!({})),
+            (
+                format!("/api/v1/units/{u}/connectors/hostile"),
+                json!({"config": {"routes": ["r"]}}),
+            ),
+        ] {
+            let r = client
+                .put(format!("{}{path}", server.url))
+                .bearer_auth(OPERATOR_TOKEN)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success(), "{path}: {}", r.status());
+        }
+    }
+
+    // Senders work through the ids in parallel; acknowledgements are counted as they come.
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..SENDERS {
+        let (client, url, next, tx) =
+            (client.clone(), server.url.clone(), next.clone(), tx.clone());
+        tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= DELIVERIES {
+                    return;
+                }
+                let id = format!("g-{i}");
+                let answer = try_deliver(
+                    &client,
+                    &url,
+                    "hostile",
+                    &id,
+                    &event("r", "g"),
+                    SECRET,
+                    now_unix(),
+                )
+                .await;
+                if tx.send((id, answer)).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    drop(tx);
+    let mut answers = Vec::new();
+    while let Some(answer) = rx.recv().await {
+        answers.push(answer);
+        if answers.len() == DELIVERIES / 4 {
+            break;
+        }
+    }
+    // Groups are forming: more writes than commits so far.
+    let metrics = client
+        .get(format!("{}/metrics", server.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    server.kill9();
+    let (commits, writes) = (
+        metric(&metrics, "connector_host_store_commits_total"),
+        metric(&metrics, "connector_host_store_writes_total"),
+    );
+    assert!(
+        writes > commits,
+        "no commit held more than one write: {commits} commits, {writes} writes"
+    );
+    while let Some(answer) = rx.recv().await {
+        answers.push(answer);
+    }
+    let mut acknowledged = Vec::new();
+    for (id, answer) in &answers {
+        if let Some((202, b)) = answer {
+            assert_eq!(b["status"], "accepted", "{id}: {b}");
+            acknowledged.push(id.clone());
+        }
+    }
+    let unanswered = DELIVERIES - acknowledged.len();
+    assert!(
+        acknowledged.len() >= DELIVERIES / 4 && unanswered > 0,
+        "the kill came too late to catch deliveries in flight: {} acknowledged",
+        acknowledged.len()
+    );
+
+    let server = ServerProcess::start(data.path(), &env).await;
+    for unit in ["g1", "g2"] {
+        let ids = inbox_ids(&client, &server.url, unit).await;
+        for id in &acknowledged {
+            assert_eq!(
+                ids.iter().filter(|x| *x == id).count(),
+                1,
+                "acknowledged {id} not exactly once in {unit}"
+            );
+        }
+        let mut unique = ids.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), ids.len(), "duplicates in {unit}");
+    }
+    // The sender retries everything it has no acknowledgement for (and, to be sure,
+    // everything else too): each delivery ends up exactly once in every unit.
+    let mut statuses = std::collections::BTreeMap::<String, usize>::new();
+    for i in 0..DELIVERIES {
+        let id = format!("g-{i}");
+        let (s, b) = deliver(
+            &client,
+            &server.url,
+            "hostile",
+            &id,
+            &event("r", "g"),
+            SECRET,
+            now_unix(),
+        )
+        .await;
+        assert_eq!(s, 202, "{id}: {b}");
+        let status = b["status"].as_str().unwrap_or_default().to_string();
+        if acknowledged.contains(&id) {
+            assert_eq!(status, "duplicate", "{id} was acknowledged before the kill");
+        }
+        *statuses.entry(status).or_default() += 1;
+    }
+    for unit in ["g1", "g2"] {
+        let ids = inbox_ids(&client, &server.url, unit).await;
+        let mut unique = ids.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            ids.len(),
+            "duplicates after redelivery in {unit}"
+        );
+        assert_eq!(
+            ids.len(),
+            DELIVERIES,
+            "every delivery exactly once in {unit} ({statuses:?})"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_sent_with_a_webhook_are_never_stored_or_shown_to_the_guest() {
     let h = webhook_host().await;

@@ -154,6 +154,7 @@ async fn healthz() -> Json<Value> {
 
 async fn metrics(State(host): State<Host>) -> Response {
     let m = host.metrics();
+    let commits = host.store().commit_counts();
     let body = format!(
         "# HELP connector_host_tool_calls_total Tool calls by outcome.\n\
          # TYPE connector_host_tool_calls_total counter\n\
@@ -162,11 +163,19 @@ async fn metrics(State(host): State<Host>) -> Response {
          connector_host_tool_calls_total{{outcome=\"rejected\"}} {}\n\
          # HELP connector_host_connectors Installed connectors.\n\
          # TYPE connector_host_connectors gauge\n\
-         connector_host_connectors {}\n",
+         connector_host_connectors {}\n\
+         # HELP connector_host_store_commits_total Database commits of grouped writes.\n\
+         # TYPE connector_host_store_commits_total counter\n\
+         connector_host_store_commits_total {}\n\
+         # HELP connector_host_store_writes_total Writes those commits held.\n\
+         # TYPE connector_host_store_writes_total counter\n\
+         connector_host_store_writes_total {}\n",
         m.tool_calls_ok.load(Ordering::Relaxed),
         m.tool_calls_failed.load(Ordering::Relaxed),
         m.tool_calls_rejected.load(Ordering::Relaxed),
         host.list_connectors().len(),
+        commits.commits,
+        commits.writes,
     );
     (
         [(

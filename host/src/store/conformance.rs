@@ -74,6 +74,7 @@ macro_rules! store_conformance_tests {
             concurrent_inserts_of_one_delivery_store_it_once
             complete_delivery_fault_stores_no_messages
             complete_twice_stores_messages_once
+            a_routed_delivery_is_stored_done_with_its_messages_once
             complete_and_fail_release_the_claim
             sweep_skips_live_claims_and_takes_lapsed_ones
             startup_takes_own_claims_and_unheld_failed_ones
@@ -1153,6 +1154,113 @@ pub async fn complete_twice_stores_messages_once(factory: &dyn StoreFactory) {
     let stored: Vec<_> = results.into_iter().flatten().collect();
     assert_eq!(stored.len(), 1, "{stored:?}");
     assert_eq!(handles[0].messages("root", 0, 10).await.unwrap(), stored[0]);
+}
+
+pub async fn a_routed_delivery_is_stored_done_with_its_messages_once(factory: &dyn StoreFactory) {
+    let (a, b) = (factory.open().await, factory.open().await);
+    let routed = ["team".to_string()];
+    let messages = [message("m1", "team", "d1"), message("m2", "team", "d1")];
+
+    // A fault after the messages leaves neither the delivery nor its messages.
+    a.set_fail_point(Some(FailPoint::AfterMessagesWrite));
+    let err = a
+        .insert_routed_delivery(&delivery("d1", 1_000), &messages, &routed, 60)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::Injected(FailPoint::AfterMessagesWrite)),
+        "{err:?}"
+    );
+    assert_eq!(a.delivery("acme", "d1").await.unwrap(), None);
+    assert!(a.messages("team", 0, 10).await.unwrap().is_empty());
+
+    // Stored done, attempted once, routed, unclaimed, with its messages in order.
+    let stored = a
+        .insert_routed_delivery(&delivery("d1", 1_000), &messages, &routed, 60)
+        .await
+        .unwrap()
+        .expect("stored");
+    assert_eq!(stored.len(), 2);
+    assert!(stored[0].seq < stored[1].seq, "{stored:?}");
+    assert_eq!(a.messages("team", 0, 10).await.unwrap(), stored);
+    let d1 = a.delivery("acme", "d1").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            d1.status,
+            d1.attempts,
+            d1.routed_to.clone(),
+            d1.claimed_by.clone()
+        ),
+        (DeliveryStatus::Done, 1, routed.to_vec(), None)
+    );
+    assert_eq!(d1.body, delivery("d1", 1_000).body);
+    // Nothing for a sweep or a start-up to take up again.
+    let taken = a
+        .claim_deliveries(&claim("a", 2_000), 1_500, ClaimScope::Startup, 10)
+        .await
+        .unwrap();
+    assert!(taken.is_empty(), "{taken:?}");
+
+    // Inside the window, through either handle, after `insert_delivery` too: a duplicate,
+    // nothing written.
+    let again = b
+        .insert_routed_delivery(
+            &delivery("d1", 1_030),
+            &[message("m3", "team", "d1")],
+            &routed,
+            60,
+        )
+        .await
+        .unwrap();
+    assert_eq!(again, None);
+    assert!(!a
+        .insert_delivery(&delivery("d1", 1_040), 60, &claim("a", 1_070))
+        .await
+        .unwrap());
+    assert!(a
+        .insert_delivery(&delivery("d2", 1_000), 60, &claim("a", 1_030))
+        .await
+        .unwrap());
+    let again = b
+        .insert_routed_delivery(
+            &delivery("d2", 1_010),
+            &[message("m4", "team", "d2")],
+            &routed,
+            60,
+        )
+        .await
+        .unwrap();
+    assert_eq!(again, None);
+    assert_eq!(a.messages("team", 0, 10).await.unwrap(), stored);
+
+    // At the same moment through two handles: stored once.
+    let handles = [a, b];
+    let results = together(8, |i| {
+        let store = Arc::clone(&handles[i % 2]);
+        async move {
+            let m = message(&format!("m5-{i}"), "root", "d3");
+            store
+                .insert_routed_delivery(&delivery("d3", 1_000), &[m], &["root".to_string()], 60)
+                .await
+                .unwrap()
+        }
+    })
+    .await;
+    let stored: Vec<_> = results.into_iter().flatten().collect();
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert_eq!(handles[0].messages("root", 0, 10).await.unwrap(), stored[0]);
+
+    // Past the window the id is a new delivery.
+    let later = handles[1]
+        .insert_routed_delivery(
+            &delivery("d1", 1_100),
+            &[message("m6", "root", "d1")],
+            &routed,
+            60,
+        )
+        .await
+        .unwrap();
+    assert!(later.is_some());
 }
 
 pub async fn complete_and_fail_release_the_claim(factory: &dyn StoreFactory) {

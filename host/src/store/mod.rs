@@ -14,8 +14,11 @@
 pub mod conformance;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_writer;
 mod rows;
 pub mod sqlite;
+mod sqlite_writer;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -256,7 +259,7 @@ impl FailPoints {
 }
 
 /// Why the store could not do what was asked.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The database cannot be reached or answered with an error; retrying may help.
     #[error("the database is unavailable: {0}")]
@@ -381,6 +384,19 @@ pub trait DeliveryQueue: Send + Sync + 'static {
         dedup_window_secs: i64,
         claim: &Claim,
     ) -> StoreResult<bool>;
+    /// Stores a delivery that was routed before it was stored, already finished: in one
+    /// transaction, the delivery (status `done`, attempts 1, `routed_to`, no claim) and
+    /// `messages` appended to their units' inboxes — unless the same (connector, delivery
+    /// id) was stored within the last `dedup_window_secs`: then nothing is written and
+    /// `None` is returned (a duplicate). Returns the stored messages (with their cursors).
+    /// Atomic across processes, as [`DeliveryQueue::insert_delivery`] is.
+    async fn insert_routed_delivery(
+        &self,
+        delivery: &DeliveryRecord,
+        messages: &[MessageRecord],
+        routed_to: &[String],
+        dedup_window_secs: i64,
+    ) -> StoreResult<Option<Vec<MessageRecord>>>;
     /// Claims up to `limit` unfinished deliveries (oldest first) for `claim.owner` until
     /// `claim.until_unix`, per `scope`, and returns them with the new claim. `now_unix`
     /// decides which claims have lapsed. Rows another transaction is claiming at the same
@@ -422,9 +438,22 @@ pub trait DeliveryQueue: Send + Sync + 'static {
     /// Deletes finished deliveries received before `before_unix` (their bodies; the
     /// messages stay); returns how many.
     async fn prune_deliveries(&self, before_unix: i64) -> StoreResult<u64>;
+    /// How many commits this handle's writes took and how many writes they held (a
+    /// store that commits writes in groups has more writes than commits). For
+    /// `/metrics`; zero where the store does not count.
+    fn commit_counts(&self) -> CommitCounts {
+        CommitCounts::default()
+    }
     /// The deliveries stored for `connector`, newest first, at most `limit`, for the
     /// operator to look at: bodies are left out (an empty `body`), whatever their size.
     async fn deliveries_of(&self, connector: &str, limit: u32) -> StoreResult<Vec<DeliveryRecord>>;
+}
+
+/// Commits and the writes they held, since the store handle was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommitCounts {
+    pub commits: u64,
+    pub writes: u64,
 }
 
 /// Units' inboxes, read by cursor (messages are appended by

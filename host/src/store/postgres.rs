@@ -29,22 +29,26 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use parking_lot::Mutex;
+use tokio::sync::mpsc;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{IsolationLevel, NoTls, Row};
 
+use super::postgres_writer::{self, RoutedJob, WriterShared};
 use super::rows;
 #[cfg(any(test, feature = "store-conformance"))]
 use super::FaultInjection;
 use super::{
     connector_provenance, encode_json, now_rfc3339, subject_parts, AgentRecord, BindingRecord,
-    Claim, ClaimScope, ConnectorRecord, DeliveryRecord, FailPoint, GrantRecord, ImageToolsRecord,
-    MessageRecord, Snapshot, StateCheck, StoreError, StoreResult, Subject, UnitRecord,
+    Claim, ClaimScope, CommitCounts, ConnectorRecord, DeliveryRecord, FailPoint, GrantRecord,
+    ImageToolsRecord, MessageRecord, Snapshot, StateCheck, StoreError, StoreResult, Subject,
+    UnitRecord,
 };
 use super::{DeliveryQueue, FailPoints, InboxStore, ReplicaCoordination, SecretStore, StateStore};
 
@@ -172,7 +176,11 @@ static DELIVERY_COLUMNS: std::sync::LazyLock<String> =
 /// A [`Store`] in one PostgreSQL database (see the module docs).
 pub struct PostgresStore {
     pool: Pool,
-    fail_points: FailPoints,
+    fail_points: Arc<FailPoints>,
+    /// The group commit of routed deliveries ([`postgres_writer`]); the task ends with
+    /// the store.
+    routed: mpsc::UnboundedSender<RoutedJob>,
+    writer: Arc<WriterShared>,
     /// State versions written through this handle and not yet reported by
     /// `changes_since` as applied.
     own_versions: Mutex<BTreeSet<i64>>,
@@ -242,9 +250,18 @@ impl PostgresStore {
             .map_err(|e| {
                 StoreError::Unavailable(format!("cannot build the connection pool: {e}"))
             })?;
+        let fail_points = Arc::new(FailPoints::default());
+        let writer = Arc::new(WriterShared {
+            pool: pool.clone(),
+            fail_points: Arc::clone(&fail_points),
+            commits: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+        });
         let store = Self {
             pool,
-            fail_points: FailPoints::default(),
+            fail_points,
+            routed: postgres_writer::spawn(Arc::clone(&writer)),
+            writer,
             own_versions: Mutex::new(BTreeSet::new()),
             seen: AtomicI64::new(0),
             guard_stale: AtomicBool::new(false),
@@ -375,7 +392,7 @@ macro_rules! state_tx {
 }
 
 /// Maps a driver error onto the store's error kinds, naming what was being done.
-fn map_err(context: &str, e: tokio_postgres::Error) -> StoreError {
+pub(super) fn map_err(context: &str, e: tokio_postgres::Error) -> StoreError {
     match e.code() {
         Some(code) if *code == SqlState::FOREIGN_KEY_VIOLATION => StoreError::Unavailable(format!(
             "{context}: the database rejected the write ({e}); a referenced unit or agent must \
@@ -416,6 +433,68 @@ fn pg_opt_text(text: &Option<String>) -> Option<std::borrow::Cow<'_, str>> {
 }
 
 /// Whether some version in `(after, upto]` is not one of `own` (another handle wrote it).
+/// Appends `messages` to their units' inboxes inside `tx`, taking the inbox lock (held to
+/// the commit: cursor order is commit order); returns them with their cursors.
+pub(super) async fn append_messages(
+    tx: &Tx<'_>,
+    ctx: &str,
+    messages: &[MessageRecord],
+) -> StoreResult<Vec<MessageRecord>> {
+    let db = |e| map_err(ctx, e);
+    let mut stored = Vec::with_capacity(messages.len());
+    if !messages.is_empty() {
+        let mut columns: [Vec<String>; 6] = Default::default();
+        let mut thread_keys: Vec<Option<String>> = Vec::with_capacity(messages.len());
+        for m in messages {
+            columns[0].push(m.id.clone());
+            columns[1].push(m.unit_id.clone());
+            columns[2].push(m.connector.clone());
+            columns[3].push(pg_text(&m.kind).into_owned());
+            columns[4].push(m.delivery_id.clone());
+            columns[5].push(encode_json(ctx, &m.payload)?);
+            thread_keys.push(pg_opt_text(&m.thread_key).map(|t| t.into_owned()));
+        }
+        let received: Vec<&str> = messages.iter().map(|m| m.received_at.as_str()).collect();
+        let insert = tx
+            .prepare_cached(
+                "INSERT INTO messages (id, unit_id, connector, kind, delivery_id,
+                     thread_key, payload, received_at)
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[],
+                     $5::text[], $6::text[], $7::text[], $8::text[])
+                 RETURNING id, seq",
+            )
+            .await
+            .map_err(db)?;
+        // The inbox lock is held from here to the commit; the two statements go out
+        // together (pipelined), so holding it costs one round trip and the commit.
+        let lock = tx.execute("SELECT pg_advisory_xact_lock($1)", &[&INBOX_LOCK]);
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+            &columns[0],
+            &columns[1],
+            &columns[2],
+            &columns[3],
+            &columns[4],
+            &thread_keys,
+            &columns[5],
+            &received,
+        ];
+        let rows = tx.query(&insert, &params);
+        let (_, rows) = futures::try_join!(lock, rows).map_err(db)?;
+        let mut seqs = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            seqs.insert(col::<String>(row, 0)?, col::<i64>(row, 1)?);
+        }
+        for m in messages {
+            let seq = seqs
+                .get(&m.id)
+                .copied()
+                .ok_or_else(|| StoreError::Corrupt(format!("message {} was not stored", m.id)))?;
+            stored.push(MessageRecord { seq, ..m.clone() });
+        }
+    }
+    Ok(stored)
+}
+
 fn foreign_after(own: &BTreeSet<i64>, after: i64, upto: i64) -> bool {
     upto > after && own.range(after.saturating_add(1)..=upto).count() as i64 != upto - after
 }
@@ -922,6 +1001,30 @@ impl DeliveryQueue for PostgresStore {
         Ok(!rows.is_empty())
     }
 
+    async fn insert_routed_delivery(
+        &self,
+        delivery: &DeliveryRecord,
+        messages: &[MessageRecord],
+        routed_to: &[String],
+        dedup_window_secs: i64,
+    ) -> StoreResult<Option<Vec<MessageRecord>>> {
+        let ctx = "insert_routed_delivery";
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = RoutedJob {
+            delivery: delivery.clone(),
+            messages: messages.to_vec(),
+            routed_to: routed_to.to_vec(),
+            window_secs: dedup_window_secs,
+            reply,
+        };
+        self.routed
+            .send(job)
+            .map_err(|_| StoreError::Unavailable(format!("{ctx}: the database writer stopped")))?;
+        answer.await.map_err(|_| {
+            StoreError::Unavailable(format!("{ctx}: the database writer did not answer"))
+        })?
+    }
+
     async fn claim_deliveries(
         &self,
         claim: &Claim,
@@ -1002,56 +1105,7 @@ impl DeliveryQueue for PostgresStore {
                 return Ok(None);
             }
         }
-        let mut stored = Vec::with_capacity(messages.len());
-        if !messages.is_empty() {
-            let mut columns: [Vec<String>; 6] = Default::default();
-            let mut thread_keys: Vec<Option<String>> = Vec::with_capacity(messages.len());
-            for m in messages {
-                columns[0].push(m.id.clone());
-                columns[1].push(m.unit_id.clone());
-                columns[2].push(m.connector.clone());
-                columns[3].push(pg_text(&m.kind).into_owned());
-                columns[4].push(m.delivery_id.clone());
-                columns[5].push(encode_json(ctx, &m.payload)?);
-                thread_keys.push(pg_opt_text(&m.thread_key).map(|t| t.into_owned()));
-            }
-            let received: Vec<&str> = messages.iter().map(|m| m.received_at.as_str()).collect();
-            let insert = tx
-                .prepare_cached(
-                    "INSERT INTO messages (id, unit_id, connector, kind, delivery_id,
-                         thread_key, payload, received_at)
-                     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[],
-                         $5::text[], $6::text[], $7::text[], $8::text[])
-                     RETURNING id, seq",
-                )
-                .await
-                .map_err(db)?;
-            // The inbox lock is held from here to the commit; the two statements go out
-            // together (pipelined), so holding it costs one round trip and the commit.
-            let lock = tx.execute("SELECT pg_advisory_xact_lock($1)", &[&INBOX_LOCK]);
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
-                &columns[0],
-                &columns[1],
-                &columns[2],
-                &columns[3],
-                &columns[4],
-                &thread_keys,
-                &columns[5],
-                &received,
-            ];
-            let rows = tx.query(&insert, &params);
-            let (_, rows) = futures::try_join!(lock, rows).map_err(db)?;
-            let mut seqs = HashMap::with_capacity(rows.len());
-            for row in &rows {
-                seqs.insert(col::<String>(row, 0)?, col::<i64>(row, 1)?);
-            }
-            for m in messages {
-                let seq = seqs.get(&m.id).copied().ok_or_else(|| {
-                    StoreError::Corrupt(format!("message {} was not stored", m.id))
-                })?;
-                stored.push(MessageRecord { seq, ..m.clone() });
-            }
-        }
+        let stored = append_messages(&tx, ctx, messages).await?;
         self.trip(FailPoint::AfterMessagesWrite)?;
         tx.commit().await.map_err(db)?;
         Ok(Some(stored))
@@ -1119,6 +1173,13 @@ impl DeliveryQueue for PostgresStore {
         )
         .await
         .map_err(|e| map_err("prune_deliveries", e))
+    }
+
+    fn commit_counts(&self) -> CommitCounts {
+        CommitCounts {
+            commits: self.writer.commits.load(Ordering::Relaxed),
+            writes: self.writer.writes.load(Ordering::Relaxed),
+        }
     }
 
     async fn deliveries_of(&self, connector: &str, limit: u32) -> StoreResult<Vec<DeliveryRecord>> {

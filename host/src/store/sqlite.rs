@@ -1,8 +1,9 @@
 //! The default [`Store`]: one SQLite database file (`<data_dir>/host.db`).
 //!
-//! - One writer connection behind a mutex; every trait method runs on
-//!   [`tokio::task::spawn_blocking`] as one `BEGIN IMMEDIATE` transaction, so a failure
-//!   (or an injected [`FailPoint`]) anywhere in it rolls the whole change back, and two
+//! - One connection behind a mutex. Every write runs as one `BEGIN IMMEDIATE`
+//!   transaction — or, when writes arrive together, as one savepoint each inside a shared
+//!   one, committed at once ([`sqlite_writer`]: group commit) — so a failure (or an
+//!   injected [`FailPoint`]) anywhere in a write rolls that whole write back, and two
 //!   handles (or processes) on the same file never interleave inside one method: the
 //!   de-duplication check of [`DeliveryQueue::insert_delivery`](crate::store::DeliveryQueue::insert_delivery) and the row selection of
 //!   [`DeliveryQueue::claim_deliveries`](crate::store::DeliveryQueue::claim_deliveries) are atomic with their writes.
@@ -46,7 +47,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -56,12 +58,14 @@ use rusqlite::{
 };
 
 use super::rows;
+use super::sqlite_writer::{self, Job};
 #[cfg(any(test, feature = "store-conformance"))]
 use super::FaultInjection;
 use super::{
     connector_provenance, encode_json, now_rfc3339, subject_parts, AgentRecord, BindingRecord,
-    Claim, ClaimScope, ConnectorRecord, DeliveryRecord, FailPoint, GrantRecord, ImageToolsRecord,
-    MessageRecord, Snapshot, StateCheck, StoreError, StoreResult, Subject, UnitRecord,
+    Claim, ClaimScope, CommitCounts, ConnectorRecord, DeliveryRecord, DeliveryStatus, FailPoint,
+    GrantRecord, ImageToolsRecord, MessageRecord, Snapshot, StateCheck, StoreError, StoreResult,
+    Subject, UnitRecord,
 };
 use super::{DeliveryQueue, FailPoints, InboxStore, ReplicaCoordination, SecretStore, StateStore};
 
@@ -196,12 +200,12 @@ const OWN_VERSION_RUNS: usize = 1024;
 /// versions (`start -> end`, both inclusive): a handle that is the only writer keeps one
 /// run however many writes it makes.
 #[derive(Debug, Default)]
-struct OwnVersions {
+pub(super) struct OwnVersions {
     runs: BTreeMap<i64, i64>,
 }
 
 impl OwnVersions {
-    fn insert(&mut self, version: i64) {
+    pub(super) fn insert(&mut self, version: i64) {
         let (mut start, mut end) = (version, version);
         if let Some((&s, &e)) = self.runs.range(..=version).next_back() {
             if e >= version {
@@ -221,7 +225,7 @@ impl OwnVersions {
         }
     }
 
-    fn remove(&mut self, version: i64) {
+    pub(super) fn remove(&mut self, version: i64) {
         let Some((&start, &end)) = self.runs.range(..=version).next_back() else {
             return;
         };
@@ -260,12 +264,15 @@ impl OwnVersions {
     }
 }
 
-/// The state shared with the blocking tasks.
-struct Inner {
-    conn: Mutex<Connection>,
+/// The state shared with the writer thread and the blocking read tasks.
+pub(super) struct Inner {
+    pub(super) conn: Mutex<Connection>,
     fail_points: FailPoints,
     /// Locked after `conn`, never before.
-    own_versions: Mutex<OwnVersions>,
+    pub(super) own_versions: Mutex<OwnVersions>,
+    /// Commits of the writer and the writes they held ([`CommitCounts`]).
+    pub(super) commits: AtomicU64,
+    pub(super) writes: AtomicU64,
 }
 
 impl Inner {
@@ -278,7 +285,9 @@ impl Inner {
 /// A [`Store`] in one SQLite database. Cheap to clone (clones share the connection).
 #[derive(Clone)]
 pub struct SqliteStore {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
+    /// The writer thread's queue ([`sqlite_writer`]); the thread ends with the last clone.
+    writer: mpsc::Sender<Job>,
     path: Option<PathBuf>,
 }
 
@@ -327,12 +336,17 @@ impl SqliteStore {
     fn init(mut conn: Connection, path: Option<PathBuf>) -> StoreResult<Self> {
         configure(&conn, path.is_some())?;
         migrate(&mut conn)?;
+        let inner = Arc::new(Inner {
+            conn: Mutex::new(conn),
+            fail_points: FailPoints::default(),
+            own_versions: Mutex::new(OwnVersions::default()),
+            commits: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+        });
+        let writer = sqlite_writer::spawn(Arc::clone(&inner))?;
         Ok(Self {
-            inner: Arc::new(Inner {
-                conn: Mutex::new(conn),
-                fail_points: FailPoints::default(),
-                own_versions: Mutex::new(OwnVersions::default()),
-            }),
+            inner,
+            writer,
             path,
         })
     }
@@ -357,42 +371,103 @@ impl SqliteStore {
         self.transaction(op, true, f).await
     }
 
+    /// Hands `f` to the writer thread, which runs it in a transaction with the other
+    /// writes waiting at that moment, and answers once that transaction has committed (or
+    /// failed). See [`sqlite_writer`].
     async fn transaction<T, F>(&self, op: &'static str, bump: bool, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&Transaction<'_>, &Inner) -> StoreResult<T> + Send + 'static,
     {
-        let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || {
-            let mut conn = inner.conn.lock();
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(|e| map_err(op, e))?;
-            let out = f(&tx, &inner)?;
-            if !bump {
-                tx.commit().map_err(|e| map_err(op, e))?;
-                return Ok(out);
-            }
-            let version = bump_state_version(&tx).map_err(|e| map_err(op, e))?;
-            // Recorded before the commit and under a lock held across it: a check on this
-            // handle never sees the new version without knowing it is ours.
-            let mut own = inner.own_versions.lock();
-            own.insert(version);
-            if let Err(e) = tx.commit() {
-                own.remove(version);
-                return Err(map_err(op, e));
-            }
-            Ok(out)
-        })
-        .await
-        .map_err(|e| {
-            StoreError::Unavailable(format!("{op}: the database task did not finish: {e}"))
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.writer
+            .send(Job::new(op, bump, f, reply))
+            .map_err(|_| StoreError::Unavailable(format!("{op}: the database writer stopped")))?;
+        answer.await.map_err(|_| {
+            StoreError::Unavailable(format!("{op}: the database writer did not answer"))
         })?
     }
 }
 
+/// Stores delivery `d` (inside `tx`) with `claim`, unless the same (connector, delivery id)
+/// was stored within `window_secs` before it: then writes nothing and returns `false`. An
+/// older row of the same id is replaced. One step with the check, for every connection to
+/// the file, since the caller's transaction is immediate.
+fn store_unless_recent(
+    tx: &Transaction<'_>,
+    op: &'static str,
+    d: &DeliveryRecord,
+    window_secs: i64,
+    claim: Option<&Claim>,
+) -> StoreResult<bool> {
+    let db = |e| map_err(op, e);
+    let existing: Option<i64> = tx
+        .query_row(
+            "SELECT received_unix FROM deliveries WHERE connector = ?1 AND delivery_id = ?2",
+            [&d.connector, &d.delivery_id],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(db)?;
+    if existing.is_some_and(|t| t >= d.received_unix - window_secs) {
+        return Ok(false);
+    }
+    let headers = encode_json(op, &d.headers)?;
+    let routed = encode_json(op, &d.routed_to)?;
+    let (owner, until) = claim.map_or((None, 0), |c| (Some(c.owner.as_str()), c.until_unix));
+    tx.execute(
+        "INSERT INTO deliveries (connector, delivery_id, event, headers, body, received_unix, received_at, status, attempts, error, routed_to, claimed_by, claim_until)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+         ON CONFLICT (connector, delivery_id) DO UPDATE SET
+             event = excluded.event, headers = excluded.headers, body = excluded.body,
+             received_unix = excluded.received_unix, received_at = excluded.received_at,
+             status = excluded.status, attempts = excluded.attempts, error = excluded.error,
+             routed_to = excluded.routed_to, claimed_by = excluded.claimed_by,
+             claim_until = excluded.claim_until",
+        params![d.connector, d.delivery_id, d.event, headers, d.body, d.received_unix, d.received_at, d.status.as_str(), d.attempts, d.error, routed, owner, until],
+    )
+    .map_err(db)?;
+    Ok(true)
+}
+
+/// Appends `messages` to their units' inboxes (inside `tx`); returns them with their
+/// cursors.
+fn append_messages(
+    tx: &Transaction<'_>,
+    op: &'static str,
+    messages: Vec<MessageRecord>,
+) -> StoreResult<Vec<MessageRecord>> {
+    let mut insert = tx
+        .prepare_cached(
+            "INSERT INTO messages (id, unit_id, connector, kind, delivery_id, thread_key, payload, received_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )
+        .map_err(|e| map_err(op, e))?;
+    let mut stored = Vec::with_capacity(messages.len());
+    for m in messages {
+        let payload = encode_json(op, &m.payload)?;
+        insert
+            .execute(params![
+                m.id,
+                m.unit_id,
+                m.connector,
+                m.kind,
+                m.delivery_id,
+                m.thread_key,
+                payload,
+                m.received_at
+            ])
+            .map_err(|e| map_err(op, e))?;
+        stored.push(MessageRecord {
+            seq: tx.last_insert_rowid(),
+            ..m
+        });
+    }
+    Ok(stored)
+}
+
 /// Adds 1 to the state version (inside `tx`) and returns the new version.
-fn bump_state_version(tx: &Transaction<'_>) -> rusqlite::Result<i64> {
+pub(super) fn bump_state_version(tx: &Transaction<'_>) -> rusqlite::Result<i64> {
     tx.query_row(
         "UPDATE state_version SET version = version + 1 WHERE id = 1 RETURNING version",
         [],
@@ -635,7 +710,7 @@ fn refuse_newer(applied: &BTreeSet<i64>) -> StoreResult<()> {
 }
 
 /// Maps a rusqlite error onto the store's error kinds, naming what was being done.
-fn map_err(context: &str, e: rusqlite::Error) -> StoreError {
+pub(super) fn map_err(context: &str, e: rusqlite::Error) -> StoreError {
     use rusqlite::Error as E;
     match &e {
         E::SqliteFailure(failure, _) => match failure.code {
@@ -961,33 +1036,36 @@ impl DeliveryQueue for SqliteStore {
         // The immediate transaction makes the check and the insert one step for every
         // connection to the file.
         self.write("insert_delivery", move |tx, _| {
-            let db = |e| map_err("insert_delivery", e);
-            let existing: Option<i64> = tx
-                .query_row(
-                    "SELECT received_unix FROM deliveries WHERE connector = ?1 AND delivery_id = ?2",
-                    [&d.connector, &d.delivery_id],
-                    |r| r.get(0),
-                )
-                .optional()
-                .map_err(db)?;
-            if existing.is_some_and(|t| t >= d.received_unix - dedup_window_secs) {
-                return Ok(false);
+            store_unless_recent(tx, "insert_delivery", &d, dedup_window_secs, Some(&claim))
+        })
+        .await
+    }
+
+    async fn insert_routed_delivery(
+        &self,
+        delivery: &DeliveryRecord,
+        messages: &[MessageRecord],
+        routed_to: &[String],
+        dedup_window_secs: i64,
+    ) -> StoreResult<Option<Vec<MessageRecord>>> {
+        let op = "insert_routed_delivery";
+        let d = DeliveryRecord {
+            status: DeliveryStatus::Done,
+            attempts: 1,
+            error: None,
+            routed_to: routed_to.to_vec(),
+            claimed_by: None,
+            claim_until: 0,
+            ..delivery.clone()
+        };
+        let messages = messages.to_vec();
+        self.write(op, move |tx, inner| {
+            if !store_unless_recent(tx, op, &d, dedup_window_secs, None)? {
+                return Ok(None);
             }
-            let headers = encode_json("insert_delivery", &d.headers)?;
-            let routed = encode_json("insert_delivery", &d.routed_to)?;
-            tx.execute(
-                "INSERT INTO deliveries (connector, delivery_id, event, headers, body, received_unix, received_at, status, attempts, error, routed_to, claimed_by, claim_until)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
-                 ON CONFLICT (connector, delivery_id) DO UPDATE SET
-                     event = excluded.event, headers = excluded.headers, body = excluded.body,
-                     received_unix = excluded.received_unix, received_at = excluded.received_at,
-                     status = excluded.status, attempts = excluded.attempts, error = excluded.error,
-                     routed_to = excluded.routed_to, claimed_by = excluded.claimed_by,
-                     claim_until = excluded.claim_until",
-                params![d.connector, d.delivery_id, d.event, headers, d.body, d.received_unix, d.received_at, d.status.as_str(), d.attempts, d.error, routed, claim.owner, claim.until_unix],
-            )
-            .map_err(db)?;
-            Ok(true)
+            let stored = append_messages(tx, op, messages)?;
+            inner.trip(FailPoint::AfterMessagesWrite)?;
+            Ok(Some(stored))
         })
         .await
     }
@@ -1074,22 +1152,7 @@ impl DeliveryQueue for SqliteStore {
             if status.as_deref() == Some("done") {
                 return Ok(None);
             }
-            let mut stored = Vec::with_capacity(messages.len());
-            {
-                let mut insert = tx
-                    .prepare_cached(
-                        "INSERT INTO messages (id, unit_id, connector, kind, delivery_id, thread_key, payload, received_at)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                    )
-                    .map_err(db)?;
-                for m in messages {
-                    let payload = encode_json("complete_delivery", &m.payload)?;
-                    insert
-                        .execute(params![m.id, m.unit_id, m.connector, m.kind, m.delivery_id, m.thread_key, payload, m.received_at])
-                        .map_err(db)?;
-                    stored.push(MessageRecord { seq: tx.last_insert_rowid(), ..m });
-                }
-            }
+            let stored = append_messages(tx, "complete_delivery", messages)?;
             inner.trip(FailPoint::AfterMessagesWrite)?;
             tx.execute(
                 "UPDATE deliveries SET status = 'done', error = NULL, attempts = attempts + 1, routed_to = ?3,
@@ -1168,6 +1231,13 @@ impl DeliveryQueue for SqliteStore {
             Ok(n as u64)
         })
         .await
+    }
+
+    fn commit_counts(&self) -> CommitCounts {
+        CommitCounts {
+            commits: self.inner.commits.load(Ordering::Relaxed),
+            writes: self.inner.writes.load(Ordering::Relaxed),
+        }
     }
 
     async fn deliveries_of(&self, connector: &str, limit: u32) -> StoreResult<Vec<DeliveryRecord>> {

@@ -3,19 +3,22 @@
 //! The pipeline is built so that a delivery is never lost and never delivered twice:
 //!
 //! 1. The signature is verified over the raw bytes ([`verify`]) before anything else.
-//! 2. The delivery is stored (one transaction) before it is acknowledged; a delivery id
-//!    already stored for the connector within the window is answered `duplicate`.
-//! 3. The connector's `translate-webhook` turns it into messages; each names a routing
+//! 2. The connector's `translate-webhook` turns it into messages; each names a routing
 //!    key that is looked up in the directory's key → bindings index (one lookup, however
 //!    many bindings exist), and each matching binding's `accept` filter decides.
-//! 4. The messages are appended to the units' inboxes and the delivery is marked done in
-//!    one transaction, which refuses to run twice for the same delivery.
+//! 3. The delivery, marked done, and its messages are stored in one transaction, which
+//!    finds a delivery id already stored for the connector within the window (answered
+//!    `duplicate`, nothing written). The answer waits for that commit: a process that dies
+//!    before it has acknowledged nothing, and the sender sends again. Deliveries arriving
+//!    together share commits (the stores' group commit).
 //!
-//! Routing runs inline for up to two seconds; past that the answer is `queued` and the
-//! work finishes in the background. Every stored delivery carries a claim of the replica
-//! working on it ([`crate::replicas`]); anything not done when a process dies is picked up
-//! at its next start, or by any replica once the claim lapses; a failed translation is
-//! kept, visible, and retried on start or on request.
+//! Routing runs inline for up to two seconds; past that (or when routing fails) the
+//! delivery is stored pending before it is answered `queued`, and the work finishes in the
+//! background: the messages are appended and the delivery marked done in one transaction,
+//! which refuses to run twice for the same delivery. Every stored unfinished delivery
+//! carries a claim of the replica working on it ([`crate::replicas`]); anything not done
+//! when a process dies is picked up at its next start, or by any replica once the claim
+//! lapses; a failed translation is kept, visible, and retried on start or on request.
 
 pub mod verify;
 
@@ -439,36 +442,122 @@ impl Webhooks {
             claimed_by: None,
             claim_until: 0,
         };
-        // Stored with this replica's claim: no other replica sweeps it up while the
-        // inline routing below is under way.
-        let claim = self.new_claim();
-        if !self
-            .store
-            .insert_delivery(&record, DEDUP_WINDOW_SECS, &claim)
-            .await?
-        {
-            return Ok(WebhookOutcome {
-                delivery: record.delivery_id,
-                status: WebhookStatus::Duplicate,
-                routed_to: Vec::new(),
-            });
-        }
-        let delivery = record.delivery_id.clone();
+        // Routed first, then stored with its outcome in one transaction: the answer waits
+        // for that commit, so a crash before it loses nothing (nothing was acknowledged;
+        // the sender sends again). Routing past the inline window stores the delivery as
+        // pending first and answers `queued`. The work runs in its own task, so a sender
+        // that hangs up does not cut it short.
+        let (window_over, window_over_rx) = tokio::sync::oneshot::channel();
+        let (answer_tx, answer) = tokio::sync::oneshot::channel();
         let this = Arc::clone(self);
-        let mut task = tokio::spawn(async move { this.process_delivery(record).await });
-        match tokio::time::timeout(INLINE_ROUTING, &mut task).await {
-            Ok(Ok(Ok(routed_to))) => Ok(WebhookOutcome {
-                delivery,
-                status: WebhookStatus::Accepted,
-                routed_to,
-            }),
-            // Failed: stored and marked failed, retried on start or on request.
-            Ok(Ok(Err(_))) | Ok(Err(_)) | Err(_) => Ok(WebhookOutcome {
-                delivery,
-                status: WebhookStatus::Queued,
-                routed_to: Vec::new(),
-            }),
+        tokio::spawn(async move {
+            this.route_and_store(record, window_over_rx, answer_tx)
+                .await
+        });
+        let mut answer = std::pin::pin!(answer);
+        let outcome = match tokio::time::timeout(INLINE_ROUTING, &mut answer).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                let _ = window_over.send(());
+                answer.await
+            }
+        };
+        outcome.map_err(|_| HostError::internal("the webhook delivery task failed"))?
+    }
+
+    /// The work behind [`Self::receive`] once a delivery is verified: routes it and stores
+    /// it done with its messages (one transaction), or — when `window_over` fires first —
+    /// stores it pending, answers `queued`, and then finishes it as a stored delivery.
+    /// The outcome goes to `answer` as soon as it is known.
+    async fn route_and_store(
+        self: Arc<Self>,
+        record: DeliveryRecord,
+        window_over: tokio::sync::oneshot::Receiver<()>,
+        answer: tokio::sync::oneshot::Sender<HostResult<WebhookOutcome>>,
+    ) {
+        let delivery = record.delivery_id.clone();
+        let outcome = |status, routed_to| WebhookOutcome {
+            delivery: delivery.clone(),
+            status,
+            routed_to,
+        };
+        // The receiver going away (its request was dropped) is not the window closing.
+        let window_over = async {
+            if window_over.await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        let routing = self.route_delivery(&record);
+        let mut routing = std::pin::pin!(routing);
+        let routed = tokio::select! {
+            biased;
+            routed = &mut routing => Some(routed),
+            () = window_over => None,
+        };
+        let error = match routed {
+            Some(Ok((messages, routed_to))) => {
+                let stored = self
+                    .store
+                    .insert_routed_delivery(&record, &messages, &routed_to, DEDUP_WINDOW_SECS)
+                    .await;
+                match stored {
+                    Ok(Some(stored)) => {
+                        self.inbox.publish(stored);
+                        let _ = answer.send(Ok(outcome(WebhookStatus::Accepted, routed_to)));
+                        return;
+                    }
+                    Ok(None) => {
+                        let _ = answer.send(Ok(outcome(WebhookStatus::Duplicate, Vec::new())));
+                        return;
+                    }
+                    // The database is away: not acknowledged (`503`), the sender retries.
+                    Err(e @ crate::store::StoreError::Unavailable(_)) => {
+                        let _ = answer.send(Err(e.into()));
+                        return;
+                    }
+                    // Anything else would fail the same way again: kept failed, visible,
+                    // as below.
+                    Err(e) => e.to_string(),
+                }
+            }
+            Some(Err(error)) => error,
+            None => {
+                // The window closed first: acknowledged once stored, finished below
+                // (this replica's claim keeps the sweeps off it meanwhile).
+                let stored = self.store_pending(&record).await;
+                let go_on = matches!(stored, Ok(true));
+                let _ = answer.send(stored.map(|stored| match stored {
+                    true => outcome(WebhookStatus::Queued, Vec::new()),
+                    false => outcome(WebhookStatus::Duplicate, Vec::new()),
+                }));
+                if !go_on {
+                    return;
+                }
+                let Some(_in_flight) = InFlight::begin(&self.in_flight, &record) else {
+                    return;
+                };
+                let _ = self.finish_stored(&record, routing.await).await;
+                return;
+            }
+        };
+        // Routing (or storing its outcome) failed: kept, failed and visible, for a retry on
+        // start or on request.
+        let stored = self.store_pending(&record).await;
+        if matches!(stored, Ok(true)) {
+            let _ = self.record_failure(&record, error).await;
         }
+        let _ = answer.send(stored.map(|stored| match stored {
+            true => outcome(WebhookStatus::Queued, Vec::new()),
+            false => outcome(WebhookStatus::Duplicate, Vec::new()),
+        }));
+    }
+
+    /// Stores `record` pending under this replica's claim; `false` if it is a duplicate.
+    async fn store_pending(&self, record: &DeliveryRecord) -> HostResult<bool> {
+        Ok(self
+            .store
+            .insert_delivery(record, DEDUP_WINDOW_SECS, &self.new_claim())
+            .await?)
     }
 
     /// Translates and routes a stored delivery; returns the units that got messages.
@@ -480,8 +569,18 @@ impl Webhooks {
         let Some(_in_flight) = InFlight::begin(&self.in_flight, &record) else {
             return Err(DeliveryError::InFlight);
         };
-        let result = self.route_delivery(&record).await;
-        let outcome = match result {
+        let routed = self.route_delivery(&record).await;
+        self.finish_stored(&record, routed).await
+    }
+
+    /// Completes a stored delivery with its routing (messages and the delivery marked done,
+    /// in one transaction), or records the routing's failure on it.
+    async fn finish_stored(
+        &self,
+        record: &DeliveryRecord,
+        routed: Result<(Vec<MessageRecord>, Vec<String>), String>,
+    ) -> Result<Vec<String>, DeliveryError> {
+        let outcome = match routed {
             Ok((messages, routed_to)) => match self
                 .store
                 .complete_delivery(
@@ -503,9 +602,9 @@ impl Webhooks {
                     Err(DeliveryError::StoreUnavailable(e.to_string()))
                 }
                 // Anything else would fail the same way again: keep it failed, visible.
-                Err(e) => Err(self.record_failure(&record, e.to_string()).await),
+                Err(e) => Err(self.record_failure(record, e.to_string()).await),
             },
-            Err(error) => Err(self.record_failure(&record, error).await),
+            Err(error) => Err(self.record_failure(record, error).await),
         };
         outcome
     }

@@ -1,0 +1,400 @@
+//! The SQLite store's writer: every write of a [`SqliteStore`](super::sqlite::SqliteStore)
+//! runs on one thread that commits the writes waiting at that moment together (group
+//! commit).
+//!
+//! Why: a commit has a fixed cost (the write lock on the file, the WAL frames and index
+//! update, a thread hop), which capped durable webhooks at one commit per write — two per
+//! delivery. Writes that arrive while a commit is under way now share the next one, so
+//! that cost is paid per group, not per write, and a single write alone is no slower.
+//!
+//! The guarantees are those of one transaction per write:
+//! - **Acknowledged only when committed.** A write's answer is sent after the commit that
+//!   holds it; if that commit fails, every write of the group gets the error, and nothing
+//!   of any of them is stored.
+//! - **Each write all or nothing.** With more than one write in a group, each runs inside
+//!   its own `SAVEPOINT`: a write that fails (or trips a fault) is rolled back to it alone
+//!   and the others go on. A failure that ends the whole transaction (a full disk, an I/O
+//!   error) fails the writes run so far; those not yet run start a new group.
+//! - **In order, one at a time.** Writes run in arrival order, each seeing the ones before
+//!   it, exactly as consecutive transactions would. An answer that depends on an earlier
+//!   write of the group (a duplicate delivery id, a completed delivery) is only sent if
+//!   that write commits with it.
+//!
+//! The thread ends when the last handle of the store is dropped.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use rusqlite::{Transaction, TransactionBehavior};
+
+use super::sqlite::{bump_state_version, map_err, Inner};
+use super::{StoreError, StoreResult};
+
+/// The most writes one commit takes: bounds a group's WAL growth and how long the
+/// connection is held away from readers.
+pub(super) const MAX_GROUP: usize = 256;
+
+/// One write waiting for the writer: runs in the group's transaction, keeps its result,
+/// and answers once the group's fate is known.
+pub(super) struct Job {
+    op: &'static str,
+    /// Also bump the state version (a change to connectors, units, ... ).
+    bump: bool,
+    write: Box<dyn PendingWrite>,
+}
+
+/// A write's work and its answer, whatever its result type.
+trait PendingWrite: Send {
+    /// Runs the write; `true` if it succeeded. Its result is kept for [`Self::answer`].
+    fn run(&mut self, tx: &Transaction<'_>, inner: &Inner) -> bool;
+    /// Replaces the kept result with `e` (the write is rolled back after all).
+    fn fail(&mut self, e: StoreError);
+    /// Sends the kept result if the group committed (`Ok`), else the group's error.
+    fn answer(self: Box<Self>, group: StoreResult<()>);
+}
+
+struct Typed<T, F> {
+    op: &'static str,
+    f: Option<F>,
+    out: Option<StoreResult<T>>,
+    reply: tokio::sync::oneshot::Sender<StoreResult<T>>,
+}
+
+impl<T, F> PendingWrite for Typed<T, F>
+where
+    T: Send + 'static,
+    F: FnOnce(&Transaction<'_>, &Inner) -> StoreResult<T> + Send + 'static,
+{
+    fn run(&mut self, tx: &Transaction<'_>, inner: &Inner) -> bool {
+        let Some(f) = self.f.take() else {
+            return false;
+        };
+        let op = self.op;
+        let out =
+            std::panic::catch_unwind(AssertUnwindSafe(|| f(tx, inner))).unwrap_or_else(|_| {
+                Err(StoreError::Unavailable(format!(
+                    "{op}: the database write panicked"
+                )))
+            });
+        let ok = out.is_ok();
+        self.out = Some(out);
+        ok
+    }
+
+    fn fail(&mut self, e: StoreError) {
+        self.out = Some(Err(e));
+    }
+
+    fn answer(self: Box<Self>, group: StoreResult<()>) {
+        let Typed { op, out, reply, .. } = *self;
+        let out = group.and_then(|()| {
+            out.unwrap_or_else(|| {
+                Err(StoreError::Unavailable(format!(
+                    "{op}: the write did not run"
+                )))
+            })
+        });
+        // The receiver may be gone (its caller was dropped): nothing to do.
+        let _ = reply.send(out);
+    }
+}
+
+impl Job {
+    /// A job running `f`, whose answer goes to `reply`.
+    pub(super) fn new<T, F>(
+        op: &'static str,
+        bump: bool,
+        f: F,
+        reply: tokio::sync::oneshot::Sender<StoreResult<T>>,
+    ) -> Job
+    where
+        T: Send + 'static,
+        F: FnOnce(&Transaction<'_>, &Inner) -> StoreResult<T> + Send + 'static,
+    {
+        Job {
+            op,
+            bump,
+            write: Box::new(Typed {
+                op,
+                f: Some(f),
+                out: None,
+                reply,
+            }),
+        }
+    }
+}
+
+/// Starts the writer thread for `inner`; jobs sent to the returned channel run in groups
+/// until every sender is dropped.
+pub(super) fn spawn(inner: Arc<Inner>) -> StoreResult<mpsc::Sender<Job>> {
+    let (send, receive) = mpsc::channel::<Job>();
+    std::thread::Builder::new()
+        .name("sqlite-writer".into())
+        .spawn(move || {
+            let mut carried: Vec<Job> = Vec::new();
+            loop {
+                if carried.is_empty() {
+                    match receive.recv() {
+                        Ok(job) => carried.push(job),
+                        Err(_) => return,
+                    }
+                }
+                while carried.len() < MAX_GROUP {
+                    match receive.try_recv() {
+                        Ok(job) => carried.push(job),
+                        Err(_) => break,
+                    }
+                }
+                carried = run_group(&inner, std::mem::take(&mut carried));
+            }
+        })
+        .map_err(|e| StoreError::Unavailable(format!("cannot start the database writer: {e}")))?;
+    Ok(send)
+}
+
+/// Runs `jobs` in one transaction and answers them; returns the jobs it did not get to
+/// (the transaction ended under them), for the next group.
+fn run_group(inner: &Inner, jobs: Vec<Job>) -> Vec<Job> {
+    let mut conn = inner.conn.lock();
+    let op = jobs.first().map_or("write", |j| j.op);
+    let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(e) => {
+            let e = map_err(op, e);
+            for job in jobs {
+                job.write.answer(Err(e.clone()));
+            }
+            return Vec::new();
+        }
+    };
+    // A single job needs no savepoint: its failure rolls the whole transaction back.
+    let savepoints = jobs.len() > 1;
+    let mut ran: Vec<Box<dyn PendingWrite>> = Vec::with_capacity(jobs.len());
+    let mut versions: Vec<i64> = Vec::new();
+    let mut pending = jobs.into_iter();
+    while let Some(mut job) = pending.next() {
+        if savepoints {
+            if let Err(e) = tx.execute_batch("SAVEPOINT job") {
+                // Not run: it goes to the next group with the rest.
+                let e = map_err(job.op, e);
+                let left = std::iter::once(job).chain(pending).collect();
+                return broken(tx, ran, left, e);
+            }
+        }
+        let mut ok = job.write.run(&tx, inner);
+        if ok && job.bump {
+            match bump_state_version(&tx) {
+                Ok(version) => versions.push(version),
+                Err(e) => {
+                    job.write.fail(map_err(job.op, e));
+                    ok = false;
+                }
+            }
+        }
+        let mut ended = None;
+        if savepoints {
+            let end = if ok {
+                "RELEASE job"
+            } else {
+                "ROLLBACK TO job; RELEASE job"
+            };
+            if let Err(e) = tx.execute_batch(end) {
+                ended = Some(map_err(job.op, e));
+            }
+        }
+        ran.push(job.write);
+        if ended.is_some() || tx.is_autocommit() {
+            let e = ended.unwrap_or_else(|| {
+                StoreError::Unavailable(format!("{}: the database ended the transaction", job.op))
+            });
+            return broken(tx, ran, pending.collect(), e);
+        }
+        if !ok && !savepoints {
+            // The only job failed: roll back and give it its own error.
+            drop(tx);
+            for write in ran {
+                write.answer(Ok(()));
+            }
+            return Vec::new();
+        }
+    }
+    // Recorded before the commit and under a lock held across it: a check on this handle
+    // never sees a new version without knowing it is ours.
+    let mut own = inner.own_versions.lock();
+    for &v in &versions {
+        own.insert(v);
+    }
+    let committed = tx.commit().map_err(|e| map_err(op, e));
+    if committed.is_err() {
+        for &v in &versions {
+            own.remove(v);
+        }
+    }
+    drop(own);
+    if committed.is_ok() {
+        inner.commits.fetch_add(1, Ordering::Relaxed);
+        inner.writes.fetch_add(ran.len() as u64, Ordering::Relaxed);
+    }
+    for write in ran {
+        write.answer(committed.clone());
+    }
+    Vec::new()
+}
+
+/// The transaction ended (or cannot go on) under a group: the jobs that ran get `e`
+/// (nothing of theirs is kept); those that did not are handed back for a new group.
+fn broken(
+    tx: Transaction<'_>,
+    ran: Vec<Box<dyn PendingWrite>>,
+    left: Vec<Job>,
+    e: StoreError,
+) -> Vec<Job> {
+    drop(tx); // rolls back whatever is left of it
+    for write in ran {
+        write.answer(Err(e.clone()));
+    }
+    left
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::store::conformance::fixtures::{claim, delivery, message, unit};
+    use crate::store::sqlite::SqliteStore;
+    use crate::store::{
+        DeliveryQueue, DeliveryStatus, FailPoint, FaultInjection, InboxStore, ReplicaCoordination,
+        StateStore, StoreError,
+    };
+
+    /// Holds the connection while the writes `start` spawns are handed to the writer, so
+    /// they queue up and run as one group (or two: the writer may take the first alone).
+    async fn grouped<T: Send + 'static>(
+        store: &SqliteStore,
+        start: impl FnOnce() -> Vec<tokio::task::JoinHandle<T>>,
+    ) -> Vec<T> {
+        let writes = {
+            let _held = store.inner.conn.lock();
+            let writes = start();
+            // The tasks run on the runtime's workers meanwhile: each has sent its write
+            // by then (a send is the first thing it does).
+            std::thread::sleep(Duration::from_millis(200));
+            writes
+        };
+        let mut out = Vec::new();
+        for w in writes {
+            out.push(w.await.expect("write task"));
+        }
+        out
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_failing_inside_a_group_is_rolled_back_alone() {
+        let store = SqliteStore::open_in_memory().expect("store");
+        let c = claim("me", i64::MAX / 2);
+        assert!(store
+            .insert_delivery(&delivery("d1", 100), 60, &c)
+            .await
+            .expect("insert d1"));
+        let before = store.commit_counts();
+
+        store.set_fail_point(Some(FailPoint::AfterMessagesWrite));
+        let spawn_insert = |id: &'static str| {
+            let (s, c) = (store.clone(), c.clone());
+            tokio::spawn(async move { s.insert_delivery(&delivery(id, 100), 60, &c).await })
+        };
+        let mut completes = None;
+        let inserted = grouped(&store, || {
+            let first = spawn_insert("d2");
+            let s = store.clone();
+            completes = Some(tokio::spawn(async move {
+                s.complete_delivery("acme", "d1", &[message("m1", "u1", "d1")], &["u1".into()])
+                    .await
+            }));
+            vec![first, spawn_insert("d2"), spawn_insert("d3")]
+        })
+        .await;
+        let completed = completes.expect("spawned").await.expect("complete task");
+
+        // Some commit held more than one write.
+        let after = store.commit_counts();
+        assert!(
+            after.writes - before.writes > after.commits - before.commits,
+            "no group formed: {before:?} -> {after:?}"
+        );
+        // The write that tripped the fault failed and left nothing behind ...
+        assert!(
+            matches!(
+                completed,
+                Err(StoreError::Injected(FailPoint::AfterMessagesWrite))
+            ),
+            "{completed:?}"
+        );
+        let d1 = store
+            .delivery("acme", "d1")
+            .await
+            .expect("d1")
+            .expect("d1 stored");
+        assert_eq!(d1.status, DeliveryStatus::Pending);
+        assert!(store.messages("u1", 0, 10).await.expect("inbox").is_empty());
+        // ... while the others in its group committed, each seeing the ones before it:
+        // of the two inserts of `d2` (in either order) one stored it, the other found it.
+        let inserted: Vec<bool> = inserted.into_iter().map(|r| r.expect("insert")).collect();
+        assert_eq!(inserted.len(), 3);
+        assert!(
+            inserted[0] != inserted[1],
+            "d2 twice or never: {inserted:?}"
+        );
+        assert!(inserted[2], "d3 not stored");
+        for id in ["d2", "d3"] {
+            assert!(
+                store.delivery("acme", id).await.expect(id).is_some(),
+                "{id}"
+            );
+        }
+        // And the failed one goes through on its own afterwards.
+        let stored = store
+            .complete_delivery("acme", "d1", &[message("m1", "u1", "d1")], &["u1".into()])
+            .await
+            .expect("complete")
+            .expect("first completion");
+        assert_eq!(stored.len(), 1);
+        assert_eq!(store.messages("u1", 0, 10).await.expect("inbox").len(), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn state_versions_written_in_one_group_are_all_this_handles_own() {
+        let store = SqliteStore::open_in_memory().expect("store");
+        let start = store.changes_since(0).await.expect("check").version;
+        let before = store.commit_counts();
+        let writes = || {
+            (0..5)
+                .map(|i| {
+                    let s = store.clone();
+                    tokio::spawn(async move { s.put_unit(&unit(&format!("u{i}"), None)).await })
+                })
+                .collect()
+        };
+        for r in grouped(&store, writes).await {
+            r.expect("put_unit");
+        }
+        let after = store.commit_counts();
+        assert!(
+            after.commits - before.commits < 5,
+            "five commits for five writes: no group formed"
+        );
+        let check = store.changes_since(start).await.expect("check");
+        assert_eq!(check.version, start + 5);
+        assert!(!check.foreign, "a grouped write looked foreign");
+        // A second handle's write is still told apart.
+        let path = tempfile::NamedTempFile::new().expect("tmp");
+        let a = SqliteStore::open(path.path()).expect("a");
+        let b = SqliteStore::open(path.path()).expect("b");
+        let v = a.changes_since(0).await.expect("a").version;
+        b.put_unit(&unit("x", None)).await.expect("b writes");
+        assert!(a.changes_since(v).await.expect("a").foreign);
+        assert_eq!(store.load().await.expect("load").units.len(), 5);
+    }
+}
