@@ -11,6 +11,7 @@ mod catalog;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod context;
 mod directory;
 mod dispatch;

@@ -1,7 +1,7 @@
 //! The host as an HTTP server: [`router`] mounts the operator API (`/api/v1`), MCP
-//! (`/mcp/agents/{agentId}`), health and metrics side by side; [`serve_on`] serves it on
-//! a listener under the `server.*` bounds ([`connections`]); [`serve`] runs it as
-//! `connector-host serve`.
+//! (`/mcp/agents/{agentId}`), the operator console (`/console`), health and metrics side
+//! by side; [`serve_on`] serves it on a listener under the `server.*` bounds
+//! ([`connections`]); [`serve`] runs it as `connector-host serve`.
 
 pub mod connections;
 
@@ -23,6 +23,7 @@ pub fn router(host: Host) -> Router {
     // (a no-op unless the database is shared); liveness and metrics do not.
     let stateful = Router::new()
         .nest("/api/v1", crate::api::routes())
+        .nest("/console", crate::console::routes())
         .merge(crate::mcp::router(host.clone()))
         .route_layer(axum::middleware::from_fn_with_state(
             host.clone(),
@@ -57,7 +58,13 @@ async fn json_errors(response: Response) -> Response {
         .get(axum::http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|t| t.contains("json"));
-    if is_json {
+    // The console answers its errors as pages of its own (text/html).
+    let is_page = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("text/html"));
+    if is_json || is_page {
         return response;
     }
     use crate::error::ErrorCode;

@@ -91,10 +91,14 @@ fn any_object() -> Value {
 }
 
 /// Version 2 (feature `v2`, built as `hostile-v2.wasm` for rotation tests) requires a
-/// `region` in every binding's configuration.
+/// `region` in every binding's configuration, and takes a write-only `apiKey` (a secret
+/// the host masks wherever it shows the binding).
 #[cfg(feature = "v2")]
 fn v2_config() -> Value {
-    json!({"type": "object", "required": ["region"], "properties": {"region": {"type": "string"}}})
+    json!({"type": "object", "required": ["region"], "properties": {
+        "region": {"type": "string"},
+        "apiKey": {"type": "string", "writeOnly": true}
+    }})
 }
 
 #[cfg(not(feature = "v2"))]

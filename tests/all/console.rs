@@ -1,0 +1,1048 @@
+//! The operator console (`/console`, CONTRACT §7): in a real headless Chromium driven
+//! through WebDriver (`chromedriver`), and over plain HTTP for what a browser would hide
+//! (cookies, CSRF refusals, secrets in page source).
+//!
+//! Each browser test saves a screenshot of every view it visits under
+//! `target/console-screenshots/` for a reviewer to look at. Chromium and chromedriver
+//! come from Debian (`.ci/run` installs them); without them the browser tests are skipped,
+//! or fail under `CI=true`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use integration_tests::guests;
+use integration_tests::harness::{
+    free_port, now_unix, required, send_standard_webhook, TestHost, OPERATOR_TOKEN,
+};
+use reqwest::Method;
+use serde_json::json;
+
+// ----- the browser ------------------------------------------------------------------------
+
+/// A program on `PATH` (or at one of `also`).
+fn find_program(name: &str, also: &[&str]) -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").into_iter().flat_map(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .collect::<Vec<_>>()
+    });
+    also.iter()
+        .map(PathBuf::from)
+        .chain(on_path)
+        .find(|p| p.is_file())
+}
+
+/// chromedriver, running in its own process group so that it and the browsers it starts
+/// are ended together when this guard drops (also when a test panics).
+struct Driver {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A headless Chromium session on a test host, saving screenshots as it goes.
+struct Browser {
+    client: Client,
+    base: String,
+    shots: PathBuf,
+    // Dropped after the client: ends chromedriver and the browser.
+    _driver: Driver,
+}
+
+/// Where screenshots go: `target/console-screenshots/`.
+fn screenshot_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let dir = target.join("console-screenshots");
+    std::fs::create_dir_all(&dir).expect("create the screenshot directory");
+    dir
+}
+
+impl Browser {
+    /// Starts chromedriver and a headless Chromium, or `None` (skip) when they are not
+    /// installed and `CI` is not `true`.
+    async fn start(base: &str) -> Option<Browser> {
+        let chromium = required(
+            "chromium",
+            find_program("chromium", &["/usr/bin/chromium"])
+                .ok_or_else(|| "no `chromium` on PATH (apt-get install chromium)".to_string()),
+        )?;
+        let chromedriver = required(
+            "chromedriver",
+            find_program("chromedriver", &["/usr/bin/chromedriver"]).ok_or_else(|| {
+                "no `chromedriver` on PATH (apt-get install chromium-driver)".to_string()
+            }),
+        )?;
+        let port = free_port();
+        let child = {
+            use std::os::unix::process::CommandExt as _;
+            Command::new(&chromedriver)
+                .arg(format!("--port={port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .process_group(0)
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", chromedriver.display()))
+        };
+        let driver = Driver { child, port };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", driver.port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "chromedriver did not listen on port {port} within 20 s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({
+                "binary": chromium,
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--window-size=1280,900"]
+            }),
+        );
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        let client = ClientBuilder::new(connector)
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{}", driver.port))
+            .await
+            .unwrap_or_else(|e| panic!("cannot start a WebDriver session in Chromium: {e}"));
+        Some(Browser {
+            client,
+            base: base.to_string(),
+            shots: screenshot_dir(),
+            _driver: driver,
+        })
+    }
+
+    async fn goto(&self, path: &str) {
+        self.client
+            .goto(&format!("{}{path}", self.base))
+            .await
+            .unwrap_or_else(|e| panic!("open {path}: {e}"));
+    }
+
+    async fn path(&self) -> String {
+        let url = self.client.current_url().await.expect("current url");
+        url.path().to_string()
+    }
+
+    /// Waits until the page's path is `path`.
+    async fn wait_path(&self, path: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = self.path().await;
+            if now == path {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "expected to arrive at {path}, still at {now}:\n{}",
+                self.body_text().await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn find(&self, css: &str) -> fantoccini::elements::Element {
+        self.client
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no element `{css}` on {}: {e}", self.base))
+    }
+
+    async fn has(&self, css: &str) -> bool {
+        !self
+            .client
+            .find_all(Locator::Css(css))
+            .await
+            .expect("find_all")
+            .is_empty()
+    }
+
+    async fn fill(&self, css: &str, text: &str) {
+        let e = self.find(css).await;
+        e.clear().await.expect("clear");
+        e.send_keys(text).await.expect("type");
+    }
+
+    async fn click(&self, css: &str) {
+        self.find(css)
+            .await
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("click `{css}`: {e}"));
+    }
+
+    async fn text(&self, css: &str) -> String {
+        self.find(css).await.text().await.expect("text")
+    }
+
+    async fn body_text(&self) -> String {
+        match self.client.find(Locator::Css("body")).await {
+            Ok(b) => b.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+
+    async fn source(&self) -> String {
+        self.client.source().await.expect("page source")
+    }
+
+    /// Saves a screenshot of the current page as `<name>.png`.
+    async fn shot(&self, name: &str) {
+        let png = self.client.screenshot().await.expect("screenshot");
+        assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
+        let path = self.shots.join(format!("{name}.png"));
+        std::fs::write(&path, png).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    }
+
+    async fn sign_in(&self, token: &str) {
+        self.goto("/console/sign-in").await;
+        self.fill("#token", token).await;
+        self.click("form.stack button[type=submit]").await;
+    }
+
+    async fn close(self) {
+        let _ = self.client.clone().close().await;
+    }
+}
+
+// ----- browser tests ----------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binding_on_a_top_unit_reaches_the_bottom_agent_and_is_unbound_from_its_badge() {
+    let h = TestHost::start().await;
+    let Some(b) = Browser::start(&h.url).await else {
+        return;
+    };
+
+    // Signed out, every page leads to the sign-in form.
+    b.goto("/console/units").await;
+    b.wait_path("/console/sign-in").await;
+    b.shot("sign-in").await;
+
+    // A wrong token is refused and leaves no session.
+    b.sign_in("not-the-token").await;
+    assert!(
+        b.text("p.notice.error")
+            .await
+            .contains("not the operator token"),
+        "{}",
+        b.body_text().await
+    );
+    b.shot("sign-in-wrong-token").await;
+    b.goto("/console/units").await;
+    b.wait_path("/console/sign-in").await;
+
+    b.sign_in(OPERATOR_TOKEN).await;
+    b.wait_path("/console/units").await;
+
+    // A three-level tree, built with the unit form.
+    for (id, parent) in [("top", ""), ("mid", "top"), ("bottom", "mid")] {
+        b.goto("/console/units").await;
+        b.fill("#unit-id", id).await;
+        if !parent.is_empty() {
+            b.find("#unit-parent")
+                .await
+                .select_by_value(parent)
+                .await
+                .expect("choose the parent");
+        }
+        b.click("form[action='/console/units'] button").await;
+        b.wait_path(&format!("/console/units/{id}")).await;
+    }
+    // An agent in the bottom unit, with the agent form.
+    b.goto("/console/agents").await;
+    b.fill("#agent-id", "bottom-agent").await;
+    b.fill("#agent-units", "bottom").await;
+    b.fill("#agent-name", "Bottom <agent>").await;
+    b.click("form[action='/console/agents'] button").await;
+    b.wait_path("/console/agents/bottom-agent").await;
+    assert!(
+        b.body_text().await.contains("Bottom <agent>"),
+        "display names are shown as text"
+    );
+
+    // Bind acme on the top unit with the form generated from its configSchema.
+    b.goto("/console/units/top").await;
+    b.shot("unit-overview-unbound").await;
+    b.find("#bind-slug")
+        .await
+        .select_by_value("acme")
+        .await
+        .expect("choose acme");
+    b.click("form[action$='/bind'] button").await;
+    b.wait_path("/console/units/top/bind/acme").await;
+    b.fill("#f-greeting", "hello from the console").await;
+    b.shot("bind-form").await;
+    b.click("form[action$='/bind/acme'] button[type=submit]")
+        .await;
+    b.wait_path("/console/units/top").await;
+    assert!(b.text("table").await.contains("hello from the console"));
+    b.shot("unit-overview").await;
+    let (_, bindings) = h
+        .op(Method::GET, "/api/v1/units/top/connectors", None)
+        .await;
+    assert_eq!(
+        bindings["bindings"][0]["config"],
+        json!({"greeting": "hello from the console"}),
+        "the console bound through the host"
+    );
+
+    // The tree shows the nesting and the binding.
+    b.goto("/console/units").await;
+    let tree = b.text("ul.tree").await;
+    assert!(tree.contains("top") && tree.contains("mid") && tree.contains("bottom"));
+    assert!(
+        b.has("ul.tree > li > ul > li > ul > li a[href='/console/units/bottom']")
+            .await,
+        "bottom is two levels down"
+    );
+    b.shot("units-tree").await;
+
+    // The agent's image declares a tool, and the operator grants it arxiv explicitly.
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let (s, r) = h
+        .op(
+            Method::PUT,
+            "/api/v1/agents/bottom-agent/image-tools",
+            Some(json!({"digest": digest, "tools": [{"name": "helper.search",
+                "description": "Searches the <workspace>", "inputSchema": {"type": "object"}}]})),
+        )
+        .await;
+    assert_eq!(s, 200, "{r}");
+    let (s, r) = h
+        .op(
+            Method::POST,
+            "/api/v1/agents/bottom-agent/grants",
+            Some(json!({"namespace": "arxiv"})),
+        )
+        .await;
+    assert_eq!(s, 201, "{r}");
+
+    // The bottom agent's Tools view: acme under Connectors, inherited from the top unit.
+    b.goto("/console/agents/bottom-agent/tools").await;
+    let group = b.find("section.group[data-connector='acme']").await;
+    let group_text = group.text().await.expect("group text");
+    assert!(
+        group_text.contains("acme.echo") && group_text.contains("acme.timestamp"),
+        "{group_text}"
+    );
+    let badge = group
+        .find(Locator::Css("a.badge.inherited"))
+        .await
+        .expect("an inherited-from badge");
+    assert_eq!(
+        badge.text().await.expect("badge text"),
+        "inherited from top"
+    );
+    assert_eq!(
+        badge.attr("href").await.expect("href").as_deref(),
+        Some("/console/units/top/tools")
+    );
+    // Platform tools are there, collapsed.
+    let platform = b.find("details.platform").await;
+    assert_eq!(
+        platform.attr("open").await.expect("open attr"),
+        None,
+        "collapsed"
+    );
+    assert!(b.source().await.contains("sv.tools.list"));
+    // The explicit grant is marked and inherited from nobody.
+    let arxiv = b.text("section.group[data-connector='arxiv']").await;
+    assert!(
+        arxiv.contains("arxiv.search") && arxiv.contains("explicit grant"),
+        "{arxiv}"
+    );
+    assert!(
+        !b.has("section.group[data-connector='arxiv'] a.badge.inherited")
+            .await
+    );
+    // The image's tool, read-only, its description as text.
+    let image = b.text("section[aria-labelledby='tools-image']").await;
+    assert!(
+        image.contains("helper.search") && image.contains("Searches the <workspace>"),
+        "{image}"
+    );
+    assert!(
+        image.contains("read-only") && image.contains(&digest),
+        "{image}"
+    );
+    assert!(
+        !b.has("section[aria-labelledby='tools-image'] form").await,
+        "nothing to change there"
+    );
+    b.shot("agent-tools").await;
+
+    // One click to the unit whose binding it is, and unbind there.
+    badge.click().await.expect("follow the badge");
+    b.wait_path("/console/units/top/tools").await;
+    assert!(b
+        .text("section.group[data-connector='acme'] .badge")
+        .await
+        .contains("bound here"));
+    b.shot("unit-tools").await;
+    b.click("section.group[data-connector='acme'] button.danger")
+        .await;
+    b.wait_path("/console/units/top/tools").await;
+    assert!(!b.has("section.group[data-connector='acme']").await);
+
+    // Gone from the bottom agent too.
+    b.goto("/console/agents/bottom-agent/tools").await;
+    b.find("#tools-connectors").await;
+    assert!(!b.has("section.group[data-connector='acme']").await);
+    assert!(!b.source().await.contains("acme.echo"));
+    assert!(
+        b.has("section.group[data-connector='arxiv']").await,
+        "the explicit grant stays"
+    );
+    let (_, tools) = h
+        .op(Method::GET, "/api/v1/agents/bottom-agent/tools", None)
+        .await;
+    assert!(!tools.to_string().contains("acme."), "{tools}");
+    b.shot("agent-tools-after-unbind").await;
+
+    // Tokens: minted (shown once, and it works), then revoked.
+    b.goto("/console/agents/bottom-agent").await;
+    b.click("form[action$='/tokens'] button").await;
+    let token = b.text("#minted-token").await;
+    let (s, _) = h
+        .as_token(&token, Method::GET, "/api/v1/agents/bottom-agent", None)
+        .await;
+    assert_eq!(s, 200, "the minted token works");
+    b.shot("agent-token-minted").await;
+    b.click("form[action$='/tokens/revoke'] button").await;
+    b.find("p.notice.ok").await;
+    let (s, _) = h
+        .as_token(&token, Method::GET, "/api/v1/agents/bottom-agent", None)
+        .await;
+    assert_eq!(s, 401, "revoked from the console");
+    b.goto("/console/agents/bottom-agent").await;
+    assert!(
+        !b.source().await.contains(&token),
+        "a token is shown once only"
+    );
+    b.shot("agent").await;
+
+    // Connectors: the list and one connector's tools, digest and hosts.
+    b.goto("/console/connectors").await;
+    assert!(b.text("table").await.contains("acme"));
+    b.shot("connectors").await;
+    b.goto("/console/connectors/acme").await;
+    let (_, acme) = h.op(Method::GET, "/api/v1/connectors/acme", None).await;
+    let page = b.body_text().await;
+    assert!(
+        page.contains(acme["digest"].as_str().expect("digest")),
+        "{page}"
+    );
+    assert!(page.contains("acme.echo") && page.contains("read-only"));
+    b.shot("connector").await;
+
+    // Keyboard: the first Tab stop is the skip link.
+    b.goto("/console/units").await;
+    b.find("body")
+        .await
+        .send_keys("\u{E004}")
+        .await
+        .expect("press Tab");
+    let focused = b
+        .client
+        .execute("return document.activeElement.className", vec![])
+        .await
+        .expect("active element");
+    assert_eq!(focused, json!("skip"));
+
+    // A narrow screen: nothing wider than the viewport.
+    b.client.set_window_size(390, 844).await.expect("resize");
+    for path in [
+        "/console/units",
+        "/console/agents/bottom-agent/tools",
+        "/console/connectors/acme",
+    ] {
+        b.goto(path).await;
+        let fits = b
+            .client
+            .execute(
+                "return document.documentElement.scrollWidth <= window.innerWidth + 1",
+                vec![],
+            )
+            .await
+            .expect("measure");
+        assert_eq!(
+            fits,
+            json!(true),
+            "{path} scrolls sideways on a narrow screen"
+        );
+    }
+    b.goto("/console/units/top").await;
+    b.shot("unit-overview-narrow").await;
+
+    // Sign out ends the session.
+    b.click("form.signout button").await;
+    b.wait_path("/console/sign-in").await;
+    b.goto("/console/units").await;
+    b.wait_path("/console/sign-in").await;
+    b.close().await;
+}
+
+const SECRET: &str = "whsec_Y29uc29sZS10ZXN0LXNlY3JldC1rZXktMDEyMzQ1Njc4OQ==";
+
+fn event(kind: &str) -> Vec<u8> {
+    json!({"messages": [{"route": "r1", "kind": kind, "threadKey": "thread-1", "payload": {"n": 1}}]})
+        .to_string()
+        .into_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_inbox_uploads_and_a_forged_post_in_a_browser() {
+    let h = TestHost::start_with(|c| {
+        c.connectors
+            .entry("hostile".into())
+            .or_default()
+            .webhook_secrets = vec![SECRET.into()];
+    })
+    .await;
+    h.install(guests::HOSTILE).await;
+    h.unit("u1", None).await;
+    h.bind("u1", "hostile", json!({"routes": ["r1"]})).await;
+
+    // A delivery that fails: the inbox write fails once.
+    h.host
+        .store()
+        .set_fail_point(Some(connector_host::store::FailPoint::AfterMessagesWrite));
+    let (s, r) = send_standard_webhook(
+        &h.client,
+        &h.url,
+        "hostile",
+        "f-1",
+        &event("first.kind"),
+        SECRET,
+        now_unix(),
+    )
+    .await
+    .expect("the host answers");
+    assert_eq!(s, 202, "{r}");
+    let (_, d) = h
+        .op(Method::GET, "/api/v1/webhooks/hostile/deliveries/f-1", None)
+        .await;
+    assert_eq!(d["status"], "failed", "{d}");
+
+    let Some(b) = Browser::start(&h.url).await else {
+        return;
+    };
+    b.sign_in(OPERATOR_TOKEN).await;
+    b.wait_path("/console/units").await;
+
+    // The failed delivery, then retried from the page.
+    b.goto("/console/connectors/hostile/deliveries").await;
+    let row = "tr[data-delivery='f-1']";
+    let text = b.text(row).await;
+    assert!(text.contains("failed") && text.contains("1"), "{text}");
+    assert!(
+        !b.text(&format!("{row} td.error")).await.trim().is_empty(),
+        "the last error is shown"
+    );
+    b.shot("deliveries-failed").await;
+    b.click(&format!("{row} button")).await;
+    b.find("p.notice.ok").await;
+    let notice = b.text("p.notice.ok").await;
+    assert!(
+        notice.contains("accepted") && notice.contains("u1"),
+        "{notice}"
+    );
+    let text = b.text(row).await;
+    assert!(text.contains("done") && text.contains("u1"), "{text}");
+    assert!(
+        !b.has(&format!("{row} button")).await,
+        "a done delivery has no retry button"
+    );
+    b.shot("deliveries-retried").await;
+    let (_, d) = h
+        .op(Method::GET, "/api/v1/webhooks/hostile/deliveries/f-1", None)
+        .await;
+    assert_eq!(
+        (d["status"].as_str(), d["attempts"].as_u64()),
+        (Some("done"), Some(2)),
+        "{d}"
+    );
+
+    // The inbox, live: a message delivered while the page is open appears on it.
+    b.goto("/console/units/u1/inbox").await;
+    assert!(b.text("#inbox tbody").await.contains("first.kind"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !b.text("#live-status").await.starts_with("Live") {
+        assert!(Instant::now() < deadline, "the live stream did not open");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (s, _) = send_standard_webhook(
+        &h.client,
+        &h.url,
+        "hostile",
+        "l-1",
+        &event("live.kind"),
+        SECRET,
+        now_unix(),
+    )
+    .await
+    .expect("the host answers");
+    assert_eq!(s, 202);
+    b.find("#inbox tbody tr.fresh").await;
+    assert!(b.text("#inbox tbody tr.fresh").await.contains("live.kind"));
+    b.shot("inbox-live").await;
+
+    // Upload a new version that would break u1's binding: refused, explained.
+    b.goto("/console/connectors").await;
+    let v2 = std::fs::canonicalize(guests::HOSTILE_V2).expect("the v2 component");
+    b.find("#component")
+        .await
+        .send_keys(v2.to_str().expect("utf-8 path"))
+        .await
+        .expect("choose the file");
+    b.click("form[action='/console/connectors'] button").await;
+    b.find("h1").await;
+    let page = b.body_text().await;
+    assert!(
+        page.contains("Rotation refused") && page.contains("u1") && page.contains("region"),
+        "{page}"
+    );
+    b.shot("rotation-refused").await;
+    let (_, c) = h.op(Method::GET, "/api/v1/connectors/hostile", None).await;
+    assert_ne!(c["version"], "2.0.0", "nothing changed");
+
+    // Again with the offered box ticked: rotated, the rejected binding unbound.
+    assert!(b
+        .find("input[name=force]")
+        .await
+        .is_selected()
+        .await
+        .expect("checkbox"));
+    b.find("#component")
+        .await
+        .send_keys(v2.to_str().expect("utf-8 path"))
+        .await
+        .expect("choose the file");
+    b.click("form[action='/console/connectors'] button").await;
+    let notice = b.text("p.notice.ok").await;
+    assert!(
+        notice.contains("Rotated") && notice.contains("2.0.0"),
+        "{notice}"
+    );
+    b.shot("rotation-forced").await;
+    let (_, bound) = h.op(Method::GET, "/api/v1/units/u1/connectors", None).await;
+    assert_eq!(bound["bindings"], json!([]), "{bound}");
+
+    // Binding v2 without its required `region`: the error is shown next to that field,
+    // and the write-only key typed in is not echoed back.
+    b.goto("/console/units/u1/bind/hostile").await;
+    assert_eq!(
+        b.find("#f-apiKey")
+            .await
+            .attr("type")
+            .await
+            .expect("type")
+            .as_deref(),
+        Some("password")
+    );
+    b.fill("#f-apiKey", "sk-typed-in-the-browser").await;
+    b.click("form[action$='/bind/hostile'] button[type=submit]")
+        .await;
+    let field = b.text(".field:has(#f-region) .field-error").await;
+    assert!(field.contains("region"), "{field}");
+    assert_eq!(
+        b.find("#f-region")
+            .await
+            .attr("aria-invalid")
+            .await
+            .expect("attr")
+            .as_deref(),
+        Some("true")
+    );
+    assert!(!b.source().await.contains("sk-typed-in-the-browser"));
+    b.shot("bind-form-error").await;
+
+    // A forged form on another origin, posting to the console with the session's cookie.
+    let console_url = h.url.clone();
+    let evil = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let evil_url = format!("http://{}", evil.local_addr().expect("addr"));
+    let page = format!(
+        "<!doctype html><title>win a prize</title>\
+         <form method=post action='{console_url}/console/units'>\
+         <input name=id value=forged><input name=csrf value=guessed>\
+         <button id=go>Claim</button></form>"
+    );
+    let evil_server = tokio::spawn(async move {
+        let app = axum::Router::new().route(
+            "/",
+            axum::routing::get(move || {
+                let page = page.clone();
+                async move { axum::response::Html(page) }
+            }),
+        );
+        let _ = axum::serve(evil, app).await;
+    });
+    b.client.goto(&evil_url).await.expect("open the other site");
+    b.click("#go").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !b.body_text().await.contains("Cross-site request refused") {
+        assert!(
+            Instant::now() < deadline,
+            "no refusal shown: {}",
+            b.body_text().await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    b.shot("cross-site-refused").await;
+    evil_server.abort();
+    let (s, _) = h.op(Method::GET, "/api/v1/units/forged", None).await;
+    assert_eq!(s, 404, "the forged POST created nothing");
+    b.close().await;
+}
+
+// ----- over plain HTTP --------------------------------------------------------------------
+
+/// A client that follows no redirects and keeps the console cookie by hand.
+struct Console {
+    http: reqwest::Client,
+    base: String,
+    cookie: Option<String>,
+}
+
+impl Console {
+    fn new(base: &str) -> Console {
+        Console {
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .expect("client"),
+            base: base.to_string(),
+            cookie: None,
+        }
+    }
+
+    async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        form: Option<&[(&str, &str)]>,
+        headers: &[(&str, &str)],
+    ) -> reqwest::Response {
+        let mut r = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(c) = &self.cookie {
+            r = r.header("cookie", c);
+        }
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        if let Some(f) = form {
+            r = r.form(f);
+        }
+        r.send().await.unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    async fn get(&self, path: &str) -> (u16, String) {
+        let r = self.request(Method::GET, path, None, &[]).await;
+        let s = r.status().as_u16();
+        (s, r.text().await.unwrap_or_default())
+    }
+
+    async fn post(
+        &self,
+        path: &str,
+        form: &[(&str, &str)],
+        headers: &[(&str, &str)],
+    ) -> (u16, String) {
+        let r = self.request(Method::POST, path, Some(form), headers).await;
+        let s = r.status().as_u16();
+        (s, r.text().await.unwrap_or_default())
+    }
+
+    async fn sign_in(&mut self) {
+        let r = self
+            .request(
+                Method::POST,
+                "/console/sign-in",
+                Some(&[("token", OPERATOR_TOKEN)]),
+                &[],
+            )
+            .await;
+        assert_eq!(r.status(), 303);
+        let set = r
+            .headers()
+            .get("set-cookie")
+            .and_then(|v| v.to_str().ok())
+            .expect("a session cookie")
+            .to_string();
+        for part in ["HttpOnly", "SameSite=Strict", "Path=/console"] {
+            assert!(set.contains(part), "{set}");
+        }
+        assert!(!set.contains(OPERATOR_TOKEN), "the cookie is not the token");
+        self.cookie = Some(set.split(';').next().expect("name=value").to_string());
+    }
+
+    /// The session's CSRF token, read from a page's forms.
+    async fn csrf(&self) -> String {
+        let (_, page) = self.get("/console/units").await;
+        let at = page.find("name=\"csrf\" value=\"").expect("a CSRF field") + 19;
+        page[at..].split('"').next().expect("value").to_string()
+    }
+}
+
+/// A request the console must refuse: why, its form, its extra headers.
+type Refused<'a> = (&'a str, Vec<(&'a str, &'a str)>, Vec<(&'a str, &'a str)>);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_changes_need_this_sessions_csrf_token_and_this_origin() {
+    let h = TestHost::start().await;
+    let mut c = Console::new(&h.url);
+
+    let (s, page) = c.post("/console/sign-in", &[("token", "wrong")], &[]).await;
+    assert_eq!(s, 401);
+    assert!(page.contains("not the operator token"));
+    let (s, _) = c
+        .post("/console/units", &[("id", "x"), ("csrf", "x")], &[])
+        .await;
+    assert_eq!(s, 401, "no session, no change");
+
+    c.sign_in().await;
+    let r = c.request(Method::GET, "/console/units", None, &[]).await;
+    assert_eq!(r.status(), 200);
+    let csp = r
+        .headers()
+        .get("content-security-policy")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    for directive in [
+        "default-src 'none'",
+        "script-src 'self'",
+        "frame-ancestors 'none'",
+        "form-action 'self'",
+    ] {
+        assert!(csp.contains(directive), "{csp}");
+    }
+    let page = r.text().await.unwrap_or_default();
+    assert!(
+        !page.contains("http://") && !page.contains("https://"),
+        "no asset from another origin"
+    );
+    let csrf = c.csrf().await;
+    let own_origin = h.url.clone();
+
+    let refused: [Refused<'_>; 5] = [
+        ("no token", vec![("id", "u-a")], vec![]),
+        (
+            "a forged token",
+            vec![("id", "u-b"), ("csrf", "forged")],
+            vec![],
+        ),
+        (
+            "another origin",
+            vec![("id", "u-c"), ("csrf", &csrf)],
+            vec![("origin", "http://evil.example")],
+        ),
+        (
+            "a cross-site fetch",
+            vec![("id", "u-d"), ("csrf", &csrf)],
+            vec![("sec-fetch-site", "cross-site")],
+        ),
+        (
+            "a same-site, other-origin fetch",
+            vec![("id", "u-e"), ("csrf", &csrf)],
+            vec![("sec-fetch-site", "same-site")],
+        ),
+    ];
+    for (why, form, headers) in &refused {
+        let (s, page) = c.post("/console/units", form, headers).await;
+        assert_eq!(s, 403, "{why}: {page}");
+        assert!(
+            page.contains("<html"),
+            "{why}: refused with a page, not JSON"
+        );
+    }
+    for id in ["u-a", "u-b", "u-c", "u-d", "u-e"] {
+        let (s, _) = h
+            .op(Method::GET, &format!("/api/v1/units/{id}"), None)
+            .await;
+        assert_eq!(s, 404, "{id} was not created");
+    }
+
+    let (s, _) = c
+        .post(
+            "/console/units",
+            &[("id", "u-ok"), ("csrf", &csrf)],
+            &[("origin", &own_origin), ("sec-fetch-site", "same-origin")],
+        )
+        .await;
+    assert_eq!(s, 303);
+    let (s, _) = h.op(Method::GET, "/api/v1/units/u-ok", None).await;
+    assert_eq!(s, 200);
+
+    // Console errors are pages, not the API's JSON; the API is unchanged.
+    let r = c
+        .request(Method::GET, "/console/no-such-page", None, &[])
+        .await;
+    assert_eq!(r.status(), 404);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap_or("")
+        .starts_with("text/html"));
+    let (s, body) = h.op(Method::GET, "/api/v1/units/nope", None).await;
+    assert_eq!(
+        (s, body["error"]["code"].as_str()),
+        (404, Some("not_found"))
+    );
+
+    // Sign-out ends the session on the server.
+    let (s, _) = c.post("/console/sign-out", &[("csrf", &csrf)], &[]).await;
+    assert_eq!(s, 303);
+    let (s, _) = c.get("/console/units").await;
+    assert_eq!(s, 303, "the old cookie no longer signs in");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_page_shows_a_secret() {
+    let h = TestHost::start_with(|c| {
+        c.connectors
+            .entry("hostile".into())
+            .or_default()
+            .webhook_secrets = vec![SECRET.into()];
+    })
+    .await;
+    // v2 takes a write-only `apiKey`.
+    h.install(guests::HOSTILE_V2).await;
+    h.unit("u", None).await;
+    h.agent("a", &["u"]).await;
+    let mut c = Console::new(&h.url);
+    c.sign_in().await;
+    let csrf = c.csrf().await;
+
+    // The form marks the secret field and the connector's own rules answer next to fields.
+    let (_, form) = c.get("/console/units/u/bind/hostile").await;
+    assert!(
+        form.contains("type=\"password\" name=\"f.apiKey\""),
+        "{form}"
+    );
+    let (s, page) = c
+        .post(
+            "/console/units/u/bind/hostile",
+            &[("csrf", &csrf), ("f.apiKey", "sk-first-secret")],
+            &[],
+        )
+        .await;
+    assert_eq!(s, 422, "{page}");
+    let region_field = page.find("name=\"f.region\"").expect("the region field");
+    let error_after = page[region_field..]
+        .find("field-error")
+        .expect("an error next to a field");
+    assert!(
+        page[region_field + error_after..].contains("region"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("sk-first-secret"),
+        "a refused form does not echo the secret"
+    );
+
+    const KEY: &str = "sk-live-do-not-show-0123456789";
+    let (s, page) = c
+        .post(
+            "/console/units/u/bind/hostile",
+            &[("csrf", &csrf), ("f.region", "eu"), ("f.apiKey", KEY)],
+            &[],
+        )
+        .await;
+    assert_eq!(s, 303, "{page}");
+    // Rebinding with the secret left empty keeps it.
+    let (s, _) = c
+        .post(
+            "/console/units/u/bind/hostile",
+            &[("csrf", &csrf), ("f.region", "us"), ("f.apiKey", "")],
+            &[],
+        )
+        .await;
+    assert_eq!(s, 303);
+    let stored = h
+        .host
+        .all_bindings()
+        .into_iter()
+        .find(|b| b.unit_id == "u")
+        .expect("bound");
+    assert_eq!(stored.config, json!({"region": "us", "apiKey": KEY}));
+
+    // An agent token, minted from the console: shown in that answer only.
+    let (s, minted) = c
+        .post("/console/agents/a/tokens", &[("csrf", &csrf)], &[])
+        .await;
+    assert_eq!(s, 200);
+    let at = minted
+        .find("id=\"minted-token\"")
+        .expect("the minted token");
+    let token: String = minted[at..]
+        .split('>')
+        .nth(1)
+        .and_then(|t| t.split('<').next())
+        .expect("token text")
+        .to_string();
+    assert!(token.len() > 20, "{token}");
+
+    // Some traffic for the delivery and inbox pages.
+    let (s, _) = send_standard_webhook(
+        &h.client,
+        &h.url,
+        "hostile",
+        "d-1",
+        &event("k"),
+        SECRET,
+        now_unix(),
+    )
+    .await
+    .expect("answer");
+    assert_eq!(s, 202);
+
+    for path in [
+        "/console/units",
+        "/console/units/u",
+        "/console/units/u/tools",
+        "/console/units/u/inbox",
+        "/console/units/u/bind/hostile",
+        "/console/agents",
+        "/console/agents/a",
+        "/console/agents/a/tools",
+        "/console/connectors",
+        "/console/connectors/hostile",
+        "/console/connectors/hostile/deliveries",
+        "/console/connectors/acme",
+        "/console/sign-in",
+    ] {
+        let (s, page) = c.get(path).await;
+        assert_eq!(s, 200, "{path}");
+        for (what, secret) in [
+            ("the write-only config value", KEY),
+            ("the operator token", OPERATOR_TOKEN),
+            ("the webhook secret", SECRET),
+            ("an agent token minted earlier", token.as_str()),
+        ] {
+            assert!(!page.contains(secret), "{path} shows {what}");
+        }
+    }
+    let (_, page) = c.get("/console/units/u").await;
+    assert!(page.contains("***"), "the binding's config is shown masked");
+}
