@@ -274,6 +274,10 @@ async fn binding_on_a_top_unit_reaches_the_bottom_agent_and_is_unbound_from_its_
     b.fill("#agent-name", "Bottom <agent>").await;
     b.click("form[action='/console/agents'] button").await;
     b.wait_path("/console/agents/bottom-agent").await;
+    b.goto("/console/agents").await;
+    assert!(b.text("table").await.contains("bottom-agent"));
+    b.shot("agents").await;
+    b.goto("/console/agents/bottom-agent").await;
     assert!(
         b.body_text().await.contains("Bottom <agent>"),
         "display names are shown as text"
