@@ -437,7 +437,7 @@ pub fn tools_view(csrf: &str, of: ToolsOf<'_>, tools: &ResolvedTools) -> Markup 
                     }
                     @if let (ToolsOf::Unit(unit), Some(from)) = (of, group.from_unit) {
                         @if unit == from {
-                            p.actions {
+                            div.actions {
                                 a.button href=(bind_href(unit, slug)) { "Edit binding" }
                                 (button_form(&href(&["units", unit, "unbind", slug]), csrf, &format!("Unbind {slug}"), "danger"))
                             }
