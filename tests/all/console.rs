@@ -899,6 +899,33 @@ async fn state_changes_need_this_sessions_csrf_token_and_this_origin() {
     let (s, _) = h.op(Method::GET, "/api/v1/units/u-ok", None).await;
     assert_eq!(s, 200);
 
+    // An upload (multipart) needs the token too, before the component is looked at.
+    let component = std::fs::read(guests::HOSTILE).expect("the hostile component");
+    let upload = |token: &str| {
+        let mut body = format!(
+            "--B0undary\r\nContent-Disposition: form-data; name=\"csrf\"\r\n\r\n{token}\r\n\
+             --B0undary\r\nContent-Disposition: form-data; name=\"component\"; filename=\"h.wasm\"\r\n\
+             Content-Type: application/wasm\r\n\r\n"
+        )
+        .into_bytes();
+        body.extend_from_slice(&component);
+        body.extend_from_slice(b"\r\n--B0undary--\r\n");
+        c.http
+            .post(format!("{}/console/connectors", c.base))
+            .header("cookie", c.cookie.clone().unwrap_or_default())
+            .header("content-type", "multipart/form-data; boundary=B0undary")
+            .body(body)
+            .send()
+    };
+    let r = upload("forged").await.expect("upload");
+    assert_eq!(r.status(), 403);
+    let (s, _) = h.op(Method::GET, "/api/v1/connectors/hostile", None).await;
+    assert_eq!(s, 404, "a forged upload installs nothing");
+    let r = upload(&csrf).await.expect("upload");
+    assert_eq!(r.status(), 200);
+    let (s, _) = h.op(Method::GET, "/api/v1/connectors/hostile", None).await;
+    assert_eq!(s, 200, "the session's own upload installs");
+
     // Console errors are pages, not the API's JSON; the API is unchanged.
     let r = c
         .request(Method::GET, "/console/no-such-page", None, &[])

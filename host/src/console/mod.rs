@@ -830,19 +830,16 @@ async fn connector(State(host): State<Host>, s: SignedIn, Path(slug): Path<Strin
 }
 
 async fn upload(State(host): State<Host>, s: SignedIn, multipart: Multipart) -> Response {
-    let upload = match read_upload(multipart).await {
+    let upload = match read_upload(&s, multipart).await {
         Ok(u) => u,
-        Err(message) => {
+        Err(UploadError::Csrf(r)) => return *r,
+        Err(UploadError::Unreadable(message)) => {
             return html(
                 StatusCode::BAD_REQUEST,
                 pages::error_page(Some(s.csrf()), "Upload refused", &message),
             )
         }
     };
-    // The token is checked before the component is looked at.
-    if let Err(r) = s.check(upload.csrf.as_deref()) {
-        return *r;
-    }
     let Some(bytes) = upload.component.filter(|b| !b.is_empty()) else {
         return html(
             StatusCode::BAD_REQUEST,
@@ -884,37 +881,65 @@ async fn upload(State(host): State<Host>, s: SignedIn, multipart: Multipart) -> 
 }
 
 struct Upload {
-    csrf: Option<String>,
     force: bool,
     component: Option<bytes::Bytes>,
 }
 
-async fn read_upload(mut multipart: Multipart) -> Result<Upload, String> {
+enum UploadError {
+    /// The form's CSRF token is missing or wrong (the answer to send).
+    Csrf(Box<Response>),
+    /// The body is not a readable form (why).
+    Unreadable(String),
+}
+
+/// Reads the upload form. The component's bytes are read only after the session's CSRF
+/// token, which the form sends first, has been checked.
+async fn read_upload(s: &SignedIn, mut multipart: Multipart) -> Result<Upload, UploadError> {
     let mut upload = Upload {
-        csrf: None,
         force: false,
         component: None,
     };
+    let mut token_checked = false;
     let unreadable = |e: axum::extract::multipart::MultipartError| {
-        format!(
+        UploadError::Unreadable(format!(
             "the upload could not be read ({}); components are limited to {} MiB",
             e.body_text(),
             MAX_UPLOAD_BYTES / (1024 * 1024)
-        )
+        ))
     };
     while let Some(field) = multipart.next_field().await.map_err(unreadable)? {
         match field.name() {
-            Some("csrf") => upload.csrf = Some(field.text().await.map_err(unreadable)?),
+            Some("csrf") => {
+                let token = field.text().await.map_err(unreadable)?;
+                s.check(Some(&token)).map_err(UploadError::Csrf)?;
+                token_checked = true;
+            }
             Some("force") => upload.force = field.text().await.map_err(unreadable)? == "true",
             Some("component") => {
-                // Read only once the session's token came first, as the form sends it.
-                if upload.csrf.is_none() {
-                    return Err("the form's CSRF token must come before the component".into());
+                if !token_checked {
+                    return Err(UploadError::Csrf(Box::new(html(
+                        StatusCode::FORBIDDEN,
+                        pages::error_page(
+                            Some(s.csrf()),
+                            "Request refused",
+                            "the form's CSRF token must come before the component; reload the page and upload again",
+                        ),
+                    ))));
                 }
                 upload.component = Some(field.bytes().await.map_err(unreadable)?);
             }
             _ => {}
         }
+    }
+    if !token_checked {
+        return Err(UploadError::Csrf(Box::new(html(
+            StatusCode::FORBIDDEN,
+            pages::error_page(
+                Some(s.csrf()),
+                "Request refused",
+                "the form's CSRF token is missing; reload the page and upload again",
+            ),
+        ))));
     }
     Ok(upload)
 }
