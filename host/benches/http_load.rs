@@ -15,6 +15,9 @@
 //! `target/guests/components/hostile.wasm` under the workspace root),
 //! `HTTP_LOAD_STOP_AFTER=2` (end after scenario 2, to profile the tool-call path alone:
 //! `perf record --call-graph dwarf -- target/release/deps/http_load-* --bench`).
+//! `HTTP_LOAD_TABLE=1` (scenarios 1, 2 and 4 only, without their diagnostics: the rows
+//! `bench/table.py` reads). Every headline figure is also printed as one `@result` line
+//! (`@result <key> rate=… p50_us=… p99_us=… errors=…`) for scripts.
 //!
 //! The load generator is closed-loop: each of N connections (HTTP/1.1 keep-alive,
 //! 127.0.0.1 only) sends one request, reads the whole answer, then sends the next. A run
@@ -620,6 +623,7 @@ fn main() -> anyhow::Result<()> {
     let echo = client.block_on(loadgen::http(&[echo_addr], limits, echo_req, check_echo));
     echo.print("echo", "req");
     rows.push(Row::new("1  plain axum echo", "req", &echo, "floor".into()));
+    echo.emit("http.echo");
 
     // ----- 2. tool calls --------------------------------------------------------------
     println!("\n[2] POST /api/v1/agents/a1/tool-calls acme.echo");
@@ -675,141 +679,146 @@ fn main() -> anyhow::Result<()> {
         ),
     ));
 
+    calls.emit("http.tool_calls");
     if std::env::var("HTTP_LOAD_STOP_AFTER").as_deref() == Ok("2") {
         return Ok(());
     }
+    let table_only = std::env::var("HTTP_LOAD_TABLE").as_deref() == Ok("1");
 
-    println!("\n[2b] diagnostic: Host::call_tool in-process, same concurrency, no HTTP");
-    let inproc = server.block_on(call_tool_inprocess(&tools.host, limits));
-    inproc.print("in-process call_tool", "call");
-    rows.push(Row::new(
-        "2b call_tool in-process (diag)",
-        "call",
-        &inproc,
-        format!(
-            "HTTP path is {:.2}x of this",
-            calls.rate() / inproc.rate().max(1e-9)
-        ),
-    ));
+    if !table_only {
+        println!("\n[2b] diagnostic: Host::call_tool in-process, same concurrency, no HTTP");
+        let inproc = server.block_on(call_tool_inprocess(&tools.host, limits));
+        inproc.print("in-process call_tool", "call");
+        rows.push(Row::new(
+            "2b call_tool in-process (diag)",
+            "call",
+            &inproc,
+            format!(
+                "HTTP path is {:.2}x of this",
+                calls.rate() / inproc.rate().max(1e-9)
+            ),
+        ));
 
-    println!("\n[2c] diagnostic: Host::call_tool in-process, one task (no concurrency)");
-    let one = Limits { conns: 1, ..limits };
-    let inproc1 = server.block_on(call_tool_inprocess(&tools.host, one));
-    inproc1.print("in-process call_tool, 1 task", "call");
-    rows.push(Row::new(
-        "2c call_tool in-process, 1 task (diag)",
-        "call",
-        &inproc1,
-        format!(
-            "{} conc. tasks give {:.2}x of this",
-            limits.conns,
-            inproc.rate() / inproc1.rate().max(1e-9)
-        ),
-    ));
+        println!("\n[2c] diagnostic: Host::call_tool in-process, one task (no concurrency)");
+        let one = Limits { conns: 1, ..limits };
+        let inproc1 = server.block_on(call_tool_inprocess(&tools.host, one));
+        inproc1.print("in-process call_tool, 1 task", "call");
+        rows.push(Row::new(
+            "2c call_tool in-process, 1 task (diag)",
+            "call",
+            &inproc1,
+            format!(
+                "{} conc. tasks give {:.2}x of this",
+                limits.conns,
+                inproc.rate() / inproc1.rate().max(1e-9)
+            ),
+        ));
 
-    println!("\n[2e] diagnostic: agent token verification (Host::agent_of_token), sequential");
-    let auth = {
-        let mut v = Vec::with_capacity(10_000);
-        for _ in 0..10_000 {
-            let t = Instant::now();
-            let agent = tools.host.agent_of_token(&token);
-            v.push(t.elapsed().as_nanos() as u64);
-            if agent.as_deref() != Some("a1") {
-                bail!("the agent token does not verify");
-            }
-        }
-        v.sort_unstable();
-        Duration::from_nanos(v[v.len() / 2])
-    };
-    println!("  agent_of_token p50 {}", ms(auth));
-
-    let few = Limits {
-        conns: 8.min(limits.conns),
-        ..limits
-    };
-    println!(
-        "\n[2d] diagnostic: HTTP tool calls with {} connections instead of {}",
-        few.conns, limits.conns
-    );
-    let calls_few = client.block_on(loadgen::http(&[tools.addr], few, tool_req, check_tool_call));
-    calls_few.print("tool calls", "req");
-    rows.push(Row::new(
-        &format!("2d HTTP tool-calls, {} conns (diag)", few.conns),
-        "req",
-        &calls_few,
-        "p99 vs concurrency".into(),
-    ));
-
-    // ----- 3. bind + unbind -----------------------------------------------------------
-    println!("\n[3] bind + unbind of acme on one unit, Rust API, sequential");
-    let (pairs, binds, unbinds) = server.block_on(async {
-        tools.host.put_unit("bu", None, None).await?;
-        // Warm-up.
-        for _ in 0..50 {
-            tools.host.bind("bu", "acme", json!({})).await?;
-            tools.host.unbind("bu", "acme").await?;
-        }
-        let mut pairs = Run::default();
-        let mut binds = Run::default();
-        let mut unbinds = Run::default();
-        let started = Instant::now();
-        let deadline = started + limits.max_time;
-        let mut n = 0u64;
-        while n < limits.max_requests && Instant::now() < deadline {
-            n += 1;
-            let t0 = Instant::now();
-            let bound = tools.host.bind("bu", "acme", json!({})).await;
-            let t1 = Instant::now();
-            let unbound = tools.host.unbind("bu", "acme").await;
-            let t2 = Instant::now();
-            match (bound, unbound) {
-                (Ok(_), Ok(())) => {
-                    pairs.ok += 1;
-                    pairs.latencies.push((t2 - t0).as_nanos() as u64);
-                    binds.latencies.push((t1 - t0).as_nanos() as u64);
-                    unbinds.latencies.push((t2 - t1).as_nanos() as u64);
+        println!("\n[2e] diagnostic: agent token verification (Host::agent_of_token), sequential");
+        let auth = {
+            let mut v = Vec::with_capacity(10_000);
+            for _ in 0..10_000 {
+                let t = Instant::now();
+                let agent = tools.host.agent_of_token(&token);
+                v.push(t.elapsed().as_nanos() as u64);
+                if agent.as_deref() != Some("a1") {
+                    bail!("the agent token does not verify");
                 }
-                (b, u) => {
-                    pairs.errors += 1;
-                    if pairs.error_samples.len() < 5 {
-                        pairs.error_samples.push(format!(
-                            "bind: {:?}, unbind: {:?}",
-                            b.err(),
-                            u.err()
-                        ));
+            }
+            v.sort_unstable();
+            Duration::from_nanos(v[v.len() / 2])
+        };
+        println!("  agent_of_token p50 {}", ms(auth));
+
+        let few = Limits {
+            conns: 8.min(limits.conns),
+            ..limits
+        };
+        println!(
+            "\n[2d] diagnostic: HTTP tool calls with {} connections instead of {}",
+            few.conns, limits.conns
+        );
+        let calls_few =
+            client.block_on(loadgen::http(&[tools.addr], few, tool_req, check_tool_call));
+        calls_few.print("tool calls", "req");
+        rows.push(Row::new(
+            &format!("2d HTTP tool-calls, {} conns (diag)", few.conns),
+            "req",
+            &calls_few,
+            "p99 vs concurrency".into(),
+        ));
+
+        // ----- 3. bind + unbind -----------------------------------------------------------
+        println!("\n[3] bind + unbind of acme on one unit, Rust API, sequential");
+        let (pairs, binds, unbinds) = server.block_on(async {
+            tools.host.put_unit("bu", None, None).await?;
+            // Warm-up.
+            for _ in 0..50 {
+                tools.host.bind("bu", "acme", json!({})).await?;
+                tools.host.unbind("bu", "acme").await?;
+            }
+            let mut pairs = Run::default();
+            let mut binds = Run::default();
+            let mut unbinds = Run::default();
+            let started = Instant::now();
+            let deadline = started + limits.max_time;
+            let mut n = 0u64;
+            while n < limits.max_requests && Instant::now() < deadline {
+                n += 1;
+                let t0 = Instant::now();
+                let bound = tools.host.bind("bu", "acme", json!({})).await;
+                let t1 = Instant::now();
+                let unbound = tools.host.unbind("bu", "acme").await;
+                let t2 = Instant::now();
+                match (bound, unbound) {
+                    (Ok(_), Ok(())) => {
+                        pairs.ok += 1;
+                        pairs.latencies.push((t2 - t0).as_nanos() as u64);
+                        binds.latencies.push((t1 - t0).as_nanos() as u64);
+                        unbinds.latencies.push((t2 - t1).as_nanos() as u64);
+                    }
+                    (b, u) => {
+                        pairs.errors += 1;
+                        if pairs.error_samples.len() < 5 {
+                            pairs.error_samples.push(format!(
+                                "bind: {:?}, unbind: {:?}",
+                                b.err(),
+                                u.err()
+                            ));
+                        }
                     }
                 }
             }
-        }
-        pairs.elapsed = started.elapsed();
-        binds.ok = pairs.ok;
-        unbinds.ok = pairs.ok;
-        binds.elapsed = pairs.elapsed;
-        unbinds.elapsed = pairs.elapsed;
-        anyhow::Ok((pairs, binds, unbinds))
-    })?;
-    pairs.print("bind+unbind", "pair");
-    println!(
-        "  of which bind p50 {} p99 {}, unbind p50 {} p99 {}",
-        ms(binds.percentile(0.5)),
-        ms(binds.percentile(0.99)),
-        ms(unbinds.percentile(0.5)),
-        ms(unbinds.percentile(0.99))
-    );
-    let met = pairs.rate() >= 2_000.0 && pairs.errors == 0;
-    println!("  target >= 2,000 pairs/s: {}", verdict(met));
-    rows.push(Row::new(
-        "3  bind+unbind (Rust API, seq.)",
-        "pair",
-        &pairs,
-        format!(
-            "bind p50 {}, unbind p50 {}; target >=2,000/s: {}",
+            pairs.elapsed = started.elapsed();
+            binds.ok = pairs.ok;
+            unbinds.ok = pairs.ok;
+            binds.elapsed = pairs.elapsed;
+            unbinds.elapsed = pairs.elapsed;
+            anyhow::Ok((pairs, binds, unbinds))
+        })?;
+        pairs.print("bind+unbind", "pair");
+        println!(
+            "  of which bind p50 {} p99 {}, unbind p50 {} p99 {}",
             ms(binds.percentile(0.5)),
+            ms(binds.percentile(0.99)),
             ms(unbinds.percentile(0.5)),
-            verdict(met)
-        ),
-    ));
-    drop(tools);
+            ms(unbinds.percentile(0.99))
+        );
+        let met = pairs.rate() >= 2_000.0 && pairs.errors == 0;
+        println!("  target >= 2,000 pairs/s: {}", verdict(met));
+        rows.push(Row::new(
+            "3  bind+unbind (Rust API, seq.)",
+            "pair",
+            &pairs,
+            format!(
+                "bind p50 {}, unbind p50 {}; target >=2,000/s: {}",
+                ms(binds.percentile(0.5)),
+                ms(unbinds.percentile(0.5)),
+                verdict(met)
+            ),
+        ));
+        drop(tools);
+    }
 
     // ----- 4. durable signed webhooks ---------------------------------------------------
     let secret = {
@@ -858,258 +867,261 @@ fn main() -> anyhow::Result<()> {
         check_accepted,
     )?;
     durable.print("durable webhooks", "req");
-
-    println!("\n[4b] plain axum handler: verify_standard only, 202");
-    let verify_addr = server.block_on(serve(verify_only_router(Arc::new(vec![secret.clone()]))))?;
-    let (verify_only, _) = webhook_run(
-        &client,
-        (verify_addr, "/hook"),
-        limits,
-        &secret,
-        "v",
-        body_r1.clone(),
-        check_accepted,
-    )?;
-    verify_only.print("verify only", "req");
-    let hook_ratio = durable.rate() / verify_only.rate().max(1e-9);
-    let met = durable.rate() >= 3_000.0
+    durable.emit("webhooks.sqlite");
+    let met = durable.rate() >= 8_000.0
         && durable.percentile(0.99) <= Duration::from_millis(20)
         && durable.errors == 0;
-    println!(
-        "  durable / verify-only: {hook_ratio:.3}x; targets >= 3,000/s, p99 <= 20 ms: {}",
-        verdict(met)
-    );
+    println!("  targets >= 8,000/s, p99 <= 20 ms: {}", verdict(met));
     rows.push(Row::new(
         "4  durable signed webhooks",
         "req",
         &durable,
-        format!(
-            "{hook_ratio:.3}x of (4b); target >=3,000/s, p99<=20ms: {}",
-            verdict(met)
-        ),
-    ));
-    rows.push(Row::new(
-        "4b verify-only axum handler",
-        "req",
-        &verify_only,
-        "HMAC-only floor".into(),
+        format!("target >=8,000/s, p99<=20ms: {}", verdict(met)),
     ));
 
-    println!("\n[4c] diagnostic: same deliveries routed to a key no binding has (no accept, no messages)");
-    let body_none = webhook_body("nobody", 8 * 1024 - 100);
-    let (unrouted, _) = webhook_run(
-        &client,
-        (hooks.addr, hook_path),
-        limits,
-        &secret,
-        "n",
-        body_none,
-        check_accepted,
-    )?;
-    unrouted.print("unrouted", "req");
-    rows.push(Row::new(
-        "4c webhooks, no matching binding (diag)",
-        "req",
-        &unrouted,
-        "verify+store+translate, no accept/messages".into(),
-    ));
+    if !table_only {
+        println!("\n[4b] plain axum handler: verify_standard only, 202");
+        let verify_addr =
+            server.block_on(serve(verify_only_router(Arc::new(vec![secret.clone()]))))?;
+        let (verify_only, _) = webhook_run(
+            &client,
+            (verify_addr, "/hook"),
+            limits,
+            &secret,
+            "v",
+            body_r1.clone(),
+            check_accepted,
+        )?;
+        verify_only.print("verify only", "req");
+        let hook_ratio = durable.rate() / verify_only.rate().max(1e-9);
+        println!("  durable (4) / verify-only: {hook_ratio:.3}x");
+        rows.push(Row::new(
+            "4b verify-only axum handler",
+            "req",
+            &verify_only,
+            format!("HMAC-only floor; (4) is {hook_ratio:.3}x of it"),
+        ));
 
-    println!("\n[4d] diagnostic: re-sent delivery ids of (4) -> duplicate (verify + dedup only)");
-    let dup_limits = Limits {
-        max_requests: limits.max_requests.min(durable.ok + durable.errors).max(1),
-        ..limits
-    };
-    let duplicates = client.block_on(loadgen::http(
-        &[hooks.addr],
-        dup_limits,
-        webhook_requests(signed_durable),
-        check_duplicate,
-    ));
-    duplicates.print("duplicates", "req");
-    rows.push(Row::new(
-        "4d webhooks, duplicate ids (diag)",
-        "req",
-        &duplicates,
-        "verify + dedup lookup, no guest".into(),
-    ));
+        println!("\n[4c] diagnostic: same deliveries routed to a key no binding has (no accept, no messages)");
+        let body_none = webhook_body("nobody", 8 * 1024 - 100);
+        let (unrouted, _) = webhook_run(
+            &client,
+            (hooks.addr, hook_path),
+            limits,
+            &secret,
+            "n",
+            body_none,
+            check_accepted,
+        )?;
+        unrouted.print("unrouted", "req");
+        rows.push(Row::new(
+            "4c webhooks, no matching binding (diag)",
+            "req",
+            &unrouted,
+            "verify+store+translate, no accept/messages".into(),
+        ));
 
-    println!("\n[4e] diagnostic: one delivery's steps in-process, sequential (8 KiB body)");
-    let steps = server.block_on(webhook_steps(&hooks.host, &body_r1, 1_000))?;
-    for (name, d) in &steps {
-        println!("  {name:<48} p50 {}", ms(*d));
+        println!(
+            "\n[4d] diagnostic: re-sent delivery ids of (4) -> duplicate (verify + dedup only)"
+        );
+        let dup_limits = Limits {
+            max_requests: limits.max_requests.min(durable.ok + durable.errors).max(1),
+            ..limits
+        };
+        let duplicates = client.block_on(loadgen::http(
+            &[hooks.addr],
+            dup_limits,
+            webhook_requests(signed_durable),
+            check_duplicate,
+        ));
+        duplicates.print("duplicates", "req");
+        rows.push(Row::new(
+            "4d webhooks, duplicate ids (diag)",
+            "req",
+            &duplicates,
+            "verify + dedup lookup, no guest".into(),
+        ));
+
+        println!("\n[4e] diagnostic: one delivery's steps in-process, sequential (8 KiB body)");
+        let steps = server.block_on(webhook_steps(&hooks.host, &body_r1, 1_000))?;
+        for (name, d) in &steps {
+            println!("  {name:<48} p50 {}", ms(*d));
+        }
+        let steps_sum: Duration = steps.iter().map(|(_, d)| *d).sum();
+        println!(
+            "  sum of p50s {} -> at most {:.0} deliveries/s per core for these steps alone",
+            ms(steps_sum),
+            1.0 / steps_sum.as_secs_f64().max(1e-9)
+        );
+
+        println!(
+            "\n[4g] diagnostic: store only (insert_delivery + complete_delivery, 8 KiB), {} tasks",
+            limits.conns
+        );
+        let store_run = server.block_on(store_only(&hooks.host, &body_r1, "so", limits));
+        store_run.print("store only", "delivery");
+        rows.push(Row::new(
+            "4g store txns only, in-process (diag)",
+            "dlv",
+            &store_run,
+            "SQLite ceiling: 2 txns/delivery".into(),
+        ));
+
+        println!("\n[4g1] diagnostic: store only, one task (no concurrency)");
+        let store_run1 = server.block_on(store_only(
+            &hooks.host,
+            &body_r1,
+            "so1",
+            Limits { conns: 1, ..limits },
+        ));
+        store_run1.print("store only, 1 task", "delivery");
+        rows.push(Row::new(
+            "4g1 store txns only, 1 task (diag)",
+            "dlv",
+            &store_run1,
+            format!(
+                "{} tasks give {:.2}x of this",
+                limits.conns,
+                store_run.rate() / store_run1.rate().max(1e-9)
+            ),
+        ));
+
+        println!(
+            "\n[4h] diagnostic: guest only (translate-webhook + accept, 8 KiB), {} tasks",
+            limits.conns
+        );
+        let guest_run = server.block_on(guest_only(&hooks.host, &body_r1, limits))?;
+        guest_run.print("guest only", "delivery");
+        rows.push(Row::new(
+            "4h guest calls only, in-process (diag)",
+            "dlv",
+            &guest_run,
+            "wasm ceiling: 2 fresh instances/delivery".into(),
+        ));
+
+        println!("\n[4f] diagnostic: durable webhooks with a small (~200 byte) body, 1 binding");
+        let body_small = webhook_body("r1", 100);
+        let (small_body, _) = webhook_run(
+            &client,
+            (hooks.addr, hook_path),
+            limits,
+            &secret,
+            "s",
+            body_small,
+            check_accepted,
+        )?;
+        small_body.print("small bodies", "req");
+        rows.push(Row::new(
+            "4f webhooks, ~200 B body (diag)",
+            "req",
+            &small_body,
+            format!(
+                "{:.2}x of (4)",
+                small_body.rate() / durable.rate().max(1e-9)
+            ),
+        ));
     }
-    let steps_sum: Duration = steps.iter().map(|(_, d)| *d).sum();
-    println!(
-        "  sum of p50s {} -> at most {:.0} deliveries/s per core for these steps alone",
-        ms(steps_sum),
-        1.0 / steps_sum.as_secs_f64().max(1e-9)
-    );
-
-    println!(
-        "\n[4g] diagnostic: store only (insert_delivery + complete_delivery, 8 KiB), {} tasks",
-        limits.conns
-    );
-    let store_run = server.block_on(store_only(&hooks.host, &body_r1, "so", limits));
-    store_run.print("store only", "delivery");
-    rows.push(Row::new(
-        "4g store txns only, in-process (diag)",
-        "dlv",
-        &store_run,
-        "SQLite ceiling: 2 txns/delivery".into(),
-    ));
-
-    println!("\n[4g1] diagnostic: store only, one task (no concurrency)");
-    let store_run1 = server.block_on(store_only(
-        &hooks.host,
-        &body_r1,
-        "so1",
-        Limits { conns: 1, ..limits },
-    ));
-    store_run1.print("store only, 1 task", "delivery");
-    rows.push(Row::new(
-        "4g1 store txns only, 1 task (diag)",
-        "dlv",
-        &store_run1,
-        format!(
-            "{} tasks give {:.2}x of this",
-            limits.conns,
-            store_run.rate() / store_run1.rate().max(1e-9)
-        ),
-    ));
-
-    println!(
-        "\n[4h] diagnostic: guest only (translate-webhook + accept, 8 KiB), {} tasks",
-        limits.conns
-    );
-    let guest_run = server.block_on(guest_only(&hooks.host, &body_r1, limits))?;
-    guest_run.print("guest only", "delivery");
-    rows.push(Row::new(
-        "4h guest calls only, in-process (diag)",
-        "dlv",
-        &guest_run,
-        "wasm ceiling: 2 fresh instances/delivery".into(),
-    ));
-
-    println!("\n[4f] diagnostic: durable webhooks with a small (~200 byte) body, 1 binding");
-    let body_small = webhook_body("r1", 100);
-    let (small_body, _) = webhook_run(
-        &client,
-        (hooks.addr, hook_path),
-        limits,
-        &secret,
-        "s",
-        body_small,
-        check_accepted,
-    )?;
-    small_body.print("small bodies", "req");
-    rows.push(Row::new(
-        "4f webhooks, ~200 B body (diag)",
-        "req",
-        &small_body,
-        format!(
-            "{:.2}x of (4)",
-            small_body.rate() / durable.rate().max(1e-9)
-        ),
-    ));
     drop(hooks);
 
     // ----- 5. routing flatness ----------------------------------------------------------
-    println!(
+    if !table_only {
+        println!(
         "\n[5] routing: 10 vs {large} bindings of hostile (one routing key each), deliveries to k0"
     );
-    let body_k0 = webhook_body("k0", 8 * 1024 - 100);
-    let mut flat = Vec::new();
-    for n in [10usize, large] {
-        let started = Instant::now();
-        let h = server.block_on(async {
-            let h = open_host(Some(&secret)).await?;
-            h.host.install_connector(&hostile, false).await?;
-            for i in 0..n {
-                let unit = format!("u{i}");
-                h.host.put_unit(&unit, None, None).await?;
-                h.host
-                    .bind(&unit, "hostile", json!({"routes": [format!("k{i}")]}))
-                    .await?;
-                if (i + 1) % 1000 == 0 {
-                    println!(
-                        "  {n}-binding host: {} units + bindings, {:.1} s",
-                        i + 1,
-                        started.elapsed().as_secs_f64()
-                    );
+        let body_k0 = webhook_body("k0", 8 * 1024 - 100);
+        let mut flat = Vec::new();
+        for n in [10usize, large] {
+            let started = Instant::now();
+            let h = server.block_on(async {
+                let h = open_host(Some(&secret)).await?;
+                h.host.install_connector(&hostile, false).await?;
+                for i in 0..n {
+                    let unit = format!("u{i}");
+                    h.host.put_unit(&unit, None, None).await?;
+                    h.host
+                        .bind(&unit, "hostile", json!({"routes": [format!("k{i}")]}))
+                        .await?;
+                    if (i + 1) % 1000 == 0 {
+                        println!(
+                            "  {n}-binding host: {} units + bindings, {:.1} s",
+                            i + 1,
+                            started.elapsed().as_secs_f64()
+                        );
+                    }
                 }
-            }
-            anyhow::Ok(h)
-        })?;
-        let took = started.elapsed();
-        println!(
+                anyhow::Ok(h)
+            })?;
+            let took = started.elapsed();
+            println!(
             "  {n}-binding host ready: {n} units + bindings in {:.2} s ({:.0}/s, incl. opening the host and installing hostile)",
             took.as_secs_f64(),
             n as f64 / took.as_secs_f64()
         );
-        let _ = webhook_run(
-            &client,
-            (h.addr, hook_path),
-            warm,
-            &secret,
-            &format!("warm{n}"),
-            body_k0.clone(),
-            check_accepted,
-        )?;
-        flat.push((n, h));
-    }
-    let round_limits = Limits {
-        max_time: limits.max_time.mul_f64(0.6).max(Duration::from_secs(1)),
-        ..limits
-    };
-    let mut results: [Vec<Run>; 2] = [Vec::new(), Vec::new()];
-    for round in 0..2 {
-        for (k, (n, h)) in flat.iter().enumerate() {
-            let (r, _) = webhook_run(
+            let _ = webhook_run(
                 &client,
                 (h.addr, hook_path),
-                round_limits,
+                warm,
                 &secret,
-                &format!("f{round}"),
+                &format!("warm{n}"),
                 body_k0.clone(),
                 check_accepted,
             )?;
-            r.print(&format!("round {round}, {n} bindings"), "req");
-            results[k].push(r);
+            flat.push((n, h));
         }
-    }
-    let [small_runs, big_runs] = results;
-    let combine = |runs: Vec<Run>| {
-        runs.into_iter().fold(Run::default(), |mut all, r| {
-            all.absorb(r);
-            all
-        })
-    };
-    let small = combine(small_runs);
-    let big = combine(big_runs);
-    let flat_ratio = small.rate() / big.rate().max(1e-9);
-    let p50_ratio =
-        big.percentile(0.5).as_secs_f64() / small.percentile(0.5).as_secs_f64().max(1e-12);
-    let met = flat_ratio <= 1.2 && small.errors == 0 && big.errors == 0;
-    println!(
+        let round_limits = Limits {
+            max_time: limits.max_time.mul_f64(0.6).max(Duration::from_secs(1)),
+            ..limits
+        };
+        let mut results: [Vec<Run>; 2] = [Vec::new(), Vec::new()];
+        for round in 0..2 {
+            for (k, (n, h)) in flat.iter().enumerate() {
+                let (r, _) = webhook_run(
+                    &client,
+                    (h.addr, hook_path),
+                    round_limits,
+                    &secret,
+                    &format!("f{round}"),
+                    body_k0.clone(),
+                    check_accepted,
+                )?;
+                r.print(&format!("round {round}, {n} bindings"), "req");
+                results[k].push(r);
+            }
+        }
+        let [small_runs, big_runs] = results;
+        let combine = |runs: Vec<Run>| {
+            runs.into_iter().fold(Run::default(), |mut all, r| {
+                all.absorb(r);
+                all
+            })
+        };
+        let small = combine(small_runs);
+        let big = combine(big_runs);
+        let flat_ratio = small.rate() / big.rate().max(1e-9);
+        let p50_ratio =
+            big.percentile(0.5).as_secs_f64() / small.percentile(0.5).as_secs_f64().max(1e-12);
+        let met = flat_ratio <= 1.2 && small.errors == 0 && big.errors == 0;
+        println!(
         "  throughput 10 / {large}: {flat_ratio:.3}; p50 {large} / 10: {p50_ratio:.3}; target <= 1.2: {}",
         verdict(met)
     );
-    rows.push(Row::new(
-        "5a webhooks, 10 bindings",
-        "req",
-        &small,
-        "2 rounds combined".into(),
-    ));
-    rows.push(Row::new(
-        &format!("5b webhooks, {large} bindings"),
-        "req",
-        &big,
-        format!(
-            "10/{large} rate ratio {flat_ratio:.3}, p50 ratio {p50_ratio:.3}; target <=1.2: {}",
-            verdict(met)
-        ),
-    ));
-    drop(flat);
+        rows.push(Row::new(
+            "5a webhooks, 10 bindings",
+            "req",
+            &small,
+            "2 rounds combined".into(),
+        ));
+        rows.push(Row::new(
+            &format!("5b webhooks, {large} bindings"),
+            "req",
+            &big,
+            format!(
+                "10/{large} rate ratio {flat_ratio:.3}, p50 ratio {p50_ratio:.3}; target <=1.2: {}",
+                verdict(met)
+            ),
+        ));
+        drop(flat);
+    }
 
     // ----- table ----------------------------------------------------------------------
     println!("\n# summary (cargo bench -p connector-host --bench http_load)");

@@ -944,9 +944,23 @@ fn metric(text: &str, name: &str) -> u64 {
 
 /// Many deliveries at once share commits; a kill -9 while groups are being committed
 /// loses no acknowledged delivery and doubles none, and redeliveries fill in the rest
-/// exactly once.
+/// exactly once. SQLite.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_in_the_middle_of_a_commit_group_loses_nothing_and_doubles_nothing() {
+    kill_in_a_group(None).await;
+}
+
+/// The same on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_in_the_middle_of_a_postgres_commit_group_loses_nothing_and_doubles_nothing() {
+    let Some(pg) = integration_tests::postgres::require_postgres() else {
+        return;
+    };
+    let url = pg.create_database("kill_in_a_group").unwrap();
+    kill_in_a_group(Some(&url)).await;
+}
+
+async fn kill_in_a_group(database_url: Option<&str>) {
     let _load = integration_tests::harness::machine_load().await;
     const DELIVERIES: usize = 400;
     const SENDERS: usize = 48;
@@ -954,13 +968,16 @@ async fn a_kill_in_the_middle_of_a_commit_group_loses_nothing_and_doubles_nothin
     let connectors = data.path().join("connectors");
     std::fs::create_dir_all(&connectors).unwrap();
     std::fs::copy(guests::HOSTILE, connectors.join("hostile.wasm")).unwrap();
-    let env = [
+    let mut env = vec![
         ("CONNECTOR_HOST_HOSTILE_WEBHOOK_SECRET", SECRET),
         (
             "CONNECTOR_HOST_CONNECTORS_DIR",
             connectors.to_str().unwrap(),
         ),
     ];
+    if let Some(url) = database_url {
+        env.push(("CONNECTOR_HOST_DATABASE_URL", url));
+    }
     let mut server = ServerProcess::start(data.path(), &env).await;
     let client = reqwest::Client::new();
     for u in ["g1", "g2"] {

@@ -159,6 +159,14 @@ async fn measure(setup: &Setup, load: Load, conns: usize, secs: u64, run: &str) 
 
 fn report(config: &str, what: &str, m: &Run) {
     m.print(&format!("{config:<28} {what:<22}"), "req");
+    let key = |s: &str| {
+        s.to_lowercase()
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .collect::<Vec<_>>()
+            .join("_")
+    };
+    m.emit(&format!("replicas.{}.{}", key(config), key(what)));
 }
 
 fn main() -> anyhow::Result<()> {

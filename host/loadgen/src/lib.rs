@@ -94,6 +94,18 @@ impl Run {
         Duration::from_nanos(sorted[i])
     }
 
+    /// One machine-readable line for a headline figure, read by `bench/table.py`:
+    /// `@result <key> rate=… p50_us=… p99_us=… errors=…`.
+    pub fn emit(&self, key: &str) {
+        println!(
+            "@result {key} rate={:.1} p50_us={:.1} p99_us={:.1} errors={}",
+            self.rate(),
+            self.percentile(0.50).as_secs_f64() * 1e6,
+            self.percentile(0.99).as_secs_f64() * 1e6,
+            self.errors
+        );
+    }
+
     /// One line: rate, p50, p99, counts, then the error samples.
     pub fn print(&self, label: &str, unit: &str) {
         println!(

@@ -23,9 +23,11 @@
 //! - **Inbox order is commit order.** Message cursors come from an identity column; the
 //!   transactions that append messages serialise on an advisory lock, so a reader paging
 //!   by cursor never skips a message that commits late with a smaller cursor. The lock
-//!   is held across the commit's WAL flush, which makes those commits one at a time: the
-//!   webhook throughput ceiling on PostgreSQL (asynchronous commit would lift it, but a
-//!   database crash could then hand out a cursor twice or show messages that vanish).
+//!   is held across the commit's WAL flush, which makes those commits one at a time
+//!   (asynchronous commit would not, but a database crash could then hand out a cursor
+//!   twice or show messages that vanish). So routed deliveries are stored in groups
+//!   ([`super::postgres_writer`]): one turn of the lock and one flush for all the
+//!   deliveries that arrived while the previous group was committing.
 
 use std::collections::{BTreeSet, HashMap};
 use std::str::FromStr;

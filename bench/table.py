@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Every headline performance figure of the host, with its target and met/missed, in one run.
+
+    python3 bench/table.py [--stdio-bench DIR] [--skip runtime,http,replicas,stdio] [--rounds N]
+
+Runs, from the workspace root, on this machine, one after the other:
+
+  runtime   cargo bench -p connector-host --bench runtime   (criterion medians)
+  http      HTTP_LOAD_TABLE=1 cargo bench -p connector-host --bench http_load
+  replicas  cargo bench -p integration-tests --bench replicas   (needs PostgreSQL's server
+            binaries: initdb/postgres, as `.ci/run` installs them)
+  stdio     MCP `tools/call` over stdio with `mcp_stdio_bench.py` (a lean JSON-RPC client, from
+            --stdio-bench DIR, default ../shared/bench): `connector-host mcp --local`, the
+            HTTP bridge, the Python floor server beside it (`floor_mcp_server.py`) and a
+            do-nothing Rust stdio server (`loadgen`'s `stdio-floor`), interleaved, --rounds
+            times (default 3), medians reported.
+
+The benches' own output streams to stderr as they run (they take minutes); the table goes to
+stdout at the end. Every figure is this machine's, measured in this run: the machine's load
+average is printed with it, since two cores shared with anything else measure that too. A
+part that cannot run here is reported as not run, with why; the others still run.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+RESULT = re.compile(r"^@result (\S+) (.*)$")
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run(cmd, env=None, parse=True):
+    """Runs cmd from the workspace root, streaming its output to stderr; returns the
+    `@result` lines it printed as {key: {field: float}}."""
+    log(f"\n$ {' '.join(cmd)}")
+    full_env = dict(os.environ, **(env or {}))
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    results = {}
+    for line in proc.stdout:
+        sys.stderr.write(line)
+        m = RESULT.match(line.strip())
+        if parse and m:
+            results[m.group(1)] = {k: float(v) for k, v in
+                                   (kv.split("=", 1) for kv in m.group(2).split())}
+    if proc.wait() != 0:
+        raise RuntimeError(f"`{' '.join(cmd)}` exited with {proc.returncode}")
+    return results
+
+
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+class Table:
+    def __init__(self):
+        self.rows = []
+
+    def add(self, figure, measured, target, met, command):
+        self.rows.append((figure, measured, target, "met" if met else "MISSED", command))
+
+    def not_run(self, figure, target, why, command):
+        self.rows.append((figure, f"not run: {why}", target, "-", command))
+
+    def print(self):
+        widths = [max(len(r[i]) for r in self.rows + [self.header()]) for i in range(5)]
+        for i, row in enumerate([self.header()] + self.rows):
+            print("| " + " | ".join(c.ljust(widths[j]) for j, c in enumerate(row)) + " |")
+            if i == 0:
+                print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+
+    @staticmethod
+    def header():
+        return ("figure", "measured", "target", "verdict", "command")
+
+
+def criterion_median_ns(group, function):
+    path = os.path.join(TARGET, "criterion", group, function, "new", "estimates.json")
+    with open(path) as f:
+        return json.load(f)["median"]["point_estimate"]
+
+
+def runtime_rows(table):
+    cmd = ["cargo", "bench", "-p", "connector-host", "--bench", "runtime", "--",
+           "echo/acme_echo_fresh_instance|load/from_disk_cache"]
+    run(cmd, parse=False)
+    fresh = criterion_median_ns("echo", "acme_echo_fresh_instance") / 1000
+    table.add("fresh-sandbox acme.echo in-process, median", f"{fresh:.2f} µs", "≤ 8 µs",
+              fresh <= 8, "--bench runtime echo/acme_echo_fresh_instance")
+    load = criterion_median_ns("load", "from_disk_cache") / 1e6
+    table.add("component load from the on-disk cache, median", f"{load:.3f} ms", "≤ 1 ms",
+              load <= 1, "--bench runtime load/from_disk_cache")
+
+
+def http_rows(table):
+    r = run(["cargo", "bench", "-p", "connector-host", "--bench", "http_load"],
+            env={"HTTP_LOAD_TABLE": "1"})
+    echo, calls, hooks = r["http.echo"], r["http.tool_calls"], r["webhooks.sqlite"]
+    ratio = calls["rate"] / max(echo["rate"], 1e-9)
+    table.add("HTTP tool calls vs plain axum echo, 32 conns",
+              f"{calls['rate']:,.0f}/s vs {echo['rate']:,.0f}/s = {ratio:.2f}×", "≥ 0.6×",
+              ratio >= 0.6 and calls["errors"] == 0, "--bench http_load (2 vs 1)")
+    p99 = hooks["p99_us"] / 1000
+    table.add("durable signed 8 KiB webhooks, SQLite",
+              f"{hooks['rate']:,.0f}/s, p99 {p99:.1f} ms", "≥ 8,000/s, p99 ≤ 20 ms",
+              hooks["rate"] >= 8000 and p99 <= 20 and hooks["errors"] == 0,
+              "--bench http_load (4)")
+
+
+def replicas_rows(table):
+    cmd = ["cargo", "bench", "-p", "integration-tests", "--bench", "replicas"]
+    pg_target, ratio_target = "≥ 3,000/s", "≥ 0.9×"
+    try:
+        run(["cargo", "build", "--release", "-p", "connector-host"], parse=False)
+        r = run(cmd)
+    except RuntimeError as e:
+        table.not_run("durable webhooks, PostgreSQL, 1 replica", pg_target, str(e), "--bench replicas")
+        table.not_run("HTTP tool calls, PostgreSQL vs SQLite", ratio_target, str(e), "--bench replicas")
+        return
+    pg = r["replicas.postgresql_1_replica.durable_webhooks"]
+    sq = r["replicas.sqlite_1_replica.durable_webhooks"]
+    table.add("durable webhooks, PostgreSQL, 1 replica",
+              f"{pg['rate']:,.0f}/s, p99 {pg['p99_us'] / 1000:.1f} ms "
+              f"(SQLite {sq['rate']:,.0f}/s same run)",
+              pg_target, pg["rate"] >= 3000 and pg["errors"] == 0, "--bench replicas")
+    pgc = r["replicas.postgresql_1_replica.http_tool_calls"]
+    sqc = r["replicas.sqlite_1_replica.http_tool_calls"]
+    ratio = pgc["rate"] / max(sqc["rate"], 1e-9)
+    table.add("HTTP tool calls, PostgreSQL vs SQLite",
+              f"{pgc['rate']:,.0f}/s vs {sqc['rate']:,.0f}/s = {ratio:.2f}×", ratio_target,
+              ratio >= 0.9, "--bench replicas")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def api(base, token, method, path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(base + path, data=data, method=method,
+                                 headers={"Authorization": f"Bearer {token}",
+                                          "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        text = r.read()
+        return json.loads(text) if text else None
+
+
+def stdio_p50(bench, tool, args, server, n):
+    out = subprocess.run([sys.executable, bench, "--tool", tool, "--args", args, "--n", str(n),
+                          "--"] + server, capture_output=True, text=True, timeout=600)
+    m = re.search(r"p50_us=(\d+)", out.stdout)
+    if out.returncode != 0 or not m:
+        raise RuntimeError(f"{' '.join(server[:3])}: {out.stdout}{out.stderr}".strip())
+    log(f"  {out.stdout.strip()}")
+    return float(m.group(1))
+
+
+def stdio_rows(table, bench_dir, rounds):
+    figure, target = "MCP stdio tools/call p50 vs the Python floor server", "≤ 1.0×"
+    command = "mcp_stdio_bench.py, mcp --local vs floor_mcp_server.py"
+    bench = os.path.join(bench_dir, "mcp_stdio_bench.py")
+    floor = os.path.join(bench_dir, "floor_mcp_server.py")
+    if not (os.path.exists(bench) and os.path.exists(floor)):
+        table.not_run(figure, target, f"no mcp_stdio_bench.py / floor_mcp_server.py in {bench_dir}", command)
+        return
+    run(["cargo", "build", "--release", "-p", "connector-host", "-p", "loadgen",
+         "--bin", "connector-host", "--bin", "stdio-floor"], parse=False)
+    exe = os.path.join(TARGET, "release", "connector-host")
+    rust_floor = os.path.join(TARGET, "release", "stdio-floor")
+    data = tempfile.mkdtemp(prefix="bench-table-")
+    token = "bench-table-operator-token"
+    port = free_port()
+    env = dict(os.environ, CONNECTOR_HOST_OPERATOR_TOKEN=token, RUST_LOG="warn")
+    serve = subprocess.Popen([exe, "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", data],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(base + "/healthz", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        api(base, token, "PUT", "/api/v1/units/u1", {})
+        api(base, token, "PUT", "/api/v1/agents/a1", {"units": ["u1"]})
+        api(base, token, "PUT", "/api/v1/units/u1/connectors/acme", {"config": {}})
+        agent_token = api(base, token, "POST", "/api/v1/agents/a1/tokens", {})["token"]
+        servers = {
+            "local": ("acme.echo", [exe, "mcp", "--agent", "a1", "--local", "--data-dir", data]),
+            "bridge": ("acme.echo", [exe, "mcp", "--agent", "a1", "--url", base, "--token", agent_token]),
+            "python floor": ("echo", [sys.executable, floor]),
+            "rust do-nothing": ("echo", [rust_floor]),
+        }
+        p50s = {name: [] for name in servers}
+        for i in range(rounds):
+            log(f"\n[stdio] round {i + 1} of {rounds}")
+            for name, (tool, server) in servers.items():
+                p50s[name].append(stdio_p50(bench, tool, '{"message":"hi"}', server, 2000))
+    except (RuntimeError, OSError, KeyError) as e:
+        table.not_run(figure, target, str(e), command)
+        return
+    finally:
+        serve.terminate()
+        serve.wait(timeout=30)
+        shutil.rmtree(data, ignore_errors=True)
+    med = {k: statistics.median(v) for k, v in p50s.items()}
+    ratio = med["local"] / med["python floor"]
+    table.add(figure,
+              f"local {med['local']:.0f} µs vs floor {med['python floor']:.0f} µs = {ratio:.2f}× "
+              f"(bridge {med['bridge']:.0f} µs, Rust do-nothing {med['rust do-nothing']:.0f} µs; "
+              f"medians of {rounds})", target, ratio <= 1.0, command)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--stdio-bench", default=os.path.join(ROOT, "..", "shared", "bench"),
+                    help="directory with mcp_stdio_bench.py and floor_mcp_server.py")
+    ap.add_argument("--skip", default="", help="comma-separated parts to leave out: "
+                    "runtime, http, replicas, stdio")
+    ap.add_argument("--rounds", type=int, default=3, help="stdio rounds (default 3)")
+    a = ap.parse_args()
+    skip = {s.strip() for s in a.skip.split(",") if s.strip()}
+    unknown = skip - {"runtime", "http", "replicas", "stdio"}
+    if unknown:
+        ap.error(f"unknown part(s) to skip: {', '.join(sorted(unknown))}")
+    started, load_before = time.time(), loadavg()
+    table = Table()
+    parts = [("runtime", runtime_rows), ("http", http_rows), ("replicas", replicas_rows),
+             ("stdio", lambda t: stdio_rows(t, a.stdio_bench, a.rounds))]
+    for name, part in parts:
+        if name in skip:
+            continue
+        try:
+            part(table)
+        except (RuntimeError, OSError, KeyError, ValueError) as e:
+            table.not_run(name, "-", f"{type(e).__name__}: {e}", name)
+    print(f"\n# bench/table.py: {time.time() - started:.0f} s; load average {load_before} at "
+          f"start, {loadavg()} at the end; {os.cpu_count()} cores")
+    table.print()
+
+
+if __name__ == "__main__":
+    main()
