@@ -224,7 +224,9 @@ pub async fn serve(config: HostConfig) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e} (is another host running? use --listen to pick another address)"))?;
     let local = listener.local_addr().unwrap_or(listen);
     tracing::info!(address = %local, connectors = host.list_connectors().len(), "connector-host listening");
-    eprintln!("connector-host listening on http://{local} (API under /api/v1)");
+    eprintln!(
+        "connector-host listening on http://{local} (API under /api/v1, operator console at http://{local}/console)"
+    );
     // Open requests finish after the signal; a long-lived stream (a unit's message
     // stream, an MCP session) would hold them forever, so they get a bounded grace period.
     let stopping = std::sync::Arc::new(tokio::sync::Notify::new());
