@@ -135,6 +135,9 @@ struct PolledStdin {
     fd: tokio::io::unix::AsyncFd<std::io::Stdin>,
     flags: rustix::fs::OFlags,
     buffer: Vec<u8>,
+    /// What one read fills, allocated once: a fresh zeroed array per read would clear
+    /// 64 KiB (and the cache with it) for every message.
+    chunk: Box<[u8]>,
     eof: bool,
 }
 
@@ -160,6 +163,7 @@ impl PolledStdin {
                 fd,
                 flags,
                 buffer: Vec::with_capacity(64 * 1024),
+                chunk: vec![0u8; 64 * 1024].into_boxed_slice(),
                 eof: false,
             }),
             Err(_) => {
@@ -178,17 +182,23 @@ impl PolledStdin {
                 return (!self.buffer.is_empty())
                     .then(|| Bytes::from(std::mem::take(&mut self.buffer)));
             }
-            let Ok(mut ready) = self.fd.readable().await else {
-                self.eof = true;
+            let PolledStdin {
+                fd,
+                chunk,
+                buffer,
+                eof,
+                ..
+            } = self;
+            let Ok(mut ready) = fd.readable().await else {
+                *eof = true;
                 continue;
             };
-            let mut chunk = [0u8; 64 * 1024];
             match ready.try_io(|fd| {
                 rustix::io::read(fd.get_ref(), &mut chunk[..]).map_err(std::io::Error::from)
             }) {
-                Ok(Ok(0)) | Ok(Err(_)) => self.eof = true,
+                Ok(Ok(0)) | Ok(Err(_)) => *eof = true,
                 Ok(Ok(n)) => {
-                    self.buffer.extend_from_slice(&chunk[..n]);
+                    buffer.extend_from_slice(&chunk[..n]);
                     if n < chunk.len() {
                         // A short read drained the pipe: wait for the next write instead
                         // of asking again only to hear EAGAIN.
