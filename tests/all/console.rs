@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use fantoccini::{Client, ClientBuilder, Locator};
 use integration_tests::guests;
 use integration_tests::harness::{
-    free_port, now_unix, required, send_standard_webhook, TestHost, OPERATOR_TOKEN,
+    free_port, machine_load, now_unix, required, send_standard_webhook, TestHost, OPERATOR_TOKEN,
 };
 use reqwest::Method;
 use serde_json::json;
@@ -227,6 +227,8 @@ impl Browser {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binding_on_a_top_unit_reaches_the_bottom_agent_and_is_unbound_from_its_badge() {
+    // A browser loads the machine: not beside the tests that time latency.
+    let _load = machine_load().await;
     let h = TestHost::start().await;
     let Some(b) = Browser::start(&h.url).await else {
         return;
@@ -515,6 +517,7 @@ fn event(kind: &str) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_inbox_uploads_and_a_forged_post_in_a_browser() {
+    let _load = machine_load().await;
     let h = TestHost::start_with(|c| {
         c.connectors
             .entry("hostile".into())
