@@ -1,10 +1,12 @@
 //! Units' inboxes: messages routed from webhook deliveries, read by page or followed live.
 //!
-//! Messages are stored by the delivery worker in the transaction that finishes their
-//! delivery; [`Inbox::publish`] then wakes the live subscribers on this replica. A live
-//! subscription reads the store from its cursor first, so nothing stored before it began
-//! is missed and nothing is seen twice; on a shared database the store stays the only
-//! source, since other replicas append too.
+//! Messages are stored in the transaction that finishes their delivery; [`Inbox::publish`]
+//! then wakes the live subscribers on this replica. A live subscription reads the store
+//! from its cursor, at the start and again on every wake-up: the store is its only
+//! source of messages, since deliveries committed together (or on other replicas) are
+//! published in no particular order, and a message published late must not be skipped
+//! by a cursor that has already moved past it. So nothing stored before the subscription
+//! began is missed, nothing is seen twice, and the order is the cursor order.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -169,27 +171,28 @@ impl Inbox {
                         }
                     }
                 }
+                // Wait for a message of this unit stored after `last` (or, on a shared
+                // database, for the poll interval), then read the store again.
                 loop {
-                    if shared {
+                    let woke = if shared {
                         match tokio::time::timeout(SHARED_INBOX_POLL, live.recv()).await {
-                            Err(_) | Ok(Ok(_)) | Ok(Err(RecvError::Lagged(_))) => break,
-                            Ok(Err(RecvError::Closed)) => return,
+                            Err(_) => break,
+                            Ok(woke) => woke,
                         }
-                    }
-                    match live.recv().await {
-                        Ok(m) => {
-                            if m.unit_id != unit || m.seq <= last {
-                                continue;
-                            }
-                            last = m.seq;
-                            if tx.send(Message::from(&*m)).await.is_err() {
-                                return;
-                            }
-                        }
+                    } else {
+                        live.recv().await
+                    };
+                    match woke {
+                        Ok(m) if m.unit_id == unit && m.seq > last => break,
+                        Ok(_) => continue,
                         Err(RecvError::Lagged(_)) => break,
                         Err(RecvError::Closed) => return,
                     }
                 }
+                // Everything already waiting is covered by the one read below.
+                while let Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) =
+                    live.try_recv()
+                {}
             }
         }))
     }

@@ -906,6 +906,60 @@ async fn kill_round(round: usize) {
     }
 }
 
+/// Deliveries stored together (one commit) are published to live subscribers in no
+/// particular order: a live stream still gets every message once, in cursor order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_inbox_stream_misses_nothing_when_deliveries_commit_together() {
+    let _load = integration_tests::harness::machine_load().await;
+    const DELIVERIES: usize = 300;
+    let h = webhook_host().await;
+    let mut live = Box::pin(h.host.subscribe("u1", None).expect("subscribe"));
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut senders = Vec::new();
+    for _ in 0..32 {
+        let (client, url, next) = (h.client.clone(), h.url.clone(), next.clone());
+        senders.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= DELIVERIES {
+                    return;
+                }
+                let id = format!("s-{i}");
+                let (s, b) = deliver(
+                    &client,
+                    &url,
+                    "hostile",
+                    &id,
+                    &event("r1", "s"),
+                    SECRET,
+                    now_unix(),
+                )
+                .await;
+                assert_eq!(s, 202, "{id}: {b}");
+            }
+        }));
+    }
+    for s in senders {
+        s.await.expect("sender");
+    }
+    let stored = inbox_ids(&h.client, &h.url, "u1").await;
+    assert_eq!(stored.len(), DELIVERIES);
+    let mut streamed = Vec::new();
+    while streamed.len() < DELIVERIES {
+        match tokio::time::timeout(Duration::from_secs(10), live.next()).await {
+            Ok(Some(m)) => streamed.push(m.delivery_id),
+            _ => break,
+        }
+    }
+    assert_eq!(
+        streamed.len(),
+        DELIVERIES,
+        "the live stream skipped {} of {DELIVERIES} stored messages",
+        DELIVERIES - streamed.len()
+    );
+    assert_eq!(streamed, stored, "the live stream is not in cursor order");
+}
+
 /// Every delivery id in a unit's inbox, in cursor order (all pages).
 async fn inbox_ids(client: &reqwest::Client, base: &str, unit: &str) -> Vec<String> {
     let mut ids = Vec::new();
