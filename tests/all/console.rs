@@ -1080,3 +1080,65 @@ async fn no_page_shows_a_secret() {
     let (_, page) = c.get("/console/units/u").await;
     assert!(page.contains("***"), "the binding's config is shown masked");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_method_gets_a_page() {
+    let h = TestHost::start().await;
+    let mut c = Console::new(&h.url);
+    c.sign_in().await;
+
+    for (method, path) in [
+        (Method::POST, "/console/units/u"),
+        (Method::DELETE, "/console/units"),
+        (Method::GET, "/console/sign-out"),
+    ] {
+        let r = c.request(method.clone(), path, None, &[]).await;
+        assert_eq!(r.status(), 405, "{method} {path}");
+        let kind = r.headers()["content-type"]
+            .to_str()
+            .unwrap_or("")
+            .to_string();
+        assert!(
+            kind.starts_with("text/html"),
+            "{method} {path}: answered {kind}, not a page"
+        );
+        assert!(r.headers().contains_key("content-security-policy"));
+        let page = r.text().await.unwrap_or_default();
+        assert!(page.contains("Method not allowed"), "{page}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guessing_the_operator_token_is_braked() {
+    let h = TestHost::start().await;
+    let mut c = Console::new(&h.url);
+    c.sign_in().await;
+
+    // Wrong tokens in a burst pause sign-in, right token included, with a wait to honour;
+    // a session already signed in goes on working.
+    let other = Console::new(&h.url);
+    let mut statuses = Vec::new();
+    for _ in 0..12 {
+        let (s, _) = other
+            .post("/console/sign-in", &[("token", "guess")], &[])
+            .await;
+        statuses.push(s);
+    }
+    assert_eq!(&statuses[..10], [401; 10], "{statuses:?}");
+    assert_eq!(&statuses[10..], [429; 2], "{statuses:?}");
+    let r = other
+        .request(
+            Method::POST,
+            "/console/sign-in",
+            Some(&[("token", OPERATOR_TOKEN)]),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status(), 429, "no token is looked at while paused");
+    assert!(r.headers().contains_key("retry-after"));
+    assert!(r.headers().get("set-cookie").is_none());
+    let page = r.text().await.unwrap_or_default();
+    assert!(page.contains("wait"), "{page}");
+    let (s, _) = c.get("/console/units").await;
+    assert_eq!(s, 200, "the signed-in session is unaffected");
+}

@@ -4,7 +4,10 @@
 //! The form only shapes input; whether a config is acceptable is decided by the host
 //! (the schema check and the connector's own `bind`), exactly as for the HTTP API. Fields
 //! the schema marks `writeOnly` or `format: password` are password inputs that are never
-//! filled in: left empty on a rebind, the binding keeps the value it has.
+//! filled in: left empty on a rebind, the binding keeps the value it has. Fields edited
+//! as JSON show a stored binding with every write-only value, at any depth, replaced by
+//! [`MASK`]; a [`MASK`] sent back at a write-only place keeps the stored value (and is
+//! refused when there is none to keep), so the placeholder is never saved as the secret.
 
 use serde_json::{Map, Value};
 
@@ -38,6 +41,109 @@ pub struct Field {
 
 /// The name of the single JSON field used when the schema lists no properties.
 pub const WHOLE_CONFIG: &str = "__config";
+
+/// What a write-only value is shown as (as the host's API shows it).
+pub const MASK: &str = "***";
+
+/// The schema of member `key` of an object schema: its `properties` entry, else an
+/// object `additionalProperties`.
+fn member_schema<'a>(schema: &'a Value, key: &str) -> Option<&'a Value> {
+    schema
+        .get("properties")
+        .and_then(|p| p.get(key))
+        .or_else(|| schema.get("additionalProperties").filter(|a| a.is_object()))
+}
+
+/// `config` with every value `schema` marks write-only — at any depth: object
+/// properties, `additionalProperties`, array `items` — replaced by [`MASK`].
+pub fn masked(schema: &Value, config: &Value) -> Value {
+    if is_secret(schema) && !config.is_null() {
+        return Value::String(MASK.into());
+    }
+    match config {
+        Value::Object(members) => Value::Object(
+            members
+                .iter()
+                .map(|(k, v)| {
+                    let shown = match member_schema(schema, k) {
+                        Some(s) => masked(s, v),
+                        None => v.clone(),
+                    };
+                    (k.clone(), shown)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => match schema.get("items").filter(|i| i.is_object()) {
+            Some(item) => Value::Array(items.iter().map(|v| masked(item, v)).collect()),
+            None => config.clone(),
+        },
+        _ => config.clone(),
+    }
+}
+
+/// Puts the stored secrets back into a submitted JSON value: a [`MASK`] where `schema`
+/// marks the value write-only stands for what `stored` holds at the same place. List
+/// entries are matched by position only while the list is as it was shown (same length,
+/// the entry unchanged apart from its secrets); a [`MASK`] with no stored value to stand
+/// for is an error naming its place (`path`), so the placeholder is never saved.
+fn restore_secrets(
+    schema: &Value,
+    submitted: &mut Value,
+    stored: Option<&Value>,
+    path: &str,
+) -> Result<(), String> {
+    let stored = stored.filter(|v| !v.is_null());
+    if is_secret(schema) {
+        if submitted.as_str() == Some(MASK) {
+            return match stored {
+                Some(v) => {
+                    *submitted = v.clone();
+                    Ok(())
+                }
+                None => Err(format!(
+                    "`{MASK}` at `{}` stands for a stored secret, but none is stored there: \
+                     type the value",
+                    if path.is_empty() { "/" } else { path }
+                )),
+            };
+        }
+        return Ok(());
+    }
+    match submitted {
+        Value::Object(members) => {
+            for (k, v) in members.iter_mut() {
+                if let Some(s) = member_schema(schema, k) {
+                    let at = format!("{path}/{k}");
+                    restore_secrets(s, v, stored.and_then(|o| o.get(k)), &at)?;
+                }
+            }
+            Ok(())
+        }
+        Value::Array(items) => {
+            let Some(item) = schema.get("items").filter(|i| i.is_object()) else {
+                return Ok(());
+            };
+            let before = stored
+                .and_then(Value::as_array)
+                .filter(|b| b.len() == items.len());
+            for (i, v) in items.iter_mut().enumerate() {
+                // The stored entry counts only when this entry is the one shown there.
+                let was = before
+                    .and_then(|b| b.get(i))
+                    .filter(|b| masked(item, b) == *v);
+                let at = format!("{path}/{i}");
+                restore_secrets(item, v, was, &at).map_err(|e| match stored {
+                    Some(_) if was.is_none() => format!(
+                        "{e} (a list entry added, removed, moved or changed keeps no stored secret)"
+                    ),
+                    _ => e,
+                })?;
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
 
 /// The fields of a `configSchema`; empty when it declares no `properties` (the form then
 /// edits the whole config as JSON).
@@ -104,7 +210,7 @@ fn kind_of(prop: &Value) -> FieldKind {
         ["array"]
             if prop
                 .get("items")
-                .map(|i| types_of(i) == ["string"])
+                .map(|i| types_of(i) == ["string"] && !is_secret(i))
                 .unwrap_or(false) =>
         {
             FieldKind::Lines
@@ -158,12 +264,16 @@ pub fn config_from_form(
         if text.is_empty() {
             return Ok(Value::Object(Map::new()));
         }
-        return serde_json::from_str(text).map_err(|e| {
+        let whole_error = |message: String| {
             vec![FieldError {
                 field: Some(WHOLE_CONFIG.into()),
-                message: format!("not valid JSON: {e}"),
+                message,
             }]
-        });
+        };
+        let mut config: Value =
+            serde_json::from_str(text).map_err(|e| whole_error(format!("not valid JSON: {e}")))?;
+        restore_secrets(schema, &mut config, previous, "").map_err(whole_error)?;
+        return Ok(config);
     }
     let mut config = Map::new();
     let mut errors = Vec::new();
@@ -201,9 +311,16 @@ pub fn config_from_form(
                     .map(|l| Value::String(l.to_string()))
                     .collect(),
             ))),
-            FieldKind::Json => serde_json::from_str(text)
-                .map(Some)
-                .map_err(|e| format!("not valid JSON: {e}")),
+            FieldKind::Json => match serde_json::from_str::<Value>(text) {
+                Ok(mut v) => {
+                    let prop = member_schema(schema, &field.name).unwrap_or(&Value::Null);
+                    let stored = previous.and_then(|p| p.get(&field.name));
+                    restore_secrets(prop, &mut v, stored, "")
+                        .map(|()| Some(v))
+                        .map_err(|e| e.replace("at `/`", "here"))
+                }
+                Err(e) => Err(format!("not valid JSON: {e}")),
+            },
         };
         match parsed {
             Ok(Some(v)) => {
@@ -375,6 +492,113 @@ mod tests {
         .expect_err("invalid");
         let named: Vec<_> = errors.iter().filter_map(|e| e.field.as_deref()).collect();
         assert_eq!(named, ["extra", "installationId"]);
+    }
+
+    fn nested_schema() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "repo": {"type": "string"},
+                "auth": {"type": "object", "properties": {
+                    "user": {"type": "string"},
+                    "token": {"type": "string", "writeOnly": true}
+                }},
+                "mirrors": {"type": "array", "items": {"type": "object", "properties": {
+                    "url": {"type": "string"},
+                    "key": {"type": "string", "format": "password"}
+                }}},
+                "keys": {"type": "array", "items": {"type": "string", "writeOnly": true}}
+            }
+        })
+    }
+
+    /// The form as the bind page fills it from the stored config: what an operator who
+    /// changes nothing sends back.
+    fn prefilled(schema: &Value, stored: &Value) -> Vec<(String, String)> {
+        let shown = masked(schema, stored);
+        fields(schema)
+            .iter()
+            .map(|f| (format!("f.{}", f.name), shown_value(f, shown.get(&f.name))))
+            .collect()
+    }
+
+    #[test]
+    fn nested_secrets_are_shown_masked_and_an_unchanged_form_keeps_them() {
+        let schema = nested_schema();
+        let stored = json!({
+            "repo": "o/r",
+            "auth": {"user": "u", "token": "tok-SECRET-1"},
+            "mirrors": [{"url": "https://a", "key": "key-SECRET-A"},
+                        {"url": "https://b", "key": "key-SECRET-B"}],
+            "keys": ["k-SECRET-1", "k-SECRET-2"]
+        });
+        let form = prefilled(&schema, &stored);
+        let text: String = form.iter().map(|(_, v)| v.as_str()).collect();
+        assert!(!text.contains("SECRET"), "a secret is shown: {text}");
+        assert!(text.contains(MASK), "{text}");
+        let config = config_from_form(&schema, &form, Some(&stored)).expect("valid");
+        assert_eq!(config, stored, "an unchanged form saves the stored secrets");
+    }
+
+    #[test]
+    fn a_mask_never_replaces_a_secret() {
+        let schema = nested_schema();
+        let stored = json!({
+            "auth": {"user": "u", "token": "tok"},
+            "mirrors": [{"url": "https://a", "key": "ka"}, {"url": "https://b", "key": "kb"}]
+        });
+        // A changed sibling keeps the secret of an object.
+        let config = config_from_form(
+            &schema,
+            &pairs(&[("f.auth", r#"{"user": "v", "token": "***"}"#)]),
+            Some(&stored),
+        )
+        .expect("valid");
+        assert_eq!(config["auth"], json!({"user": "v", "token": "tok"}));
+        // A new secret replaces it.
+        let config = config_from_form(
+            &schema,
+            &pairs(&[("f.auth", r#"{"user": "v", "token": "new"}"#)]),
+            Some(&stored),
+        )
+        .expect("valid");
+        assert_eq!(config["auth"]["token"], "new");
+        // No stored value to stand for, a moved or a changed list entry: refused, named.
+        for (sent, previous) in [
+            (r#"{"user": "v", "token": "***"}"#, None),
+            (
+                r#"{"user": "v", "token": "***"}"#,
+                Some(json!({"repo": "x"})),
+            ),
+        ] {
+            let errors = config_from_form(&schema, &pairs(&[("f.auth", sent)]), previous.as_ref())
+                .expect_err("a mask with nothing stored");
+            assert_eq!(errors[0].field.as_deref(), Some("auth"));
+            assert!(errors[0].message.contains("/token"), "{errors:?}");
+        }
+        for sent in [
+            // the second entry, moved first
+            r#"[{"url": "https://b", "key": "***"}]"#,
+            // the first entry, pointed elsewhere: its key must not follow
+            r#"[{"url": "https://evil", "key": "***"}, {"url": "https://b", "key": "***"}]"#,
+        ] {
+            let errors = config_from_form(&schema, &pairs(&[("f.mirrors", sent)]), Some(&stored))
+                .expect_err(sent);
+            assert_eq!(errors[0].field.as_deref(), Some("mirrors"), "{errors:?}");
+        }
+        // A whole-config form (no properties) restores by the same rule.
+        let loose = json!({"type": "object", "additionalProperties": {
+            "type": "object", "properties": {"secret": {"type": "string", "writeOnly": true}}}});
+        let stored = json!({"a": {"secret": "s1"}});
+        assert_eq!(masked(&loose, &stored), json!({"a": {"secret": "***"}}));
+        assert_eq!(
+            config_from_form(
+                &loose,
+                &pairs(&[("f.__config", r#"{"a": {"secret": "***"}}"#)]),
+                Some(&stored)
+            ),
+            Ok(stored.clone())
+        );
     }
 
     #[test]

@@ -101,9 +101,11 @@ pub fn routes() -> Router<Host> {
             post(retry_delivery),
         )
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(same_origin_posts))
         .layer(axum::middleware::map_response(security_headers))
         .layer(Extension(sessions))
+        .layer(Extension(Arc::new(session::SignInLimit::default())))
 }
 
 // ----- responses ---------------------------------------------------------------------
@@ -175,6 +177,23 @@ async fn not_found() -> Response {
         StatusCode::NOT_FOUND,
         pages::error_page(None, "Not found", "There is no console page here."),
     )
+}
+
+async fn method_not_allowed(method: Method) -> Response {
+    let mut response = html(
+        StatusCode::METHOD_NOT_ALLOWED,
+        pages::error_page(
+            None,
+            "Method not allowed",
+            &format!(
+                "this console page does not take {method}; follow the console's own links and forms"
+            ),
+        ),
+    );
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD, POST"));
+    response
 }
 
 async fn css() -> Response {
@@ -312,12 +331,28 @@ struct SignInForm {
 async fn sign_in(
     State(host): State<Host>,
     Extension(sessions): Extension<Arc<Sessions>>,
+    Extension(limit): Extension<Arc<session::SignInLimit>>,
     request_headers: HeaderMap,
     uri: axum::http::Uri,
     form: Result<Form<SignInForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
+    if let Err(wait) = limit.admit() {
+        tracing::warn!("console sign-in refused: too many wrong operator tokens lately");
+        let seconds = wait.as_secs().max(1);
+        let mut response = html(
+            StatusCode::TOO_MANY_REQUESTS,
+            pages::sign_in(Some(&format!(
+                "Too many wrong operator tokens were tried lately; wait {seconds} seconds, then sign in again."
+            ))),
+        );
+        if let Ok(v) = HeaderValue::from_str(&seconds.to_string()) {
+            response.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return response;
+    }
     let token = form.map(|Form(f)| f.token).unwrap_or_default();
     if token.is_empty() || !host.is_operator_token(token.trim()) {
+        limit.failed();
         tracing::info!("console sign-in refused: wrong operator token");
         return html(
             StatusCode::UNAUTHORIZED,
@@ -493,15 +528,10 @@ async fn bind_form(
         Ok(c) => c,
         Err(e) => return error_response(Some(s.csrf()), &e),
     };
-    let bindings = match host.bindings(&unit) {
-        Ok(b) => b,
-        Err(e) => return error_response(Some(s.csrf()), &e),
-    };
-    // The masked config: what the API would show.
-    let current = bindings
-        .iter()
-        .find(|b| b.connector == slug)
-        .map(|b| b.config.clone());
+    if let Err(e) = host.bindings(&unit) {
+        return error_response(Some(s.csrf()), &e);
+    }
+    let current = shown_config(&host, &unit, &slug, &connector.info().config_schema);
     html(
         StatusCode::OK,
         pages::bind_form(
@@ -513,6 +543,26 @@ async fn bind_form(
             &[],
         ),
     )
+}
+
+/// The stored config of `unit`'s binding of `slug` (to hand back to the host, never to
+/// render).
+fn stored_config(host: &Host, unit: &str, slug: &str) -> Option<serde_json::Value> {
+    host.all_bindings()
+        .into_iter()
+        .find(|b| b.unit_id == unit && b.connector == slug)
+        .map(|b| b.config)
+}
+
+/// The config of `unit`'s binding of `slug` as the form shows it: every write-only
+/// value, at any depth, masked.
+fn shown_config(
+    host: &Host,
+    unit: &str,
+    slug: &str,
+    schema: &serde_json::Value,
+) -> Option<serde_json::Value> {
+    stored_config(host, unit, slug).map(|c| form::masked(schema, &c))
 }
 
 async fn bind(
@@ -530,18 +580,12 @@ async fn bind(
         Err(e) => return error_response(Some(s.csrf()), &e),
     };
     let info = connector.info();
-    // A secret left empty keeps the stored value: read from the stored binding here and
-    // handed straight back to the host, never rendered.
-    let stored = host
-        .all_bindings()
-        .into_iter()
-        .find(|b| b.unit_id == unit && b.connector == slug)
-        .map(|b| b.config);
-    let masked = host.bindings(&unit).ok().and_then(|bs| {
-        bs.into_iter()
-            .find(|b| b.connector == slug)
-            .map(|b| b.config)
-    });
+    // A secret left empty (or sent back as the mask) keeps the stored value: read from
+    // the stored binding here and handed straight back to the host, never rendered.
+    let stored = stored_config(&host, &unit, &slug);
+    let masked = stored
+        .as_ref()
+        .map(|c| form::masked(&info.config_schema, c));
     let config = match form::config_from_form(&info.config_schema, &f.0, stored.as_ref()) {
         Ok(c) => c,
         Err(errors) => {

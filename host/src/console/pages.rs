@@ -309,7 +309,7 @@ pub fn unit(csrf: &str, u: &UnitOverview<'_>, message: Option<Markup>) -> Markup
                 }
             }
             h2 { "Bindings" }
-            (bindings_table(csrf, u.id, u.bindings))
+            (bindings_table(csrf, u.id, u.bindings, u.connectors))
             h2 { "Bind a connector" }
             @let unbound: Vec<&Connector> = u.connectors.iter().filter(|c| !bound.contains(&c.slug.as_str())).collect();
             @if unbound.is_empty() {
@@ -330,7 +330,18 @@ pub fn unit(csrf: &str, u: &UnitOverview<'_>, message: Option<Markup>) -> Markup
     )
 }
 
-fn bindings_table(csrf: &str, unit: &str, bindings: &[BindingView]) -> Markup {
+fn bindings_table(
+    csrf: &str,
+    unit: &str,
+    bindings: &[BindingView],
+    connectors: &[Connector],
+) -> Markup {
+    // The host masks write-only properties; masking again by the schema also covers
+    // secrets in lists and in `additionalProperties`.
+    let shown = |b: &BindingView| match connectors.iter().find(|c| c.slug == b.connector) {
+        Some(c) => form::masked(&c.config_schema, &b.config),
+        None => Value::String(form::MASK.into()),
+    };
     html! {
         @if bindings.is_empty() {
             p { "No connector is bound to this unit." }
@@ -342,7 +353,7 @@ fn bindings_table(csrf: &str, unit: &str, bindings: &[BindingView]) -> Markup {
                         @for b in bindings {
                             tr {
                                 td { a href=(href(&["connectors", &b.connector])) { (b.connector) } }
-                                td { code.json { (compact_json(&b.config)) } }
+                                td { code.json { (compact_json(&shown(b))) } }
                                 td { (b.bound_at) }
                                 td.actions {
                                     a.button href=(bind_href(unit, &b.connector)) { "Rebind" }
@@ -548,11 +559,20 @@ pub fn bind_form(
                 return String::new();
             }
             let key = format!("f.{}", f.name);
-            return sub
+            let text = sub
                 .iter()
                 .find(|(k, _)| *k == key)
-                .map(|(_, v)| v.clone())
+                .map(|(_, v)| v.as_str())
                 .unwrap_or_default();
+            return match (
+                &f.kind,
+                c.config_schema
+                    .get("properties")
+                    .and_then(|p| p.get(&f.name)),
+            ) {
+                (FieldKind::Json, Some(prop)) => masked_json(prop, text),
+                _ => text.to_string(),
+            };
         }
         form::shown_value(f, current.and_then(|c| c.get(&f.name)))
     };
@@ -596,7 +616,7 @@ pub fn bind_form(
                     textarea id=(id) name=(format!("f.{}", form::WHOLE_CONFIG)) rows="6"
                         aria-invalid=(if errs.is_empty() { "false" } else { "true" }) {
                         @if let Some(sub) = submitted {
-                            (sub.iter().find(|(k, _)| k.strip_prefix("f.") == Some(form::WHOLE_CONFIG)).map(|(_, v)| v.as_str()).unwrap_or(""))
+                            (masked_json(&c.config_schema, sub.iter().find(|(k, _)| k.strip_prefix("f.") == Some(form::WHOLE_CONFIG)).map(|(_, v)| v.as_str()).unwrap_or("")))
                         } @else if let Some(cur) = current {
                             (serde_json::to_string_pretty(cur).unwrap_or_default())
                         }
@@ -658,6 +678,17 @@ pub fn bind_form(
             }
         },
     )
+}
+
+/// Submitted JSON text as a refused form shows it again: write-only values masked (an
+/// operator types a new secret again, as in a password field). Text that is not JSON is
+/// shown as sent, for the operator to correct.
+fn masked_json(schema: &Value, text: &str) -> String {
+    match serde_json::from_str::<Value>(text) {
+        Ok(v) => serde_json::to_string_pretty(&form::masked(schema, &v))
+            .unwrap_or_else(|_| text.to_string()),
+        Err(_) => text.to_string(),
+    }
 }
 
 // ----- agents ---------------------------------------------------------------------------
@@ -1090,6 +1121,42 @@ mod tests {
         let page = units_page_html(&[u]);
         assert!(!page.contains("<script>alert"), "{page}");
         assert!(page.contains("&lt;script&gt;"));
+    }
+
+    #[test]
+    fn a_refused_bind_form_does_not_echo_nested_secrets() {
+        let schema = serde_json::json!({"type": "object", "properties": {
+            "auth": {"type": "object", "properties": {
+                "token": {"type": "string", "writeOnly": true}}},
+            "apiKey": {"type": "string", "format": "password"}
+        }});
+        let c = Connector {
+            slug: "c".into(),
+            tool_namespace: "c".into(),
+            display_name: "C".into(),
+            description: String::new(),
+            version: "1".into(),
+            digest: "sha256:0".into(),
+            world: String::new(),
+            tools: Vec::new(),
+            config_schema: schema,
+            webhook: None,
+            allowed_hosts: Vec::new(),
+        };
+        let sent = vec![
+            (
+                "f.auth".to_string(),
+                r#"{"token": "typed-SECRET"}"#.to_string(),
+            ),
+            ("f.apiKey".to_string(), "typed-SECRET-2".to_string()),
+        ];
+        let error = FieldError {
+            field: Some("auth".into()),
+            message: "refused".into(),
+        };
+        let page = bind_form("t", "u", &c, None, Some(&sent), &[error]).into_string();
+        assert!(!page.contains("SECRET"), "{page}");
+        assert!(page.contains("***"), "{page}");
     }
 
     #[test]

@@ -117,6 +117,50 @@ impl Sessions {
     }
 }
 
+/// Wrong operator tokens tolerated in a burst before sign-in pauses.
+pub const SIGN_IN_BURST: u32 = 10;
+/// How often one more wrong token is tolerated after a burst.
+pub const SIGN_IN_REFILL: Duration = Duration::from_secs(6);
+
+/// A brake on guessing the operator token at the sign-in form, for this process: up to
+/// [`SIGN_IN_BURST`] wrong tokens at once, then one per [`SIGN_IN_REFILL`]. While it is
+/// exhausted every sign-in (right token or not) is refused without looking at the token,
+/// so guessing gains nothing; sessions already signed in and the HTTP API are unaffected.
+#[derive(Debug, Default)]
+pub struct SignInLimit {
+    /// When the wrong tokens counted so far are all forgiven (`None`: none counted).
+    clear_at: Mutex<Option<Instant>>,
+}
+
+impl SignInLimit {
+    /// `Ok` when a sign-in may be tried now; otherwise how long to wait.
+    pub fn admit(&self) -> Result<(), Duration> {
+        self.admit_at(Instant::now())
+    }
+
+    fn admit_at(&self, now: Instant) -> Result<(), Duration> {
+        let full = SIGN_IN_REFILL * SIGN_IN_BURST;
+        match *self.clear_at.lock() {
+            // Exhausted when forgiving all counted failures needs a full burst's time.
+            Some(at) if at > now && at - now > full - SIGN_IN_REFILL => {
+                Err(at - now - (full - SIGN_IN_REFILL))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Counts one wrong token.
+    pub fn failed(&self) {
+        self.failed_at(Instant::now())
+    }
+
+    fn failed_at(&self, now: Instant) {
+        let mut clear_at = self.clear_at.lock();
+        let from = clear_at.filter(|at| *at > now).unwrap_or(now);
+        *clear_at = Some(from + SIGN_IN_REFILL);
+    }
+}
+
 /// The session id the request's cookie carries, if any.
 pub fn cookie_id(headers: &HeaderMap) -> Option<&str> {
     headers
@@ -251,6 +295,32 @@ mod tests {
                 .get_at(&first, t0 + Duration::from_secs(2))
                 .is_none(),
             "the session closest to its end made room"
+        );
+    }
+
+    #[test]
+    fn sign_in_pauses_after_a_burst_of_wrong_tokens() {
+        let limit = SignInLimit::default();
+        let t0 = Instant::now();
+        for i in 0..SIGN_IN_BURST {
+            assert_eq!(limit.admit_at(t0), Ok(()), "attempt {i}");
+            limit.failed_at(t0);
+        }
+        let wait = limit
+            .admit_at(t0)
+            .expect_err("a burst of wrong tokens pauses sign-in");
+        assert!(wait > Duration::ZERO && wait <= SIGN_IN_REFILL, "{wait:?}");
+        assert_eq!(
+            limit.admit_at(t0 + SIGN_IN_REFILL),
+            Ok(()),
+            "one more later"
+        );
+        limit.failed_at(t0 + SIGN_IN_REFILL);
+        assert!(limit.admit_at(t0 + SIGN_IN_REFILL).is_err());
+        assert_eq!(
+            limit.admit_at(t0 + SIGN_IN_REFILL * (SIGN_IN_BURST + 1)),
+            Ok(()),
+            "forgiven in time"
         );
     }
 
