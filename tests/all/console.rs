@@ -1142,3 +1142,58 @@ async fn guessing_the_operator_token_is_braked() {
     let (s, _) = c.get("/console/units").await;
     assert_eq!(s, 200, "the signed-in session is unaffected");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_inbox_stops_at_sign_out() {
+    let h = TestHost::start_with(|c| {
+        c.connectors
+            .entry("hostile".into())
+            .or_default()
+            .webhook_secrets = vec![SECRET.into()];
+    })
+    .await;
+    h.install(guests::HOSTILE).await;
+    h.unit("u1", None).await;
+    h.bind("u1", "hostile", json!({"routes": ["r1"]})).await;
+    let mut c = Console::new(&h.url);
+    c.sign_in().await;
+    let csrf = c.csrf().await;
+    let body = event("live.kind");
+    let deliver = |id: &'static str| {
+        send_standard_webhook(&h.client, &h.url, "hostile", id, &body, SECRET, now_unix())
+    };
+    let mut stream = c
+        .request(Method::GET, "/console/units/u1/inbox/stream", None, &[])
+        .await;
+    assert_eq!(stream.status(), 200);
+    let mut seen = String::new();
+    let (s, _) = deliver("live-1").await.expect("answer");
+    assert_eq!(s, 202);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !seen.contains("live-1") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.chunk()).await {
+            Ok(Ok(Some(chunk))) => seen.push_str(&String::from_utf8_lossy(&chunk)),
+            other => panic!("no live message while signed in: {other:?} after {seen}"),
+        }
+    }
+
+    let (s, _) = c.post("/console/sign-out", &[("csrf", &csrf)], &[]).await;
+    assert_eq!(s, 303);
+    let (s, _) = deliver("live-2").await.expect("answer");
+    assert_eq!(s, 202);
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match stream.chunk().await {
+                Ok(Some(chunk)) => seen.push_str(&String::from_utf8_lossy(&chunk)),
+                _ => return,
+            }
+        }
+    })
+    .await;
+    assert!(
+        !seen.contains("live-2"),
+        "a signed-out stream still delivers: {seen}"
+    );
+    assert!(ended.is_ok(), "the stream ends once its session has");
+}

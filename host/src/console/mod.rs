@@ -43,7 +43,7 @@ use maud::Markup;
 use serde::Deserialize;
 
 use crate::error::{ErrorCode, HostError};
-use crate::host::Host;
+use crate::host::{Host, Message};
 use crate::store::Subject;
 use pages::{href, notice};
 use session::{Session, Sessions};
@@ -662,10 +662,12 @@ async fn inbox(
 }
 
 /// The unit's message stream (the API's SSE stream), for the inbox page's script: one
-/// event per message, its data the row's cells as JSON.
+/// event per message, its data the row's cells as JSON. The stream ends, sending nothing
+/// more, once its session has ended (sign-out or expiry).
 async fn inbox_stream(
     State(host): State<Host>,
     _: SignedIn,
+    Extension(sessions): Extension<Arc<Sessions>>,
     Path(unit): Path<String>,
     headers: HeaderMap,
     query: Result<Query<AfterQuery>, axum::extract::rejection::QueryRejection>,
@@ -680,7 +682,10 @@ async fn inbox_stream(
         Ok(s) => s,
         Err(e) => return error_response(None, &e),
     };
-    let events = stream.map(|m| {
+    // The extractor found this cookie's session live.
+    let id = session::cookie_id(&headers).unwrap_or_default().to_string();
+    let live = move |_: &Message| std::future::ready(sessions.is_live(&id));
+    let events = stream.take_while(live).map(|m| {
         let data = serde_json::json!({
             "receivedAt": m.received_at,
             "connector": m.connector,

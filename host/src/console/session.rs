@@ -101,6 +101,16 @@ impl Sessions {
         Some(session.clone())
     }
 
+    /// Whether the session with this id is live, without marking it used (for a stream
+    /// that must stop once its session ends).
+    pub fn is_live(&self, id: &str) -> bool {
+        let now = Instant::now();
+        self.by_id_hash
+            .lock()
+            .get(&id_hash(id))
+            .is_some_and(|s| s.ends_at() > now)
+    }
+
     /// Ends a session (sign-out); a no-op for an unknown id.
     pub fn end(&self, id: &str) {
         self.by_id_hash.lock().remove(&id_hash(id));
