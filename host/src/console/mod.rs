@@ -23,7 +23,9 @@
 //! When it runs: mounted by [`crate::server::router`] next to the API, inside the same
 //! host-name check and replica catch-up. What it may touch: the [`Host`] methods and its
 //! own session table; never the store, the operator token (beyond checking it at
-//! sign-in) or a secret config value (binding configs are shown as the host masks them).
+//! sign-in) or a secret config value (binding configs are shown with every write-only
+//! value masked, at any depth, by [`form::masked`]; a mask sent back keeps the stored
+//! value). Wrong operator tokens at sign-in are braked ([`session::SignInLimit`]).
 
 pub mod form;
 pub mod pages;
