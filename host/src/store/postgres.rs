@@ -24,10 +24,13 @@
 //!   transactions that append messages serialise on an advisory lock, so a reader paging
 //!   by cursor never skips a message that commits late with a smaller cursor. The lock
 //!   is held across the commit's WAL flush, which makes those commits one at a time
-//!   (asynchronous commit would not, but a database crash could then hand out a cursor
-//!   twice or show messages that vanish). So routed deliveries are stored in groups
-//!   ([`super::postgres_writer`]): one turn of the lock and one flush for all the
-//!   deliveries that arrived while the previous group was committing.
+//!   across all replicas (asynchronous commit would not, but a database crash could then
+//!   hand out a cursor twice or show messages that vanish): one flush per turn of the
+//!   lock is the webhook throughput ceiling on PostgreSQL. Routed deliveries are stored in
+//!   groups ([`super::postgres_writer`]), so on that path one turn serves every delivery
+//!   that arrived while the previous group was committing; a delivery finished later
+//!   (`complete_delivery`: routing past the inline window, sweeps, retries) still takes a
+//!   turn of its own.
 
 use std::collections::{BTreeSet, HashMap};
 use std::str::FromStr;
@@ -434,7 +437,6 @@ fn pg_opt_text(text: &Option<String>) -> Option<std::borrow::Cow<'_, str>> {
     text.as_deref().map(pg_text)
 }
 
-/// Whether some version in `(after, upto]` is not one of `own` (another handle wrote it).
 /// Appends `messages` to their units' inboxes inside `tx`, taking the inbox lock (held to
 /// the commit: cursor order is commit order); returns them with their cursors.
 pub(super) async fn append_messages(
@@ -497,6 +499,7 @@ pub(super) async fn append_messages(
     Ok(stored)
 }
 
+/// Whether some version in `(after, upto]` is not one of `own` (another handle wrote it).
 fn foreign_after(own: &BTreeSet<i64>, after: i64, upto: i64) -> bool {
     upto > after && own.range(after.saturating_add(1)..=upto).count() as i64 != upto - after
 }

@@ -16,9 +16,10 @@
 //!   the row and finds it; a second copy of an id within one group is a duplicate of the
 //!   first. Rows are inserted in key order, so two replicas' groups lock rows in the same
 //!   order and never deadlock each other.
-//! - **Each delivery all or nothing**: when a group of several fails for a reason that
-//!   is not the database being away, each of its deliveries is tried again on its own, so
-//!   one bad delivery cannot fail the others.
+//! - **Each delivery all or nothing**: when a group of several fails (for any reason but
+//!   no connection to be had), each of its deliveries is tried again on its own, so one
+//!   delivery the server refuses cannot fail the others. A group closes at
+//!   [`MAX_GROUP`] deliveries or [`GROUP_BYTES`] of bodies, whichever comes first.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,8 +32,12 @@ use super::postgres::{append_messages, map_err};
 use super::{encode_json, DeliveryRecord, FailPoint, FailPoints, MessageRecord};
 use super::{StoreError, StoreResult};
 
-/// The most deliveries one commit takes (bounds a group's statement size).
+/// The most deliveries one commit takes.
 const MAX_GROUP: usize = 256;
+/// The most body bytes one group's statement carries (PostgreSQL refuses a value past
+/// 1 GB): a group closes before a delivery that would take it past this, and a larger
+/// delivery goes alone.
+const GROUP_BYTES: usize = 32 * 1024 * 1024;
 
 /// What a routed delivery's caller is answered: its stored messages, or `None` for a
 /// duplicate.
@@ -74,18 +79,30 @@ pub(super) fn spawn(shared: Arc<WriterShared>) -> mpsc::UnboundedSender<RoutedJo
                     Err(_) => break,
                 }
             }
-            // One window per group (callers use one, but the statement takes one value).
-            let window = carried[0].window_secs;
-            let split = carried
-                .iter()
-                .position(|j| j.window_secs != window)
-                .unwrap_or(carried.len());
+            let split = group_end(&carried);
             let rest = carried.split_off(split);
             let group = std::mem::replace(&mut carried, rest);
             store_group(&shared, group).await;
         }
     });
     send
+}
+
+/// How many of `jobs` (at least one) the next group takes: those with the first one's
+/// window (the statement takes one value; callers use one anyway), within
+/// [`GROUP_BYTES`].
+fn group_end(jobs: &[RoutedJob]) -> usize {
+    let Some(first) = jobs.first() else {
+        return 0;
+    };
+    let mut bytes = 0usize;
+    for (i, job) in jobs.iter().enumerate() {
+        bytes = bytes.saturating_add(job.delivery.body.len());
+        if i > 0 && (job.window_secs != first.window_secs || bytes > GROUP_BYTES) {
+            return i;
+        }
+    }
+    jobs.len()
 }
 
 /// Stores `jobs` in one transaction and answers them (see the module docs).
@@ -101,22 +118,45 @@ async fn store_group(shared: &WriterShared, jobs: Vec<RoutedJob>) {
                 let _ = job.reply.send(Ok(answer));
             }
         }
-        Err(e) if jobs.len() == 1 || matches!(e, StoreError::Unavailable(_)) => {
-            for job in jobs {
-                let _ = job.reply.send(Err(e.clone()));
-            }
-        }
-        // Something in the group would fail again: each on its own, so only that one does.
-        Err(_) => {
+        // No connection to be had (nothing to try one by one either), or a group of one.
+        Err(GroupError::NoConnection(e)) => answer_all(jobs, &e),
+        Err(GroupError::Failed(e)) if jobs.len() == 1 => answer_all(jobs, &e),
+        // One delivery may be what failed the group (a value the server refuses, a
+        // statement timeout, a deadlock): each on its own, so only that one fails.
+        Err(GroupError::Failed(_)) => {
             for job in jobs {
                 let answer = try_group(shared, std::slice::from_ref(&job)).await;
                 if answer.is_ok() {
                     shared.commits.fetch_add(1, Ordering::Relaxed);
                     shared.writes.fetch_add(1, Ordering::Relaxed);
                 }
-                let answer = answer.map(|mut a| a.pop().flatten());
+                let answer = answer
+                    .map(|mut a| a.pop().flatten())
+                    .map_err(GroupError::into_inner);
                 let _ = job.reply.send(answer);
             }
+        }
+    }
+}
+
+fn answer_all(jobs: Vec<RoutedJob>, e: &StoreError) {
+    for job in jobs {
+        let _ = job.reply.send(Err(e.clone()));
+    }
+}
+
+/// Why a group was not stored.
+enum GroupError {
+    /// No database connection could be had: the database is away.
+    NoConnection(StoreError),
+    /// The group's transaction failed and was rolled back.
+    Failed(StoreError),
+}
+
+impl GroupError {
+    fn into_inner(self) -> StoreError {
+        match self {
+            GroupError::NoConnection(e) | GroupError::Failed(e) => e,
         }
     }
 }
@@ -124,6 +164,23 @@ async fn store_group(shared: &WriterShared, jobs: Vec<RoutedJob>) {
 /// The group's transaction: returns each job's answer, in order.
 async fn try_group(
     shared: &WriterShared,
+    jobs: &[RoutedJob],
+) -> Result<Vec<Option<Vec<MessageRecord>>>, GroupError> {
+    let mut conn = shared.pool.get().await.map_err(|e| {
+        GroupError::NoConnection(StoreError::Unavailable(format!(
+            "insert_routed_delivery: cannot get a database connection ({e}); check that \
+             PostgreSQL is running and reachable"
+        )))
+    })?;
+    store_in(shared, &mut conn, jobs)
+        .await
+        .map_err(GroupError::Failed)
+}
+
+/// The group's statements and commit on `conn`.
+async fn store_in(
+    shared: &WriterShared,
+    conn: &mut deadpool_postgres::Object,
     jobs: &[RoutedJob],
 ) -> StoreResult<Vec<Option<Vec<MessageRecord>>>> {
     let ctx = "insert_routed_delivery";
@@ -157,12 +214,6 @@ async fn try_group(
     }
     let window = jobs.first().map_or(0, |j| j.window_secs);
 
-    let mut conn = shared.pool.get().await.map_err(|e| {
-        StoreError::Unavailable(format!(
-            "{ctx}: cannot get a database connection ({e}); check that PostgreSQL is running \
-             and reachable"
-        ))
-    })?;
     let tx = conn.transaction().await.map_err(db)?;
     let insert = tx
         .prepare_cached(
