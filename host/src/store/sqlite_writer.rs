@@ -177,8 +177,15 @@ fn run_group(inner: &Inner, jobs: Vec<Job>) -> Vec<Job> {
     while let Some(mut job) = pending.next() {
         if savepoints {
             if let Err(e) = tx.execute_batch("SAVEPOINT job") {
-                // Not run: it goes to the next group with the rest.
                 let e = map_err(job.op, e);
+                if ran.is_empty() {
+                    // Nothing could run at all: this job gets the error (handing it back
+                    // would retry it forever), the others a new group.
+                    job.write.answer(Err(e));
+                    drop(tx);
+                    return pending.collect();
+                }
+                // Not run: it goes to the next group with the rest.
                 let left = std::iter::once(job).chain(pending).collect();
                 return broken(tx, ran, left, e);
             }
@@ -204,13 +211,15 @@ fn run_group(inner: &Inner, jobs: Vec<Job>) -> Vec<Job> {
                 ended = Some(map_err(job.op, e));
             }
         }
-        ran.push(job.write);
         if ended.is_some() || tx.is_autocommit() {
             let e = ended.unwrap_or_else(|| {
                 StoreError::Unavailable(format!("{}: the database ended the transaction", job.op))
             });
+            // A job that failed keeps its own error; the others of the group get `e`.
+            job.write.answer(if ok { Err(e.clone()) } else { Ok(()) });
             return broken(tx, ran, pending.collect(), e);
         }
+        ran.push(job.write);
         if !ok && !savepoints {
             // The only job failed: roll back and give it its own error.
             drop(tx);
