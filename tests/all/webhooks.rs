@@ -1114,7 +1114,12 @@ async fn kill_in_a_group(database_url: Option<&str>) {
     let mut acknowledged = Vec::new();
     for (id, answer) in &answers {
         if let Some((202, b)) = answer {
-            assert_eq!(b["status"], "accepted", "{id}: {b}");
+            // `queued` (routing outlasted the inline window on a loaded machine) is an
+            // acknowledgement too: stored, finished after the restart.
+            assert!(
+                b["status"] == "accepted" || b["status"] == "queued",
+                "{id}: {b}"
+            );
             acknowledged.push(id.clone());
         }
     }
@@ -1126,6 +1131,14 @@ async fn kill_in_a_group(database_url: Option<&str>) {
     );
 
     let server = ServerProcess::start(data.path(), &env).await;
+    // Queued ones are finished in the background after the start.
+    for _ in 0..300 {
+        let seen = inbox_ids(&client, &server.url, "g2").await;
+        if acknowledged.iter().all(|id| seen.contains(id)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     for unit in ["g1", "g2"] {
         let ids = inbox_ids(&client, &server.url, unit).await;
         for id in &acknowledged {
