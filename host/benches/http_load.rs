@@ -35,7 +35,8 @@
 //! 4. durable signed Standard Webhooks deliveries of ~8 KiB to `hostile` (one binding);
 //!    4b: a plain axum handler that only verifies the same signature;
 //!    4c, diagnostic: deliveries whose message matches no binding (no `accept`, no message
-//!    written); 4d, diagnostic: re-sent delivery ids (`duplicate`: verify + dedup only);
+//!    written); 4d, diagnostic: re-sent delivery ids (`duplicate`: verify, route, then the
+//!    de-duplicating write finds the id);
 //! 5. the webhook scenario with 10 versus 10,000 bindings of `hostile`, each with its own
 //!    routing key, deliveries routed to one key; alternating rounds.
 
@@ -363,7 +364,8 @@ fn message_record(
     }
 }
 
-/// Only the store's two transactions of a delivery, concurrently (no HTTP, no guest).
+/// Only the store's two transactions of a delivery stored before it is routed (the path
+/// of one that outlasts the inline window), concurrently (no HTTP, no guest).
 async fn store_only(host: &Host, body: &Bytes, prefix: &str, limits: Limits) -> Run {
     let payload: Value =
         serde_json::from_slice::<Value>(body).unwrap_or_default()["messages"][0]["payload"].clone();
@@ -922,7 +924,7 @@ fn main() -> anyhow::Result<()> {
         ));
 
         println!(
-            "\n[4d] diagnostic: re-sent delivery ids of (4) -> duplicate (verify + dedup only)"
+            "\n[4d] diagnostic: re-sent delivery ids of (4) -> duplicate (verify, route, dedup in the write)"
         );
         let dup_limits = Limits {
             max_requests: limits.max_requests.min(durable.ok + durable.errors).max(1),
@@ -955,7 +957,7 @@ fn main() -> anyhow::Result<()> {
         );
 
         println!(
-            "\n[4g] diagnostic: store only (insert_delivery + complete_delivery, 8 KiB), {} tasks",
+            "\n[4g] diagnostic: store only, the queued path (insert_delivery + complete_delivery, 8 KiB), {} tasks",
             limits.conns
         );
         let store_run = server.block_on(store_only(&hooks.host, &body_r1, "so", limits));

@@ -457,7 +457,8 @@ pub struct CommitCounts {
 }
 
 /// Units' inboxes, read by cursor (messages are appended by
-/// [`DeliveryQueue::complete_delivery`], in the transaction that finishes their delivery).
+/// [`DeliveryQueue::insert_routed_delivery`] or [`DeliveryQueue::complete_delivery`], in the
+/// transaction that finishes their delivery).
 #[async_trait]
 pub trait InboxStore: Send + Sync + 'static {
     /// A unit's messages with cursor greater than `after`, oldest first, at most `limit`.
