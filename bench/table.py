@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Every headline performance figure of the host, with its target and met/missed, in one run.
 
-    python3 bench/table.py [--stdio-bench DIR] [--skip runtime,http,replicas,stdio] [--rounds N]
+    python3 bench/table.py [--skip runtime,http,replicas,stdio] [--rounds N]
 
 Runs, from the workspace root, on this machine, one after the other:
 
@@ -9,11 +9,10 @@ Runs, from the workspace root, on this machine, one after the other:
   http      HTTP_LOAD_TABLE=1 cargo bench -p connector-host --bench http_load
   replicas  cargo bench -p integration-tests --bench replicas   (needs PostgreSQL's server
             binaries: initdb/postgres, as `.ci/run` installs them)
-  stdio     MCP `tools/call` over stdio with `mcp_stdio_bench.py` (a lean JSON-RPC client, from
-            --stdio-bench DIR, default ../shared/bench): `connector-host mcp --local`, the
-            HTTP bridge, the Python floor server beside it (`floor_mcp_server.py`) and a
-            do-nothing Rust stdio server (`loadgen`'s `stdio-floor`), interleaved, --rounds
-            times (default 3), medians reported.
+  stdio     MCP `tools/call` over stdio with `bench/mcp_stdio_bench.py` (a lean JSON-RPC
+            client): `connector-host mcp --local`, the HTTP bridge, the Python floor server
+            (`bench/floor_mcp_server.py`) and a do-nothing Rust stdio server (`loadgen`'s
+            `stdio-floor`), interleaved, --rounds times (default 3), medians reported.
 
 The benches' own output streams to stderr as they run (they take minutes); the table goes to
 stdout at the end. Every figure is this machine's, measured in this run: the machine's load
@@ -49,14 +48,20 @@ def run(cmd, env=None, parse=True):
     log(f"\n$ {' '.join(cmd)}")
     full_env = dict(os.environ, **(env or {}))
     proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True, errors="replace")
     results = {}
-    for line in proc.stdout:
-        sys.stderr.write(line)
-        m = RESULT.match(line.strip())
-        if parse and m:
-            results[m.group(1)] = {k: float(v) for k, v in
-                                   (kv.split("=", 1) for kv in m.group(2).split())}
+    try:
+        for line in proc.stdout:
+            sys.stderr.write(line)
+            m = RESULT.match(line.strip())
+            if parse and m:
+                results[m.group(1)] = {k: float(v) for k, v in
+                                       (kv.split("=", 1) for kv in m.group(2).split())}
+    except BaseException:
+        # Never leave a bench running beside the next measurement.
+        proc.kill()
+        proc.wait()
+        raise
     if proc.wait() != 0:
         raise RuntimeError(f"`{' '.join(cmd)}` exited with {proc.returncode}")
     return results
@@ -92,8 +97,10 @@ class Table:
         return ("figure", "measured", "target", "verdict", "command")
 
 
-def criterion_median_ns(group, function):
+def criterion_median_ns(group, function, since):
     path = os.path.join(TARGET, "criterion", group, function, "new", "estimates.json")
+    if os.path.getmtime(path) < since:
+        raise RuntimeError(f"{group}/{function} did not run (its estimates predate this run)")
     with open(path) as f:
         return json.load(f)["median"]["point_estimate"]
 
@@ -101,11 +108,12 @@ def criterion_median_ns(group, function):
 def runtime_rows(table):
     cmd = ["cargo", "bench", "-p", "connector-host", "--bench", "runtime", "--",
            "echo/acme_echo_fresh_instance|load/from_disk_cache"]
+    since = time.time()
     run(cmd, parse=False)
-    fresh = criterion_median_ns("echo", "acme_echo_fresh_instance") / 1000
+    fresh = criterion_median_ns("echo", "acme_echo_fresh_instance", since) / 1000
     table.add("fresh-sandbox acme.echo in-process, median", f"{fresh:.2f} µs", "≤ 8 µs",
               fresh <= 8, "--bench runtime echo/acme_echo_fresh_instance")
-    load = criterion_median_ns("load", "from_disk_cache") / 1e6
+    load = criterion_median_ns("load", "from_disk_cache", since) / 1e6
     table.add("component load from the on-disk cache, median", f"{load:.3f} ms", "≤ 1 ms",
               load <= 1, "--bench runtime load/from_disk_cache")
 
@@ -166,8 +174,12 @@ def api(base, token, method, path, body=None):
 
 
 def stdio_p50(bench, tool, args, server, n):
-    out = subprocess.run([sys.executable, bench, "--tool", tool, "--args", args, "--n", str(n),
-                          "--"] + server, capture_output=True, text=True, timeout=600)
+    try:
+        out = subprocess.run([sys.executable, bench, "--tool", tool, "--args", args, "--n",
+                              str(n), "--"] + server, capture_output=True, text=True,
+                             errors="replace", timeout=600)
+    except subprocess.TimeoutExpired as e:
+        raise RuntimeError(f"{' '.join(server[:3])}: no answer within {e.timeout} s") from e
     m = re.search(r"p50_us=(\d+)", out.stdout)
     if out.returncode != 0 or not m:
         raise RuntimeError(f"{' '.join(server[:3])}: {out.stdout}{out.stderr}".strip())
@@ -180,9 +192,6 @@ def stdio_rows(table, bench_dir, rounds):
     command = "mcp_stdio_bench.py, mcp --local vs floor_mcp_server.py"
     bench = os.path.join(bench_dir, "mcp_stdio_bench.py")
     floor = os.path.join(bench_dir, "floor_mcp_server.py")
-    if not (os.path.exists(bench) and os.path.exists(floor)):
-        table.not_run(figure, target, f"no mcp_stdio_bench.py / floor_mcp_server.py in {bench_dir}", command)
-        return
     run(["cargo", "build", "--release", "-p", "connector-host", "-p", "loadgen",
          "--bin", "connector-host", "--bin", "stdio-floor"], parse=False)
     exe = os.path.join(TARGET, "release", "connector-host")
@@ -191,10 +200,12 @@ def stdio_rows(table, bench_dir, rounds):
     token = "bench-table-operator-token"
     port = free_port()
     env = dict(os.environ, CONNECTOR_HOST_OPERATOR_TOKEN=token, RUST_LOG="warn")
-    serve = subprocess.Popen([exe, "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", data],
-                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
+    serve = None
     try:
+        serve = subprocess.Popen([exe, "serve", "--listen", f"127.0.0.1:{port}", "--data-dir",
+                                  data], env=env, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
         for _ in range(300):
             try:
                 urllib.request.urlopen(base + "/healthz", timeout=1)
@@ -220,8 +231,13 @@ def stdio_rows(table, bench_dir, rounds):
         table.not_run(figure, target, str(e), command)
         return
     finally:
-        serve.terminate()
-        serve.wait(timeout=30)
+        if serve is not None:
+            serve.terminate()
+            try:
+                serve.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                serve.kill()
+                serve.wait()
         shutil.rmtree(data, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in p50s.items()}
     ratio = med["local"] / med["python floor"]
@@ -233,8 +249,6 @@ def stdio_rows(table, bench_dir, rounds):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--stdio-bench", default=os.path.join(ROOT, "..", "shared", "bench"),
-                    help="directory with mcp_stdio_bench.py and floor_mcp_server.py")
     ap.add_argument("--skip", default="", help="comma-separated parts to leave out: "
                     "runtime, http, replicas, stdio")
     ap.add_argument("--rounds", type=int, default=3, help="stdio rounds (default 3)")
@@ -246,13 +260,13 @@ def main():
     started, load_before = time.time(), loadavg()
     table = Table()
     parts = [("runtime", runtime_rows), ("http", http_rows), ("replicas", replicas_rows),
-             ("stdio", lambda t: stdio_rows(t, a.stdio_bench, a.rounds))]
+             ("stdio", lambda t: stdio_rows(t, os.path.join(ROOT, "bench"), a.rounds))]
     for name, part in parts:
         if name in skip:
             continue
         try:
             part(table)
-        except (RuntimeError, OSError, KeyError, ValueError) as e:
+        except (RuntimeError, OSError, KeyError, ValueError, subprocess.SubprocessError) as e:
             table.not_run(name, "-", f"{type(e).__name__}: {e}", name)
     print(f"\n# bench/table.py: {time.time() - started:.0f} s; load average {load_before} at "
           f"start, {loadavg()} at the end; {os.cpu_count()} cores")
