@@ -82,29 +82,144 @@ pub struct BindingView {
     pub grants: Vec<GrantView>,
 }
 
-/// Masks config fields the schema marks `writeOnly` or `format: password`.
-pub fn mask_secrets(schema: &Value, config: &Value) -> Value {
-    match (schema, config) {
-        (Value::Object(s), Value::Object(c)) => {
-            let props = s.get("properties").and_then(Value::as_object);
-            let mut out = serde_json::Map::new();
-            for (k, v) in c {
-                let prop = props.and_then(|p| p.get(k));
-                let secret = prop.is_some_and(|p| {
-                    p.get("writeOnly").and_then(Value::as_bool) == Some(true)
-                        || p.get("format").and_then(Value::as_str) == Some("password")
-                });
-                let masked = if secret {
-                    Value::String("***".into())
-                } else if let Some(p) = prop {
-                    mask_secrets(p, v)
-                } else {
-                    v.clone()
-                };
-                out.insert(k.clone(), masked);
-            }
-            Value::Object(out)
+/// What a secret config value is shown as.
+pub const SECRET_MASK: &str = "***";
+
+/// Whether `schema` itself marks its value secret (`writeOnly: true` or
+/// `format: password`).
+pub fn is_secret_schema(schema: &Value) -> bool {
+    schema.get("writeOnly").and_then(Value::as_bool) == Some(true)
+        || schema.get("format").and_then(Value::as_str) == Some("password")
+}
+
+/// How deep `allOf`/`anyOf`/`oneOf` are followed (a schema is operator-supplied data).
+const MAX_SCHEMA_DEPTH: usize = 32;
+
+/// `schema` and every `allOf`/`anyOf`/`oneOf` branch under it: all of them may say
+/// something about the same value.
+fn applicable<'a>(schema: &'a Value, out: &mut Vec<&'a Value>, depth: usize) {
+    out.push(schema);
+    if depth >= MAX_SCHEMA_DEPTH {
+        return;
+    }
+    for key in ["allOf", "anyOf", "oneOf"] {
+        for branch in schema
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            applicable(branch, out, depth + 1);
         }
+    }
+}
+
+/// The schemas `schema` gives member `key` of an object: its `properties` entry, every
+/// `patternProperties` entry whose pattern matches (or cannot be read: failing closed),
+/// and `additionalProperties` when neither applies.
+fn member_schemas<'a>(schema: &'a Value, key: &str, out: &mut Vec<&'a Value>) {
+    let before = out.len();
+    if let Some(p) = schema.get("properties").and_then(|p| p.get(key)) {
+        out.push(p);
+    }
+    for (pattern, p) in schema
+        .get("patternProperties")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        if regex_lite::Regex::new(pattern).map_or(true, |r| r.is_match(key)) {
+            out.push(p);
+        }
+    }
+    if out.len() == before {
+        if let Some(a) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+            out.push(a);
+        }
+    }
+}
+
+/// The schemas `schema` gives entry `index` of an array: `prefixItems[index]` (or the
+/// older tuple form `items[index]`), else `items`.
+fn item_schemas<'a>(schema: &'a Value, index: usize, out: &mut Vec<&'a Value>) {
+    let tuple = schema
+        .get("prefixItems")
+        .or_else(|| schema.get("items").filter(|i| i.is_array()))
+        .and_then(Value::as_array);
+    match tuple {
+        Some(t) if index < t.len() => out.push(&t[index]),
+        Some(_) => {
+            if let Some(rest) = schema
+                .get("items")
+                .filter(|i| i.is_object())
+                .or_else(|| schema.get("additionalItems").filter(|i| i.is_object()))
+            {
+                out.push(rest);
+            }
+        }
+        None => {
+            if let Some(items) = schema.get("items").filter(|i| i.is_object()) {
+                out.push(items);
+            }
+        }
+    }
+}
+
+/// `config` with every value the schema marks secret replaced by [`SECRET_MASK`], at any
+/// depth: object `properties`, `patternProperties` and `additionalProperties`, array
+/// `items` and `prefixItems`, and inside `allOf`/`anyOf`/`oneOf` branches. The one
+/// masking of binding configs, for every view of a binding (API and console).
+pub fn mask_secrets(schema: &Value, config: &Value) -> Value {
+    mask_with(&[schema], config, 0)
+}
+
+fn mask_with(schemas: &[&Value], config: &Value, depth: usize) -> Value {
+    let mut all = Vec::new();
+    for schema in schemas {
+        applicable(schema, &mut all, 0);
+    }
+    if all.iter().any(|s| is_secret_schema(s)) && !config.is_null() {
+        return Value::String(SECRET_MASK.into());
+    }
+    if depth >= MAX_SCHEMA_DEPTH {
+        // Deeper than any schema is read: nothing is shown rather than a secret.
+        return Value::String(SECRET_MASK.into());
+    }
+    match config {
+        Value::Object(members) => Value::Object(
+            members
+                .iter()
+                .map(|(k, v)| {
+                    let mut subs = Vec::new();
+                    for s in &all {
+                        member_schemas(s, k, &mut subs);
+                    }
+                    let shown = if subs.is_empty() {
+                        v.clone()
+                    } else {
+                        mask_with(&subs, v, depth + 1)
+                    };
+                    (k.clone(), shown)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let mut subs = Vec::new();
+                    for s in &all {
+                        item_schemas(s, i, &mut subs);
+                    }
+                    if subs.is_empty() {
+                        v.clone()
+                    } else {
+                        mask_with(&subs, v, depth + 1)
+                    }
+                })
+                .collect(),
+        ),
         _ => config.clone(),
     }
 }
@@ -699,6 +814,53 @@ fn validate_image_tools(tools: Value) -> HostResult<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_are_masked_wherever_the_schema_declares_them() {
+        use serde_json::json;
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "apiKey": {"type": "string", "writeOnly": true},
+                "plain": {"type": "string"},
+                "endpoints": {"type": "array", "items": {
+                    "type": "object",
+                    "properties": {"url": {"type": "string"}, "token": {"type": "string", "format": "password"}}
+                }},
+                "pair": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "string", "writeOnly": true}]},
+                "headers": {"type": "object", "additionalProperties": {"type": "string", "writeOnly": true}},
+                "byPattern": {"type": "object", "patternProperties": {"^secret_": {"writeOnly": true}}},
+                "unset": {"type": ["string", "null"], "writeOnly": true}
+            },
+            "allOf": [{"properties": {"viaAllOf": {"writeOnly": true}}}]
+        });
+        let config = json!({
+            "apiKey": "k-1", "plain": "p",
+            "endpoints": [{"url": "https://a", "token": "t-1"}, {"url": "https://b", "token": "t-2"}],
+            "pair": ["visible", "p-2"],
+            "headers": {"X-Key": "h-1"},
+            "byPattern": {"secret_a": "s-1", "other": "o"},
+            "viaAllOf": "v-1",
+            "unset": null
+        });
+        let shown = mask_secrets(&schema, &config);
+        assert_eq!(
+            shown,
+            json!({
+                "apiKey": "***", "plain": "p",
+                "endpoints": [{"url": "https://a", "token": "***"}, {"url": "https://b", "token": "***"}],
+                "pair": ["visible", "***"],
+                "headers": {"X-Key": "***"},
+                "byPattern": {"secret_a": "***", "other": "o"},
+                "viaAllOf": "***",
+                "unset": null
+            })
+        );
+        let text = shown.to_string();
+        for secret in ["k-1", "t-1", "t-2", "p-2", "h-1", "s-1", "v-1"] {
+            assert!(!text.contains(secret), "{secret} shown: {text}");
+        }
+    }
 
     #[test]
     fn grant_targets_are_tools_or_namespaces() {

@@ -45,47 +45,38 @@ pub const WHOLE_CONFIG: &str = "__config";
 /// What a write-only value is shown as (as the host's API shows it).
 pub const MASK: &str = "***";
 
-/// The schema of member `key` of an object schema: its `properties` entry, else an
-/// object `additionalProperties`.
-fn member_schema<'a>(schema: &'a Value, key: &str) -> Option<&'a Value> {
-    schema
-        .get("properties")
-        .and_then(|p| p.get(key))
-        .or_else(|| schema.get("additionalProperties").filter(|a| a.is_object()))
+/// `config` with every value `schema` marks write-only, at any depth, replaced by
+/// [`MASK`]: the host's one masking of binding configs ([`crate::directory::mask_secrets`]).
+pub fn masked(schema: &Value, config: &Value) -> Value {
+    crate::directory::mask_secrets(schema, config)
 }
 
-/// `config` with every value `schema` marks write-only — at any depth: object
-/// properties, `additionalProperties`, array `items` — replaced by [`MASK`].
-pub fn masked(schema: &Value, config: &Value) -> Value {
-    if is_secret(schema) && !config.is_null() {
-        return Value::String(MASK.into());
-    }
-    match config {
+/// A string no config holds by accident, standing in for a submitted [`MASK`] to find
+/// out whether its place is a secret one (masking it then gives [`MASK`]).
+const PROBE: &str = "\u{0}not-a-secret-mask\u{0}";
+
+/// `value` with every [`MASK`] string replaced by [`PROBE`].
+fn probed(value: &Value) -> Value {
+    match value {
+        Value::String(s) if s == MASK => Value::String(PROBE.into()),
         Value::Object(members) => Value::Object(
             members
                 .iter()
-                .map(|(k, v)| {
-                    let shown = match member_schema(schema, k) {
-                        Some(s) => masked(s, v),
-                        None => v.clone(),
-                    };
-                    (k.clone(), shown)
-                })
+                .map(|(k, v)| (k.clone(), probed(v)))
                 .collect(),
         ),
-        Value::Array(items) => match schema.get("items").filter(|i| i.is_object()) {
-            Some(item) => Value::Array(items.iter().map(|v| masked(item, v)).collect()),
-            None => config.clone(),
-        },
-        _ => config.clone(),
+        Value::Array(items) => Value::Array(items.iter().map(probed).collect()),
+        other => other.clone(),
     }
 }
 
-/// Puts the stored secrets back into a submitted JSON value: a [`MASK`] where `schema`
-/// marks the value write-only stands for what `stored` holds at the same place. List
-/// entries are matched by position only while the list is as it was shown (same length,
-/// the entry unchanged apart from its secrets); a [`MASK`] with no stored value to stand
-/// for is an error naming its place (`path`), so the placeholder is never saved.
+/// Puts the stored secrets back into a submitted JSON value: a [`MASK`] at a place the
+/// stored config was shown masked stands for what `stored` holds there. List entries are
+/// matched by position only while the list is as it was shown (same length, the entry
+/// unchanged apart from its secrets); a [`MASK`] at a secret place with no stored value
+/// to stand for is an error naming its place (`path`), so the placeholder is never saved.
+/// Which places are secret is decided by [`masked`] alone, so what is shown masked and
+/// what is put back can never disagree.
 fn restore_secrets(
     schema: &Value,
     submitted: &mut Value,
@@ -93,47 +84,68 @@ fn restore_secrets(
     path: &str,
 ) -> Result<(), String> {
     let stored = stored.filter(|v| !v.is_null());
-    if is_secret(schema) {
-        if submitted.as_str() == Some(MASK) {
-            return match stored {
-                Some(v) => {
-                    *submitted = v.clone();
-                    Ok(())
-                }
-                None => Err(format!(
-                    "`{MASK}` at `{}` stands for a stored secret, but none is stored there: \
-                     type the value",
-                    if path.is_empty() { "/" } else { path }
-                )),
-            };
+    let shown = stored.map(|s| masked(schema, s));
+    let places = masked(schema, &probed(submitted));
+    restore_at(submitted, &places, shown.as_ref(), stored, path)
+}
+
+fn restore_at(
+    submitted: &mut Value,
+    places: &Value,
+    shown: Option<&Value>,
+    stored: Option<&Value>,
+    path: &str,
+) -> Result<(), String> {
+    if submitted.as_str() == Some(MASK) {
+        if let (Some(MASK), Some(v)) = (shown.and_then(Value::as_str), stored) {
+            *submitted = v.clone();
+            return Ok(());
         }
+        if places.as_str() == Some(MASK) {
+            return Err(format!(
+                "`{MASK}` at `{}` stands for a stored secret, but none is stored there: \
+                 type the value",
+                if path.is_empty() { "/" } else { path }
+            ));
+        }
+        // A literal `***` where nothing is secret: kept as typed.
         return Ok(());
     }
     match submitted {
         Value::Object(members) => {
             for (k, v) in members.iter_mut() {
-                if let Some(s) = member_schema(schema, k) {
-                    let at = format!("{path}/{k}");
-                    restore_secrets(s, v, stored.and_then(|o| o.get(k)), &at)?;
-                }
+                let at = format!("{path}/{k}");
+                restore_at(
+                    v,
+                    places.get(k).unwrap_or(&Value::Null),
+                    shown.and_then(|o| o.get(k)),
+                    stored.and_then(|o| o.get(k)),
+                    &at,
+                )?;
             }
             Ok(())
         }
         Value::Array(items) => {
-            let Some(item) = schema.get("items").filter(|i| i.is_object()) else {
-                return Ok(());
+            let same = |list: Option<&Value>| {
+                list.and_then(Value::as_array)
+                    .filter(|b| b.len() == items.len())
+                    .cloned()
             };
-            let before = stored
-                .and_then(Value::as_array)
-                .filter(|b| b.len() == items.len());
+            let (shown_list, stored_list) = (same(shown), same(stored));
             for (i, v) in items.iter_mut().enumerate() {
+                let place = places.get(i).unwrap_or(&Value::Null);
                 // The stored entry counts only when this entry is the one shown there.
-                let was = before
+                let was_shown = shown_list
+                    .as_ref()
                     .and_then(|b| b.get(i))
-                    .filter(|b| masked(item, b) == *v);
+                    .filter(|b| masked_equal(b, place, v));
+                let (sh, st) = match was_shown {
+                    Some(sh) => (Some(sh), stored_list.as_ref().and_then(|b| b.get(i))),
+                    None => (None, None),
+                };
                 let at = format!("{path}/{i}");
-                restore_secrets(item, v, was, &at).map_err(|e| match stored {
-                    Some(_) if was.is_none() => format!(
+                restore_at(v, place, sh, st, &at).map_err(|e| match stored {
+                    Some(_) if was_shown.is_none() => format!(
                         "{e} (a list entry added, removed, moved or changed keeps no stored secret)"
                     ),
                     _ => e,
@@ -142,6 +154,30 @@ fn restore_secrets(
             Ok(())
         }
         _ => Ok(()),
+    }
+}
+
+/// Whether a submitted entry (`submitted`, its secret places `places`) is the stored one
+/// as it was shown (`shown`): equal once its secrets are masked.
+fn masked_equal(shown: &Value, places: &Value, submitted: &Value) -> bool {
+    match (shown, places, submitted) {
+        (Value::String(m), Value::String(p), Value::String(s)) if m == MASK => {
+            p == MASK && s == MASK
+        }
+        (Value::Object(a), Value::Object(p), Value::Object(b)) => {
+            a.len() == b.len()
+                && a.iter().all(|(k, av)| match (p.get(k), b.get(k)) {
+                    (Some(pv), Some(bv)) => masked_equal(av, pv, bv),
+                    _ => false,
+                })
+        }
+        (Value::Array(a), Value::Array(p), Value::Array(b)) => {
+            a.len() == b.len()
+                && a.iter()
+                    .zip(p.iter().zip(b))
+                    .all(|(av, (pv, bv))| masked_equal(av, pv, bv))
+        }
+        _ => shown == submitted,
     }
 }
 
@@ -172,8 +208,7 @@ pub fn fields(schema: &Value) -> Vec<Field> {
 
 /// Whether a property schema marks its value as a secret.
 pub fn is_secret(prop: &Value) -> bool {
-    prop.get("writeOnly").and_then(Value::as_bool) == Some(true)
-        || prop.get("format").and_then(Value::as_str) == Some("password")
+    crate::directory::is_secret_schema(prop)
 }
 
 /// The JSON Schema `type`s a property allows, without `null`.
@@ -312,12 +347,17 @@ pub fn config_from_form(
                     .collect(),
             ))),
             FieldKind::Json => match serde_json::from_str::<Value>(text) {
-                Ok(mut v) => {
-                    let prop = member_schema(schema, &field.name).unwrap_or(&Value::Null);
-                    let stored = previous.and_then(|p| p.get(&field.name));
-                    restore_secrets(prop, &mut v, stored, "")
-                        .map(|()| Some(v))
-                        .map_err(|e| e.replace("at `/`", "here"))
+                Ok(v) => {
+                    // Restored as a member of the whole config, so every part of the
+                    // schema that speaks of this field counts.
+                    let mut one = Value::Object(Map::from_iter([(field.name.clone(), v)]));
+                    let prefix = format!("/{}", field.name);
+                    restore_secrets(schema, &mut one, previous, "")
+                        .map(|()| one.get_mut(&field.name).map(Value::take))
+                        .map_err(|e| {
+                            e.replace(&format!("at `{prefix}`"), "here")
+                                .replace(&format!("at `{prefix}/"), "at `/")
+                        })
                 }
                 Err(e) => Err(format!("not valid JSON: {e}")),
             },
