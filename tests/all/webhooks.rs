@@ -832,21 +832,7 @@ async fn kill_round(round: usize) {
     }
     for unit in ["k1", "k2"] {
         let ids = count(unit).await;
-        for id in &acknowledged {
-            assert_eq!(
-                ids.iter().filter(|x| *x == id).count(),
-                1,
-                "round {round}: {id} in {unit}: {ids:?}"
-            );
-        }
-        let mut unique = ids.clone();
-        unique.sort();
-        unique.dedup();
-        assert_eq!(
-            unique.len(),
-            ids.len(),
-            "round {round}: duplicates in {unit}: {ids:?}"
-        );
+        assert_each_once(&ids, &acknowledged, &format!("round {round}, {unit}"));
     }
     // Redeliver everything (GitHub retries): nothing doubles.
     for i in 0..12 {
@@ -958,6 +944,22 @@ async fn a_live_inbox_stream_misses_nothing_when_deliveries_commit_together() {
         DELIVERIES - streamed.len()
     );
     assert_eq!(streamed, stored, "the live stream is not in cursor order");
+}
+
+/// Every `acknowledged` delivery id is in `ids` (a unit's inbox) exactly once, and no id
+/// is there twice.
+fn assert_each_once(ids: &[String], acknowledged: &[String], context: &str) {
+    for id in acknowledged {
+        assert_eq!(
+            ids.iter().filter(|x| *x == id).count(),
+            1,
+            "{context}: acknowledged {id} not exactly once: {ids:?}"
+        );
+    }
+    let mut unique = ids.to_vec();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), ids.len(), "{context}: duplicates: {ids:?}");
 }
 
 /// Every delivery id in a unit's inbox, in cursor order (all pages).
@@ -1141,17 +1143,7 @@ async fn kill_in_a_group(database_url: Option<&str>) {
     }
     for unit in ["g1", "g2"] {
         let ids = inbox_ids(&client, &server.url, unit).await;
-        for id in &acknowledged {
-            assert_eq!(
-                ids.iter().filter(|x| *x == id).count(),
-                1,
-                "acknowledged {id} not exactly once in {unit}"
-            );
-        }
-        let mut unique = ids.clone();
-        unique.sort();
-        unique.dedup();
-        assert_eq!(unique.len(), ids.len(), "duplicates in {unit}");
+        assert_each_once(&ids, &acknowledged, unit);
     }
     // The sender retries everything it has no acknowledgement for (and, to be sure,
     // everything else too): each delivery ends up exactly once in every unit.
