@@ -19,12 +19,21 @@ fn bundled() -> Vec<GuestSpec> {
     ]
 }
 
+/// The interpreter `connector-host pack` writes declarative manifests into. Not a
+/// connector by itself, so it is not installed with the bundled ones.
+const INTERPRETER: &str = "declarative";
+
 fn main() -> anyhow::Result<()> {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
     let workspace_root = manifest_dir
         .parent()
         .ok_or_else(|| anyhow::anyhow!("host crate has no parent directory"))?;
-    let built = build_components(workspace_root, &bundled())?;
+    let mut specs = bundled();
+    specs.push(GuestSpec::new(INTERPRETER));
+    let mut built = build_components(workspace_root, &specs)?;
+    let (_, interpreter) = built
+        .pop()
+        .ok_or_else(|| anyhow::anyhow!("the interpreter component was not built"))?;
 
     let mut code = String::from(
         "/// Components bundled into the host: (name, component bytes).\n\
@@ -38,6 +47,13 @@ fn main() -> anyhow::Result<()> {
         )?;
     }
     code.push_str("];\n");
+    writeln!(
+        code,
+        "/// The declarative interpreter component, before any manifest is packed into it.\n\
+         #[allow(dead_code)]\n\
+         pub static DECLARATIVE_INTERPRETER: &[u8] = include_bytes!({});",
+        rust_path_literal(&interpreter)?
+    )?;
 
     let out = Path::new(&std::env::var("OUT_DIR")?).join("bundled_connectors.rs");
     write_if_changed(&out, &code)?;

@@ -231,7 +231,7 @@ pub mod __private {
         }
     }
 
-    fn tool_error_to_wit(e: ToolError) -> wit::ToolError {
+    pub fn tool_error_to_wit(e: ToolError) -> wit::ToolError {
         match e {
             ToolError::InvalidArguments(m) => wit::ToolError::InvalidArguments(m),
             ToolError::Failed(m) => wit::ToolError::Failed(m),
@@ -239,7 +239,7 @@ pub mod __private {
         }
     }
 
-    fn output_to_wit(o: crate::ToolOutput) -> wit::ToolOutput {
+    pub fn output_to_wit(o: crate::ToolOutput) -> wit::ToolOutput {
         use crate::{Content, ResourceContents};
         let block = |c: Content| match c {
             Content::Text(t) => wit::ContentBlock::Text(t),

@@ -1,0 +1,585 @@
+//! One tool call: fill the request, send it through the host's policed outbound HTTP,
+//! turn the answer into a tool result.
+//!
+//! Settings marked secret (and the GitHub token minted for the call) are operator data a
+//! model must never see, yet an API may echo them (an error page quoting the
+//! `Authorization` header). So every text this module returns passes through
+//! [`Redactor`], which replaces each secret value by `***`.
+
+use connector_sdk::http::{self, HttpError, Request, Response};
+use connector_sdk::{Content, ResourceContents, ResourceLink, ToolError, ToolOutput};
+use declarative_plan::{Backend, HttpRequest, McpCall, Plan, Tool};
+use serde_json::{json, Map, Value};
+
+use crate::render::{RenderError, Scope};
+
+/// At most this much of an error response's body reaches the caller.
+const ERROR_EXCERPT_BYTES: usize = 2048;
+
+/// The MCP revision the interpreter speaks to remote servers.
+const MCP_PROTOCOL_VERSION: &str = "2025-06-18";
+
+/// Replaces secret values in everything a call returns.
+#[derive(Debug, Default)]
+pub struct Redactor {
+    secrets: Vec<String>,
+}
+
+impl Redactor {
+    /// Redacts the values of `plan.secret_keys` in `config` (strings, and strings nested
+    /// in them).
+    pub fn new(plan: &Plan, config: &Map<String, Value>) -> Self {
+        let mut secrets = Vec::new();
+        for key in &plan.secret_keys {
+            if let Some(value) = config.get(key) {
+                collect_strings(value, &mut secrets);
+            }
+        }
+        let mut redactor = Redactor { secrets };
+        redactor.sort();
+        redactor
+    }
+
+    /// Also redacts `secret`.
+    pub fn add(&mut self, secret: String) {
+        self.secrets.push(secret);
+        self.sort();
+    }
+
+    fn sort(&mut self) {
+        self.secrets.retain(|s| !s.is_empty());
+        // Longest first, so a secret containing another is replaced whole.
+        self.secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        self.secrets.dedup();
+    }
+
+    /// `text` with every secret replaced.
+    pub fn text(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for secret in &self.secrets {
+            if out.contains(secret.as_str()) {
+                out = out.replace(secret.as_str(), "***");
+            }
+        }
+        out
+    }
+
+    /// `value` with every secret replaced in every string (keys included).
+    pub fn value(&self, value: Value) -> Value {
+        if self.secrets.is_empty() {
+            return value;
+        }
+        match value {
+            Value::String(s) => Value::String(self.text(&s)),
+            Value::Array(items) => Value::Array(items.into_iter().map(|v| self.value(v)).collect()),
+            Value::Object(map) => Value::Object(
+                map.into_iter()
+                    .map(|(k, v)| (self.text(&k), self.value(v)))
+                    .collect(),
+            ),
+            other => other,
+        }
+    }
+
+    /// The error with its text redacted.
+    pub fn error(&self, error: ToolError) -> ToolError {
+        match error {
+            ToolError::InvalidArguments(m) => ToolError::InvalidArguments(self.text(&m)),
+            ToolError::Failed(m) => ToolError::Failed(self.text(&m)),
+            ToolError::Unauthorized(m) => ToolError::Unauthorized(self.text(&m)),
+        }
+    }
+}
+
+fn collect_strings(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::String(s) => out.push(s.clone()),
+        Value::Array(items) => items.iter().for_each(|v| collect_strings(v, out)),
+        Value::Object(map) => map.values().for_each(|v| collect_strings(v, out)),
+        _ => {}
+    }
+}
+
+fn render_error(tool: &Tool, e: RenderError) -> ToolError {
+    match e {
+        RenderError::Missing(name) => ToolError::InvalidArguments(format!(
+            "`{}` needs a value for `{name}`: pass it as an argument or set it in the binding",
+            tool.id
+        )),
+        RenderError::Invalid(why) => ToolError::InvalidArguments(why),
+        RenderError::Token(why) => {
+            ToolError::Unauthorized(format!("no GitHub installation token: {why}"))
+        }
+    }
+}
+
+fn transport_error(what: &str, e: HttpError) -> ToolError {
+    match e {
+        HttpError::Denied(why) => ToolError::Failed(format!(
+            "{what}: the host refused the request ({why}); the operator's allowed hosts decide"
+        )),
+        other => ToolError::Failed(format!("{what}: {other}")),
+    }
+}
+
+/// Runs `tool` with `scope`.
+pub fn run(tool: &Tool, scope: &Scope) -> Result<ToolOutput, ToolError> {
+    match &tool.backend {
+        Backend::Http(request) => run_http(tool, request, scope),
+        Backend::Mcp(call) => run_mcp(tool, call, scope),
+    }
+}
+
+fn run_http(tool: &Tool, spec: &HttpRequest, scope: &Scope) -> Result<ToolOutput, ToolError> {
+    let url = scope
+        .render_url(&spec.url, &spec.query)
+        .map_err(|e| render_error(tool, e))?;
+    let mut request = Request::new(spec.method.clone(), url);
+    request.headers = scope
+        .render_headers(&spec.headers)
+        .map_err(|e| render_error(tool, e))?;
+    if let Some(body) = &spec.body {
+        let body = scope.render_body(body).map_err(|e| render_error(tool, e))?;
+        if let Some(body) = body {
+            if !request
+                .headers
+                .iter()
+                .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+            {
+                request
+                    .headers
+                    .push(("content-type".into(), "application/json".into()));
+            }
+            request.body = serde_json::to_vec(&body)
+                .map_err(|e| ToolError::Failed(format!("could not encode the body: {e}")))?;
+        }
+    }
+    let response = http::request(request).map_err(|e| transport_error(&tool.id, e))?;
+    http_output(response)
+}
+
+/// A tool result from an HTTP response.
+pub fn http_output(response: Response) -> Result<ToolOutput, ToolError> {
+    if !response.is_success() {
+        let mut excerpt = response.text().into_owned();
+        truncate(&mut excerpt, ERROR_EXCERPT_BYTES);
+        let message = format!("HTTP {}: {excerpt}", response.status);
+        return Err(if matches!(response.status, 401 | 403) {
+            ToolError::Unauthorized(message)
+        } else {
+            ToolError::Failed(message)
+        });
+    }
+    let is_json = response.header("content-type").is_some_and(|t| {
+        let t = t
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        t == "application/json" || t.ends_with("+json")
+    });
+    if is_json {
+        if let Ok(value) = serde_json::from_slice::<Value>(&response.body) {
+            return ToolOutput::new().structured(&value);
+        }
+    }
+    if response.body.is_empty() {
+        return ToolOutput::new().structured(&json!({ "status": response.status }));
+    }
+    Ok(ToolOutput::new().text(response.text().into_owned()))
+}
+
+fn truncate(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+}
+
+/// A Streamable HTTP session with a remote MCP server, for one call.
+struct McpSession {
+    url: String,
+    headers: Vec<(String, String)>,
+    session: Option<String>,
+    protocol: Option<String>,
+    next_id: u64,
+}
+
+impl McpSession {
+    fn post(&mut self, message: &Value) -> Result<Response, ToolError> {
+        let mut request = Request::post(self.url.clone())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        request.headers.extend(self.headers.iter().cloned());
+        if let Some(session) = &self.session {
+            request = request.header("mcp-session-id", session.clone());
+        }
+        if let Some(protocol) = &self.protocol {
+            request = request.header("mcp-protocol-version", protocol.clone());
+        }
+        let request = request
+            .json(message)
+            .map_err(|e| ToolError::Failed(format!("could not encode an MCP request: {e}")))?;
+        http::request(request).map_err(|e| transport_error("the MCP server", e))
+    }
+
+    /// Sends a request and returns its JSON-RPC result.
+    fn request(&mut self, method: &str, params: Value) -> Result<Value, ToolError> {
+        self.next_id += 1;
+        let id = self.next_id;
+        let response = self.post(&json!({
+            "jsonrpc": "2.0", "id": id, "method": method, "params": params
+        }))?;
+        if !response.is_success() {
+            let mut excerpt = response.text().into_owned();
+            truncate(&mut excerpt, ERROR_EXCERPT_BYTES);
+            let message = format!(
+                "the MCP server answered `{method}` with HTTP {}: {excerpt}",
+                response.status
+            );
+            return Err(if matches!(response.status, 401 | 403) {
+                ToolError::Unauthorized(message)
+            } else {
+                ToolError::Failed(message)
+            });
+        }
+        if let Some(session) = response.header("mcp-session-id") {
+            self.session = Some(session.to_owned());
+        }
+        let answer = find_response(&response, id).ok_or_else(|| {
+            ToolError::Failed(format!(
+                "the MCP server sent no answer to `{method}` (request {id})"
+            ))
+        })?;
+        if let Some(error) = answer.get("error") {
+            let message = error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("no message");
+            return Err(ToolError::Failed(format!(
+                "the MCP server refused `{method}`: {message}"
+            )));
+        }
+        answer
+            .get("result")
+            .cloned()
+            .ok_or_else(|| ToolError::Failed(format!("the MCP answer to `{method}` has no result")))
+    }
+
+    fn close(&mut self) {
+        let Some(session) = self.session.take() else {
+            return;
+        };
+        let mut request = Request::delete(self.url.clone()).header("mcp-session-id", session);
+        request.headers.extend(self.headers.iter().cloned());
+        // The session ends with this call either way; a server that keeps it is not our
+        // failure to report.
+        let _ = http::request(request);
+    }
+}
+
+/// The JSON-RPC response with `id` in a JSON or SSE body.
+fn find_response(response: &Response, id: u64) -> Option<Value> {
+    let is_sse = response
+        .header("content-type")
+        .is_some_and(|t| t.trim_start().starts_with("text/event-stream"));
+    let matches = |v: &Value| v.get("id").and_then(Value::as_u64) == Some(id);
+    if !is_sse {
+        let value: Value = serde_json::from_slice(&response.body).ok()?;
+        return match value {
+            Value::Array(items) => items.into_iter().find(|v| matches(v)),
+            v => matches(&v).then_some(v),
+        };
+    }
+    let text = response.text();
+    let mut data = String::new();
+    for line in text.lines().chain(std::iter::once("")) {
+        if line.is_empty() {
+            if !data.is_empty() {
+                if let Ok(value) = serde_json::from_str::<Value>(&data) {
+                    if matches(&value) {
+                        return Some(value);
+                    }
+                }
+                data.clear();
+            }
+        } else if let Some(rest) = line.strip_prefix("data:") {
+            if !data.is_empty() {
+                data.push('\n');
+            }
+            data.push_str(rest.strip_prefix(' ').unwrap_or(rest));
+        }
+    }
+    None
+}
+
+fn run_mcp(tool: &Tool, call: &McpCall, scope: &Scope) -> Result<ToolOutput, ToolError> {
+    let url = scope.render(&call.url).map_err(|e| render_error(tool, e))?;
+    let headers = scope
+        .render_headers(&call.headers)
+        .map_err(|e| render_error(tool, e))?;
+    let mut arguments = Map::new();
+    for (key, value) in scope.arguments {
+        let forwarded = call
+            .forward
+            .as_ref()
+            .is_none_or(|names| names.contains(key));
+        if forwarded {
+            arguments.insert(key.clone(), value.clone());
+        }
+    }
+    let mut session = McpSession {
+        url,
+        headers,
+        session: None,
+        protocol: None,
+        next_id: 0,
+    };
+    let result = (|| {
+        let init = session.request(
+            "initialize",
+            json!({
+                "protocolVersion": MCP_PROTOCOL_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "connector-host-declarative", "version": env!("CARGO_PKG_VERSION")}
+            }),
+        )?;
+        session.protocol = Some(
+            init.get("protocolVersion")
+                .and_then(Value::as_str)
+                .unwrap_or(MCP_PROTOCOL_VERSION)
+                .to_owned(),
+        );
+        let initialized = session.post(&json!({
+            "jsonrpc": "2.0", "method": "notifications/initialized"
+        }))?;
+        if !initialized.is_success() {
+            return Err(ToolError::Failed(format!(
+                "the MCP server refused `notifications/initialized` with HTTP {}",
+                initialized.status
+            )));
+        }
+        session.request(
+            "tools/call",
+            json!({"name": call.tool, "arguments": arguments}),
+        )
+    })();
+    session.close();
+    mcp_output(result?)
+}
+
+/// A tool result from an MCP `CallToolResult`.
+pub fn mcp_output(result: Value) -> Result<ToolOutput, ToolError> {
+    let blocks = result
+        .get("content")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if result.get("isError").and_then(Value::as_bool) == Some(true) {
+        let text: Vec<&str> = blocks
+            .iter()
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect();
+        return Err(ToolError::Failed(if text.is_empty() {
+            "the MCP tool failed without saying why".to_owned()
+        } else {
+            text.join("\n")
+        }));
+    }
+    let mut output = ToolOutput::new();
+    if let Some(structured) = result.get("structuredContent") {
+        output = output.structured(structured)?;
+    }
+    for block in &blocks {
+        if let Some(content) = mcp_block(block) {
+            output = output.push(content);
+        }
+    }
+    Ok(output)
+}
+
+fn mcp_block(block: &Value) -> Option<Content> {
+    let s = |key: &str| block.get(key).and_then(Value::as_str).map(str::to_owned);
+    let bytes = |key: &str| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD
+            .decode(block.get(key)?.as_str()?)
+            .ok()
+    };
+    Some(match block.get("type")?.as_str()? {
+        "text" => Content::Text(s("text")?),
+        "image" => Content::Image {
+            data: bytes("data")?,
+            mime_type: s("mimeType")?,
+        },
+        "audio" => Content::Audio {
+            data: bytes("data")?,
+            mime_type: s("mimeType")?,
+        },
+        "resource_link" => {
+            let mut link = ResourceLink::new(s("uri")?, s("name")?);
+            link.title = s("title");
+            link.description = s("description");
+            link.mime_type = s("mimeType");
+            link.size = block.get("size").and_then(Value::as_u64);
+            Content::ResourceLink(link)
+        }
+        "resource" => {
+            let resource = block.get("resource")?;
+            let r = |key: &str| resource.get(key).and_then(Value::as_str).map(str::to_owned);
+            let contents = match (r("text"), r("blob")) {
+                (Some(text), _) => ResourceContents::Text(text),
+                (None, Some(blob)) => {
+                    use base64::Engine as _;
+                    ResourceContents::Blob(
+                        base64::engine::general_purpose::STANDARD
+                            .decode(blob)
+                            .ok()?,
+                    )
+                }
+                (None, None) => return None,
+            };
+            Content::Resource {
+                uri: r("uri")?,
+                mime_type: r("mimeType"),
+                contents,
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// `output` with every secret replaced.
+pub fn redact_output(output: ToolOutput, redactor: &Redactor) -> Result<ToolOutput, ToolError> {
+    let mut out = ToolOutput::new();
+    if let Some(value) = output.structured_value() {
+        out = out.structured(&redactor.value(value))?;
+    }
+    for block in output.content() {
+        out = out.push(match block.clone() {
+            Content::Text(t) => Content::Text(redactor.text(&t)),
+            Content::Resource {
+                uri,
+                mime_type,
+                contents: ResourceContents::Text(t),
+            } => Content::Resource {
+                uri,
+                mime_type,
+                contents: ResourceContents::Text(redactor.text(&t)),
+            },
+            other => other,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn response(status: u16, content_type: &str, body: &str) -> Response {
+        Response {
+            status,
+            headers: vec![("content-type".into(), content_type.into())],
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn responses_become_results_or_errors() {
+        let out = http_output(response(
+            200,
+            "application/json; charset=utf-8",
+            "{\"a\":1}",
+        ))
+        .unwrap();
+        assert_eq!(out.structured_value(), Some(json!({"a": 1})));
+        let out = http_output(response(200, "text/plain", "hello")).unwrap();
+        assert_eq!(out.content(), &[Content::Text("hello".into())]);
+        let out = http_output(response(204, "text/plain", "")).unwrap();
+        assert_eq!(out.structured_value(), Some(json!({"status": 204})));
+        assert_eq!(
+            http_output(response(404, "text/plain", "no such file")).unwrap_err(),
+            ToolError::Failed("HTTP 404: no such file".into())
+        );
+        assert!(matches!(
+            http_output(response(401, "text/plain", "bad token")),
+            Err(ToolError::Unauthorized(_))
+        ));
+        let long = "x".repeat(5000);
+        let Err(ToolError::Failed(m)) = http_output(response(500, "text/plain", &long)) else {
+            panic!("a 500 is a failure");
+        };
+        assert!(m.len() < ERROR_EXCERPT_BYTES + 32, "{}", m.len());
+    }
+
+    #[test]
+    fn secrets_are_replaced_everywhere_a_result_can_carry_them() {
+        let plan: Plan = serde_json::from_value(json!({
+            "format": 1, "slug": "s", "namespace": "s", "display_name": "s", "description": "",
+            "version": "1", "config_schema": {}, "allowed_hosts": [], "webhooks": false,
+            "secret_keys": ["token"], "argument_defaults": {}, "config_defaults": {},
+            "binding_parameters": [], "github_installation_key": null, "tools": [], "events": []
+        }))
+        .unwrap();
+        let config = json!({"token": "s3cr3t-token", "owner": "octo"});
+        let mut redactor = Redactor::new(&plan, config.as_object().unwrap());
+        redactor.add("ghs_minted".into());
+        let output = ToolOutput::new()
+            .structured(&json!({"echo": "Bearer s3cr3t-token", "s3cr3t-token": ["ghs_minted"], "owner": "octo"}))
+            .unwrap()
+            .text("auth was s3cr3t-token");
+        let out = redact_output(output, &redactor).unwrap();
+        assert_eq!(
+            out.structured_value(),
+            Some(json!({"echo": "Bearer ***", "***": ["***"], "owner": "octo"}))
+        );
+        assert_eq!(out.content(), &[Content::Text("auth was ***".into())]);
+        assert_eq!(
+            redactor.error(ToolError::Failed("HTTP 401: s3cr3t-token".into())),
+            ToolError::Failed("HTTP 401: ***".into())
+        );
+    }
+
+    #[test]
+    fn mcp_answers_are_found_in_json_and_in_sse() {
+        let sse = response(
+            200,
+            "text/event-stream",
+            "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\n\
+             data: {\"jsonrpc\":\"2.0\",\"id\":2,\n\
+             data: \"result\":{\"ok\":true}}\n\n",
+        );
+        assert_eq!(
+            find_response(&sse, 2),
+            Some(json!({"jsonrpc": "2.0", "id": 2, "result": {"ok": true}}))
+        );
+        assert_eq!(find_response(&sse, 3), None);
+        let plain = response(
+            200,
+            "application/json",
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}",
+        );
+        assert!(find_response(&plain, 1).is_some());
+    }
+
+    #[test]
+    fn mcp_results_map_to_tool_results() {
+        let out = mcp_output(json!({
+            "content": [{"type": "text", "text": "3"}, {"type": "image", "data": "aGk=", "mimeType": "image/png"}],
+            "structuredContent": {"sum": 3}
+        }))
+        .unwrap();
+        assert_eq!(out.structured_value(), Some(json!({"sum": 3})));
+        assert_eq!(out.content().len(), 2);
+        assert_eq!(
+            mcp_output(json!({"content": [{"type": "text", "text": "boom"}], "isError": true})),
+            Err(ToolError::Failed("boom".into()))
+        );
+    }
+}
