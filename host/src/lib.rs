@@ -23,6 +23,8 @@ pub mod http;
 pub mod ids;
 mod inbox;
 pub mod mcp;
+#[cfg(feature = "pack")]
+pub mod pack;
 pub mod registry;
 pub mod replicas;
 pub mod runtime;

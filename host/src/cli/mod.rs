@@ -3,7 +3,8 @@
 //! Three kinds of commands live here:
 //! - `serve` runs the host ([`serve`]);
 //! - `inspect` and `call FILE.wasm ...` load a component locally, for connector developers
-//!   ([`inspect`], [`call`]);
+//!   ([`inspect`], [`call`]); `pack` compiles a declarative tool manifest into a component
+//!   ([`pack`]);
 //! - everything else talks to a running host over its HTTP API as an operator
 //!   ([`client`] holds the one HTTP client they share).
 //!
@@ -24,6 +25,7 @@ pub mod live;
 pub mod mcp;
 pub mod messages;
 pub mod new;
+pub mod pack;
 pub mod serve;
 pub mod tools;
 pub mod units;
@@ -47,14 +49,16 @@ const LONG_ABOUT: &str = "\
 Runs connectors as sandboxed WebAssembly components, and manages a running host.
 
 `serve` starts the host. `inspect` and `call FILE.wasm` load a component locally, without a
-host, for connector developers. Every other command talks to a running host over its HTTP API
-(--url, default http://127.0.0.1:8787) with the operator token (--token, or
-$CONNECTOR_HOST_OPERATOR_TOKEN, or the file ./data/operator-token that `serve` writes).";
+host, for connector developers; `pack` turns a declarative tool manifest (YAML) into a
+component. Every other command talks to a running host over its HTTP API (--url, default
+http://127.0.0.1:8787) with the operator token (--token, or $CONNECTOR_HOST_OPERATOR_TOKEN, or
+the file ./data/operator-token that `serve` writes).";
 
 const EXAMPLES: &str = "\
 Examples:
   connector-host serve --config host.toml
   connector-host inspect target/wasm32-wasip2/release/acme.wasm
+  connector-host pack github-pr.yaml -o github-pr.wasm
   connector-host call acme.wasm echo '{\"text\": \"hi\"}'
   connector-host units put engineering --display-name 'Engineering'
   connector-host bind engineering github --config '{\"repo\": \"octo/hello\"}'
@@ -121,6 +125,11 @@ pub enum Command {
     /// Scaffold a new connector crate that builds and passes `inspect` as is
     #[command(after_help = new::HELP)]
     New(new::NewArgs),
+
+    /// Compile a declarative tool manifest (commonagents.info/v1beta2/tool YAML) into a
+    /// connector component
+    #[command(after_help = pack::HELP)]
+    Pack(pack::PackArgs),
 
     /// Watch a component file: re-validate and print manifest changes on every rebuild
     /// (with --live: keep a running host in step)
@@ -261,9 +270,13 @@ pub fn run_remote(remote: &RemoteArgs, command: Command) -> Result<(), CliError>
         Command::Messages(args) => messages::run(&client, args),
         Command::Context(args) => context::run(&client, args),
         Command::Mcp(args) => mcp::run(remote, args),
-        Command::Serve(_) | Command::Inspect(_) | Command::New(_) | Command::Dev(_) => Err(
-            CliError::usage("this command does not talk to a running host"),
-        ),
+        Command::Serve(_)
+        | Command::Inspect(_)
+        | Command::New(_)
+        | Command::Pack(_)
+        | Command::Dev(_) => Err(CliError::usage(
+            "this command does not talk to a running host",
+        )),
     }
 }
 
@@ -497,6 +510,37 @@ mod tests {
             "the contract caps limit at 500"
         );
         assert!(parse(&["messages", "eng", "--limit", "0"]).is_err());
+    }
+
+    #[test]
+    fn pack_flags() {
+        let cli = parse(&[
+            "pack",
+            "tools/gh.yaml",
+            "--version",
+            "1.2.0",
+            "--mcp-url",
+            "http://127.0.0.1:9/mcp",
+            "--allow-host",
+            "a.example.com",
+            "--allow-host",
+            "b.example.com",
+        ])
+        .expect("parses");
+        let Command::Pack(args) = cli.command else {
+            panic!("not pack")
+        };
+        assert_eq!(args.output_path(), PathBuf::from("tools/gh.wasm"));
+        let options = args.options();
+        assert_eq!(options.version.as_deref(), Some("1.2.0"));
+        assert_eq!(options.mcp_url.as_deref(), Some("http://127.0.0.1:9/mcp"));
+        assert_eq!(options.allow_hosts, vec!["a.example.com", "b.example.com"]);
+        let cli = parse(&["pack", "t.yaml", "-o", "out/x.wasm"]).expect("parses");
+        let Command::Pack(args) = cli.command else {
+            panic!("not pack")
+        };
+        assert_eq!(args.output_path(), PathBuf::from("out/x.wasm"));
+        assert!(parse(&["pack"]).is_err(), "pack needs a manifest");
     }
 
     #[test]

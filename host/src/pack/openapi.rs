@@ -1,0 +1,528 @@
+//! OpenAPI 3.0/3.1 documents: loading (YAML or JSON), local `$ref` resolution with cycle
+//! detection, and the parts of one operation a tool needs.
+//!
+//! Only what an operation uses is resolved, so an unrelated recursive schema elsewhere in
+//! a large document does not stop a pack. OpenAPI 3.0's schema dialect (`nullable`,
+//! boolean `exclusiveMinimum`) is rewritten into JSON Schema, which tool input schemas are.
+
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use super::yaml::{self, Pos};
+
+/// Why a document could not be loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LoadError {
+    /// Where in the document, when known.
+    pub pos: Option<Pos>,
+    pub message: String,
+}
+
+/// Reads an OpenAPI document: JSON when it parses as such, else YAML.
+pub(crate) fn load(path: &Path) -> Result<Value, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|e| LoadError {
+        pos: None,
+        message: format!(
+            "could not read the OpenAPI document {}: {e}",
+            path.display()
+        ),
+    })?;
+    parse(
+        &text,
+        path.extension().and_then(|e| e.to_str()) == Some("json"),
+    )
+}
+
+/// Parses document text (`json`: the file says it is JSON).
+pub(crate) fn parse(text: &str, json: bool) -> Result<Value, LoadError> {
+    let doc = if json || text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| LoadError {
+            pos: Some(Pos {
+                line: e.line(),
+                column: e.column(),
+            }),
+            message: format!("not valid JSON: {e}"),
+        })?
+    } else {
+        yaml::parse(text)
+            .map_err(|e| LoadError {
+                pos: Some(e.pos),
+                message: format!("not valid YAML: {}", e.message),
+            })?
+            .to_json()
+    };
+    let version = doc.get("openapi").and_then(Value::as_str).unwrap_or("");
+    if !(version.starts_with("3.0") || version.starts_with("3.1")) {
+        return Err(LoadError {
+            pos: None,
+            message: format!(
+                "not an OpenAPI 3.0 or 3.1 document (its `openapi` field is {}); convert a \
+                 Swagger 2.0 document to OpenAPI 3 first",
+                doc.get("openapi")
+                    .map_or("missing".to_string(), |v| v.to_string())
+            ),
+        });
+    }
+    Ok(doc)
+}
+
+/// One parameter of an operation.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Param {
+    pub name: String,
+    pub required: bool,
+    /// Its JSON Schema (with the parameter's description).
+    pub schema: Value,
+}
+
+/// What a tool needs of one operation.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Operation {
+    /// Upper case.
+    pub method: String,
+    /// The path template, like `/repos/{owner}/{repo}`.
+    pub path: String,
+    pub path_params: Vec<Param>,
+    pub query: Vec<Param>,
+    pub headers: Vec<Param>,
+    /// The JSON request body's schema, and whether it is required.
+    pub body: Option<(Value, bool)>,
+    /// `summary` and `description`, joined.
+    pub description: Option<String>,
+    /// The base URL the document gives (variables substituted), if any.
+    pub server: Option<String>,
+    /// Things worth telling the author that do not stop the pack.
+    pub warnings: Vec<String>,
+}
+
+const METHODS: &[&str] = &[
+    "get", "put", "post", "delete", "options", "head", "patch", "trace",
+];
+
+/// Finds the operation `operation_id` and resolves what it uses.
+pub(crate) fn operation(doc: &Value, operation_id: &str) -> Result<Operation, String> {
+    let paths = doc
+        .get("paths")
+        .and_then(Value::as_object)
+        .ok_or("the document has no `paths`")?;
+    let mut known = Vec::new();
+    for (path, item) in paths {
+        let item = follow(doc, item)?;
+        for method in METHODS {
+            let Some(op) = item.get(*method) else {
+                continue;
+            };
+            let id = op.get("operationId").and_then(Value::as_str);
+            if let Some(id) = id {
+                known.push(id.to_string());
+            }
+            if id == Some(operation_id) {
+                return compile(doc, path, method, item, follow(doc, op)?)
+                    .map_err(|e| format!("operation `{operation_id}`: {e}"));
+            }
+        }
+    }
+    known.sort();
+    let shown: Vec<&str> = known.iter().take(20).map(String::as_str).collect();
+    Err(format!(
+        "the document has no operation `{operation_id}`; its operationIds are: {}{}",
+        if shown.is_empty() {
+            "(none)".to_string()
+        } else {
+            shown.join(", ")
+        },
+        if known.len() > shown.len() {
+            ", …"
+        } else {
+            ""
+        }
+    ))
+}
+
+fn compile(
+    doc: &Value,
+    path: &str,
+    method: &str,
+    item: &Value,
+    op: &Value,
+) -> Result<Operation, String> {
+    let mut warnings = Vec::new();
+    // Path-level parameters, overridden by operation-level ones with the same name and `in`.
+    let mut params: Vec<Value> = Vec::new();
+    for list in [item.get("parameters"), op.get("parameters")]
+        .into_iter()
+        .flatten()
+    {
+        let list = list.as_array().ok_or("`parameters` is not a list")?;
+        for p in list {
+            let p = resolve(doc, p)?;
+            let key = |v: &Value| {
+                (
+                    v.get("name").and_then(Value::as_str).map(str::to_string),
+                    v.get("in").and_then(Value::as_str).map(str::to_string),
+                )
+            };
+            params.retain(|q| key(q) != key(&p));
+            params.push(p);
+        }
+    }
+    let mut out = Operation {
+        method: method.to_ascii_uppercase(),
+        path: path.to_string(),
+        path_params: Vec::new(),
+        query: Vec::new(),
+        headers: Vec::new(),
+        body: None,
+        description: None,
+        server: None,
+        warnings: Vec::new(),
+    };
+    for p in params {
+        let name = p
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or("a parameter has no `name`")?
+            .to_string();
+        let location = p.get("in").and_then(Value::as_str).unwrap_or("");
+        let mut schema = p
+            .get("schema")
+            .cloned()
+            .or_else(|| {
+                // `content` instead of `schema`: the first media type's schema.
+                p.get("content")
+                    .and_then(Value::as_object)
+                    .and_then(|c| c.values().next())
+                    .and_then(|m| m.get("schema"))
+                    .cloned()
+            })
+            .unwrap_or_else(|| serde_json::json!({"type": "string"}));
+        to_json_schema(&mut schema);
+        if let (Some(description), Value::Object(map)) = (p.get("description"), &mut schema) {
+            map.entry("description").or_insert(description.clone());
+        }
+        let required = p.get("required").and_then(Value::as_bool).unwrap_or(false);
+        let param = Param {
+            name: name.clone(),
+            required,
+            schema,
+        };
+        match location {
+            "path" => out.path_params.push(Param {
+                required: true,
+                ..param
+            }),
+            "query" => {
+                if matches!(
+                    param.schema.get("type").and_then(Value::as_str),
+                    Some("array" | "object")
+                ) {
+                    warnings.push(format!(
+                        "query parameter `{name}` is an {}: it is sent as JSON text, not in the \
+                         document's `style`",
+                        param.schema["type"].as_str().unwrap_or("object")
+                    ));
+                }
+                out.query.push(param)
+            }
+            "header" => out.headers.push(param),
+            "cookie" => {
+                if required {
+                    return Err(format!(
+                        "cookie parameter `{name}` is required, and cookie parameters are not \
+                         supported"
+                    ));
+                }
+                warnings.push(format!("optional cookie parameter `{name}` is left out"));
+            }
+            other => return Err(format!("parameter `{name}` has an unknown `in: {other}`")),
+        }
+    }
+    for segment in path.split('{').skip(1) {
+        let name = segment.split('}').next().unwrap_or("");
+        if !out.path_params.iter().any(|p| p.name == name) {
+            return Err(format!(
+                "the path `{path}` has `{{{name}}}` but no path parameter declares it"
+            ));
+        }
+    }
+    if let Some(body) = op.get("requestBody") {
+        let body = resolve(doc, body)?;
+        let required = body
+            .get("required")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let content = body.get("content").and_then(Value::as_object);
+        let json = content.and_then(|c| {
+            c.iter()
+                .find(|(t, _)| is_json(t))
+                .map(|(_, media)| media.get("schema").cloned().unwrap_or(Value::Bool(true)))
+        });
+        match json {
+            Some(mut schema) => {
+                to_json_schema(&mut schema);
+                out.body = Some((schema, required));
+            }
+            None if required => {
+                return Err(format!(
+                    "its request body is required but not JSON ({}); only JSON bodies are \
+                     supported",
+                    content
+                        .map(|c| c.keys().cloned().collect::<Vec<_>>().join(", "))
+                        .unwrap_or_default()
+                ))
+            }
+            None => warnings.push("its optional non-JSON request body is left out".into()),
+        }
+    }
+    let text = |v: &Value, k: &str| {
+        v.get(k)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    out.description = match (text(op, "summary"), text(op, "description")) {
+        (Some(s), Some(d)) if s != d => Some(format!("{s}\n\n{d}")),
+        (Some(s), _) => Some(s),
+        (None, d) => d,
+    };
+    // The most specific `servers`: the operation's, the path's, then the document's.
+    out.server = [op.get("servers"), item.get("servers"), doc.get("servers")]
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_array)
+        .find_map(|list| list.first())
+        .map(server_url);
+    out.warnings = warnings;
+    Ok(out)
+}
+
+fn is_json(media_type: &str) -> bool {
+    let t = media_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    t == "application/json" || t.ends_with("+json")
+}
+
+/// A server's URL with its variables replaced by their defaults.
+fn server_url(server: &Value) -> String {
+    let mut url = server
+        .get("url")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if let Some(vars) = server.get("variables").and_then(Value::as_object) {
+        for (name, var) in vars {
+            if let Some(default) = var.get("default").and_then(Value::as_str) {
+                url = url.replace(&format!("{{{name}}}"), default);
+            }
+        }
+    }
+    url
+}
+
+/// `value`, or what its `$ref` (chain) points at: only as deep as needed to read its
+/// keys, so unrelated parts of a large document are never expanded.
+fn follow<'a>(doc: &'a Value, value: &'a Value) -> Result<&'a Value, String> {
+    let mut current = value;
+    for _ in 0..32 {
+        let Some(reference) = current.get("$ref").and_then(Value::as_str) else {
+            return Ok(current);
+        };
+        let pointer = reference.strip_prefix('#').ok_or_else(|| {
+            format!(
+                "`$ref: {reference}` points outside the document; only local `#/…` references \
+                 are supported: bundle the document first"
+            )
+        })?;
+        current = doc
+            .pointer(&percent_decode(pointer))
+            .ok_or_else(|| format!("`$ref: {reference}` points at nothing"))?;
+    }
+    Err("`$ref`s form a cycle".into())
+}
+
+/// The most values one resolution may produce (shared `$ref`s are copied).
+const MAX_VALUES: usize = 200_000;
+
+/// Replaces every local `$ref` in `value` by what it points at; refuses cycles and
+/// references outside the document.
+pub(crate) fn resolve(doc: &Value, value: &Value) -> Result<Value, String> {
+    let mut budget = MAX_VALUES;
+    resolve_in(doc, value, &mut Vec::new(), &mut budget)
+}
+
+fn resolve_in(
+    doc: &Value,
+    value: &Value,
+    stack: &mut Vec<String>,
+    budget: &mut usize,
+) -> Result<Value, String> {
+    *budget = budget
+        .checked_sub(1)
+        .ok_or("the operation's schemas are too large once their `$ref`s are expanded")?;
+    match value {
+        Value::Object(map) => {
+            if let Some(reference) = map.get("$ref").and_then(Value::as_str) {
+                let Some(pointer) = reference.strip_prefix('#') else {
+                    return Err(format!(
+                        "`$ref: {reference}` points outside the document; only local `#/…` \
+                         references are supported: bundle the document first"
+                    ));
+                };
+                if stack.iter().any(|r| r == reference) {
+                    let mut cycle = stack.clone();
+                    cycle.push(reference.to_string());
+                    let start = cycle.iter().position(|r| r == reference).unwrap_or(0);
+                    return Err(format!(
+                        "`$ref`s form a cycle ({}); a tool's input schema must be finite",
+                        cycle[start..].join(" → ")
+                    ));
+                }
+                let pointer = percent_decode(pointer);
+                let target = doc
+                    .pointer(&pointer)
+                    .ok_or_else(|| format!("`$ref: {reference}` points at nothing"))?;
+                stack.push(reference.to_string());
+                let resolved = resolve_in(doc, target, stack, budget);
+                stack.pop();
+                let mut resolved = resolved?;
+                // OpenAPI 3.1 allows keywords beside `$ref`: they apply too.
+                if let Value::Object(target) = &mut resolved {
+                    for (k, v) in map {
+                        if k != "$ref" {
+                            target.insert(k.clone(), resolve_in(doc, v, stack, budget)?);
+                        }
+                    }
+                }
+                return Ok(resolved);
+            }
+            let mut out = Map::new();
+            for (k, v) in map {
+                out.insert(k.clone(), resolve_in(doc, v, stack, budget)?);
+            }
+            Ok(Value::Object(out))
+        }
+        Value::Array(items) => items
+            .iter()
+            .map(|v| resolve_in(doc, v, stack, budget))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Value::Array),
+        other => Ok(other.clone()),
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let hex = |b: u8| (b as char).to_digit(16);
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                // Two hex digits: at most 0xFF.
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Rewrites OpenAPI 3.0 schema idioms into JSON Schema, recursively.
+pub(crate) fn to_json_schema(schema: &mut Value) {
+    let Value::Object(map) = schema else {
+        return;
+    };
+    if map.remove("nullable") == Some(Value::Bool(true)) {
+        match map.get_mut("type") {
+            Some(Value::String(t)) => {
+                let t = t.clone();
+                map.insert("type".into(), serde_json::json!([t, "null"]));
+            }
+            Some(Value::Array(types)) if !types.contains(&Value::from("null")) => {
+                types.push("null".into());
+            }
+            _ => {}
+        }
+    }
+    for (exclusive, bound) in [
+        ("exclusiveMinimum", "minimum"),
+        ("exclusiveMaximum", "maximum"),
+    ] {
+        match map.get(exclusive) {
+            Some(Value::Bool(true)) => {
+                if let Some(b) = map.remove(bound) {
+                    map.insert(exclusive.into(), b);
+                } else {
+                    map.remove(exclusive);
+                }
+            }
+            Some(Value::Bool(false)) => {
+                map.remove(exclusive);
+            }
+            _ => {}
+        }
+    }
+    for key in ["items", "additionalProperties", "not", "contains"] {
+        if let Some(v) = map.get_mut(key) {
+            to_json_schema(v);
+        }
+    }
+    for key in ["properties", "patternProperties", "$defs", "definitions"] {
+        if let Some(Value::Object(props)) = map.get_mut(key) {
+            props.values_mut().for_each(to_json_schema);
+        }
+    }
+    for key in ["allOf", "anyOf", "oneOf", "prefixItems"] {
+        if let Some(Value::Array(list)) = map.get_mut(key) {
+            list.iter_mut().for_each(to_json_schema);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn refs_resolve_and_cycles_are_refused() {
+        let doc = json!({
+            "components": {"schemas": {
+                "A": {"type": "object", "properties": {"b": {"$ref": "#/components/schemas/B"}}},
+                "B": {"type": "string"},
+                "Loop": {"properties": {"next": {"$ref": "#/components/schemas/Loop"}}},
+            }}
+        });
+        assert_eq!(
+            resolve(&doc, &json!({"$ref": "#/components/schemas/A"})).expect("resolves"),
+            json!({"type": "object", "properties": {"b": {"type": "string"}}})
+        );
+        let e = resolve(&doc, &json!({"$ref": "#/components/schemas/Loop"})).expect_err("cycle");
+        assert!(e.contains("cycle"), "{e}");
+        let e = resolve(&doc, &json!({"$ref": "other.yaml#/x"})).expect_err("external");
+        assert!(e.contains("outside the document"), "{e}");
+        let e = resolve(&doc, &json!({"$ref": "#/nope"})).expect_err("missing");
+        assert!(e.contains("points at nothing"), "{e}");
+    }
+
+    #[test]
+    fn openapi_30_idioms_become_json_schema() {
+        let mut s = json!({"type": "integer", "nullable": true, "minimum": 1, "exclusiveMinimum": true,
+                           "properties": {"x": {"type": "string", "nullable": true}}});
+        to_json_schema(&mut s);
+        assert_eq!(
+            s,
+            json!({"type": ["integer", "null"], "exclusiveMinimum": 1,
+                   "properties": {"x": {"type": ["string", "null"]}}})
+        );
+    }
+}
