@@ -16,6 +16,20 @@ use crate::render::{RenderError, Scope};
 /// At most this much of an error response's body reaches the caller.
 const ERROR_EXCERPT_BYTES: usize = 2048;
 
+/// Sent when the manifest sets no `User-Agent` (GitHub, among others, refuses requests
+/// without one).
+const USER_AGENT: &str = concat!("connector-host-declarative/", env!("CARGO_PKG_VERSION"));
+
+/// Adds the default `User-Agent` unless `headers` has one.
+fn with_user_agent(headers: &mut Vec<(String, String)>) {
+    if !headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("user-agent"))
+    {
+        headers.push(("user-agent".into(), USER_AGENT.into()));
+    }
+}
+
 /// The MCP revision the interpreter speaks to remote servers.
 const MCP_PROTOCOL_VERSION: &str = "2025-06-18";
 
@@ -138,6 +152,7 @@ fn run_http(tool: &Tool, spec: &HttpRequest, scope: &Scope) -> Result<ToolOutput
     request.headers = scope
         .render_headers(&spec.headers)
         .map_err(|e| render_error(tool, e))?;
+    with_user_agent(&mut request.headers);
     if let Some(body) = &spec.body {
         let body = scope.render_body(body).map_err(|e| render_error(tool, e))?;
         if let Some(body) = body {
@@ -320,9 +335,10 @@ fn find_response(response: &Response, id: u64) -> Option<Value> {
 
 fn run_mcp(tool: &Tool, call: &McpCall, scope: &Scope) -> Result<ToolOutput, ToolError> {
     let url = scope.render(&call.url).map_err(|e| render_error(tool, e))?;
-    let headers = scope
+    let mut headers = scope
         .render_headers(&call.headers)
         .map_err(|e| render_error(tool, e))?;
+    with_user_agent(&mut headers);
     let mut arguments = Map::new();
     for (key, value) in scope.arguments {
         let forwarded = call

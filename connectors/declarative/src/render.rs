@@ -202,6 +202,8 @@ impl<'a> Scope<'a> {
         Ok(match body {
             Body::Literal(value) => Some(value.clone()),
             Body::Text(template) => Some(Value::String(self.render(template)?)),
+            // Agent values are strings of the call, not JSON of a root.
+            Body::Value(r) if r.root == Root::Agent => self.text_of(r).ok().map(Value::String),
             Body::Value(r) => self.lookup(r).cloned(),
             Body::Object(members) => {
                 let mut map = Map::with_capacity(members.len());
@@ -439,6 +441,19 @@ mod tests {
             },
         ];
         assert_eq!(scope.render(&t).unwrap(), "ghs_x ghs_xada");
+        let agent = |key: &str| Ref {
+            root: Root::Agent,
+            key: key.into(),
+            path: vec![],
+        };
+        let body = Body::Object(vec![
+            ("by".into(), Body::Value(agent("name"))),
+            ("unit".into(), Body::Value(agent("namespace"))),
+        ]);
+        assert_eq!(
+            scope.render_body(&body).unwrap(),
+            Some(json!({"by": "ada", "unit": "eng"}))
+        );
         assert_eq!(mints.get(), 1);
         assert_eq!(scope.minted.borrow().as_deref(), Some("ghs_x"));
     }
