@@ -10,6 +10,8 @@ mod cli;
 mod console;
 mod containment;
 mod context;
+mod declarative;
+mod declarative_guide;
 mod github;
 mod github_app;
 mod layout;

@@ -304,6 +304,21 @@ impl ServerProcess {
         Self::start_command(data_dir, env, |_| {}).await
     }
 
+    /// Like [`Self::start`], with `toml` as its configuration file (`--config`), written
+    /// to `<data_dir>/host.toml`.
+    pub async fn start_with_config(
+        data_dir: &Path,
+        env: &[(&str, &str)],
+        toml: &str,
+    ) -> ServerProcess {
+        let file = data_dir.join("host.toml");
+        std::fs::write(&file, toml).expect("write host.toml");
+        Self::start_command(data_dir, env, |cmd| {
+            cmd.arg("--config").arg(&file);
+        })
+        .await
+    }
+
     /// Like [`Self::start`], under an open-files limit (soft and hard) of `limit`.
     pub async fn start_with_open_files(
         data_dir: &Path,

@@ -5,6 +5,7 @@
 pub mod guests {
     include!(concat!(env!("OUT_DIR"), "/test_guests.rs"));
 }
+pub mod fake_api;
 pub mod fake_arxiv;
 pub mod fake_github;
 pub mod harness;
