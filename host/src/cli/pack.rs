@@ -198,3 +198,56 @@ fn summary(manifest: &Path, output: &Path, packed: &Packed) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::{run, PackArgs};
+    use crate::pack::tests::{slot_plan, GITHUB_FILE};
+
+    #[test]
+    fn the_cli_writes_the_component_whole_or_not_at_all() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let manifest = dir.path().join("gh.yaml");
+        std::fs::write(&manifest, GITHUB_FILE).expect("write");
+        let args = |manifest: &Path| PackArgs {
+            manifest: manifest.to_path_buf(),
+            output: None,
+            version: Some("2.0.0".into()),
+            mcp_url: None,
+            allow_host: vec![],
+        };
+        run(args(&manifest)).expect("packs");
+        let out = std::fs::read(dir.path().join("gh.wasm")).expect("written next to the manifest");
+        assert_eq!(slot_plan(&out)["version"], "2.0.0");
+
+        let bad = dir.path().join("bad.yaml");
+        std::fs::write(
+            &bad,
+            GITHUB_FILE.replace("description: \"Reads the", "descr: \"Reads the"),
+        )
+        .expect("write");
+        let e = run(args(&bad)).expect_err("refused");
+        assert_eq!(e.code, 1);
+        assert!(
+            e.message
+                .contains("bad.yaml:29:5: actions[0].descr: unknown key"),
+            "{}",
+            e.message
+        );
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.starts_with("bad.") && n != "bad.yaml"),
+            "{names:?}"
+        );
+        assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
+        let e = run(args(&dir.path().join("missing.yaml"))).expect_err("unreadable");
+        assert_eq!(e.code, 2);
+    }
+}

@@ -177,4 +177,4 @@ fn check_options(file: &str, options: &PackOptions) -> Result<(), PackError> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -1075,7 +1075,7 @@ fn an_openapi_operation_compiles_to_path_query_header_and_body() {
 // ---------------------------------------------------------------------------------------
 // The reference examples.
 
-const GITHUB_FILE: &str = r#"kind: "commonagents.info/v1beta2/tool"
+pub(crate) const GITHUB_FILE: &str = r#"kind: "commonagents.info/v1beta2/tool"
 namespace: "engineering"
 name: "github-file"
 description: "Reads and writes files in a GitHub repository."
@@ -1205,7 +1205,7 @@ events:
 "#;
 
 /// The plan in a packed component's slot.
-fn slot_plan(component: &[u8]) -> Value {
+pub(crate) fn slot_plan(component: &[u8]) -> Value {
     let at = component
         .windows(SLOT_MAGIC.len())
         .position(|w| w == SLOT_MAGIC)
@@ -1303,53 +1303,6 @@ fn pack_file_reads_relative_to_the_manifest_and_reports_unreadable_files() {
     )
     .expect_err("bad flag");
     assert_eq!(e.kind, PackErrorKind::Options);
-}
-
-#[cfg(feature = "cli")]
-#[test]
-fn the_cli_writes_the_component_whole_or_not_at_all() {
-    use crate::cli::pack::{run, PackArgs};
-    let dir = tempfile::tempdir().expect("tempdir");
-    let manifest = dir.path().join("gh.yaml");
-    std::fs::write(&manifest, GITHUB_FILE).expect("write");
-    let args = |manifest: &Path| PackArgs {
-        manifest: manifest.to_path_buf(),
-        output: None,
-        version: Some("2.0.0".into()),
-        mcp_url: None,
-        allow_host: vec![],
-    };
-    run(args(&manifest)).expect("packs");
-    let out = std::fs::read(dir.path().join("gh.wasm")).expect("written next to the manifest");
-    assert_eq!(slot_plan(&out)["version"], "2.0.0");
-
-    let bad = dir.path().join("bad.yaml");
-    std::fs::write(
-        &bad,
-        GITHUB_FILE.replace("description: \"Reads the", "descr: \"Reads the"),
-    )
-    .expect("write");
-    let e = run(args(&bad)).expect_err("refused");
-    assert_eq!(e.code, 1);
-    assert!(
-        e.message
-            .contains("bad.yaml:29:5: actions[0].descr: unknown key"),
-        "{}",
-        e.message
-    );
-    let names: Vec<_> = std::fs::read_dir(dir.path())
-        .expect("list")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    assert!(
-        !names
-            .iter()
-            .any(|n| n.starts_with("bad.") && n != "bad.yaml"),
-        "{names:?}"
-    );
-    assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
-    let e = run(args(&dir.path().join("missing.yaml"))).expect_err("unreadable");
-    assert_eq!(e.code, 2);
 }
 
 // ---------------------------------------------------------------------------------------
