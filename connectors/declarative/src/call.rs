@@ -11,7 +11,8 @@ use connector_sdk::{Content, ResourceContents, ResourceLink, ToolError, ToolOutp
 use declarative_plan::{Backend, HttpRequest, McpCall, Plan, Tool};
 use serde_json::{json, Map, Value};
 
-use crate::render::{RenderError, Scope};
+use crate::render::{percent_encode, RenderError, Scope};
+use declarative_plan::Root;
 
 /// At most this much of an error response's body reaches the caller.
 const ERROR_EXCERPT_BYTES: usize = 2048;
@@ -49,21 +50,34 @@ impl Redactor {
                 collect_strings(value, &mut secrets);
             }
         }
-        let mut redactor = Redactor { secrets };
-        redactor.sort();
+        let mut redactor = Redactor {
+            secrets: Vec::new(),
+        };
+        for secret in secrets {
+            redactor.add(secret);
+        }
         redactor
     }
 
-    /// Also redacts `secret`.
+    /// Also redacts `secret`, and the forms it takes on its way out: percent-encoded (in
+    /// a URL path or query, as an API may quote the URL back) and JSON-escaped (in a raw
+    /// error body).
     pub fn add(&mut self, secret: String) {
+        if secret.is_empty() {
+            return;
+        }
+        for path in [false, true] {
+            let mut encoded = String::new();
+            percent_encode(&mut encoded, &secret, path);
+            self.secrets.push(encoded);
+        }
+        if let Ok(json) = serde_json::to_string(&secret) {
+            self.secrets.push(json.trim_matches('"').to_owned());
+        }
         self.secrets.push(secret);
-        self.sort();
-    }
-
-    fn sort(&mut self) {
-        self.secrets.retain(|s| !s.is_empty());
         // Longest first, so a secret containing another is replaced whole.
-        self.secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        self.secrets
+            .sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         self.secrets.dedup();
     }
 
@@ -95,12 +109,18 @@ impl Redactor {
         }
     }
 
-    /// The error with its text redacted.
+    /// The error with its text redacted, then cut to [`ERROR_EXCERPT_BYTES`] (in that
+    /// order, so no part of a secret survives at the cut).
     pub fn error(&self, error: ToolError) -> ToolError {
+        let clean = |m: &str| {
+            let mut m = self.text(m);
+            truncate(&mut m, ERROR_EXCERPT_BYTES);
+            m
+        };
         match error {
-            ToolError::InvalidArguments(m) => ToolError::InvalidArguments(self.text(&m)),
-            ToolError::Failed(m) => ToolError::Failed(self.text(&m)),
-            ToolError::Unauthorized(m) => ToolError::Unauthorized(self.text(&m)),
+            ToolError::InvalidArguments(m) => ToolError::InvalidArguments(clean(&m)),
+            ToolError::Failed(m) => ToolError::Failed(clean(&m)),
+            ToolError::Unauthorized(m) => ToolError::Unauthorized(clean(&m)),
         }
     }
 }
@@ -108,6 +128,8 @@ impl Redactor {
 fn collect_strings(value: &Value, out: &mut Vec<String>) {
     match value {
         Value::String(s) => out.push(s.clone()),
+        // A numeric secret (a PIN); short numbers would blank out every digit string.
+        Value::Number(n) if n.to_string().len() >= 4 => out.push(n.to_string()),
         Value::Array(items) => items.iter().for_each(|v| collect_strings(v, out)),
         Value::Object(map) => map.values().for_each(|v| collect_strings(v, out)),
         _ => {}
@@ -116,8 +138,17 @@ fn collect_strings(value: &Value, out: &mut Vec<String>) {
 
 fn render_error(tool: &Tool, e: RenderError) -> ToolError {
     match e {
-        RenderError::Missing(name) => ToolError::InvalidArguments(format!(
-            "`{}` needs a value for `{name}`: pass it as an argument or set it in the binding",
+        RenderError::Missing(name, Root::Argument) => ToolError::InvalidArguments(format!(
+            "`{}` needs a value for `{name}`: pass it as an argument",
+            tool.id
+        )),
+        RenderError::Missing(name, Root::Agent) => ToolError::Failed(format!(
+            "`{}` needs `{name}`, which only a call on behalf of an agent has",
+            tool.id
+        )),
+        RenderError::Missing(name, _) => ToolError::Failed(format!(
+            "`{}` needs `{name}`, which the binding's config does not set: the operator sets it \
+             (rebind with the value)",
             tool.id
         )),
         RenderError::Invalid(why) => ToolError::InvalidArguments(why),
@@ -176,9 +207,8 @@ fn run_http(tool: &Tool, spec: &HttpRequest, scope: &Scope) -> Result<ToolOutput
 /// A tool result from an HTTP response.
 pub fn http_output(response: Response) -> Result<ToolOutput, ToolError> {
     if !response.is_success() {
-        let mut excerpt = response.text().into_owned();
-        truncate(&mut excerpt, ERROR_EXCERPT_BYTES);
-        let message = format!("HTTP {}: {excerpt}", response.status);
+        // Cut after redaction, by `Redactor::error`.
+        let message = format!("HTTP {}: {}", response.status, response.text());
         return Err(if matches!(response.status, 401 | 403) {
             ToolError::Unauthorized(message)
         } else {
@@ -251,11 +281,10 @@ impl McpSession {
             "jsonrpc": "2.0", "id": id, "method": method, "params": params
         }))?;
         if !response.is_success() {
-            let mut excerpt = response.text().into_owned();
-            truncate(&mut excerpt, ERROR_EXCERPT_BYTES);
             let message = format!(
-                "the MCP server answered `{method}` with HTTP {}: {excerpt}",
-                response.status
+                "the MCP server answered `{method}` with HTTP {}: {}",
+                response.status,
+                response.text()
             );
             return Err(if matches!(response.status, 401 | 403) {
                 ToolError::Unauthorized(message)
@@ -470,25 +499,45 @@ fn mcp_block(block: &Value) -> Option<Content> {
     })
 }
 
-/// `output` with every secret replaced.
+/// `output` with every secret replaced, in every text a block carries.
 pub fn redact_output(output: ToolOutput, redactor: &Redactor) -> Result<ToolOutput, ToolError> {
+    let r = |t: String| redactor.text(&t);
+    let o = |t: Option<String>| t.map(|t| redactor.text(&t));
     let mut out = ToolOutput::new();
     if let Some(value) = output.structured_value() {
         out = out.structured(&redactor.value(value))?;
     }
     for block in output.content() {
         out = out.push(match block.clone() {
-            Content::Text(t) => Content::Text(redactor.text(&t)),
+            Content::Text(t) => Content::Text(r(t)),
+            Content::Image { data, mime_type } => Content::Image {
+                data,
+                mime_type: r(mime_type),
+            },
+            Content::Audio { data, mime_type } => Content::Audio {
+                data,
+                mime_type: r(mime_type),
+            },
+            Content::ResourceLink(link) => {
+                let mut clean = ResourceLink::new(r(link.uri), r(link.name));
+                clean.title = o(link.title);
+                clean.description = o(link.description);
+                clean.mime_type = o(link.mime_type);
+                clean.size = link.size;
+                Content::ResourceLink(clean)
+            }
             Content::Resource {
                 uri,
                 mime_type,
-                contents: ResourceContents::Text(t),
+                contents,
             } => Content::Resource {
-                uri,
-                mime_type,
-                contents: ResourceContents::Text(redactor.text(&t)),
+                uri: r(uri),
+                mime_type: o(mime_type),
+                contents: match contents {
+                    ResourceContents::Text(t) => ResourceContents::Text(r(t)),
+                    blob => blob,
+                },
             },
-            other => other,
         });
     }
     Ok(out)
@@ -528,8 +577,11 @@ mod tests {
             Err(ToolError::Unauthorized(_))
         ));
         let long = "x".repeat(5000);
-        let Err(ToolError::Failed(m)) = http_output(response(500, "text/plain", &long)) else {
+        let Err(e) = http_output(response(500, "text/plain", &long)) else {
             panic!("a 500 is a failure");
+        };
+        let ToolError::Failed(m) = Redactor::default().error(e) else {
+            panic!("stays a failure");
         };
         assert!(m.len() < ERROR_EXCERPT_BYTES + 32, "{}", m.len());
     }
@@ -540,7 +592,7 @@ mod tests {
             "format": 1, "slug": "s", "namespace": "s", "display_name": "s", "description": "",
             "version": "1", "config_schema": {}, "allowed_hosts": [], "webhooks": false,
             "secret_keys": ["token"], "argument_defaults": {}, "config_defaults": {},
-            "binding_parameters": [], "github_installation_key": null, "tools": [], "events": []
+            "binding_parameters": [], "required_config": [], "github_installation_key": null, "tools": [], "events": []
         }))
         .unwrap();
         let config = json!({"token": "s3cr3t-token", "owner": "octo"});
@@ -560,6 +612,30 @@ mod tests {
             redactor.error(ToolError::Failed("HTTP 401: s3cr3t-token".into())),
             ToolError::Failed("HTTP 401: ***".into())
         );
+        // Encoded forms, links and resources, and a secret straddling the cut.
+        redactor.add("p@ss w\"rd".into());
+        assert_eq!(
+            redactor.text("u=p%40ss%20w%22rd j=\"p@ss w\\\"rd\" path=p@ss%20w%22rd"),
+            "u=*** j=\"***\" path=***"
+        );
+        let link = ResourceLink::new("https://x/?t=s3cr3t-token", "s3cr3t-token")
+            .description("see s3cr3t-token");
+        let output = ToolOutput::new().resource_link(link).resource_text(
+            "https://x/s3cr3t-token",
+            "text/plain",
+            "s3cr3t-token",
+        );
+        let shown = format!("{:?}", redact_output(output, &redactor).unwrap());
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        let long = format!("{}s3cr3t-token", "x".repeat(ERROR_EXCERPT_BYTES - 4));
+        let ToolError::Failed(cut) = redactor.error(ToolError::Failed(long)) else {
+            panic!("stays a failure");
+        };
+        assert!(!cut.contains("s3cr"), "{cut}");
+        // A numeric secret.
+        let config = json!({"token": 918273});
+        let numeric = Redactor::new(&plan, config.as_object().unwrap());
+        assert_eq!(numeric.text("pin 918273"), "pin ***");
     }
 
     #[test]

@@ -18,10 +18,27 @@ use crate::render::Scope;
 /// One message a webhook becomes: (kind, payload JSON).
 pub type Translated = (String, String);
 
+/// The JSON payload of a webhook body: JSON itself, or the `payload` field of a form
+/// (`application/x-www-form-urlencoded`, GitHub's default content type).
+pub fn payload_of(body: &[u8]) -> Result<Value, String> {
+    match serde_json::from_slice(body) {
+        Ok(payload) => Ok(payload),
+        Err(json_error) => {
+            let form = form_urlencoded::parse(body).find(|(key, _)| key == "payload");
+            match form {
+                Some((_, payload)) => serde_json::from_str(&payload)
+                    .map_err(|e| format!("the webhook form's `payload` is not JSON: {e}")),
+                None => Err(format!(
+                    "the webhook body is neither JSON ({json_error}) nor a form with a `payload` field"
+                )),
+            }
+        }
+    }
+}
+
 /// Every event's message for the webhook `body`.
 pub fn translate(plan: &Plan, body: &[u8]) -> Result<Vec<Translated>, String> {
-    let payload: Value =
-        serde_json::from_slice(body).map_err(|e| format!("the webhook body is not JSON: {e}"))?;
+    let payload = payload_of(body)?;
     let empty = Map::new();
     let mut scope = Scope::new(&empty, &empty);
     scope.event_payload = Some(&payload);
@@ -43,29 +60,42 @@ pub fn translate(plan: &Plan, body: &[u8]) -> Result<Vec<Translated>, String> {
     Ok(out)
 }
 
-/// The members of `payload` at `paths`, in their original nesting.
+/// The members of `payload` at `paths`, in their original nesting. Where a path breaks
+/// off (a member is absent), the part that exists is kept, as an empty object when it
+/// is one, so `has()` and `!has()` answer as they would on the whole payload.
 pub fn project(payload: &Value, paths: &[Vec<String>]) -> Value {
     let mut out = Value::Object(Map::new());
     for path in paths {
+        // The longest prefix of `path` that exists, and the value there.
         let mut source = payload;
-        let mut found = true;
+        let mut found = 0;
         for member in path {
             match source.get(member) {
-                Some(next) => source = next,
-                None => {
-                    found = false;
-                    break;
+                Some(next) => {
+                    source = next;
+                    found += 1;
                 }
+                None => break,
             }
         }
-        if !found {
+        if found == 0 {
             continue;
         }
+        let complete = found == path.len();
         let mut target = &mut out;
-        for (i, member) in path.iter().enumerate() {
+        for (i, member) in path[..found].iter().enumerate() {
             let Value::Object(map) = target else { break };
-            if i + 1 == path.len() {
-                map.insert(member.clone(), source.clone());
+            if i + 1 == found {
+                let value = if complete || !source.is_object() {
+                    source.clone()
+                } else {
+                    Value::Object(Map::new())
+                };
+                // A longer path may have filled this member in already.
+                let keep = map.get(member).is_some_and(|v| !complete && v.is_object());
+                if !keep {
+                    map.insert(member.clone(), value);
+                }
                 break;
             }
             target = map
@@ -175,7 +205,7 @@ mod tests {
             "format": 1, "slug": "github-pr", "namespace": "tools", "display_name": "github-pr",
             "description": "", "version": "1", "config_schema": {}, "allowed_hosts": [],
             "webhooks": true, "secret_keys": [], "argument_defaults": {}, "config_defaults": {},
-            "binding_parameters": ["owner", "repo"], "github_installation_key": null,
+            "binding_parameters": ["owner", "repo"], "required_config": [], "github_installation_key": null,
             "tools": [],
             "events": [{
                 "name": "comment",
@@ -247,6 +277,49 @@ mod tests {
         assert!(!deliver(hook("created", true, "octo"), "other"));
         assert!(!deliver(hook("created", false, "octo"), "octo"), "not a PR");
         assert!(!deliver(hook("deleted", true, "octo"), "octo"));
+    }
+
+    #[test]
+    fn negated_and_conditional_has_answer_as_on_the_whole_payload() {
+        let mut plan = plan();
+        for (filter, pr, expected) in [
+            ("!has(event.payload.issue.pull_request)", false, true),
+            ("!has(event.payload.issue.pull_request)", true, false),
+            (
+                "has(event.payload.issue.pull_request) ? false : true",
+                false,
+                true,
+            ),
+            ("!has(event.payload.issue.pull_request.url)", false, false),
+        ] {
+            plan.events[0].filter = Some(filter.into());
+            let mut path = vec!["issue".to_owned(), "pull_request".to_owned()];
+            if filter.contains(".url") {
+                path.push("url".into());
+            }
+            plan.events[0].filter_paths = Some(vec![path]);
+            let whole = serde_json::to_vec(&hook("created", pr, "octo")).unwrap();
+            let (kind, payload) = translate(&plan, &whole).unwrap().remove(0);
+            assert_eq!(
+                accept(&plan, &config("octo"), &kind, &payload),
+                expected,
+                "{filter} (pull request: {pr}); payload {payload}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_form_encoded_delivery_is_read_like_json() {
+        let json = serde_json::to_string(&hook("created", true, "octo")).unwrap();
+        let form: String = form_urlencoded::Serializer::new(String::new())
+            .append_pair("payload", &json)
+            .finish();
+        assert_eq!(
+            payload_of(form.as_bytes()).unwrap(),
+            hook("created", true, "octo")
+        );
+        assert!(payload_of(b"a=b").is_err());
+        assert!(payload_of(b"payload=%7Bnot").is_err());
     }
 
     #[test]

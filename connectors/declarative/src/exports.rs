@@ -59,7 +59,7 @@ fn call_tool(
     let arguments = with_defaults(
         object(arguments)
             .map_err(|e| ToolError::InvalidArguments(format!("the arguments are {e}")))?,
-        &plan.argument_defaults,
+        &spec.argument_defaults,
     );
     let config = with_defaults(
         object(&ctx.binding.config)

@@ -64,9 +64,27 @@ pub fn with_defaults(
     values
 }
 
-/// What `bind` checks beyond the config schema (which the host has checked): a usable
-/// installation id when the tool mints GitHub tokens. Returns the routing keys.
+/// What `bind` checks beyond the config schema (which the host has checked): every value
+/// a request needs, and a usable installation id when the tool mints GitHub tokens.
+/// Returns the routing keys.
 pub fn bind(plan: &Plan, config: &Map<String, Value>) -> Result<Vec<String>, String> {
+    let missing: Vec<&str> = plan
+        .required_config
+        .iter()
+        .filter(|key| config.get(*key).is_none_or(Value::is_null))
+        .map(String::as_str)
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "the config must set {}: the tools' requests use {}",
+            missing
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if missing.len() == 1 { "it" } else { "them" }
+        ));
+    }
     if let Some(key) = &plan.github_installation_key {
         if config
             .get(key)
@@ -87,3 +105,35 @@ pub fn bind(plan: &Plan, config: &Map<String, Value>) -> Result<Vec<String>, Str
 
 #[cfg(target_arch = "wasm32")]
 mod exports;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn bind_refuses_a_config_without_a_value_a_request_needs() {
+        let mut plan: Plan = serde_json::from_value(json!({
+            "format": 1, "slug": "s", "namespace": "s", "display_name": "s", "description": "",
+            "version": "1", "config_schema": {}, "allowed_hosts": [], "webhooks": false,
+            "secret_keys": [], "argument_defaults": {}, "config_defaults": {},
+            "binding_parameters": [], "required_config": ["api_key", "folder"],
+            "github_installation_key": null, "tools": [], "events": []
+        }))
+        .unwrap();
+        let config = |v: Value| v.as_object().cloned().unwrap();
+        assert_eq!(
+            bind(&plan, &config(json!({"folder": "f"}))),
+            Err("the config must set `api_key`: the tools' requests use it".into())
+        );
+        assert_eq!(
+            bind(&plan, &config(json!({"folder": "f", "api_key": "k"}))),
+            Ok(vec![])
+        );
+        plan.github_installation_key = Some("installationId".into());
+        let with = |id: Value| config(json!({"folder": "f", "api_key": "k", "installationId": id}));
+        assert!(bind(&plan, &with(json!(0))).is_err());
+        assert!(bind(&plan, &with(json!("12"))).is_err());
+        assert_eq!(bind(&plan, &with(json!(12))), Ok(vec![]));
+    }
+}

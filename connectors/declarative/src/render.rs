@@ -16,8 +16,8 @@ use serde_json::{Map, Value};
 /// Why a template could not be filled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RenderError {
-    /// A referenced value is absent (and has no default).
-    Missing(String),
+    /// A referenced value is absent (and has no default): its name and its root.
+    Missing(String, Root),
     /// A value is present but cannot go where the template puts it.
     Invalid(String),
     /// The host refused a GitHub installation token.
@@ -27,7 +27,7 @@ pub enum RenderError {
 impl std::fmt::Display for RenderError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            RenderError::Missing(name) => write!(f, "no value for `{name}`"),
+            RenderError::Missing(name, _) => write!(f, "no value for `{name}`"),
             RenderError::Invalid(why) => f.write_str(why),
             RenderError::Token(why) => write!(f, "no GitHub installation token: {why}"),
         }
@@ -101,11 +101,11 @@ impl<'a> Scope<'a> {
             };
             return value
                 .map(str::to_owned)
-                .ok_or_else(|| RenderError::Missing(ref_name(r)));
+                .ok_or_else(|| RenderError::Missing(ref_name(r), r.root));
         }
         let value = self
             .lookup(r)
-            .ok_or_else(|| RenderError::Missing(ref_name(r)))?;
+            .ok_or_else(|| RenderError::Missing(ref_name(r), r.root))?;
         Ok(value_text(value))
     }
 
@@ -184,7 +184,7 @@ impl<'a> Scope<'a> {
         for (name, template) in headers {
             let value = match self.render(template) {
                 Ok(value) => value,
-                Err(RenderError::Missing(_)) => continue,
+                Err(RenderError::Missing(..)) => continue,
                 Err(e) => return Err(e),
             };
             if value.chars().any(|c| c.is_control() && c != '\t') {
@@ -254,13 +254,29 @@ fn encode_into(out: &mut String, text: &str, encoding: Encoding) -> Result<(), R
     match encoding {
         Encoding::Raw => out.push_str(text),
         Encoding::Query => percent_encode(out, text, false),
+        Encoding::Segment => {
+            let dots = text
+                .split(['/', '\\'])
+                .any(|part| part == "." || part == "..");
+            if text.is_empty() || dots {
+                return Err(RenderError::Invalid(format!(
+                    "`{text}` cannot be a URL path segment: give a non-empty value without `.` or `..` parts"
+                )));
+            }
+            percent_encode(out, text, true);
+            // `/` is not kept by `percent_encode`, so the value stays one segment.
+        }
         Encoding::Path => {
+            // `\` too: some servers take it (or `%5C`) for a separator.
+            if let Some(part) = text
+                .split(['/', '\\'])
+                .find(|part| *part == "." || *part == "..")
+            {
+                return Err(RenderError::Invalid(format!(
+                    "`{text}` has a `{part}` segment, which would leave the path the tool may reach"
+                )));
+            }
             for (i, segment) in text.split('/').enumerate() {
-                if segment == "." || segment == ".." {
-                    return Err(RenderError::Invalid(format!(
-                        "`{text}` has a `{segment}` segment, which would leave the path the tool may reach"
-                    )));
-                }
                 if i > 0 {
                     out.push('/');
                 }
@@ -273,7 +289,7 @@ fn encode_into(out: &mut String, text: &str, encoding: Encoding) -> Result<(), R
 
 /// Percent-encodes everything but RFC 3986's unreserved characters (and, in a path
 /// segment, the sub-delimiters and `:`/`@` that a segment may hold).
-fn percent_encode(out: &mut String, text: &str, path_segment: bool) {
+pub fn percent_encode(out: &mut String, text: &str, path_segment: bool) {
     for byte in text.bytes() {
         let keep = byte.is_ascii_alphanumeric()
             || matches!(byte, b'-' | b'.' | b'_' | b'~')
@@ -320,7 +336,9 @@ mod tests {
 
     #[test]
     fn path_values_are_escaped_and_cannot_climb_out() {
-        let args = map(json!({"p": "docs/a b?.md", "up": "../../user", "dot": "a/./b"}));
+        let args = map(
+            json!({"p": "docs/a b?.md", "up": "../../user", "dot": "a/./b", "empty": "", "dotdot": "..", "back": "a\\..\\b"}),
+        );
         let config = Map::new();
         let scope = Scope::new(&args, &config);
         let url = vec![
@@ -331,7 +349,20 @@ mod tests {
             scope.render(&url).unwrap(),
             "https://x/contents/docs/a%20b%3F.md"
         );
-        for key in ["up", "dot"] {
+        // One segment: `/` is encoded, and empty or dot values are refused.
+        let one = |key: &str| {
+            scope.render(&vec![
+                Segment::Literal("https://x/users/".into()),
+                hole(key, Encoding::Segment),
+                Segment::Literal("/keys".into()),
+            ])
+        };
+        assert_eq!(one("p").unwrap(), "https://x/users/docs%2Fa%20b%3F.md/keys");
+        // A server that decodes `%2F` must not see `..` either.
+        for key in ["empty", "dotdot", "up", "dot"] {
+            assert!(matches!(one(key), Err(RenderError::Invalid(_))), "{key}");
+        }
+        for key in ["up", "dot", "back"] {
             let url = vec![
                 Segment::Literal("https://x/".into()),
                 hole(key, Encoding::Path),
@@ -410,7 +441,10 @@ mod tests {
         let missing = Body::Text(vec![hole("absent", Encoding::Raw)]);
         assert_eq!(
             scope.render_body(&missing),
-            Err(RenderError::Missing("parameters.absent".into()))
+            Err(RenderError::Missing(
+                "parameters.absent".into(),
+                Root::Argument
+            ))
         );
     }
 

@@ -22,11 +22,14 @@ tool `<namespace>.<action>` (`stateless_http`, `openapi`, `mcp`); `events` becom
 decides per binding. `auth.github()` adds a required `installationId` to the binding config.
 
 Everything is checked before anything is written: unknown keys, `{…}` references to undeclared
-names, CEL syntax, the OpenAPI operation, the MCP server's tools (listed now, over the network).
+names, CEL syntax and functions, the OpenAPI operation (its document must be inside the
+manifest's folder), the MCP server's tools (listed now, over the network).
 Every problem is printed as FILE:LINE:COLUMN: FIELD: MESSAGE, and nothing is written.
 
 Outbound hosts are the hosts of literal URLs, of the `default`/`enum` of settings used as a URL's
-host, of --mcp-url, and every --allow-host. The version defaults to 0.0.0+<manifest digest>.
+host, of --mcp-url, and every --allow-host (a bare host: no scheme, port or path). The version
+defaults to 0.0.0+<digest of the compiled result>, so it changes when the manifest, an OpenAPI
+document it reads or an MCP server's tool list changes what the component does.
 
 Examples:
   connector-host pack github-pr.yaml
@@ -40,7 +43,8 @@ be written, 2 the manifest could not be read or a flag is malformed.";
 /// `pack`.
 #[derive(Debug, Args)]
 pub struct PackArgs {
-    /// The tool manifest (YAML). OpenAPI `spec` paths are relative to its folder.
+    /// The tool manifest (YAML). OpenAPI `spec` paths are relative to its folder, and must
+    /// stay inside it.
     #[arg(value_name = "TOOL.yaml")]
     pub manifest: PathBuf,
 
@@ -48,7 +52,8 @@ pub struct PackArgs {
     #[arg(short = 'o', long, value_name = "TOOL.wasm")]
     pub output: Option<PathBuf>,
 
-    /// The connector version [default: 0.0.0+<first 12 hex digits of the manifest's sha256>].
+    /// The connector version [default: 0.0.0+<first 12 hex digits of the sha256 of the
+    /// compiled plan>].
     #[arg(long = "version", value_name = "VERSION")]
     pub version: Option<String>,
 
@@ -57,8 +62,8 @@ pub struct PackArgs {
     #[arg(long = "mcp-url", value_name = "URL")]
     pub mcp_url: Option<String>,
 
-    /// Also allow outbound requests to HOST (repeatable): for URLs whose host is a setting
-    /// without a default.
+    /// Also allow outbound requests to HOST (repeatable; a bare host, no port): for URLs
+    /// whose host is a setting without a default.
     #[arg(long = "allow-host", value_name = "HOST")]
     pub allow_host: Vec<String>,
 }

@@ -61,6 +61,14 @@ fn mcp_annotations(a: &Value) -> Annotations {
     }
 }
 
+/// The defaults of a tool's arguments (the root ones and the action's own).
+fn argument_defaults<'a>(params: impl IntoIterator<Item = &'a Property>) -> Map<String, Value> {
+    params
+        .into_iter()
+        .filter_map(|p| p.default.clone().map(|d| (p.name.clone(), d)))
+        .collect()
+}
+
 fn raw(value: &Value) -> Box<serde_json::value::RawValue> {
     serde_json::value::to_raw_value(value)
         .unwrap_or_else(|e| unreachable!("a JSON value always serialises: {e}"))
@@ -315,6 +323,7 @@ impl Compiler<'_> {
         vec![Tool {
             id: format!("{ns}.{}", action.name),
             description,
+            argument_defaults: argument_defaults(params.iter().copied()),
             input_schema: raw(&schema::object_schema(params)),
             annotations: http_annotations(&method),
             backend: Backend::Http(HttpRequest {
@@ -553,6 +562,7 @@ impl Compiler<'_> {
         vec![Tool {
             id: format!("{ns}.{}", action.name),
             description,
+            argument_defaults: argument_defaults(params.iter().copied()),
             input_schema: raw(&schema::object_schema(params)),
             annotations: http_annotations(&op.method),
             backend: Backend::Http(HttpRequest {
@@ -565,20 +575,25 @@ impl Compiler<'_> {
         }]
     }
 
-    /// Loads (once) the OpenAPI document at `spec`, relative to the manifest.
+    /// Loads (once) the OpenAPI document at `spec`, relative to the manifest's folder and
+    /// confined to it: a manifest from elsewhere must not read (and embed) other files.
     fn spec(&mut self, spec: &str, pos: Pos, field: &str) -> Option<Value> {
-        let path = self.base_dir.join(spec);
+        let path = match openapi::confine(self.base_dir, spec) {
+            Ok(path) => path,
+            Err(e) => {
+                self.problems.at(pos, field, e);
+                return None;
+            }
+        };
         if let Some(cached) = self.specs.get(&path) {
             return cached.clone();
         }
-        let loaded = match openapi::load(&path) {
+        let shown = self.base_dir.join(spec).display().to_string();
+        let loaded = match openapi::load(&path, &shown) {
             Ok(doc) => Some(doc),
             Err(e) => {
                 match e.pos {
-                    Some(at) => {
-                        self.problems
-                            .in_file(&path.display().to_string(), at, "", e.message)
-                    }
+                    Some(at) => self.problems.in_file(&shown, at, "", e.message),
                     None => self.problems.at(pos, field, e.message),
                 }
                 None
@@ -806,11 +821,8 @@ impl Compiler<'_> {
                 Value::Object(m) => m.clone(),
                 _ => Map::new(),
             };
-            let forward = input
-                .get("properties")
-                .and_then(Value::as_object)
-                .map(|p| p.keys().cloned().collect::<Vec<_>>());
             input.entry("type").or_insert("object".into());
+            let mut merged_names = Vec::new();
             for p in &extra {
                 let props = input
                     .entry("properties")
@@ -831,6 +843,7 @@ impl Compiler<'_> {
                     continue;
                 }
                 props.insert(p.name.clone(), Value::Object(p.schema.clone()));
+                merged_names.push(p.name.clone());
                 if p.required {
                     let required = input
                         .entry("required")
@@ -839,6 +852,13 @@ impl Compiler<'_> {
                         list.push(Value::String(p.name.clone()));
                     }
                 }
+            }
+            let (forward, warning) = mcp_forward(&st.input_schema, &merged_names);
+            if let Some(w) = warning {
+                self.warnings.push(format!(
+                    "{}: the MCP server's tool `{}` {w}",
+                    action.field, st.name
+                ));
             }
             let description = st
                 .description
@@ -849,6 +869,7 @@ impl Compiler<'_> {
             tools.push(Tool {
                 id,
                 description,
+                argument_defaults: argument_defaults(extra.iter().copied()),
                 input_schema: raw(&Value::Object(input)),
                 annotations: mcp_annotations(&st.annotations),
                 backend: Backend::Mcp(McpCall {
@@ -861,6 +882,38 @@ impl Compiler<'_> {
         }
         tools
     }
+}
+
+/// The argument names a call of a server's tool passes on, from the server's own
+/// `inputSchema` and the manifest's parameters merged into it (`merged`), and a warning.
+///
+/// The server's property names, when it has `properties`. Without: every argument
+/// (`None`) when nothing was merged in; none when the schema says
+/// `additionalProperties: false` (the tool takes no arguments); else every argument, the
+/// merged parameters included (the plan cannot say "all but these"), which the warning
+/// tells the author.
+pub(crate) fn mcp_forward(
+    server_schema: &Value,
+    merged: &[String],
+) -> (Option<Vec<String>>, Option<String>) {
+    if let Some(props) = server_schema.get("properties").and_then(Value::as_object) {
+        return (Some(props.keys().cloned().collect()), None);
+    }
+    if merged.is_empty() {
+        return (None, None);
+    }
+    if server_schema.get("additionalProperties") == Some(&Value::Bool(false)) {
+        return (Some(Vec::new()), None);
+    }
+    let names: Vec<String> = merged.iter().map(|n| format!("`{n}`")).collect();
+    (
+        None,
+        Some(format!(
+            "names no `properties` in its inputSchema, so a call passes every argument on to \
+             it, the manifest's parameters {} too (the server may refuse or misread them)",
+            names.join(", ")
+        )),
+    )
 }
 
 /// A header's value as pack can know it: literal text and setting defaults.

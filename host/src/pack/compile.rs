@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
-use declarative_plan::{Plan, Tool, FORMAT};
+use declarative_plan::{Backend, Body, Plan, Ref, Root, Segment, Template, Tool, FORMAT};
 use regex_lite::Regex;
 use serde_json::{Map, Value};
 
@@ -101,8 +101,6 @@ pub(crate) struct Compiler<'a> {
     pub specs: HashMap<PathBuf, Option<Value>>,
     /// MCP servers' tools by URL and headers sent.
     pub servers: HashMap<ServerKey, Result<Vec<mcp::ServerTool>, String>>,
-    argument_defaults: Map<String, Value>,
-    default_origin: BTreeMap<String, String>,
     /// Whether `--mcp-url` stood in for a setting.
     pub mcp_url_used: bool,
 }
@@ -126,8 +124,6 @@ pub(crate) fn compile(
         hosts: Vec::new(),
         specs: HashMap::new(),
         servers: HashMap::new(),
-        argument_defaults: Map::new(),
-        default_origin: BTreeMap::new(),
         mcp_url_used: false,
     };
     let plan = c.manifest(root, version);
@@ -424,11 +420,12 @@ impl Compiler<'_> {
             config_params,
             usage: Usage::default(),
         };
-        for p in decls.root_arguments() {
-            if let Some(d) = &p.default {
-                self.argument_default(&p.name, d, p.pos, &p.field);
-            }
-        }
+        // What event filters see as `parameters` besides the binding ones; each tool has
+        // its own defaults (`Tool::argument_defaults`).
+        let root_defaults: Map<String, Value> = decls
+            .root_arguments()
+            .filter_map(|p| p.default.clone().map(|d| (p.name.clone(), d)))
+            .collect();
 
         // Top-level runtime blocks: checked once, inherited by the actions.
         let mut top: BTreeMap<&str, &Node> = BTreeMap::new();
@@ -523,9 +520,6 @@ impl Compiler<'_> {
                         ),
                     );
                     continue;
-                }
-                if let Some(d) = &p.default {
-                    self.argument_default(&p.name, d, p.pos, &p.field);
                 }
                 own_ok.push(p);
             }
@@ -669,10 +663,9 @@ impl Compiler<'_> {
 
         // Hosts: the flags too.
         for h in &self.options.allow_hosts {
-            push_host(
-                &mut self.hosts,
-                &h.trim().trim_end_matches('.').to_ascii_lowercase(),
-            );
+            if let Some(h) = super::allow_host(h) {
+                push_host(&mut self.hosts, &h);
+            }
         }
         if let Some(url) = self.options.mcp_url.clone() {
             if let Ok(h) = templates::host_of(&url) {
@@ -689,6 +682,12 @@ impl Compiler<'_> {
             return None;
         }
         let config_schema = serde_json::value::to_raw_value(&config_schema).ok()?;
+        let config_defaults: Map<String, Value> = config
+            .iter()
+            .filter_map(|p| p.default.clone().map(|d| (p.name.clone(), d)))
+            .collect();
+        let tools: Vec<Tool> = tools.into_iter().map(|(t, _, _)| t).collect();
+        let required_config = required_config(&tools, &config_defaults);
         Some(Plan {
             format: FORMAT,
             slug: slug.clone().unwrap_or_default(),
@@ -704,18 +703,16 @@ impl Compiler<'_> {
                 .filter(|s| s.secret)
                 .map(|s| s.name.clone())
                 .collect(),
-            argument_defaults: self.argument_defaults.clone(),
-            config_defaults: config
-                .iter()
-                .filter_map(|p| p.default.clone().map(|d| (p.name.clone(), d)))
-                .collect(),
+            argument_defaults: root_defaults,
+            config_defaults,
             binding_parameters: config
                 .iter()
                 .filter(|p| decls.config_params.contains(&p.name))
                 .map(|p| p.name.clone())
                 .collect(),
+            required_config,
             github_installation_key: github.then(|| INSTALLATION_KEY.to_string()),
-            tools: tools.into_iter().map(|(t, _, _)| t).collect(),
+            tools,
             events: plan_events,
         })
     }
@@ -741,30 +738,6 @@ impl Compiler<'_> {
                     ),
                 );
                 Vec::new()
-            }
-        }
-    }
-
-    fn argument_default(&mut self, name: &str, default: &Value, pos: Pos, field: &str) {
-        match self.argument_defaults.get(name) {
-            Some(existing) if existing != default => {
-                let origin = self.default_origin.get(name).cloned().unwrap_or_default();
-                self.at(
-                    pos,
-                    &format!("{field}.default"),
-                    format!(
-                        "parameter `{name}` has the default {default} here and {existing} in \
-                         {origin}; the packed tool keeps one default per parameter name: use the \
-                         same default or rename one"
-                    ),
-                );
-            }
-            Some(_) => {}
-            None => {
-                self.argument_defaults
-                    .insert(name.to_string(), default.clone());
-                self.default_origin
-                    .insert(name.to_string(), field.to_string());
             }
         }
     }
@@ -822,6 +795,60 @@ fn unsupported_backend(name: &str) -> String {
         "the `{name}` backend cannot run on this host: it runs `stateless_http`, `openapi` and \
          `mcp` actions only; rewrite this action with one of those"
     )
+}
+
+/// The config keys the tools' templates refer to (URLs, headers, bodies, MCP URLs and
+/// headers) that have no default: a binding without them could only send a request with a
+/// hole left empty, so `bind` refuses it. Sorted.
+pub(crate) fn required_config(tools: &[Tool], defaults: &Map<String, Value>) -> Vec<String> {
+    let mut keys = BTreeSet::new();
+    for tool in tools {
+        match &tool.backend {
+            Backend::Http(h) => {
+                template_config(&h.url, &mut keys);
+                h.headers
+                    .iter()
+                    .for_each(|(_, t)| template_config(t, &mut keys));
+                h.query.iter().for_each(|q| ref_config(&q.value, &mut keys));
+                if let Some(body) = &h.body {
+                    body_config(body, &mut keys);
+                }
+            }
+            Backend::Mcp(m) => {
+                template_config(&m.url, &mut keys);
+                m.headers
+                    .iter()
+                    .for_each(|(_, t)| template_config(t, &mut keys));
+            }
+        }
+    }
+    keys.into_iter()
+        .filter(|k| !defaults.contains_key(k))
+        .collect()
+}
+
+fn ref_config(r: &Ref, keys: &mut BTreeSet<String>) {
+    if r.root == Root::Config {
+        keys.insert(r.key.clone());
+    }
+}
+
+fn template_config(template: &Template, keys: &mut BTreeSet<String>) {
+    for segment in template {
+        if let Segment::Ref { value, .. } = segment {
+            ref_config(value, keys);
+        }
+    }
+}
+
+fn body_config(body: &Body, keys: &mut BTreeSet<String>) {
+    match body {
+        Body::Literal(_) => {}
+        Body::Text(t) => template_config(t, keys),
+        Body::Value(r) => ref_config(r, keys),
+        Body::Object(members) => members.iter().for_each(|(_, b)| body_config(b, keys)),
+        Body::Array(items) => items.iter().for_each(|b| body_config(b, keys)),
+    }
 }
 
 fn push_host(hosts: &mut Vec<String>, host: &str) {

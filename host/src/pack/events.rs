@@ -47,8 +47,42 @@ const CEL_TYPES: &[&str] = &[
     "type",
     "dyn",
 ];
-/// Functions the interpreter's CEL does not have (no regular expressions, no time).
-const MISSING_FUNCTIONS: &[&str] = &["matches", "timestamp", "duration"];
+/// The functions the interpreter's CEL has (`cel` 0.15 without its default features:
+/// `Env::stdlib`'s overloads, no regular expressions, no time), called globally…
+pub(crate) const CEL_GLOBAL_FUNCTIONS: &[&str] = &[
+    "bool",
+    "bytes",
+    "double",
+    "dyn",
+    "int",
+    "size",
+    "string",
+    "type",
+    "uint",
+    "optional.none",
+    "optional.of",
+    "optional.ofNonZeroValue",
+];
+/// …and as members (`x.f()`).
+pub(crate) const CEL_MEMBER_FUNCTIONS: &[&str] = &[
+    "contains",
+    "endsWith",
+    "startsWith",
+    "size",
+    "value",
+    "hasValue",
+    "or",
+    "orValue",
+];
+/// The standard macros: expanded when a filter is compiled; a call left by that name
+/// (a wrong number of arguments) fails like any other.
+const CEL_MACROS: &[&str] = &["has", "all", "exists", "exists_one", "map", "filter"];
+/// Functions of full CEL the interpreter's does not have, with a hint.
+const MISSING_FUNCTIONS: &[(&str, &str)] = &[
+    ("matches", "it has no regular expressions"),
+    ("timestamp", "it has no time functions"),
+    ("duration", "it has no time functions"),
+];
 
 /// A duration such as `72h`, in milliseconds.
 pub(crate) fn duration_ms(text: &str) -> Option<u64> {
@@ -280,7 +314,14 @@ pub(crate) fn compile(
             None
             | Some(Node {
                 kind: Kind::Null, ..
-            }) => (None, None),
+            }) => {
+                c.warnings.push(format!(
+                    "{webhook_field}: event `{name}` has no `filter`: every signed webhook \
+                     becomes this event's message in every bound unit; add a filter such as \
+                     `event.payload.action == 'opened'`"
+                ));
+                (None, None)
+            }
             Some(Node {
                 kind: Kind::Str(src),
                 pos,
@@ -340,11 +381,13 @@ fn list(keys: &[&str]) -> String {
         .join(", ")
 }
 
-/// Where line `line`, column `column` of a filter is in the manifest (approximately for
-/// folded text).
+/// Where line `line`, column `column` (from 1) of a filter is in the manifest: `node` is
+/// where its text starts (a block scalar's first line of text). Approximate for folded
+/// text, whose lines were joined, and for the columns of quoted text.
 fn filter_pos(node: Pos, block_scalar: bool, line: usize, column: usize) -> Pos {
+    let line = line.max(1);
     match (block_scalar, line) {
-        (false, 1) => Pos {
+        (_, 1) => Pos {
             line: node.line,
             column: node.column + column.saturating_sub(1),
         },
@@ -353,8 +396,8 @@ fn filter_pos(node: Pos, block_scalar: bool, line: usize, column: usize) -> Pos 
             column,
         },
         (true, _) => Pos {
-            line: node.line + line,
-            column,
+            line: node.line + line - 1,
+            column: node.column + column.saturating_sub(1),
         },
     }
 }
@@ -479,10 +522,13 @@ pub(crate) fn check_filter(
         whole: false,
         errors: Vec::new(),
         warnings: Vec::new(),
+        src,
+        info: program.source_info(),
+        at: None,
     };
     walk.expr(program.expression());
     if !walk.errors.is_empty() {
-        return Err(walk.errors.into_iter().map(|e| (None, e)).collect());
+        return Err(walk.errors);
     }
     let paths = (!walk.whole).then(|| reduce(walk.paths));
     Ok(FilterCheck {
@@ -509,8 +555,12 @@ struct Walk<'a> {
     scope: Vec<String>,
     paths: Vec<Vec<String>>,
     whole: bool,
-    errors: Vec<String>,
+    errors: Vec<FilterError>,
     warnings: Vec<String>,
+    src: &'a str,
+    info: &'a cel::common::ast::SourceInfo,
+    /// Where the expression being checked is in the filter (line, column from 1).
+    at: Option<(usize, usize)>,
 }
 
 /// `a.b.c` (a test `has(a.b.c)` only as the outermost select): the root and the fields.
@@ -535,7 +585,37 @@ fn chain(e: &IdedExpr) -> Option<(&str, Vec<&str>)> {
 }
 
 impl Walk<'_> {
+    /// Line and column (from 1) of the node `id` in the filter.
+    fn pos_of(&self, id: u64) -> Option<(usize, usize)> {
+        let (start, _) = self.info.offset_for(id)?;
+        let start = usize::try_from(start).ok()?;
+        let mut line = 1;
+        let mut column = 1;
+        for c in self.src.chars().take(start) {
+            if c == '\n' {
+                line += 1;
+                column = 1;
+            } else {
+                column += 1;
+            }
+        }
+        Some((line, column))
+    }
+
+    fn error(&mut self, message: String) {
+        self.errors.push((self.at, message));
+    }
+
     fn expr(&mut self, e: &IdedExpr) {
+        let outer = self.at;
+        if let Some(at) = self.pos_of(e.id) {
+            self.at = Some(at);
+        }
+        self.node(e);
+        self.at = outer;
+    }
+
+    fn node(&mut self, e: &IdedExpr) {
         if let Some((root, fields)) = chain(e) {
             if !self.scope.iter().any(|v| v == root) {
                 self.root(root, &fields);
@@ -544,15 +624,24 @@ impl Walk<'_> {
         }
         match &e.expr {
             Expr::Call(call) => {
-                if MISSING_FUNCTIONS.contains(&call.func_name.as_str()) {
-                    self.errors.push(format!(
-                        "`{}()` is not available in this host's CEL (it has no regular \
-                         expressions and no time functions); use `contains`, `startsWith`, \
-                         `endsWith` or comparisons",
-                        call.func_name
-                    ));
+                let name = call.func_name.as_str();
+                // `optional.of(x)`: a qualified global function, not a member call.
+                let qualified = match &call.target {
+                    Some(t) => match &t.expr {
+                        Expr::Ident(ns) if !self.scope.iter().any(|v| v == ns) => {
+                            let full = format!("{ns}.{name}");
+                            CEL_GLOBAL_FUNCTIONS
+                                .contains(&full.as_str())
+                                .then_some(full)
+                        }
+                        _ => None,
+                    },
+                    None => None,
+                };
+                if qualified.is_none() {
+                    self.function(name, call.target.is_some());
                 }
-                if let Some(target) = &call.target {
+                if let (Some(target), None) = (&call.target, &qualified) {
                     self.expr(target);
                 }
                 for arg in &call.args {
@@ -599,6 +688,42 @@ impl Walk<'_> {
         }
     }
 
+    /// Refuses a function the interpreter's CEL does not have (operators, whose names are
+    /// not identifiers, and macros are fine).
+    fn function(&mut self, name: &str, member: bool) {
+        let operator = name
+            .chars()
+            .any(|c| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'));
+        let known = if member {
+            CEL_MEMBER_FUNCTIONS
+        } else {
+            CEL_GLOBAL_FUNCTIONS
+        };
+        if operator || known.contains(&name) || CEL_MACROS.contains(&name) {
+            return;
+        }
+        let call = if member {
+            format!(".{name}()")
+        } else {
+            format!("{name}()")
+        };
+        let why = MISSING_FUNCTIONS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(String::new(), |(_, why)| format!(" ({why})"));
+        let available: Vec<String> = CEL_GLOBAL_FUNCTIONS
+            .iter()
+            .map(|f| format!("{f}()"))
+            .chain(CEL_MEMBER_FUNCTIONS.iter().map(|f| format!(".{f}()")))
+            .collect();
+        self.error(format!(
+            "`{call}` is not available in this host's CEL{why}: a filter calling it never \
+             matches. It has {}, the macros has/all/exists/exists_one/map/filter and the \
+             operators",
+            available.join(", ")
+        ));
+    }
+
     fn root(&mut self, root: &str, fields: &[&str]) {
         match root {
             "event" => match fields {
@@ -607,7 +732,7 @@ impl Walk<'_> {
                         .push(rest.iter().map(|s| s.to_string()).collect());
                 }
                 [] | ["payload"] => self.whole = true,
-                [other, ..] => self.errors.push(format!(
+                [other, ..] => self.error(format!(
                     "`event.{other}`: a filter reads the webhook body as `event.payload.…`"
                 )),
             },
@@ -639,7 +764,7 @@ impl Walk<'_> {
                             .chain(self.event_params.iter())
                             .map(|p| format!("`{}`", p.name))
                             .collect();
-                        self.errors.push(format!(
+                        self.error(format!(
                             "unknown parameter `parameters.{}` ({}); declare it in the root \
                              `parameters` (with `require_binding: true`) or in this event's \
                              `parameters`",
@@ -654,7 +779,7 @@ impl Walk<'_> {
                 }
             }
             t if CEL_TYPES.contains(&t) && fields.is_empty() => {}
-            other => self.errors.push(format!(
+            other => self.error(format!(
                 "unknown identifier `{other}`: a filter reads `event.payload.…` and \
                  `parameters.…` only"
             )),

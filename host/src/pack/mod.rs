@@ -38,7 +38,8 @@ use error::Problems;
 /// How to pack.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PackOptions {
-    /// The connector version; default `0.0.0+<first 12 hex digits of the manifest's sha256>`.
+    /// The connector version; default `0.0.0+<first 12 hex digits of the sha256 of the
+    /// compiled plan>` (see [`default_version`]).
     pub version: Option<String>,
     /// The MCP server to list tools from when an `mcp` block's URL is a setting
     /// (`url: "{settings.mcp_url}"`); its host is allowed too.
@@ -58,7 +59,8 @@ pub struct Packed {
     pub warnings: Vec<String>,
 }
 
-/// Packs the manifest at `path` (OpenAPI documents are found relative to its folder).
+/// Packs the manifest at `path` (OpenAPI documents are found relative to its folder, and
+/// only inside it).
 pub fn pack_file(path: &Path, options: &PackOptions) -> Result<Packed, PackError> {
     let shown = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|e| {
@@ -80,7 +82,7 @@ pub fn pack_file(path: &Path, options: &PackOptions) -> Result<Packed, PackError
 }
 
 /// Packs manifest text. `file_name` names it in problems; `base_dir` is where relative
-/// paths (OpenAPI `spec`) are found.
+/// paths (OpenAPI `spec`) are found, and the folder they must stay inside.
 pub fn pack_str(
     yaml: &str,
     file_name: &str,
@@ -96,12 +98,10 @@ pub fn pack_str(
             return Err(problems.into_error());
         }
     };
-    let version = options.version.clone().unwrap_or_else(|| {
-        let digest = hex::encode(Sha256::digest(yaml.as_bytes()));
-        format!("0.0.0+{}", &digest[..12])
-    });
+    // Without --version: derived from the plan below, once it is known.
+    let version = options.version.clone().unwrap_or_default();
     let (plan, warnings) = compile::compile(&root, base_dir, options, version, &mut problems);
-    let plan = match plan {
+    let mut plan = match plan {
         Some(plan) if problems.is_empty() => plan,
         _ => {
             if problems.is_empty() {
@@ -115,13 +115,19 @@ pub fn pack_str(
             return Err(problems.into_error());
         }
     };
-    let json = serde_json::to_vec(&plan).map_err(|e| {
-        PackError::whole(
-            PackErrorKind::Build,
-            file_name,
-            format!("could not serialise the plan: {e}"),
-        )
-    })?;
+    let serialise = |plan: &Plan| {
+        serde_json::to_vec(plan).map_err(|e| {
+            PackError::whole(
+                PackErrorKind::Build,
+                file_name,
+                format!("could not serialise the plan: {e}"),
+            )
+        })
+    };
+    if options.version.is_none() {
+        plan.version = default_version(&serialise(&plan)?);
+    }
+    let json = serialise(&plan)?;
     let component = declarative_plan::embed(crate::bundled::DECLARATIVE_INTERPRETER, &json)
         .map_err(|e| PackError::whole(PackErrorKind::Build, file_name, e.to_string()))?;
     Ok(Packed {
@@ -129,6 +135,37 @@ pub fn pack_str(
         plan,
         warnings,
     })
+}
+
+/// The version of a plan packed without `--version`: `0.0.0+` and the first 12 hex digits
+/// of the sha256 of its JSON (with an empty `version`). Everything the component does is
+/// in the plan, so a changed OpenAPI document or MCP server tool list changes it too,
+/// while a manifest edit that changes nothing (a comment) does not.
+pub(crate) fn default_version(plan_json: &[u8]) -> String {
+    let digest = hex::encode(Sha256::digest(plan_json));
+    format!("0.0.0+{}", &digest[..12])
+}
+
+/// An `--allow-host` value as an allowed host (lower case, no trailing dot, an IPv6
+/// address without brackets), or `None` when it is not a bare host name (a scheme, a
+/// port, a path).
+pub(crate) fn allow_host(flag: &str) -> Option<String> {
+    let h = flag.trim().trim_end_matches('.').to_ascii_lowercase();
+    let unbracketed = h
+        .strip_prefix('[')
+        .and_then(|x| x.strip_suffix(']'))
+        .unwrap_or(&h);
+    if unbracketed.parse::<std::net::Ipv6Addr>().is_ok() {
+        return Some(unbracketed.to_string());
+    }
+    let bare = h.strip_prefix("*.").unwrap_or(&h);
+    let ok = !bare.is_empty()
+        && bare
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-'))
+        && !bare.starts_with('.')
+        && !bare.contains("..");
+    ok.then_some(h)
 }
 
 /// Checks the options that do not depend on the manifest.
@@ -145,13 +182,19 @@ fn check_options(file: &str, options: &PackOptions) -> Result<(), PackError> {
         }
     }
     for h in &options.allow_hosts {
+        if allow_host(h).is_some() {
+            continue;
+        }
         let bare = h.strip_prefix("*.").unwrap_or(h);
-        let ok = !bare.is_empty()
-            && bare
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':'))
-            && !bare.starts_with('.');
-        if !ok {
+        let port = bare.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && !port.is_empty() && port.chars().all(|c| c.is_ascii_digit())
+        });
+        if port && !bare.contains("://") && !bare.contains('/') {
+            problems.push(format!(
+                "--allow-host `{h}` has a port, and hosts have none (an allowed host is \
+                 allowed on any port): give the host alone, like api.example.com"
+            ));
+        } else {
             problems.push(format!(
                 "--allow-host `{h}` is not a host name: give the bare host, like api.example.com \
                  or *.example.com (no scheme, port or path)"

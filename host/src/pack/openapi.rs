@@ -5,10 +5,12 @@
 //! a large document does not stop a pack. OpenAPI 3.0's schema dialect (`nullable`,
 //! boolean `exclusiveMinimum`) is rewritten into JSON Schema, which tool input schemas are.
 
-use std::path::Path;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::compile::HEADER_NAME;
 use super::yaml::{self, Pos};
 
 /// Why a document could not be loaded.
@@ -19,14 +21,91 @@ pub(crate) struct LoadError {
     pub message: String,
 }
 
-/// Reads an OpenAPI document: JSON when it parses as such, else YAML.
-pub(crate) fn load(path: &Path) -> Result<Value, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|e| LoadError {
-        pos: None,
-        message: format!(
+/// The largest OpenAPI document pack reads.
+pub(crate) const MAX_DOCUMENT: u64 = 8 * 1024 * 1024;
+
+/// The canonical path of the document `spec` names, relative to `base_dir` (the
+/// manifest's folder): a regular file inside that folder (after links are followed) of at
+/// most [`MAX_DOCUMENT`] bytes. Absolute paths and paths leading out are refused.
+pub(crate) fn confine(base_dir: &Path, spec: &str) -> Result<PathBuf, String> {
+    let relative = Path::new(spec);
+    if spec.trim().is_empty() {
+        return Err(
+            "`spec` is empty: give the OpenAPI document's path, relative to the \
+                    manifest's folder"
+                .into(),
+        );
+    }
+    if relative.is_absolute() || relative.has_root() {
+        return Err(format!(
+            "`{spec}` is an absolute path: give the OpenAPI document's path relative to the \
+             manifest's folder (the document must be inside it)"
+        ));
+    }
+    let base = base_dir.canonicalize().map_err(|e| {
+        format!(
+            "could not resolve the manifest's folder {}: {e}",
+            base_dir.display()
+        )
+    })?;
+    let joined = base.join(relative);
+    let path = joined.canonicalize().map_err(|e| {
+        format!(
+            "could not read the OpenAPI document {}: {e}",
+            base_dir.join(relative).display()
+        )
+    })?;
+    if !path.starts_with(&base) {
+        return Err(format!(
+            "`{spec}` is outside the manifest's folder {} (after `..` and links): put the \
+             OpenAPI document next to the manifest, or in a folder below it",
+            base.display()
+        ));
+    }
+    let meta = std::fs::metadata(&path).map_err(|e| {
+        format!(
             "could not read the OpenAPI document {}: {e}",
             path.display()
-        ),
+        )
+    })?;
+    if !meta.is_file() {
+        return Err(format!(
+            "`{spec}` is not a regular file: give the path of the OpenAPI document"
+        ));
+    }
+    if meta.len() > MAX_DOCUMENT {
+        return Err(format!(
+            "the OpenAPI document `{spec}` has {} bytes, more than the {MAX_DOCUMENT} pack \
+             reads (8 MiB); trim it to the operations the tool uses",
+            meta.len()
+        ));
+    }
+    Ok(path)
+}
+
+/// Reads an OpenAPI document (at most [`MAX_DOCUMENT`] bytes): JSON when it parses as
+/// such, else YAML. `shown` names it in messages.
+pub(crate) fn load(path: &Path, shown: &str) -> Result<Value, LoadError> {
+    let unreadable = |e: std::io::Error| LoadError {
+        pos: None,
+        message: format!("could not read the OpenAPI document {shown}: {e}"),
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_DOCUMENT + 1).read_to_end(&mut bytes))
+        .map_err(unreadable)?;
+    if bytes.len() as u64 > MAX_DOCUMENT {
+        return Err(LoadError {
+            pos: None,
+            message: format!(
+                "the OpenAPI document {shown} is larger than the {MAX_DOCUMENT} bytes pack \
+                 reads (8 MiB)"
+            ),
+        });
+    }
+    let text = String::from_utf8(bytes).map_err(|_| LoadError {
+        pos: None,
+        message: format!("the OpenAPI document {shown} is not UTF-8 text"),
     })?;
     parse(
         &text,
@@ -95,6 +174,9 @@ pub(crate) struct Operation {
     /// Things worth telling the author that do not stop the pack.
     pub warnings: Vec<String>,
 }
+
+/// Header parameters OpenAPI says to ignore.
+const IGNORED_HEADERS: &[&str] = &["Accept", "Content-Type", "Authorization"];
 
 const METHODS: &[&str] = &[
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
@@ -225,7 +307,27 @@ fn compile(
                 }
                 out.query.push(param)
             }
-            "header" => out.headers.push(param),
+            "header" => {
+                if IGNORED_HEADERS
+                    .iter()
+                    .any(|h| h.eq_ignore_ascii_case(&name))
+                {
+                    // OpenAPI: "If `in` is "header" and the `name` field is "Accept",
+                    // "Content-Type" or "Authorization", the parameter definition SHALL be
+                    // ignored."
+                    warnings.push(format!(
+                        "header parameter `{name}` is ignored, as OpenAPI says; to send it, \
+                         set it in the `openapi` block's `headers`"
+                    ));
+                    continue;
+                }
+                if !HEADER_NAME.is_match(&name) {
+                    return Err(format!(
+                        "header parameter `{name}` is not a valid HTTP header name"
+                    ));
+                }
+                out.headers.push(param)
+            }
             "cookie" => {
                 if required {
                     return Err(format!(

@@ -70,7 +70,8 @@ const BLOCK_KEYS: &[&str] = &[
     "examples",
 ];
 
-/// Parts of a setting key that make it secret (compared case-insensitively).
+/// Parts of a setting key that make it secret (compared case-insensitively, with `-` and
+/// `.` read as `_`: `x-api-key`, `aws.access-key`).
 const SECRET_WORDS: &[&str] = &[
     "token",
     "secret",
@@ -78,16 +79,19 @@ const SECRET_WORDS: &[&str] = &[
     "passwd",
     "api_key",
     "apikey",
+    "access_key",
     "private_key",
     "credential",
 ];
 
-/// Whether a setting is secret: `format: password`, `writeOnly: true`, or a secret-like key.
+/// Whether a setting is secret: `format: password`, `writeOnly: true`, or a secret-like
+/// key that does not say `writeOnly: false` (a `token_url`, say, is not a secret).
 pub(crate) fn is_secret(key: &str, schema: &Map<String, Value>) -> bool {
-    let lower = key.to_ascii_lowercase();
+    let lower = key.to_ascii_lowercase().replace(['-', '.'], "_");
+    let write_only = schema.get("writeOnly").and_then(Value::as_bool);
     schema.get("format").and_then(Value::as_str) == Some("password")
-        || schema.get("writeOnly").and_then(Value::as_bool) == Some(true)
-        || SECRET_WORDS.iter().any(|w| lower.contains(w))
+        || write_only == Some(true)
+        || (write_only.is_none() && SECRET_WORDS.iter().any(|w| lower.contains(w)))
 }
 
 /// Reads one block (absent or null: no properties).
@@ -302,6 +306,20 @@ fn read_property(
         }
     }
     let secret = kind == BlockKind::Settings && is_secret(name, &schema);
+    if secret && default.is_some() {
+        let default_pos = node.get("default").map_or(node.pos, |n| n.pos);
+        problems.at(
+            default_pos,
+            &format!("{field}.default"),
+            format!(
+                "`{name}` is a secret setting (write-only: `format: password`, `writeOnly`, or \
+                 a secret-like name), so it cannot have a default: the default would ship in \
+                 the component and in its config schema for anyone to read. Remove it and give \
+                 the value in each binding (or, if the value is not a secret, say \
+                 `writeOnly: false`)"
+            ),
+        );
+    }
     if secret {
         schema.insert("writeOnly".into(), Value::Bool(true));
     }

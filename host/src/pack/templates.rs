@@ -21,7 +21,8 @@ pub(crate) enum Piece {
     Lit(String),
     /// The expression between `{` and `}`, trimmed.
     Hole(String),
-    /// A tool argument named directly (an OpenAPI path parameter), not written as text.
+    /// A tool argument named directly (an OpenAPI path parameter), not written as text:
+    /// in a URL path it is one segment ([`Encoding::Segment`]).
     Arg(String),
 }
 
@@ -365,7 +366,8 @@ enum UrlPart {
 }
 
 impl Names<'_> {
-    /// Compiles a URL template: refs in the path are [`Encoding::Path`], in the query
+    /// Compiles a URL template: refs in the path are [`Encoding::Path`] (a
+    /// [`Piece::Arg`], an OpenAPI path parameter, [`Encoding::Segment`]), in the query
     /// [`Encoding::Query`]; the scheme and authority may only hold literals and settings.
     pub(crate) fn url(&self, pieces: &[Piece]) -> Result<CompiledUrl, Vec<String>> {
         let mut errors = Vec::new();
@@ -418,8 +420,10 @@ impl Names<'_> {
                     after_hole = false;
                 }
                 Piece::Arg(name) => {
+                    // An OpenAPI path parameter: exactly one segment (its `simple`
+                    // style encodes `/` too).
                     let encoding = match part {
-                        UrlPart::Path => Encoding::Path,
+                        UrlPart::Path => Encoding::Segment,
                         UrlPart::Query => Encoding::Query,
                         UrlPart::Scheme | UrlPart::Authority => {
                             errors.push(format!(

@@ -123,7 +123,12 @@ fn slug_namespace_description_and_version() {
     );
     assert_eq!(p.description, "Test tool.");
     assert_eq!(p.format, declarative_plan::FORMAT);
-    let digest = hex::encode(sha2::Sha256::digest(yaml.as_bytes()));
+    // The default version is the digest of the plan (its JSON with an empty version).
+    let mut unversioned = p.clone();
+    unversioned.version = String::new();
+    let digest = hex::encode(sha2::Sha256::digest(
+        serde_json::to_vec(&unversioned).expect("plan JSON"),
+    ));
     assert_eq!(p.version, format!("0.0.0+{}", &digest[..12]));
     let p = plan_with(
         &yaml,
@@ -248,23 +253,39 @@ fn root_parameters_merge_into_every_action_with_required_and_defaults() {
     );
     // Root: without default; the action's explicit (empty) `required` wins for its own.
     assert_eq!(write["required"], json!(["path"]));
+    // Each tool has its own defaults; the plan's are the root ones (what filters see).
+    assert_eq!(
+        Value::Object(p.tools[0].argument_defaults.clone()),
+        json!({"branch": "main"})
+    );
+    assert_eq!(
+        Value::Object(p.tools[1].argument_defaults.clone()),
+        json!({"branch": "main", "mode": "fast"})
+    );
     assert_eq!(
         Value::Object(p.argument_defaults.clone()),
-        json!({"branch": "main", "mode": "fast"})
+        json!({"branch": "main"})
     );
 }
 
 #[test]
-fn conflicting_defaults_of_one_parameter_name_are_refused() {
+fn two_actions_may_give_one_parameter_name_different_defaults() {
     let yaml = format!(
         "{HEAD}actions:\n  - name: a\n    description: A.\n    parameters:\n      properties:\n        n: {{type: integer, default: 1}}\n    execute:\n      stateless_http: {{method: GET, url: \"https://x.example.com/{{parameters.n}}\"}}\n  - name: b\n    description: B.\n    parameters:\n      properties:\n        n: {{type: integer, default: 2}}\n    execute:\n      stateless_http: {{method: GET, url: \"https://x.example.com/{{parameters.n}}\"}}\n"
     );
-    let e = refused(&yaml);
-    has_problem(
-        &e,
-        line_of(&yaml, "default: 2"),
-        "actions[1].parameters.properties.n.default",
-        "one default per parameter name",
+    let p = plan(&yaml);
+    assert_eq!(
+        Value::Object(p.tools[0].argument_defaults.clone()),
+        json!({"n": 1})
+    );
+    assert_eq!(
+        Value::Object(p.tools[1].argument_defaults.clone()),
+        json!({"n": 2})
+    );
+    assert!(
+        p.argument_defaults.is_empty(),
+        "an action's defaults are not the root's: {:?}",
+        p.argument_defaults
     );
     // A default that does not match its own schema.
     let yaml = one_get(
@@ -799,7 +820,7 @@ fn a_cel_syntax_error_is_refused_at_the_filter_line() {
         &e,
         line,
         "events[0].receive.webhook.filter",
-        "`matches()` is not available",
+        "`.matches()` is not available",
     );
 }
 
@@ -974,11 +995,12 @@ fn an_openapi_operation_compiles_to_path_query_header_and_body() {
     let p = packed.plan;
     let list = http(&p, 0);
     assert_eq!(list.method, "GET");
+    // A path parameter is one segment (OpenAPI's `simple` style encodes `/`).
     assert_eq!(
         list.url,
         vec![
             lit("https://eu.pets.example.com/v1/owners/"),
-            seg(arg("ownerId"), Encoding::Path),
+            seg(arg("ownerId"), Encoding::Segment),
             lit("/pets"),
         ]
     );
@@ -1018,7 +1040,7 @@ fn an_openapi_operation_compiles_to_path_query_header_and_body() {
         create.url,
         vec![
             lit("https://staging.pets.example.com/v1/owners/"),
-            seg(arg("ownerId"), Encoding::Path),
+            seg(arg("ownerId"), Encoding::Segment),
             lit("/pets"),
         ]
     );
@@ -1035,6 +1057,11 @@ fn an_openapi_operation_compiles_to_path_query_header_and_body() {
     assert_eq!(
         p.allowed_hosts,
         ["eu.pets.example.com", "staging.pets.example.com"]
+    );
+    assert_eq!(p.required_config, ["api_key"]);
+    assert_eq!(
+        Value::Object(p.tools[0].argument_defaults.clone()),
+        json!({"verbose": false})
     );
 
     // A cyclic schema, an unknown operation, and a missing document are refused.
@@ -1232,6 +1259,10 @@ fn the_reference_examples_pack_cleanly_into_the_interpreter() {
     assert_eq!(p.secret_keys, ["github.token"]);
     assert_eq!(p.allowed_hosts, ["api.github.com"]);
     assert_eq!(
+        p.required_config,
+        ["github.owner", "github.repo", "github.token"]
+    );
+    assert_eq!(
         http(p, 1).body,
         Some(Body::Object(vec![
             (
@@ -1257,6 +1288,7 @@ fn the_reference_examples_pack_cleanly_into_the_interpreter() {
     let p = &packed.plan;
     assert_eq!(p.namespace, "tools");
     assert_eq!(p.binding_parameters, ["owner", "repo"]);
+    assert_eq!(p.required_config, ["owner", "repo"]);
     assert_eq!(p.github_installation_key.as_deref(), Some("installationId"));
     assert!(p.webhooks);
     assert_eq!(
@@ -1527,12 +1559,30 @@ fn mcp_tools_are_discovered_over_streamable_http() {
         !a.read_only && a.destructive,
         "MCP's default for a tool that is not read-only"
     );
+    assert_eq!(
+        Value::Object(p.tools[0].argument_defaults.clone()),
+        json!({"trace": "none"})
+    );
     let Backend::Mcp(call) = &p.tools[2].backend else {
         panic!("not MCP")
     };
-    assert_eq!(
-        call.forward, None,
-        "no properties: every argument is passed on"
+    // No properties: every argument is passed on (the plan cannot say "all but
+    // `trace`"), so the merged root parameter is too, which the author is told.
+    assert_eq!(call.forward, None);
+    assert!(
+        packed.warnings.iter().any(|w| w.contains("tool `ping`")
+            && w.contains("names no `properties`")
+            && w.contains("`trace`")),
+        "{:?}",
+        packed.warnings
+    );
+    assert!(
+        !packed
+            .warnings
+            .iter()
+            .any(|w| w.contains("tool `get-weather`")),
+        "{:?}",
+        packed.warnings
     );
     assert_eq!(p.tools[2].description, "Ping.");
     assert_eq!(p.tools[3].description, "Weather for a city.");
@@ -1593,6 +1643,8 @@ fn mcp_urls_from_settings_need_a_url_to_list_from() {
         panic!("not MCP")
     };
     assert_eq!(call.url, vec![seg(config("server"), Encoding::Raw)]);
+    // `bind` needs the server's URL: the setting has no default.
+    assert_eq!(p.required_config, ["server"]);
     // A URL with anything else in it is refused.
     let bad = yaml.replace("\"{settings.server}\"", "\"{settings.server}/mcp\"");
     has_problem(
@@ -1637,5 +1689,391 @@ fn an_unreachable_or_failing_mcp_server_is_named_in_the_error() {
         line_of(&yaml, "url:"),
         "actions[0].execute.mcp.url",
         &format!("the MCP server at {wrong} answered initialize with HTTP 404"),
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// What a binding must give, what pack may read, and what filters may call.
+
+#[test]
+fn required_config_lists_every_referenced_key_without_a_default() {
+    // `settings.required` leaves `token` out, yet a header needs it; `base` and `team` have
+    // defaults; nothing refers to `unused`; `owner` is a binding parameter in the URL; the
+    // body reaches a member of `tag`.
+    let yaml = format!(
+        "{HEAD}settings:\n  required: []\n  properties:\n    token: {{type: string}}\n    base: {{type: string, default: \"https://api.example.com\"}}\n    unused: {{type: string}}\n    tag: {{type: object}}\nparameters:\n  properties:\n    owner: {{type: string, require_binding: true}}\n    team: {{type: string, require_binding: true, default: core}}\nactions:\n  - name: a\n    description: A.\n    execute:\n      stateless_http:\n        method: POST\n        url: \"{{settings.base}}/{{parameters.owner}}/{{parameters.team}}\"\n        headers:\n          Authorization: \"token {{settings.token}}\"\n        body:\n          t: \"{{settings.tag.name}}\"\n"
+    );
+    let p = plan(&yaml);
+    assert_eq!(p.required_config, ["owner", "tag", "token"]);
+    assert_eq!(
+        schema(&p.config_schema)["required"],
+        json!(["owner"]),
+        "the schema keeps the manifest's own `required`"
+    );
+}
+
+#[test]
+fn an_openapi_spec_must_be_a_small_regular_file_inside_the_manifests_folder() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("tool");
+    std::fs::create_dir_all(dir.join("specs")).expect("mkdir");
+    let outside = root.path().join("outside.yaml");
+    std::fs::write(&outside, SPEC).expect("write");
+    std::fs::write(dir.join("specs/pets.yaml"), SPEC).expect("write");
+    let big = vec![b'#'; 8 * 1024 * 1024 + 1];
+    std::fs::write(dir.join("specs/big.yaml"), big).expect("write");
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&outside, dir.join("link.yaml")).expect("symlink");
+    let manifest = |spec: &str| {
+        format!(
+            "{HEAD}actions:\n  - name: a\n    description: A.\n    execute:\n      openapi:\n        spec: \"{spec}\"\n        operation: listPets\n"
+        )
+    };
+    let pack_spec =
+        |spec: &str| pack_str(&manifest(spec), "TOOL.yaml", &dir, &PackOptions::default());
+    // Below the folder, and through a `..` that stays inside: fine.
+    pack_spec("specs/pets.yaml").unwrap_or_else(|e| panic!("{e}"));
+    pack_spec("specs/../specs/pets.yaml").unwrap_or_else(|e| panic!("{e}"));
+
+    let line = line_of(&manifest("x"), "spec:");
+    let field = "actions[0].execute.openapi.spec";
+    let absolute = outside.display().to_string();
+    let mut cases = vec![
+        ("../outside.yaml", "outside the manifest's folder"),
+        (absolute.as_str(), "is an absolute path"),
+        ("specs", "not a regular file"),
+        ("specs/big.yaml", "more than the 8388608"),
+        ("specs/missing.yaml", "could not read the OpenAPI document"),
+    ];
+    if cfg!(unix) {
+        cases.push(("link.yaml", "outside the manifest's folder"));
+    }
+    for (spec, text) in cases {
+        let e = pack_spec(spec).expect_err(spec);
+        assert_eq!(e.kind, PackErrorKind::Invalid, "{e}");
+        has_problem(&e, line, field, text);
+    }
+}
+
+#[test]
+fn openapi_header_parameters_openapi_ignores_are_ignored_and_bad_names_refused() {
+    const HEADERS_SPEC: &str = r##"openapi: 3.1.0
+info: {title: H, version: "1"}
+servers: [{url: "https://h.example.com"}]
+paths:
+  /items/{id}:
+    get:
+      operationId: getItem
+      summary: Gets an item.
+      parameters:
+        - {name: id, in: path, required: true, schema: {type: string}}
+        - {name: Authorization, in: header, required: true, schema: {type: string}}
+        - {name: accept, in: header, schema: {type: string}}
+        - {name: Content-Type, in: header, schema: {type: string}}
+        - {name: X-Request-Id, in: header, schema: {type: string}}
+    delete:
+      operationId: badHeader
+      summary: Deletes an item.
+      parameters:
+        - {name: id, in: path, required: true, schema: {type: string}}
+        - {name: "X Bad", in: header, schema: {type: string}}
+"##;
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("h.yaml"), HEADERS_SPEC).expect("write spec");
+    let yaml = format!(
+        "{HEAD}settings:\n  properties:\n    token: {{type: string}}\nopenapi:\n  spec: h.yaml\n  headers:\n    Authorization: \"Bearer {{settings.token}}\"\nactions:\n  - name: get_item\n    execute:\n      openapi: {{operation: getItem}}\n"
+    );
+    let packed = pack_str(&yaml, "TOOL.yaml", dir.path(), &PackOptions::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let p = &packed.plan;
+    assert_eq!(
+        http(p, 0).headers,
+        vec![
+            (
+                "Authorization".to_string(),
+                vec![lit("Bearer "), seg(config("token"), Encoding::Raw)]
+            ),
+            (
+                "X-Request-Id".to_string(),
+                vec![seg(arg("X-Request-Id"), Encoding::Raw)]
+            ),
+        ]
+    );
+    let input = schema(&p.tools[0].input_schema);
+    let mut names: Vec<&String> = input["properties"]
+        .as_object()
+        .expect("properties")
+        .keys()
+        .collect();
+    names.sort();
+    assert_eq!(names, ["X-Request-Id", "id"]);
+    assert_eq!(input["required"], json!(["id"]));
+    for ignored in ["Authorization", "accept", "Content-Type"] {
+        assert!(
+            packed
+                .warnings
+                .iter()
+                .any(|w| w.contains(&format!("header parameter `{ignored}` is ignored"))),
+            "{ignored}: {:?}",
+            packed.warnings
+        );
+    }
+    let bad = yaml.replace("operation: getItem", "operation: badHeader");
+    let e = pack_str(&bad, "TOOL.yaml", dir.path(), &PackOptions::default()).expect_err("bad");
+    has_problem(
+        &e,
+        line_of(&bad, "badHeader"),
+        "actions[0].execute.openapi.operation",
+        "header parameter `X Bad` is not a valid HTTP header name",
+    );
+}
+
+#[test]
+fn ref_pointers_are_percent_decoded_up_to_their_last_character() {
+    let doc = json!({"components": {"schemas": {
+        "A B": {"type": "string"},
+        "C ": {"type": "number"},
+        "D%4": {"type": "integer"},
+        "E%": {"type": "boolean"},
+    }}});
+    let resolve = |r: &str| super::openapi::resolve(&doc, &json!({ "$ref": r }));
+    assert_eq!(
+        resolve("#/components/schemas/A%20B"),
+        Ok(json!({"type": "string"}))
+    );
+    // An escape that ends the pointer is decoded too.
+    assert_eq!(
+        resolve("#/components/schemas/C%20"),
+        Ok(json!({"type": "number"}))
+    );
+    // An incomplete escape at the end is kept as written (nothing is read past the end).
+    assert_eq!(
+        resolve("#/components/schemas/D%4"),
+        Ok(json!({"type": "integer"}))
+    );
+    assert_eq!(
+        resolve("#/components/schemas/E%"),
+        Ok(json!({"type": "boolean"}))
+    );
+}
+
+#[test]
+fn an_event_without_a_filter_packs_with_a_warning() {
+    let yaml = format!(
+        "{HEAD}events:\n  - name: e\n    message: m\n    receive:\n      webhook:\n        secret: \"{{settings.s}}\"\n"
+    );
+    let packed = pack_with(&yaml, &PackOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        packed.warnings.iter().any(|w| w.contains("no `filter`")
+            && w.contains("every signed webhook becomes this event's message in every bound unit")),
+        "{:?}",
+        packed.warnings
+    );
+    let filtered = yaml.replace(
+        "secret: \"{settings.s}\"\n",
+        "secret: \"{settings.s}\"\n        filter: event.payload.action == 'opened'\n",
+    );
+    let packed = pack_with(&filtered, &PackOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        !packed.warnings.iter().any(|w| w.contains("no `filter`")),
+        "{:?}",
+        packed.warnings
+    );
+}
+
+#[test]
+fn a_filter_may_only_call_functions_the_interpreters_cel_has() {
+    let field = "events[0].receive.webhook.filter";
+    let yaml = format!(
+        "{HEAD}events:\n  - name: e\n    message: m\n    receive:\n      webhook:\n        secret: \"{{settings.s}}\"\n        filter: |\n          event.payload.action == 'opened'\n          && event.payload.title.startswith('WIP')\n          && lower(event.payload.body) == ''\n"
+    );
+    let e = refused(&yaml);
+    has_problem(
+        &e,
+        line_of(&yaml, "startswith"),
+        field,
+        "`.startswith()` is not available in this host's CEL",
+    );
+    has_problem(
+        &e,
+        line_of(&yaml, "lower("),
+        field,
+        "`lower()` is not available in this host's CEL",
+    );
+    // Functions, member functions, macros, operators and `optional.…`: all fine.
+    let fine = format!(
+        "{HEAD}events:\n  - name: e\n    message: m\n    receive:\n      webhook:\n        secret: \"{{settings.s}}\"\n        filter: |\n          event.payload.title.startsWith('WIP') && event.payload.body.endsWith('x')\n          && event.payload.body.contains('y') && size(event.payload.labels) > 0\n          && event.payload.labels.size() < 10 && has(event.payload.sender)\n          && event.payload.labels.exists(l, l.name in ['bug', 'p1'])\n          && event.payload.labels.all(l, has(l.name))\n          && event.payload.labels.map(l, l.name).filter(n, n != '').exists_one(n, n == 'bug')\n          && int(event.payload.n) % 2 == 0 && string(event.payload.n) != ''\n          && type(event.payload.n) == int && double(1) > 0.5 && uint(1) == 1u\n          && bool('true') && bytes('a') == b'a' && dyn(1) == 1\n          && optional.of(1).hasValue() && optional.none().orValue(2) == 2\n          && !(1 > 2 ? true : -1 >= 0)\n"
+    );
+    let p = plan(&fine);
+    assert!(p.events[0].filter.is_some());
+}
+
+#[test]
+fn the_cel_function_lists_are_those_of_the_interpreters_cel() {
+    use super::events::{CEL_GLOBAL_FUNCTIONS, CEL_MEMBER_FUNCTIONS};
+    // The host's `cel` has the interpreter's features (none of the default ones): a
+    // function it lacks is an undeclared reference when called, whatever its arguments.
+    let undeclared = |src: &str| {
+        let program = cel::Program::compile(src).unwrap_or_else(|e| panic!("{src}: {e:?}"));
+        matches!(
+            program.execute(&cel::Context::default()),
+            Err(cel::ExecutionError::UndeclaredReference(_))
+        )
+    };
+    for f in CEL_GLOBAL_FUNCTIONS {
+        assert!(!undeclared(&format!("{f}()")), "{f}() is not in cel");
+    }
+    for f in CEL_MEMBER_FUNCTIONS {
+        assert!(!undeclared(&format!("null.{f}()")), ".{f}() is not in cel");
+    }
+    for f in ["matches", "timestamp", "duration", "startswith", "lower"] {
+        assert!(undeclared(&format!("{f}('x')")), "{f}() is in cel");
+        assert!(undeclared(&format!("'x'.{f}('x')")), ".{f}() is in cel");
+    }
+}
+
+#[test]
+fn a_secret_setting_cannot_have_a_default() {
+    for (name, decl) in [
+        ("api_token", "{type: string, default: abc}"),
+        ("pin", "{type: string, format: password, default: abc}"),
+        ("code", "{type: string, writeOnly: true, default: abc}"),
+        ("x-api-key", "{type: string, default: abc}"),
+    ] {
+        let yaml = one_get(
+            &format!("settings:\n  properties:\n    {name}: {decl}\n"),
+            &format!("https://x.example.com/?k={{settings.{name}}}"),
+        );
+        has_problem(
+            &refused(&yaml),
+            line_of(&yaml, "default: abc"),
+            &format!("settings.properties.{name}.default"),
+            "a secret setting (write-only",
+        );
+    }
+    // A setting that is not secret keeps its default, as does one whose name only looks
+    // secret when it says so.
+    let yaml = one_get(
+        "settings:\n  properties:\n    region: {type: string, default: eu}\n    token_url: {type: string, writeOnly: false, default: \"https://x.example.com/t\"}\n",
+        "https://x.example.com/{settings.region}?t={settings.token_url}",
+    );
+    let p = plan(&yaml);
+    assert_eq!(p.config_defaults.get("region"), Some(&json!("eu")));
+    assert_eq!(
+        p.config_defaults.get("token_url"),
+        Some(&json!("https://x.example.com/t"))
+    );
+    assert!(p.secret_keys.is_empty(), "{:?}", p.secret_keys);
+}
+
+#[test]
+fn secret_like_names_read_dashes_and_dots_as_underscores() {
+    let none = serde_json::Map::new();
+    for key in [
+        "api-key",
+        "x-api-key",
+        "X.Api.Key",
+        "access_key",
+        "aws.access-key",
+        "access-token",
+        "client_secret",
+        "private-key",
+        "github.token",
+    ] {
+        assert!(super::schema::is_secret(key, &none), "{key}");
+    }
+    for key in ["region", "key_id", "base-url", "api.version"] {
+        assert!(!super::schema::is_secret(key, &none), "{key}");
+    }
+}
+
+#[test]
+fn allow_host_flags_are_bare_hosts_without_a_port() {
+    let yaml = one_get("", "https://x.example.com/");
+    let e = pack_with(
+        &yaml,
+        &PackOptions {
+            allow_hosts: vec!["api.example.com:8443".into()],
+            ..PackOptions::default()
+        },
+    )
+    .expect_err("a port");
+    assert_eq!(e.kind, PackErrorKind::Options);
+    assert!(
+        e.problems[0]
+            .message
+            .contains("--allow-host `api.example.com:8443` has a port"),
+        "{e}"
+    );
+    // IPv6 addresses (bracketed or not) and wildcards are hosts.
+    let p = plan_with(
+        &yaml,
+        &PackOptions {
+            allow_hosts: vec!["[::1]".into(), "::2".into(), "*.Example.org.".into()],
+            ..PackOptions::default()
+        },
+    );
+    assert_eq!(
+        p.allowed_hosts,
+        ["x.example.com", "::1", "::2", "*.example.org"]
+    );
+}
+
+#[test]
+fn the_default_version_follows_the_plan_not_the_manifests_bytes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("pets.yaml"), SPEC).expect("write spec");
+    let yaml = format!(
+        "{HEAD}openapi: {{spec: pets.yaml}}\nactions:\n  - name: list_pets\n    execute:\n      openapi: {{operation: listPets}}\n"
+    );
+    let version = |yaml: &str| {
+        pack_str(yaml, "TOOL.yaml", dir.path(), &PackOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .plan
+            .version
+    };
+    let first = version(&yaml);
+    assert!(
+        first.starts_with("0.0.0+") && first.len() == "0.0.0+".len() + 12,
+        "{first}"
+    );
+    // A comment changes the manifest's bytes, not what it does.
+    assert_eq!(version(&format!("# a note\n{yaml}")), first);
+    // A changed document changes the tool, and so the version.
+    std::fs::write(
+        dir.path().join("pets.yaml"),
+        SPEC.replace("summary: List pets", "summary: List the pets"),
+    )
+    .expect("write spec");
+    assert_ne!(version(&yaml), first);
+}
+
+#[test]
+fn mcp_calls_forward_the_servers_property_names() {
+    use super::actions::mcp_forward;
+    let merged = ["trace".to_string()];
+    assert_eq!(
+        mcp_forward(
+            &json!({"type": "object", "properties": {"city": {}}}),
+            &merged
+        ),
+        (Some(vec!["city".to_string()]), None)
+    );
+    // No properties and nothing merged in: every argument is the server's.
+    assert_eq!(mcp_forward(&json!({"type": "object"}), &[]), (None, None));
+    // A tool that takes no arguments gets none, the merged parameters included.
+    assert_eq!(
+        mcp_forward(
+            &json!({"type": "object", "additionalProperties": false}),
+            &merged
+        ),
+        (Some(vec![]), None)
+    );
+    // Otherwise every argument goes, the merged ones too: said.
+    let (forward, warning) = mcp_forward(&json!({"type": "object"}), &merged);
+    assert_eq!(forward, None);
+    assert!(
+        warning.as_deref().is_some_and(|w| w.contains("`trace`")),
+        "{warning:?}"
     );
 }

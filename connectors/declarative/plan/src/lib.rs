@@ -38,7 +38,8 @@ pub struct Plan {
     pub display_name: String,
     /// The manifest's `description`.
     pub description: String,
-    /// The connector version (from `pack --version`, or derived from the manifest digest).
+    /// The connector version (from `pack --version`, or derived from the digest of the
+    /// plan, so it changes with everything the plan holds).
     pub version: String,
     /// The binding config's JSON Schema: settings, binding parameters, and the GitHub
     /// installation id when `auth.github()` is used.
@@ -51,7 +52,9 @@ pub struct Plan {
     /// Config keys whose values are secret: the interpreter removes their values from
     /// everything it returns (tool output, errors, messages).
     pub secret_keys: Vec<String>,
-    /// Defaults of tool arguments (parameters the model provides), applied when absent.
+    /// Defaults of the root parameters the model provides: with the binding parameters,
+    /// what event filters see as `parameters`. (Each tool applies its own
+    /// [`Tool::argument_defaults`].)
     pub argument_defaults: serde_json::Map<String, Value>,
     /// Defaults of binding config values (settings, binding parameters), applied when
     /// absent.
@@ -59,6 +62,9 @@ pub struct Plan {
     /// The config keys that are parameters (`require_binding`, and event parameters):
     /// with [`Plan::argument_defaults`], they are `parameters` in event filters.
     pub binding_parameters: Vec<String>,
+    /// Config keys some template refers to that have no default: `bind` refuses a config
+    /// without them, so a request never goes out with a hole left empty.
+    pub required_config: Vec<String>,
     /// The config key that holds the GitHub App installation id, when any template uses
     /// `auth.github()`.
     pub github_installation_key: Option<String>,
@@ -80,6 +86,8 @@ pub struct Tool {
     pub input_schema: Box<RawValue>,
     /// MCP-style hints.
     pub annotations: Annotations,
+    /// Defaults of this tool's arguments, applied when an argument is absent.
+    pub argument_defaults: serde_json::Map<String, Value>,
     /// What a call does.
     pub backend: Backend,
 }
@@ -196,8 +204,12 @@ pub enum Encoding {
     /// As is (headers, bodies, messages). Header values with control characters are
     /// refused by the interpreter.
     Raw,
-    /// In a URL path: percent-encoded except `/`; `.` and `..` segments are refused.
+    /// In a URL path, where the value may span segments (a file path in
+    /// `stateless_http`): percent-encoded except `/`; `.` and `..` segments are refused.
     Path,
+    /// In a URL path, exactly one segment (an OpenAPI path parameter): percent-encoded
+    /// including `/`; an empty value, `.` and `..` are refused.
+    Segment,
     /// In a URL query: percent-encoded as a query component.
     Query,
 }
@@ -388,12 +400,14 @@ mod tests {
             argument_defaults: serde_json::Map::from_iter([("branch".into(), "main".into())]),
             config_defaults: serde_json::Map::new(),
             binding_parameters: vec![],
+            required_config: vec![],
             github_installation_key: None,
             tools: vec![Tool {
                 id: "engineering.read_file".into(),
                 description: "Reads".into(),
                 input_schema: RawValue::from_string("{}".into()).unwrap(),
                 annotations: Annotations::default(),
+                argument_defaults: serde_json::Map::new(),
                 backend: Backend::Http(HttpRequest {
                     method: "GET".into(),
                     url: vec![
