@@ -356,6 +356,17 @@ impl bindings::spring::connector::host::Host for GuestState {
         &mut self,
         installation_id: u64,
     ) -> Result<wit::AccessToken, String> {
+        if self.installations.is_empty() {
+            tracing::warn!(
+                connector = &*self.hooks.connector,
+                installation_id,
+                "refused a token: this call may mint none (no github_app grant, or no installation in its binding)"
+            );
+            return Err(format!(
+                "this call may ask for no GitHub installation token: the operator lets connector `{}` mint them with `connectors.{}.github_app = true`, and only for the installation its binding's config names",
+                self.hooks.connector, self.hooks.connector
+            ));
+        }
         if !self.installations.contains(&installation_id) {
             tracing::warn!(
                 connector = &*self.hooks.connector,
