@@ -480,11 +480,7 @@ allow_private_networks = true
             json!({"path": "../../orgs/octo-org"}),
         )
         .await;
-    assert!(
-        (s, error_code(&b)) == (422, "invalid_arguments")
-            || (s, error_code(&b)) == (502, "tool_failed"),
-        "{s} {b}"
-    );
+    assert_eq!((s, error_code(&b)), (422, "invalid_arguments"), "{b}");
     assert_eq!(gh.requests().len(), before, "{:#?}", gh.requests());
 
     // write_file: PUT with message, content and the default branch.
@@ -550,6 +546,20 @@ allow_private_networks = true
         )
         .await;
     assert_eq!(text_of(&answer), "Hello from an agent.\n");
+    // read_file reads the branch it is given (`?ref=`).
+    let before = gh.requests().len();
+    let answer = host
+        .call_ok(
+            "ada",
+            "engineering.read_file",
+            json!({"path": "CHANGELOG.md", "branch": "dev"}),
+        )
+        .await;
+    assert_eq!(text_of(&answer), "v2\n", "{answer}");
+    assert_eq!(
+        only_new(gh.requests(), before).query.as_deref(),
+        Some("ref=dev")
+    );
 
     // GitHub's refusals pass through as tool failures with the status and its message.
     let (s, b) = host
@@ -1748,4 +1758,110 @@ allow_private_networks = true
     assert_eq!(last.json(), json!({"reason": "upgrade"}));
     let connector = host.get("/api/v1/connectors/rotor").await;
     assert_eq!(connector["digest"], second["digest"]);
+}
+
+/// A version that needs a setting the existing binding does not have is refused as a
+/// rotation that breaks that binding, and the old version keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_version_that_breaks_a_binding_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let v1 = pack(
+        &fixture("rotate-v1.yaml"),
+        dir.path(),
+        &["--allow-host", "127.0.0.1"],
+    )
+    .await;
+    let v3 = std::fs::read_to_string(fixture("rotate-v1.yaml"))
+        .unwrap()
+        .replace(
+            "      description: \"Where the status service lives.\"",
+            "      description: \"Where the status service lives.\"\n    region:\n      type: string",
+        )
+        .replace("/status\"", "/status?region={settings.region}\"");
+    let v3_path = dir.path().join("rotate-v3.yaml");
+    std::fs::write(&v3_path, v3).unwrap();
+    let v3 = pack(&v3_path, dir.path(), &["--allow-host", "127.0.0.1"]).await;
+    let status = FakeStatus::start().await;
+    let host = Served::start("[connectors.rotor]\nallow_private_networks = true\n").await;
+    let first = host.install(v1).await;
+    host.unit("ops").await;
+    host.agent("ada", &["ops"]).await;
+    host.bind("ops", "rotor", json!({"base_url": status.url()}))
+        .await;
+
+    let (s, refused) = host.upload(v3).await;
+    assert_eq!(s, 409, "{refused}");
+    assert_eq!(
+        error_code(&refused),
+        "rotation_breaks_bindings",
+        "{refused}"
+    );
+    assert!(
+        refused.to_string().contains("ops"),
+        "names the binding: {refused}"
+    );
+    let now = host.get("/api/v1/connectors/rotor").await;
+    assert_eq!(now["digest"], first["digest"], "{now}");
+    let answer = host.call_ok("ada", "rotor.status", json!({})).await;
+    assert_eq!(answer["result"]["status"], "ok", "{answer}");
+}
+
+/// `auth.github()` goes through the host's guard like any connector's token request:
+/// without `connectors.<slug>.github_app = true` the call fails and GitHub is never
+/// asked for a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_github_is_refused_without_the_operators_github_app_grant() {
+    let dir = tempfile::tempdir().unwrap();
+    let component = pack(
+        &example("github-pr.yaml"),
+        dir.path(),
+        &["--allow-host", "127.0.0.1"],
+    )
+    .await;
+    let public = std::fs::read_to_string(github_key("app-public.pem")).unwrap();
+    let app = Arc::new(FakeGithub::start(&public, APP_ID).await);
+    app.register(WEB_INSTALLATION);
+    let minted = app.clone();
+    let token_ok: TokenCheck =
+        Arc::new(move |t: &str| minted.issued_tokens().iter().any(|i| i == t));
+    let gh = FakeGithubRest::start(token_ok).await;
+    gh.add_repo("octo-org", "hello-world");
+    let host = Served::start(&format!(
+        r#"
+[github_app]
+app_id = "{APP_ID}"
+private_key_path = "{key}"
+api_url = "{api}"
+
+[connectors.gh-pr]
+allow_private_networks = true
+webhook_secrets = ["{WEBHOOK_SECRET}"]
+"#,
+        key = github_key("app-key-pkcs1.pem").display(),
+        api = app.url(),
+    ))
+    .await;
+    host.install(component).await;
+    host.unit("web").await;
+    host.agent("dev", &["web"]).await;
+    host.bind(
+        "web",
+        "gh-pr",
+        json!({"owner": "octo-org", "repo": "hello-world",
+               "installationId": WEB_INSTALLATION, "api_url": gh.url()}),
+    )
+    .await;
+    let before = gh.requests().len();
+    let (s, b) = host.call("dev", "tools.list_prs", json!({})).await;
+    assert_ne!(s, 200, "{b}");
+    assert!(
+        b.to_string().contains("connectors.gh-pr.github_app = true"),
+        "the failure says why and what the operator can do: {b}"
+    );
+    assert_eq!(app.exchanges(), 0, "no token was asked of GitHub");
+    assert_eq!(
+        gh.requests().len(),
+        before,
+        "no request went out without a token"
+    );
 }
