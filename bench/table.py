@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Every headline performance figure of the host, with its target and met/missed, in one run.
 
-    python3 bench/table.py [--skip runtime,http,replicas,stdio] [--rounds N]
+    python3 bench/table.py [--skip runtime,http,replicas,stdio,declarative] [--rounds N]
 
 Runs, from the workspace root, on this machine, one after the other:
 
@@ -13,6 +13,9 @@ Runs, from the workspace root, on this machine, one after the other:
             client): `connector-host mcp --local`, the HTTP bridge, the Python floor server
             (`bench/floor_mcp_server.py`) and a do-nothing Rust stdio server (`loadgen`'s
             `stdio-floor`), interleaved, --rounds times (default 3), medians reported.
+  declarative  cargo bench -p integration-tests --bench declarative   (a packed
+            `stateless_http` call against a hand-written Rust connector doing the same
+            request, and the packed component's size)
 
 The benches' own output streams to stderr as they run (they take minutes); the table goes to
 stdout at the end. Every figure is this machine's, measured in this run: the machine's load
@@ -157,6 +160,19 @@ def replicas_rows(table):
               ratio >= 0.9, "--bench replicas")
 
 
+def declarative_rows(table):
+    r = run(["cargo", "bench", "-p", "integration-tests", "--bench", "declarative"])
+    packed, native = r["declarative_packed"], r["declarative_native"]
+    ratio = r["declarative_ratio"]
+    table.add("packed stateless_http call vs hand-written Rust, p50",
+              f"{packed['p50_us']:.0f} µs vs {native['p50_us']:.0f} µs = "
+              f"{ratio['ratio']:.2f}×", "≤ 1.3×", ratio["ratio"] <= 1.3,
+              "--bench declarative")
+    size = ratio["size_bytes"]
+    table.add("packed declarative component", f"{size / 1048576:.2f} MiB", "≤ 2 MiB",
+              size <= 2 * 1048576, "--bench declarative")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -250,17 +266,18 @@ def stdio_rows(table, bench_dir, rounds):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--skip", default="", help="comma-separated parts to leave out: "
-                    "runtime, http, replicas, stdio")
+                    "runtime, http, replicas, stdio, declarative")
     ap.add_argument("--rounds", type=int, default=3, help="stdio rounds (default 3)")
     a = ap.parse_args()
     skip = {s.strip() for s in a.skip.split(",") if s.strip()}
-    unknown = skip - {"runtime", "http", "replicas", "stdio"}
+    unknown = skip - {"runtime", "http", "replicas", "stdio", "declarative"}
     if unknown:
         ap.error(f"unknown part(s) to skip: {', '.join(sorted(unknown))}")
     started, load_before = time.time(), loadavg()
     table = Table()
     parts = [("runtime", runtime_rows), ("http", http_rows), ("replicas", replicas_rows),
-             ("stdio", lambda t: stdio_rows(t, os.path.join(ROOT, "bench"), a.rounds))]
+             ("stdio", lambda t: stdio_rows(t, os.path.join(ROOT, "bench"), a.rounds)),
+             ("declarative", declarative_rows)]
     for name, part in parts:
         if name in skip:
             continue
