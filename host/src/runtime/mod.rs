@@ -363,8 +363,8 @@ impl bindings::spring::connector::host::Host for GuestState {
                 "refused a token: this call may mint none (no github_app grant, or no installation in its binding)"
             );
             return Err(format!(
-                "this call may ask for no GitHub installation token: the operator lets connector `{}` mint them with `connectors.{}.github_app = true`, and only for the installation its binding's config names",
-                self.hooks.connector, self.hooks.connector
+                "installation {installation_id} is not named by this binding: this call may mint no GitHub installation token (the operator lets connector `{0}` mint them with `connectors.{0}.github_app = true`, and only for the installation its binding's config names)",
+                self.hooks.connector
             ));
         }
         if !self.installations.contains(&installation_id) {
