@@ -658,6 +658,59 @@ const WEB_INSTALLATION: u64 = 48213907;
 const API_INSTALLATION: u64 = 51002;
 const WEBHOOK_SECRET: &str = "It's a Secret to Everybody";
 
+/// github-pr packed and a host for it: a fake GitHub App (installations registered) that
+/// mints tokens, a fake GitHub REST API that accepts only those tokens, and a served host
+/// with the App configured. `github_app` is the operator's switch for `gh-pr`.
+struct PrSetup {
+    app: Arc<FakeGithub>,
+    gh: FakeGithubRest,
+    host: Served,
+    _dir: tempfile::TempDir,
+}
+
+async fn github_pr_setup(installations: &[u64], github_app: bool) -> PrSetup {
+    let dir = tempfile::tempdir().unwrap();
+    let component = pack(
+        &example("github-pr.yaml"),
+        dir.path(),
+        &["--allow-host", "127.0.0.1"],
+    )
+    .await;
+    let public = std::fs::read_to_string(github_key("app-public.pem")).unwrap();
+    let app = Arc::new(FakeGithub::start(&public, APP_ID).await);
+    for id in installations {
+        app.register(*id);
+    }
+    let minted = app.clone();
+    let token_ok: TokenCheck =
+        Arc::new(move |t: &str| minted.issued_tokens().iter().any(|i| i == t));
+    let gh = FakeGithubRest::start(token_ok).await;
+    let host = Served::start(&format!(
+        r#"
+[github_app]
+app_id = "{APP_ID}"
+private_key_path = "{key}"
+api_url = "{api}"
+
+[connectors.gh-pr]
+allow_private_networks = true
+github_app = {github_app}
+webhook_secrets = ["{WEBHOOK_SECRET}"]
+"#,
+        key = github_key("app-key-pkcs1.pem").display(),
+        api = app.url(),
+    ))
+    .await;
+    let installed = host.install(component).await;
+    assert_eq!(installed["slug"], "gh-pr", "{installed}");
+    PrSetup {
+        app,
+        gh,
+        host,
+        _dir: dir,
+    }
+}
+
 fn issue_comment(owner: &str, repo: &str, action: &str, on_pr: bool, body: &str) -> Vec<u8> {
     let mut issue = json!({
         "number": 42,
@@ -714,43 +767,16 @@ fn routed(answer: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn github_pr_example_uses_installation_tokens_and_routes_signed_webhooks() {
-    let dir = tempfile::tempdir().unwrap();
-    let component = pack(
-        &example("github-pr.yaml"),
-        dir.path(),
-        &["--allow-host", "127.0.0.1"],
-    )
-    .await;
-
-    let public = std::fs::read_to_string(github_key("app-public.pem")).unwrap();
-    let app = Arc::new(FakeGithub::start(&public, APP_ID).await);
-    app.register(WEB_INSTALLATION);
-    app.register(API_INSTALLATION);
-    let minted = app.clone();
-    let token_ok: TokenCheck =
-        Arc::new(move |t: &str| minted.issued_tokens().iter().any(|i| i == t));
-    let gh = FakeGithubRest::start(token_ok).await;
+    let PrSetup {
+        app,
+        gh,
+        host,
+        _dir,
+    } = github_pr_setup(&[WEB_INSTALLATION, API_INSTALLATION], true).await;
     gh.add_repo("octo-org", "hello-world");
     gh.add_repo("octo-org", "api-server");
     gh.add_pull("octo-org", "hello-world", "Fix the README", "dev");
-
-    let host = Served::start(&format!(
-        r#"
-[github_app]
-app_id = "{APP_ID}"
-private_key_path = "{key}"
-api_url = "{api}"
-
-[connectors.gh-pr]
-allow_private_networks = true
-github_app = true
-webhook_secrets = ["{WEBHOOK_SECRET}"]
-"#,
-        key = github_key("app-key-pkcs1.pem").display(),
-        api = app.url(),
-    ))
-    .await;
-    let connector = host.install(component).await;
+    let connector = host.get("/api/v1/connectors/gh-pr").await;
     assert_eq!(connector["toolNamespace"], "tools", "{connector}");
     assert_eq!(
         connector["webhook"],
@@ -1811,37 +1837,13 @@ async fn a_new_version_that_breaks_a_binding_is_refused() {
 /// asked for a token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_github_is_refused_without_the_operators_github_app_grant() {
-    let dir = tempfile::tempdir().unwrap();
-    let component = pack(
-        &example("github-pr.yaml"),
-        dir.path(),
-        &["--allow-host", "127.0.0.1"],
-    )
-    .await;
-    let public = std::fs::read_to_string(github_key("app-public.pem")).unwrap();
-    let app = Arc::new(FakeGithub::start(&public, APP_ID).await);
-    app.register(WEB_INSTALLATION);
-    let minted = app.clone();
-    let token_ok: TokenCheck =
-        Arc::new(move |t: &str| minted.issued_tokens().iter().any(|i| i == t));
-    let gh = FakeGithubRest::start(token_ok).await;
+    let PrSetup {
+        app,
+        gh,
+        host,
+        _dir,
+    } = github_pr_setup(&[WEB_INSTALLATION], false).await;
     gh.add_repo("octo-org", "hello-world");
-    let host = Served::start(&format!(
-        r#"
-[github_app]
-app_id = "{APP_ID}"
-private_key_path = "{key}"
-api_url = "{api}"
-
-[connectors.gh-pr]
-allow_private_networks = true
-webhook_secrets = ["{WEBHOOK_SECRET}"]
-"#,
-        key = github_key("app-key-pkcs1.pem").display(),
-        api = app.url(),
-    ))
-    .await;
-    host.install(component).await;
     host.unit("web").await;
     host.agent("dev", &["web"]).await;
     host.bind(

@@ -333,22 +333,23 @@ impl Compiler<'_> {
             })
             .collect();
 
+        // A parameter that would be binding config under a setting's name.
+        fn setting_clash(settings: &[Property], p: &Property) -> Option<String> {
+            let s = settings.iter().find(|s| s.name == p.name)?;
+            Some(format!(
+                "`{}` is also a setting (line {}): both would be the same binding config key; \
+                 rename one",
+                p.name, s.pos.line
+            ))
+        }
         let mut config: Vec<Property> = Vec::new();
         let mut config_params = BTreeSet::new();
         for s in &settings {
             config.push(s.clone());
         }
         for p in params.iter().filter(|p| p.binding) {
-            if let Some(s) = settings.iter().find(|s| s.name == p.name) {
-                self.at(
-                    p.pos,
-                    &p.field,
-                    format!(
-                        "`{}` is also a setting (line {}): both would be the same binding config \
-                         key; rename one",
-                        p.name, s.pos.line
-                    ),
-                );
+            if let Some(clash) = setting_clash(&settings, p) {
+                self.at(p.pos, &p.field, clash);
                 continue;
             }
             config_params.insert(p.name.clone());
@@ -367,16 +368,8 @@ impl Compiler<'_> {
                 );
                 continue;
             }
-            if let Some(s) = settings.iter().find(|s| s.name == p.name) {
-                self.at(
-                    p.pos,
-                    &p.field,
-                    format!(
-                        "`{}` is also a setting (line {}): both would be the same binding config \
-                         key; rename one",
-                        p.name, s.pos.line
-                    ),
-                );
+            if let Some(clash) = setting_clash(&settings, p) {
+                self.at(p.pos, &p.field, clash);
                 continue;
             }
             if let Some(other) = config.iter().find(|c| c.name == p.name) {
