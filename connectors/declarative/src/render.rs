@@ -8,7 +8,8 @@
 //! header value cannot smuggle a second header.
 
 use std::cell::RefCell;
-use std::fmt::Write as _;
+
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use declarative_plan::{Body, Encoding, QueryParam, Ref, Root, Segment, Template};
 use serde_json::{Map, Value};
@@ -287,24 +288,30 @@ fn encode_into(out: &mut String, text: &str, encoding: Encoding) -> Result<(), R
     Ok(())
 }
 
-/// Percent-encodes everything but RFC 3986's unreserved characters (and, in a path
-/// segment, the sub-delimiters and `:`/`@` that a segment may hold).
+/// Everything but RFC 3986's unreserved characters is escaped in a query component.
+const QUERY: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// A path segment may also hold the sub-delimiters and `:`/`@` as they are.
+const PATH_SEGMENT: &AsciiSet = &QUERY
+    .remove(b'!')
+    .remove(b'$')
+    .remove(b'\'')
+    .remove(b'(')
+    .remove(b')')
+    .remove(b'*')
+    .remove(b',')
+    .remove(b';')
+    .remove(b':')
+    .remove(b'@');
+
+/// Appends `text` percent-encoded for a query component, or for a path segment.
 pub fn percent_encode(out: &mut String, text: &str, path_segment: bool) {
-    for byte in text.bytes() {
-        let keep = byte.is_ascii_alphanumeric()
-            || matches!(byte, b'-' | b'.' | b'_' | b'~')
-            || (path_segment
-                && matches!(
-                    byte,
-                    b'!' | b'$' | b'\'' | b'(' | b')' | b'*' | b',' | b';' | b':' | b'@'
-                ));
-        if keep {
-            out.push(byte as char);
-        } else {
-            // Writing to a String cannot fail.
-            let _ = write!(out, "%{byte:02X}");
-        }
-    }
+    let set = if path_segment { PATH_SEGMENT } else { QUERY };
+    out.extend(utf8_percent_encode(text, set));
 }
 
 #[cfg(test)]
