@@ -21,13 +21,10 @@ const ERROR_EXCERPT_BYTES: usize = 2048;
 /// without one).
 const USER_AGENT: &str = concat!("connector-host-declarative/", env!("CARGO_PKG_VERSION"));
 
-/// Adds the default `User-Agent` unless `headers` has one.
-fn with_user_agent(headers: &mut Vec<(String, String)>) {
-    if !headers
-        .iter()
-        .any(|(n, _)| n.eq_ignore_ascii_case("user-agent"))
-    {
-        headers.push(("user-agent".into(), USER_AGENT.into()));
+/// Adds header `name: value` unless the manifest already set `name` (any case).
+fn default_header(headers: &mut Vec<(String, String)>, name: &str, value: &str) {
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
+        headers.push((name.into(), value.into()));
     }
 }
 
@@ -183,19 +180,11 @@ fn run_http(tool: &Tool, spec: &HttpRequest, scope: &Scope) -> Result<ToolOutput
     request.headers = scope
         .render_headers(&spec.headers)
         .map_err(|e| render_error(tool, e))?;
-    with_user_agent(&mut request.headers);
+    default_header(&mut request.headers, "user-agent", USER_AGENT);
     if let Some(body) = &spec.body {
         let body = scope.render_body(body).map_err(|e| render_error(tool, e))?;
         if let Some(body) = body {
-            if !request
-                .headers
-                .iter()
-                .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
-            {
-                request
-                    .headers
-                    .push(("content-type".into(), "application/json".into()));
-            }
+            default_header(&mut request.headers, "content-type", "application/json");
             request.body = serde_json::to_vec(&body)
                 .map_err(|e| ToolError::Failed(format!("could not encode the body: {e}")))?;
         }
@@ -367,7 +356,7 @@ fn run_mcp(tool: &Tool, call: &McpCall, scope: &Scope) -> Result<ToolOutput, Too
     let mut headers = scope
         .render_headers(&call.headers)
         .map_err(|e| render_error(tool, e))?;
-    with_user_agent(&mut headers);
+    default_header(&mut headers, "user-agent", USER_AGENT);
     let mut arguments = Map::new();
     for (key, value) in scope.arguments {
         let forwarded = call
