@@ -958,6 +958,12 @@ async fn read_upload(s: &SignedIn, mut multipart: Multipart) -> Result<Upload, U
             MAX_UPLOAD_BYTES / (1024 * 1024)
         ))
     };
+    let refused = |why: &str| {
+        UploadError::Csrf(Box::new(html(
+            StatusCode::FORBIDDEN,
+            pages::error_page(Some(s.csrf()), "Request refused", why),
+        )))
+    };
     while let Some(field) = multipart.next_field().await.map_err(unreadable)? {
         match field.name() {
             Some("csrf") => {
@@ -968,14 +974,9 @@ async fn read_upload(s: &SignedIn, mut multipart: Multipart) -> Result<Upload, U
             Some("force") => upload.force = field.text().await.map_err(unreadable)? == "true",
             Some("component") => {
                 if !token_checked {
-                    return Err(UploadError::Csrf(Box::new(html(
-                        StatusCode::FORBIDDEN,
-                        pages::error_page(
-                            Some(s.csrf()),
-                            "Request refused",
-                            "the form's CSRF token must come before the component; reload the page and upload again",
-                        ),
-                    ))));
+                    return Err(refused(
+                        "the form's CSRF token must come before the component; reload the page and upload again",
+                    ));
                 }
                 upload.component = Some(field.bytes().await.map_err(unreadable)?);
             }
@@ -983,14 +984,9 @@ async fn read_upload(s: &SignedIn, mut multipart: Multipart) -> Result<Upload, U
         }
     }
     if !token_checked {
-        return Err(UploadError::Csrf(Box::new(html(
-            StatusCode::FORBIDDEN,
-            pages::error_page(
-                Some(s.csrf()),
-                "Request refused",
-                "the form's CSRF token is missing; reload the page and upload again",
-            ),
-        ))));
+        return Err(refused(
+            "the form's CSRF token is missing; reload the page and upload again",
+        ));
     }
     Ok(upload)
 }
