@@ -401,12 +401,12 @@ fn store_unless_recent(
     claim: Option<&Claim>,
 ) -> StoreResult<bool> {
     let db = |e| map_err(op, e);
+    // Cached statements: this runs once per delivery on the writer's hot path.
     let existing: Option<i64> = tx
-        .query_row(
+        .prepare_cached(
             "SELECT received_unix FROM deliveries WHERE connector = ?1 AND delivery_id = ?2",
-            [&d.connector, &d.delivery_id],
-            |r| r.get(0),
         )
+        .and_then(|mut s| s.query_row([&d.connector, &d.delivery_id], |r| r.get(0)))
         .optional()
         .map_err(db)?;
     if existing.is_some_and(|t| t >= d.received_unix - window_secs) {
@@ -415,7 +415,7 @@ fn store_unless_recent(
     let headers = encode_json(op, &d.headers)?;
     let routed = encode_json(op, &d.routed_to)?;
     let (owner, until) = claim.map_or((None, 0), |c| (Some(c.owner.as_str()), c.until_unix));
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO deliveries (connector, delivery_id, event, headers, body, received_unix, received_at, status, attempts, error, routed_to, claimed_by, claim_until)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
          ON CONFLICT (connector, delivery_id) DO UPDATE SET
@@ -424,8 +424,8 @@ fn store_unless_recent(
              status = excluded.status, attempts = excluded.attempts, error = excluded.error,
              routed_to = excluded.routed_to, claimed_by = excluded.claimed_by,
              claim_until = excluded.claim_until",
-        params![d.connector, d.delivery_id, d.event, headers, d.body, d.received_unix, d.received_at, d.status.as_str(), d.attempts, d.error, routed, owner, until],
     )
+    .and_then(|mut s| s.execute(params![d.connector, d.delivery_id, d.event, headers, d.body, d.received_unix, d.received_at, d.status.as_str(), d.attempts, d.error, routed, owner, until]))
     .map_err(db)?;
     Ok(true)
 }

@@ -176,7 +176,7 @@ fn run_group(inner: &Inner, jobs: Vec<Job>) -> Vec<Job> {
     let mut pending = jobs.into_iter();
     while let Some(mut job) = pending.next() {
         if savepoints {
-            if let Err(e) = tx.execute_batch("SAVEPOINT job") {
+            if let Err(e) = execute_cached(&tx, "SAVEPOINT job") {
                 let e = map_err(job.op, e);
                 if ran.is_empty() {
                     // Nothing could run at all: this job gets the error (handing it back
@@ -202,12 +202,12 @@ fn run_group(inner: &Inner, jobs: Vec<Job>) -> Vec<Job> {
         }
         let mut ended = None;
         if savepoints {
-            let end = if ok {
-                "RELEASE job"
+            let ended_ok = if ok {
+                execute_cached(&tx, "RELEASE job")
             } else {
-                "ROLLBACK TO job; RELEASE job"
+                tx.execute_batch("ROLLBACK TO job; RELEASE job")
             };
-            if let Err(e) = tx.execute_batch(end) {
+            if let Err(e) = ended_ok {
                 ended = Some(map_err(job.op, e));
             }
         }
@@ -265,6 +265,12 @@ fn broken(
         write.answer(Err(e.clone()));
     }
     left
+}
+
+/// Runs one statement from the connection's statement cache (the savepoints of every
+/// job of every group: parsed once, not once per job).
+fn execute_cached(tx: &Transaction<'_>, sql: &str) -> rusqlite::Result<()> {
+    tx.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
 #[cfg(test)]
