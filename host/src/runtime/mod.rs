@@ -434,7 +434,9 @@ impl ConnectorRuntime {
             // grew its memory paid two `mprotect`s, each a TLB shootdown on every core
             // (measured: 7 % of all CPU with durable webhooks at full load). Every access
             // is still checked against the memory's current size, and a slot is reset to
-            // its image before reuse.
+            // its image before reuse. The price is paid once per component, not per call:
+            // the checks make compiled code larger, so compiling took 193 → 314 ms and a
+            // cached load 0.91 → 1.29 ms for `acme` (durable webhooks: +25 %).
             .signals_based_traps(false)
             .memory_guard_size(0)
             .wasm_backtrace_max_frames(None)
