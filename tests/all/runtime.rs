@@ -272,6 +272,32 @@ async fn no_state_survives_between_calls() {
     }
 }
 
+/// Memory a call dirtied, below and far beyond the part of a slot kept resident between
+/// calls, is back to the component's image for the next call in that slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_memory_survives_between_calls() {
+    let rt = runtime_with(limits(5_000));
+    let hostile = rt.load(&read(guests::HOSTILE)).unwrap();
+    for round in 0..4 {
+        let out = call(
+            &rt,
+            &hostile,
+            &Sandbox::isolated("hostile"),
+            "hostile.residue",
+            "{}",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        let out: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(out["before"], 0, "round {round}: {out}");
+        assert!(
+            out["after"].as_u64().unwrap() >= 511,
+            "round {round}: {out}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_are_refused_for_installations_the_binding_does_not_name() {
     let rt = runtime_with(limits(5_000));

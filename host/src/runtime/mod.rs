@@ -422,7 +422,12 @@ impl ConnectorRuntime {
             .max_memory_size(limits.memory_bytes)
             .linear_memory_keep_resident(256 * 1024)
             .table_keep_resident(16 * 1024)
-            .async_stack_keep_resident(64 * 1024);
+            .async_stack_keep_resident(64 * 1024)
+            // Where the kernel has `PAGEMAP_SCAN` (Linux 6.7+), a slot's reset restores
+            // only the pages the guest made resident instead of `memset`-ing all of the
+            // kept-resident bytes; elsewhere the plain reset runs. Fresh-sandbox
+            // `acme.echo` p50 9.7 → 8.6 µs (`--bench runtime`, same hour).
+            .pagemap_scan(wasmtime::Enabled::Auto);
         let mut config = Config::new();
         config
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))

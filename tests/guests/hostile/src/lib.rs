@@ -161,6 +161,11 @@ impl Connector for Hostile {
                 token,
             ))
             .tool(Tool::new("counter", "Increments a static counter", counter))
+            .tool(Tool::new(
+                "residue",
+                "Counts pages of its memory an earlier call filled, then fills 2 MiB itself",
+                residue,
+            ))
             .tool(Tool::new("log", "Logs at every level", log))
             .tool(Tool::raw(
                 "route",
@@ -318,6 +323,42 @@ fn counter(_: &CallContext, _: NoArgs) -> Result<u64, ToolError> {
     Ok(COUNTER.fetch_add(1, Ordering::SeqCst) + 1)
 }
 
+/// The byte `residue` fills its pages with, computed at run time so that no data segment
+/// of this component holds a page of it.
+fn residue_byte() -> u8 {
+    std::hint::black_box(0x5a)
+}
+
+/// How many 4 KiB pages of this instance's linear memory are entirely `residue_byte`.
+fn residue_pages() -> usize {
+    #[cfg(target_arch = "wasm32")]
+    {
+        let byte = residue_byte();
+        let size = core::arch::wasm32::memory_size(0) * 65536;
+        // Page 0 is skipped: address 0 is null to Rust.
+        (4096..size)
+            .step_by(4096)
+            .filter(|&page| {
+                // SAFETY: every address below `memory_size` is in this instance's memory.
+                (page..page + 4096)
+                    .all(|a| unsafe { std::ptr::read_volatile(a as *const u8) } == byte)
+            })
+            .count()
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    0
+}
+
+/// `{before, after}`: pages filled by anyone before this call (a reset that missed a page
+/// shows here) and after it filled 2 MiB of its heap (proof that the scan sees a fill).
+fn residue(_: &CallContext, _: NoArgs) -> Result<Value, ToolError> {
+    let before = residue_pages();
+    let fill = std::hint::black_box(vec![residue_byte(); 2 << 20]);
+    let after = residue_pages();
+    drop(fill);
+    Ok(json!({"before": before, "after": after}))
+}
+
 fn log(_: &CallContext, args: MessageArgs) -> Result<(), ToolError> {
     connector_sdk::log::trace(&args.message);
     connector_sdk::log::debug(&args.message);
@@ -337,7 +378,7 @@ mod tests {
     fn manifest_is_valid() {
         let m = Hostile::manifest();
         assert_eq!(m.validate(), Ok(()));
-        assert_eq!(m.tool_ids().len(), 11);
+        assert_eq!(m.tool_ids().len(), 12);
     }
 
     #[test]
