@@ -445,6 +445,10 @@ impl ConnectorRuntime {
             .signals_based_traps(false)
             .memory_guard_size(0)
             .wasm_backtrace_max_frames(None)
+            // The native-to-wasm address map only serves wasm backtraces, which are off:
+            // without it compiled code is 10 % smaller (acme 1.35 → 1.21 MB) and a cached
+            // load 10 % faster.
+            .generate_address_map(false)
             .async_stack_size(1024 * 1024)
             .max_wasm_stack(512 * 1024);
         let engine = Engine::new(&config)
