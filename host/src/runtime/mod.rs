@@ -426,7 +426,8 @@ impl ConnectorRuntime {
             // Where the kernel has `PAGEMAP_SCAN` (Linux 6.7+), a slot's reset restores
             // only the pages the guest made resident instead of `memset`-ing all of the
             // kept-resident bytes; elsewhere the plain reset runs. Fresh-sandbox
-            // `acme.echo` p50 9.7 → 8.6 µs (`--bench runtime`, same hour).
+            // `acme.echo` p50 9.7 → 8.6 µs (`--bench runtime`, same hour); the HTTP tool
+            // call and durable webhook rates did not move measurably.
             .pagemap_scan(wasmtime::Enabled::Auto);
         let mut config = Config::new();
         config
