@@ -1,14 +1,16 @@
 //! Builds the bundled connectors into WebAssembly components and embeds them.
 //!
 //! Writes `$OUT_DIR/bundled_connectors.rs` with
-//! `pub static BUNDLED_COMPONENTS: &[(&str, &[u8])]` (slug-ish name, component bytes);
-//! the host `include!`s it. The guests are compiled by a nested cargo into
+//! `pub static BUNDLED_COMPONENTS: &[(&str, &[u8], &str)]` (slug-ish name, component
+//! bytes, `sha256:<hex>` of those bytes); the host `include!`s it. The digest is taken
+//! here, from the file `include_bytes!` embeds, so a host start never hashes them. The guests are compiled by a nested cargo into
 //! `target/guests` (see the `connector-guest-build` crate).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use connector_guest_build::{build_components, rust_path_literal, write_if_changed, GuestSpec};
+use sha2::{Digest, Sha256};
 
 /// The connectors shipped inside the host binary. Add one line per connector.
 fn bundled() -> Vec<GuestSpec> {
@@ -36,13 +38,16 @@ fn main() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("the interpreter component was not built"))?;
 
     let mut code = String::from(
-        "/// Components bundled into the host: (name, component bytes).\n\
-         pub static BUNDLED_COMPONENTS: &[(&str, &[u8])] = &[\n",
+        "/// Components bundled into the host: (name, component bytes, `sha256:<hex>`).\n\
+         pub static BUNDLED_COMPONENTS: &[(&str, &[u8], &str)] = &[\n",
     );
     for (name, path) in &built {
+        let bytes = std::fs::read(path)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+        let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
         writeln!(
             code,
-            "    ({name:?}, include_bytes!({})),",
+            "    ({name:?}, include_bytes!({}), {digest:?}),",
             rust_path_literal(path)?
         )?;
     }

@@ -1,38 +1,54 @@
 //! The connectors compiled into the host binary (`acme`, `github`, `arxiv`).
-
-use std::collections::BTreeMap;
-use std::sync::LazyLock;
-
-use sha2::{Digest, Sha256};
+//!
+//! Their SHA-256 digests are taken by the build script from the very files embedded
+//! here, so neither a start nor a capability check hashes them again.
 
 include!(concat!(env!("OUT_DIR"), "/bundled_connectors.rs"));
 
-/// Every bundled component: (slug, bytes).
-pub(crate) fn components() -> &'static [(&'static str, &'static [u8])] {
+/// A connector bundled into the host binary.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bundled {
+    /// The slug it installs under.
+    pub name: &'static str,
+    /// The component's bytes.
+    pub bytes: &'static [u8],
+    /// `sha256:<hex>` of `bytes`.
+    pub digest: &'static str,
+}
+
+/// Every bundled component.
+pub(crate) fn components() -> impl Iterator<Item = Bundled> {
     BUNDLED_COMPONENTS
+        .iter()
+        .map(|&(name, bytes, digest)| Bundled {
+            name,
+            bytes,
+            digest,
+        })
 }
 
 /// The bytes of a connector bundled into the host binary (`acme`, ...).
 pub fn bundled_component(name: &str) -> Option<&'static [u8]> {
-    BUNDLED_COMPONENTS
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, b)| *b)
+    components().find(|c| c.name == name).map(|c| c.bytes)
 }
-
-static DIGESTS: LazyLock<BTreeMap<&'static str, String>> = LazyLock::new(|| {
-    BUNDLED_COMPONENTS
-        .iter()
-        .map(|(name, bytes)| {
-            (
-                *name,
-                format!("sha256:{}", hex::encode(Sha256::digest(bytes))),
-            )
-        })
-        .collect()
-});
 
 /// Whether `digest` is the bundled component of `slug` (not an operator's own build).
 pub(crate) fn is_bundled(slug: &str, digest: &str) -> bool {
-    DIGESTS.get(slug).is_some_and(|d| d == digest)
+    components().any(|c| c.name == slug && c.digest == digest)
+}
+
+#[cfg(test)]
+mod tests {
+    use sha2::{Digest, Sha256};
+
+    #[test]
+    fn each_digest_is_that_of_the_embedded_bytes() {
+        let mut seen = 0;
+        for c in super::components() {
+            let actual = format!("sha256:{}", hex::encode(Sha256::digest(c.bytes)));
+            assert_eq!(c.digest, actual, "{}", c.name);
+            seen += 1;
+        }
+        assert_eq!(seen, 3, "acme, github and arxiv are bundled");
+    }
 }

@@ -167,7 +167,10 @@ impl Catalog {
             if current.is_some_and(|c| c.info().digest == record.digest) {
                 continue;
             }
-            match registry.prepare(&record.component).await {
+            match registry
+                .prepare_known(&record.component, &record.digest)
+                .await
+            {
                 Ok(prepared) => {
                     let policy = self.policy_of(prepared.info());
                     self.state.install_stored(prepared, policy);
@@ -192,18 +195,22 @@ impl Catalog {
     /// digest). A rotation keeps bindings, re-checks each binding's config against the new
     /// connector and refuses with `409 rotation_breaks_bindings` if any fails, unless
     /// `force` (then the failing bindings are unbound).
+    ///
+    /// `bundled` is the digest of a connector bundled into the host (known from the
+    /// build, so its bytes are not hashed again); `None` for an operator's component.
     pub(crate) async fn install(
         &self,
         bytes: &[u8],
-        bundled: bool,
+        bundled: Option<&str>,
         force: bool,
     ) -> HostResult<Installed> {
-        let prepared = self
-            .state
-            .registry()
-            .prepare(bytes)
-            .await
-            .map_err(install_error)?;
+        let registry = self.state.registry();
+        let prepared = match bundled {
+            Some(digest) => registry.prepare_known(bytes, digest).await,
+            None => registry.prepare(bytes).await,
+        }
+        .map_err(install_error)?;
+        let bundled = bundled.is_some();
         self.state
             .write(|| self.plan_install(prepared, bytes, bundled, force))
             .await

@@ -176,12 +176,19 @@ impl Parts {
     /// connectors directory's.
     async fn install_at_start(&self, snapshot: &Snapshot) -> anyhow::Result<()> {
         self.catalog.adopt(snapshot).await;
-        for (name, bytes) in crate::bundled::components() {
-            let stored = snapshot.connectors.iter().find(|c| c.slug == *name);
+        for bundled in crate::bundled::components() {
+            let name = bundled.name;
+            let stored = snapshot.connectors.iter().find(|c| c.slug == name);
             if stored.is_some_and(|c| !c.bundled) {
                 continue;
             }
-            self.install_racing_replicas(bytes, true)
+            // Stored by an earlier start and adopted above: installing it again would
+            // load and describe it once more only to find nothing changed.
+            let adopted = self.state.registry().get(name);
+            if adopted.is_some_and(|c| c.info().digest == bundled.digest) {
+                continue;
+            }
+            self.install_racing_replicas(bundled.bytes, Some(bundled.digest))
                 .await
                 .map_err(|e| {
                     anyhow::anyhow!("bundled connector `{name}` failed to install: {e}")
@@ -199,7 +206,7 @@ impl Parts {
         for file in files {
             let bytes = std::fs::read(&file)
                 .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
-            self.install_racing_replicas(&bytes, false)
+            self.install_racing_replicas(&bytes, None)
                 .await
                 .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
         }
@@ -209,7 +216,11 @@ impl Parts {
     /// Installs a component at start-up. Replicas starting together race for the same
     /// rows: a write refused because another replica wrote first is retried on the
     /// refreshed state.
-    async fn install_racing_replicas(&self, bytes: &[u8], bundled: bool) -> HostResult<Installed> {
+    async fn install_racing_replicas(
+        &self,
+        bytes: &[u8],
+        bundled: Option<&str>,
+    ) -> HostResult<Installed> {
         let mut attempt = 0;
         loop {
             match self.catalog.install(bytes, bundled, true).await {

@@ -505,6 +505,72 @@ async fn bad_components_are_rejected_with_the_rule_named() {
     assert_eq!(no_exports.rule(), "wrong_world", "{no_exports}");
 }
 
+/// A digest recorded with the bytes (a stored or bundled connector) spares hashing them
+/// on a cached load, but is checked before anything is compiled: bytes that do not match
+/// it are refused and never filed in the cache under the digest's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_known_digest_is_checked_before_compiling_and_never_files_other_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = RuntimeOptions {
+        limits: limits(5_000),
+        cache_dir: Some(dir.path().to_path_buf()),
+        installation_tokens: None,
+    };
+    let acme_digest = runtime_with(limits(5_000))
+        .compile_uncached(acme_bytes())
+        .unwrap()
+        .digest()
+        .to_owned();
+    let github = connector_host::host::bundled_component("github").expect("github is bundled");
+
+    // Another component's bytes under acme's digest, with nothing cached: refused.
+    let rt = ConnectorRuntime::new(options.clone()).unwrap();
+    let err = rt.load_known(github, &acme_digest).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("do not match the digest") && message.contains(&acme_digest),
+        "{message}"
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+
+    // Digests that are not `sha256:` and 64 lowercase hex digits never reach a file name.
+    for bad in [
+        "sha256:../../escape",
+        "acme",
+        &acme_digest.to_uppercase(),
+        &acme_digest[..acme_digest.len() - 1],
+    ] {
+        let err = rt.load_known(acme_bytes(), bad).unwrap_err();
+        assert!(
+            err.to_string().contains("do not match the digest"),
+            "{bad}: {err}"
+        );
+    }
+
+    // The right digest compiles once, then loads from the cache without its bytes being
+    // hashed, and runs.
+    let first = rt.load_known(acme_bytes(), &acme_digest).unwrap();
+    assert_eq!(first.source(), LoadSource::Compiled);
+    assert_eq!(first.digest(), acme_digest);
+    let rt2 = ConnectorRuntime::new(options).unwrap();
+    let cached = rt2.load_known(acme_bytes(), &acme_digest).unwrap();
+    assert_eq!(cached.source(), LoadSource::Cache);
+    assert_eq!(cached.digest(), acme_digest);
+    let out = call(
+        &rt2,
+        &cached,
+        &Sandbox::isolated("acme"),
+        "acme.echo",
+        r#"{"message":"known"}"#,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(out.contains("known"), "{out}");
+    // Hashing the bytes names the same cache entry.
+    assert_eq!(rt2.load(acme_bytes()).unwrap().source(), LoadSource::Cache);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compiled_components_are_cached_and_a_corrupt_cache_is_recompiled() {
     let dir = tempfile::tempdir().unwrap();

@@ -140,6 +140,7 @@ impl InstallError {
             InstallError::Load(LoadError::NotAComponent(_)) => "not_a_component",
             InstallError::Load(LoadError::WrongWorld(_)) => "wrong_world",
             InstallError::Load(LoadError::Cache(_)) => "cache",
+            InstallError::Load(LoadError::DigestMismatch { .. }) => "digest_mismatch",
             InstallError::Describe(_) => "describe_failed",
             InstallError::Manifest(m) => m.rule(),
             InstallError::Conflict { .. } => "name_taken",
@@ -345,6 +346,28 @@ impl ConnectorRegistry {
     /// `connector-host inspect` shows). Clashes with installed connectors are not checked.
     pub async fn prepare(&self, bytes: &[u8]) -> Result<InstalledConnector, InstallError> {
         let component = self.runtime.load(bytes).map_err(InstallError::Load)?;
+        self.describe(component, bytes).await
+    }
+
+    /// [`prepare`](Self::prepare) for bytes whose `sha256:<hex>` digest is already known
+    /// (see [`ConnectorRuntime::load_known`]): a stored or bundled connector.
+    pub async fn prepare_known(
+        &self,
+        bytes: &[u8],
+        digest: &str,
+    ) -> Result<InstalledConnector, InstallError> {
+        let component = self
+            .runtime
+            .load_known(bytes, digest)
+            .map_err(InstallError::Load)?;
+        self.describe(component, bytes).await
+    }
+
+    async fn describe(
+        &self,
+        component: LoadedComponent,
+        bytes: &[u8],
+    ) -> Result<InstalledConnector, InstallError> {
         let manifest = self
             .runtime
             .describe(&component)

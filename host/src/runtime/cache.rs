@@ -3,7 +3,10 @@
 //! Compiling a component with Cranelift takes tens of milliseconds; loading the machine
 //! code back takes a fraction of that. The cache key is the component's SHA-256 digest
 //! plus the engine's compatibility hash (wasmtime version, target, engine settings), so a
-//! host upgrade or a changed setting never loads stale code. Deserializing compiled code
+//! host upgrade or a changed setting never loads stale code. The runtime supplies the
+//! digest: hashed from the bytes, or known beforehand (taken by the build for a bundled
+//! connector, recorded with a stored one) and then checked against the bytes only when
+//! they are compiled, so nothing is ever filed under a digest its bytes do not have. Deserializing compiled code
 //! is `unsafe` in wasmtime because the bytes are trusted to be machine code: the cache
 //! only ever loads files it wrote itself (each written whole under a name no other writer
 //! uses, then renamed), reads a file into memory, checks those bytes' length and XXH3-128
@@ -77,20 +80,23 @@ impl ComponentCache {
         ))
     }
 
-    /// Loads the component with digest `digest_hex` from the cache, or compiles `bytes`
-    /// and stores the result. A cache that cannot be read or written is logged and
-    /// bypassed: it never makes a load fail.
-    pub fn load_or_compile(
+    /// The component with digest `digest_hex` (64 lowercase hex digits, checked by the
+    /// caller: it becomes part of a file name) as compiled earlier, if the cache holds
+    /// it whole. An entry that cannot be read or does not match its checksum is logged
+    /// and treated as missing.
+    pub fn read(&self, engine: &Engine, digest_hex: &str) -> Option<Component> {
+        let (code, sum) = self.paths(digest_hex)?;
+        read_verified(engine, &code, &sum)
+    }
+
+    /// Compiles `bytes`, whose digest is `digest_hex`, and stores the result. A cache
+    /// that cannot be written is logged and bypassed: it never makes a load fail.
+    pub fn compile(
         &self,
         engine: &Engine,
         digest_hex: &str,
         bytes: &[u8],
-    ) -> wasmtime::Result<(Component, LoadSource)> {
-        if let Some((code, sum)) = self.paths(digest_hex) {
-            if let Some(component) = read_verified(engine, &code, &sum) {
-                return Ok((component, LoadSource::Cache));
-            }
-        }
+    ) -> wasmtime::Result<Component> {
         let component = Component::new(engine, bytes)?;
         if let Some((code, sum)) = self.paths(digest_hex) {
             match component.serialize() {
@@ -104,7 +110,7 @@ impl ComponentCache {
                 }
             }
         }
-        Ok((component, LoadSource::Compiled))
+        Ok(component)
     }
 }
 

@@ -90,6 +90,10 @@ pub enum LoadError {
     /// imports the host does not provide.
     #[error("the component implements neither the spring:connector@0.2.0 nor the @0.1.0 `connector` world: {0}")]
     WrongWorld(String),
+    /// The bytes are not the ones the digest recorded with them names: a damaged stored
+    /// copy, or a digest that is not `sha256:` and 64 lowercase hex digits.
+    #[error("the component's bytes do not match the digest recorded for them (recorded {expected}, the bytes are {actual}); install the component again")]
+    DigestMismatch { expected: String, actual: String },
     /// The on-disk cache could not be used; compiling still works, so this is only raised
     /// when writing is impossible and compiling also failed.
     #[error("component cache error: {0}")]

@@ -515,7 +515,31 @@ impl ConnectorRuntime {
 
     /// Compiles (or reads back from the cache) and links a component.
     pub fn load(&self, bytes: &[u8]) -> Result<LoadedComponent, LoadError> {
-        let digest_hex = hex::encode(Sha256::digest(bytes));
+        self.load_digested(bytes, &sha256_hex(bytes))
+    }
+
+    /// [`load`](Self::load) for bytes whose digest is already known: `sha256:<hex>`
+    /// taken by the build (the bundled connectors) or when the bytes were stored (an
+    /// installed connector). Read back from the cache, the bytes are not hashed again:
+    /// what runs is the code compiled from the bytes that have this digest, which is what
+    /// was installed. Bytes that must be compiled are hashed first, and a digest they do
+    /// not match refuses the load instead of filing their code under another's name.
+    pub fn load_known(&self, bytes: &[u8], digest: &str) -> Result<LoadedComponent, LoadError> {
+        let digest_hex = digest
+            .strip_prefix("sha256:")
+            .filter(|hex| {
+                hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            })
+            .ok_or_else(|| LoadError::DigestMismatch {
+                expected: digest.chars().take(80).collect(),
+                actual: format!("sha256:{}", sha256_hex(bytes)),
+            })?;
+        self.load_digested(bytes, digest_hex)
+    }
+
+    /// Loads `bytes`, whose SHA-256 is claimed to be `digest_hex` (64 lowercase hex
+    /// digits); the claim is checked before anything is compiled.
+    fn load_digested(&self, bytes: &[u8], digest_hex: &str) -> Result<LoadedComponent, LoadError> {
         if !is_component(bytes) {
             let what = if bytes.starts_with(b"\0asm\x01\0\0\0") {
                 "this is a core WebAssembly module, not a component"
@@ -524,16 +548,26 @@ impl ConnectorRuntime {
             };
             return Err(LoadError::NotAComponent(what.into()));
         }
-        let (component, source) = self
+        if let Some(component) = self.cache.read(&self.engine, digest_hex) {
+            return self.link(component, digest_hex.to_owned(), LoadSource::Cache);
+        }
+        let actual = sha256_hex(bytes);
+        if actual != digest_hex {
+            return Err(LoadError::DigestMismatch {
+                expected: format!("sha256:{digest_hex}"),
+                actual: format!("sha256:{actual}"),
+            });
+        }
+        let component = self
             .cache
-            .load_or_compile(&self.engine, &digest_hex, bytes)
+            .compile(&self.engine, digest_hex, bytes)
             .map_err(|e| LoadError::NotAComponent(format!("{e:#}")))?;
-        self.link(component, digest_hex, source)
+        self.link(component, actual, LoadSource::Compiled)
     }
 
     /// Compiles a component without touching the cache (for benchmarks and tools).
     pub fn compile_uncached(&self, bytes: &[u8]) -> Result<LoadedComponent, LoadError> {
-        let digest_hex = hex::encode(Sha256::digest(bytes));
+        let digest_hex = sha256_hex(bytes);
         let component = Component::new(&self.engine, bytes)
             .map_err(|e| LoadError::NotAComponent(format!("{e:#}")))?;
         self.link(component, digest_hex, LoadSource::Compiled)
@@ -958,6 +992,11 @@ fn output_size(output: &wit::ToolOutput) -> usize {
     };
     output.structured.as_ref().map_or(0, String::len)
         + output.content.iter().map(block).sum::<usize>()
+}
+
+/// The SHA-256 of `bytes` in lowercase hex: a component's digest without `sha256:`.
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// Whether `bytes` start with the binary header of a WebAssembly component (layer 1).
