@@ -6,13 +6,15 @@
 //! host upgrade or a changed setting never loads stale code. The runtime supplies the
 //! digest: hashed from the bytes, or known beforehand (taken by the build for a bundled
 //! connector, recorded with a stored one) and then checked against the bytes only when
-//! they are compiled, so nothing is ever filed under a digest its bytes do not have. Deserializing compiled code
-//! is `unsafe` in wasmtime because the bytes are trusted to be machine code: the cache
-//! only ever loads files it wrote itself (each written whole under a name no other writer
-//! uses, then renamed), reads a file into memory, checks those bytes' length and XXH3-128
-//! against what it recorded at write time, and hands wasmtime exactly the bytes it
-//! checked (wasmtime copies them into executable memory), so a truncated or corrupted
-//! file is recompiled, not executed, and nothing done to the file later reaches the code.
+//! they are compiled, so nothing is ever filed under a digest its bytes do not have.
+//!
+//! Deserializing compiled code is `unsafe` in wasmtime because the bytes are trusted to
+//! be machine code: the cache only ever loads files it wrote itself (each written whole
+//! under a name no other writer uses, then renamed), reads a file into memory, checks
+//! those bytes' length and XXH3-128 against what it recorded at write time, and hands
+//! wasmtime exactly the bytes it checked (wasmtime copies them into executable memory),
+//! so a truncated or corrupted file is recompiled, not executed, and nothing done to the
+//! file later reaches the code.
 //!
 //! The check guards against accidents (a torn write, a bad disk block), not an attacker:
 //! whoever can write the cache directory can write the checksum beside it, so a
