@@ -18,6 +18,10 @@ use serde_json::json;
 mod chain;
 use chain::{BINDINGS, TOOLS_PER_CONNECTOR};
 
+/// The allocator of the `connector-host` binary, so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const BUDGET: Duration = Duration::from_millis(50);
 
 fn bench(c: &mut Criterion) {

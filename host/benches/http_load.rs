@@ -58,6 +58,10 @@ use http_body_util::Full;
 use loadgen::{contains, env_num, loadavg, ms, Attempt, Limits, MakeRequest, Run};
 use serde_json::{json, Value};
 
+/// The allocator of the `connector-host` binary, so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const OPERATOR_TOKEN: &str = "bench-operator-token";
 const TOOL_CALL_BODY: &str = r#"{"tool":"acme.echo","arguments":{"message":"hi"}}"#;
 

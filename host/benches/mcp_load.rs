@@ -37,6 +37,10 @@ use http_body_util::Full;
 use loadgen::{contains, env_num, Attempt, Limits, MakeRequest as Make, Run};
 use serde_json::{json, Value};
 
+/// The allocator of the `connector-host` binary, so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const OPERATOR_TOKEN: &str = "bench-operator-token";
 const HTTP_BODY: &str = r#"{"tool":"acme.echo","arguments":{"message":"hi"}}"#;
 const MCP_BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"acme.echo","arguments":{"message":"hi"}}}"#;

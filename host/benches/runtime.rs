@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 use connector_host::runtime::{wit, ConnectorRuntime, GuestLimits, RuntimeOptions, Sandbox};
 use criterion::{criterion_group, criterion_main, Criterion};
 
+/// The allocator of the `connector-host` binary, so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn acme() -> &'static [u8] {
     connector_host::host::bundled_component("acme").expect("acme is bundled")
 }

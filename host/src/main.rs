@@ -9,6 +9,15 @@ use connector_host::cli::{self, Cli, CliError, Command};
 use connector_host::config::HostConfig;
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc rather than glibc's allocator: a tool call or a webhook delivery makes
+/// hundreds of short-lived allocations (HTTP, JSON, a fresh guest store), and glibc's
+/// `malloc`/`free` were 8-10 % of the host's CPU under load. Measured in one process with
+/// the host's HTTP load bench, same minutes: HTTP tool calls 39-42k -> 46-48k/s, durable
+/// SQLite webhooks 6.9-7.0k -> 7.1-7.5k/s. Guests' linear memories are not affected: they
+/// live in the instance pool's own mappings.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     // clap prints help, versions and usage errors itself (usage errors exit with 2).
     let Cli { remote, command } = Cli::parse();
