@@ -59,6 +59,26 @@ async fn call(
         .map(|r| r.map(|out| out.structured.unwrap_or_default()))
 }
 
+/// `acme.echo` of `message` in `component` answers with it.
+async fn assert_echoes(
+    rt: &ConnectorRuntime,
+    component: &connector_host::runtime::LoadedComponent,
+    message: &str,
+) {
+    let args = serde_json::json!({ "message": message }).to_string();
+    let out = call(
+        rt,
+        component,
+        &Sandbox::isolated("acme"),
+        "acme.echo",
+        &args,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(out.contains(message), "{out}");
+}
+
 fn acme_bytes() -> &'static [u8] {
     connector_host::host::bundled_component("acme").expect("acme is bundled")
 }
@@ -556,17 +576,7 @@ async fn a_known_digest_is_checked_before_compiling_and_never_files_other_bytes(
     let cached = rt2.load_known(acme_bytes(), &acme_digest).unwrap();
     assert_eq!(cached.source(), LoadSource::Cache);
     assert_eq!(cached.digest(), acme_digest);
-    let out = call(
-        &rt2,
-        &cached,
-        &Sandbox::isolated("acme"),
-        "acme.echo",
-        r#"{"message":"known"}"#,
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    assert!(out.contains("known"), "{out}");
+    assert_echoes(&rt2, &cached, "known").await;
     // Hashing the bytes names the same cache entry.
     assert_eq!(rt2.load(acme_bytes()).unwrap().source(), LoadSource::Cache);
 }
@@ -587,17 +597,7 @@ async fn compiled_components_are_cached_and_a_corrupt_cache_is_recompiled() {
     let rt2 = ConnectorRuntime::new(options.clone()).unwrap();
     let cached = rt2.load(acme_bytes()).unwrap();
     assert_eq!(cached.source(), LoadSource::Cache);
-    let out = call(
-        &rt2,
-        &cached,
-        &Sandbox::isolated("acme"),
-        "acme.echo",
-        r#"{"message":"cached"}"#,
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    assert!(out.contains("cached"));
+    assert_echoes(&rt2, &cached, "cached").await;
 
     // Flip a byte in the compiled file: the checksum no longer matches, so it is recompiled.
     for entry in std::fs::read_dir(dir.path()).unwrap() {
@@ -612,17 +612,7 @@ async fn compiled_components_are_cached_and_a_corrupt_cache_is_recompiled() {
     let rt3 = ConnectorRuntime::new(options.clone()).unwrap();
     let reloaded = rt3.load(acme_bytes()).unwrap();
     assert_eq!(reloaded.source(), LoadSource::Compiled);
-    let out = call(
-        &rt3,
-        &reloaded,
-        &Sandbox::isolated("acme"),
-        "acme.echo",
-        r#"{"message":"again"}"#,
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    assert!(out.contains("again"));
+    assert_echoes(&rt3, &reloaded, "again").await;
 
     // The recompile rewrote the cache: it loads from there again. A file cut short (a
     // torn write) or one without its checksum is recompiled too.
