@@ -2,12 +2,16 @@
 //!
 //! Writes `$OUT_DIR/bundled_connectors.rs` with
 //! `pub static BUNDLED_COMPONENTS: &[(&str, &[u8], &str)]` (slug-ish name, component
-//! bytes, `sha256:<hex>` of those bytes); the host `include!`s it. The digest is taken
-//! here, from the file `include_bytes!` embeds, so a host start never hashes them. The guests are compiled by a nested cargo into
-//! `target/guests` (see the `connector-guest-build` crate).
+//! bytes, `sha256:<hex>` of those bytes); the host `include!`s it. The guests are compiled
+//! by a nested cargo into `target/guests` (see the `connector-guest-build` crate).
+//!
+//! Each bundled component is copied into `$OUT_DIR` and embedded from that copy, whose
+//! digest is taken here: another build rewriting `target/guests` meanwhile cannot make the
+//! embedded bytes and their digest differ. With the digest known, a start that finds the
+//! compiled code in its cache does not hash the component.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use connector_guest_build::{build_components, rust_path_literal, write_if_changed, GuestSpec};
 use sha2::{Digest, Sha256};
@@ -41,14 +45,18 @@ fn main() -> anyhow::Result<()> {
         "/// Components bundled into the host: (name, component bytes, `sha256:<hex>`).\n\
          pub static BUNDLED_COMPONENTS: &[(&str, &[u8], &str)] = &[\n",
     );
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     for (name, path) in &built {
         let bytes = std::fs::read(path)
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
         let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+        let embedded = out_dir.join(format!("{name}.wasm"));
+        std::fs::write(&embedded, &bytes)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", embedded.display()))?;
         writeln!(
             code,
             "    ({name:?}, include_bytes!({}), {digest:?}),",
-            rust_path_literal(path)?
+            rust_path_literal(&embedded)?
         )?;
     }
     code.push_str("];\n");
@@ -60,7 +68,7 @@ fn main() -> anyhow::Result<()> {
         rust_path_literal(&interpreter)?
     )?;
 
-    let out = Path::new(&std::env::var("OUT_DIR")?).join("bundled_connectors.rs");
+    let out = out_dir.join("bundled_connectors.rs");
     write_if_changed(&out, &code)?;
     println!("cargo:rerun-if-changed=build.rs");
     Ok(())

@@ -1,7 +1,8 @@
 //! The connectors compiled into the host binary (`acme`, `github`, `arxiv`).
 //!
-//! Their SHA-256 digests are taken by the build script from the very files embedded
-//! here, so neither a start nor a capability check hashes them again.
+//! Their SHA-256 digests are taken by the build script from the very bytes embedded here:
+//! a capability check never hashes them, nor does a start that finds their compiled code
+//! in its cache.
 
 include!(concat!(env!("OUT_DIR"), "/bundled_connectors.rs"));
 

@@ -183,7 +183,10 @@ impl Parts {
                 continue;
             }
             // Stored by an earlier start and adopted above: installing it again would
-            // load and describe it once more only to find nothing changed.
+            // load and describe it once more only to find the same digest, and write
+            // nothing. (A stored copy damaged since is found when its compiled code is
+            // not in the cache: adopting it then fails its digest, and this install
+            // writes the binary's copy again.)
             let adopted = self.state.registry().get(name);
             if adopted.is_some_and(|c| c.info().digest == bundled.digest) {
                 continue;

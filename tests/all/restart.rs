@@ -216,3 +216,54 @@ async fn sigterm_stops_the_server_even_with_an_open_message_stream() {
     }
     drop(stream);
 }
+
+/// A start adopts the stored bundled connectors without hashing them when their compiled
+/// code is cached. A stored copy damaged since is found when the cache misses: its digest
+/// fails, and the start writes the binary's copy again instead of running or keeping it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_stored_bundled_connector_is_rewritten_when_the_cache_misses() {
+    let data = tempfile::tempdir().unwrap();
+    let acme = connector_host::host::bundled_component("acme").expect("acme is bundled");
+    let stored_acme = |db: &std::path::Path| -> Vec<u8> {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        conn.query_row(
+            "SELECT component FROM connectors WHERE slug = 'acme'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    let db = data.path().join("host.db");
+    let mut server = ServerProcess::start(data.path(), &[]).await;
+    server.kill9();
+    assert_eq!(stored_acme(&db), acme);
+
+    let mut damaged = acme.to_vec();
+    let mid = damaged.len() / 2;
+    damaged[mid] ^= 0xff;
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let changed = conn
+        .execute(
+            "UPDATE connectors SET component = ?1 WHERE slug = 'acme'",
+            [&damaged],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(conn);
+    std::fs::remove_dir_all(data.path().join("compiled")).unwrap();
+
+    let mut server = ServerProcess::start(data.path(), &[]).await;
+    let client = reqwest::Client::new();
+    let (status, body) = call(
+        &client,
+        reqwest::Method::GET,
+        format!("{}/api/v1/connectors", server.url),
+        OPERATOR_TOKEN,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.to_string().contains("acme.echo"), "{body}");
+    server.kill9();
+    assert_eq!(stored_acme(&db), acme, "the damaged copy was not rewritten");
+}

@@ -562,10 +562,12 @@ async fn a_known_digest_is_checked_before_compiling_and_never_files_other_bytes(
     ] {
         let err = rt.load_known(acme_bytes(), bad).unwrap_err();
         assert!(
-            err.to_string().contains("do not match the digest"),
+            err.to_string()
+                .contains("is not `sha256:` and 64 lowercase hex digits"),
             "{bad}: {err}"
         );
     }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 
     // The right digest compiles once, then loads from the cache without its bytes being
     // hashed, and runs.

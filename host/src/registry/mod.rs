@@ -141,6 +141,7 @@ impl InstallError {
             InstallError::Load(LoadError::WrongWorld(_)) => "wrong_world",
             InstallError::Load(LoadError::Cache(_)) => "cache",
             InstallError::Load(LoadError::DigestMismatch { .. }) => "digest_mismatch",
+            InstallError::Load(LoadError::MalformedDigest(_)) => "malformed_digest",
             InstallError::Describe(_) => "describe_failed",
             InstallError::Manifest(m) => m.rule(),
             InstallError::Conflict { .. } => "name_taken",
@@ -350,7 +351,8 @@ impl ConnectorRegistry {
     }
 
     /// [`prepare`](Self::prepare) for bytes whose `sha256:<hex>` digest is already known
-    /// (see [`ConnectorRuntime::load_known`]): a stored or bundled connector.
+    /// from the host's own records: a stored or bundled connector. Never for a digest
+    /// that came with the bytes (see [`ConnectorRuntime::load_known`]).
     pub async fn prepare_known(
         &self,
         bytes: &[u8],

@@ -91,9 +91,12 @@ pub enum LoadError {
     #[error("the component implements neither the spring:connector@0.2.0 nor the @0.1.0 `connector` world: {0}")]
     WrongWorld(String),
     /// The bytes are not the ones the digest recorded with them names: a damaged stored
-    /// copy, or a digest that is not `sha256:` and 64 lowercase hex digits.
+    /// copy.
     #[error("the component's bytes do not match the digest recorded for them (recorded {expected}, the bytes are {actual}); install the component again")]
     DigestMismatch { expected: String, actual: String },
+    /// The digest recorded with the bytes is not `sha256:` and 64 lowercase hex digits.
+    #[error("the digest recorded for the component is not `sha256:` and 64 lowercase hex digits (it is {0:?}); install the component again")]
+    MalformedDigest(String),
     /// The on-disk cache could not be used; compiling still works, so this is only raised
     /// when writing is impossible and compiling also failed.
     #[error("component cache error: {0}")]

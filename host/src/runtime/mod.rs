@@ -539,16 +539,18 @@ impl ConnectorRuntime {
     /// what runs is the code compiled from the bytes that have this digest, which is what
     /// was installed. Bytes that must be compiled are hashed first, and a digest they do
     /// not match refuses the load instead of filing their code under another's name.
+    ///
+    /// # Trust
+    /// On a cache hit the digest alone chooses the code that runs, so it must come from
+    /// the host's own records (its build, its store), never from whoever supplied the
+    /// bytes: an uploaded component goes through [`load`](Self::load).
     pub fn load_known(&self, bytes: &[u8], digest: &str) -> Result<LoadedComponent, LoadError> {
         let digest_hex = digest
             .strip_prefix("sha256:")
             .filter(|hex| {
                 hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
             })
-            .ok_or_else(|| LoadError::DigestMismatch {
-                expected: digest.chars().take(80).collect(),
-                actual: format!("sha256:{}", sha256_hex(bytes)),
-            })?;
+            .ok_or_else(|| LoadError::MalformedDigest(digest.chars().take(80).collect()))?;
         self.load_digested(bytes, digest_hex)
     }
 
