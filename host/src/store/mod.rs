@@ -18,6 +18,7 @@ pub mod postgres;
 mod postgres_writer;
 mod rows;
 pub mod sqlite;
+mod sqlite_checkpoint;
 mod sqlite_writer;
 
 use async_trait::async_trait;

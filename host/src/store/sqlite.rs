@@ -9,7 +9,8 @@
 //!   [`DeliveryQueue::claim_deliveries`](crate::store::DeliveryQueue::claim_deliveries) are atomic with their writes.
 //! - WAL journal, `synchronous=NORMAL`, `foreign_keys=ON`, a busy timeout of
 //!   [`BUSY_TIMEOUT`]. A database locked for longer than that is reported as
-//!   [`StoreError::Unavailable`].
+//!   [`StoreError::Unavailable`]. The log is copied back into the database file on a
+//!   thread of its own ([`sqlite_checkpoint`]), never inside a commit.
 //! - The schema is versioned: [`MIGRATIONS`] are applied in order at open, one transaction
 //!   each, and recorded in `schema_migrations(version, applied_at)`. A database that has a
 //!   version this host does not know (it was written by a newer host) is refused with
@@ -58,6 +59,7 @@ use rusqlite::{
 };
 
 use super::rows;
+use super::sqlite_checkpoint;
 use super::sqlite_writer::{self, Job};
 #[cfg(any(test, feature = "store-conformance"))]
 use super::FaultInjection;
@@ -336,6 +338,10 @@ impl SqliteStore {
     fn init(mut conn: Connection, path: Option<PathBuf>) -> StoreResult<Self> {
         configure(&conn, path.is_some())?;
         migrate(&mut conn)?;
+        let checkpoints = match &path {
+            Some(path) => Some(sqlite_checkpoint::Checkpoints::start(path, &conn)?),
+            None => None,
+        };
         let inner = Arc::new(Inner {
             conn: Mutex::new(conn),
             fail_points: FailPoints::default(),
@@ -343,7 +349,7 @@ impl SqliteStore {
             commits: AtomicU64::new(0),
             writes: AtomicU64::new(0),
         });
-        let writer = sqlite_writer::spawn(Arc::clone(&inner))?;
+        let writer = sqlite_writer::spawn(Arc::clone(&inner), checkpoints)?;
         Ok(Self {
             inner,
             writer,

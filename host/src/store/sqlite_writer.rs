@@ -30,6 +30,7 @@ use std::sync::Arc;
 use rusqlite::{Transaction, TransactionBehavior};
 
 use super::sqlite::{bump_state_version, map_err, Inner};
+use super::sqlite_checkpoint::Checkpoints;
 use super::{StoreError, StoreResult};
 
 /// The most writes one commit takes: bounds a group's WAL growth and how long the
@@ -128,7 +129,10 @@ impl Job {
 
 /// Starts the writer thread for `inner`; jobs sent to the returned channel run in groups
 /// until every sender is dropped.
-pub(super) fn spawn(inner: Arc<Inner>) -> StoreResult<mpsc::Sender<Job>> {
+pub(super) fn spawn(
+    inner: Arc<Inner>,
+    mut checkpoints: Option<Checkpoints>,
+) -> StoreResult<mpsc::Sender<Job>> {
     let (send, receive) = mpsc::channel::<Job>();
     std::thread::Builder::new()
         .name("sqlite-writer".into())
@@ -148,6 +152,9 @@ pub(super) fn spawn(inner: Arc<Inner>) -> StoreResult<mpsc::Sender<Job>> {
                     }
                 }
                 carried = run_group(&inner, std::mem::take(&mut carried));
+                if let Some(checkpoints) = &mut checkpoints {
+                    checkpoints.after_commit(&inner.conn);
+                }
             }
         })
         .map_err(|e| StoreError::Unavailable(format!("cannot start the database writer: {e}")))?;
