@@ -63,8 +63,10 @@
 //!
 //! Measured again 2026-11-25 (after the cheaper fresh sandbox, cached load and
 //! allocator), three interleaved rounds, n = 2000: local 136–155 µs p50, the Python
-//! floor 105–115 µs (1.3×). A do-nothing Rust stdio server answering the floor's 76
-//! bytes measures 91–104 µs, and 119–121 µs answering our 141 bytes instead: our
+//! floor 105–115 µs (1.3×): the target (≤ 1.0×) is still missed. A do-nothing Rust
+//! stdio server answering like the floor (76 bytes of compact JSON for a one-digit id;
+//! the floor's spaced JSON is 87) measures 91–104 µs, and 119–121 µs answering our
+//! `acme.echo` answer instead (141 bytes for a one-digit id): our
 //! answer's length alone puts us at 1.1× the floor, before any work is done; the work
 //! (refresh, authentication, a fresh sandbox, serialisation) is the remaining 20–35 µs.
 //!

@@ -128,8 +128,13 @@ impl ReplicaSync {
             if self.in_flight_through.load(Ordering::SeqCst) >= ticket {
                 // A check that started after this call arrived is in flight: its end
                 // answers this call (or, if it was cancelled, sends it round again).
-                // An error would mean the sender is gone, impossible while `self` lives.
-                let _ = finished.changed().await;
+                if finished.changed().await.is_err() {
+                    // The sender lives in `self`: unreachable, but never a busy loop.
+                    return Err(HostError::new(
+                        ErrorCode::StoreUnavailable,
+                        "the shared state check stopped; retry shortly",
+                    ));
+                }
                 continue;
             }
             // Wait for the running check to end, then look again: a check that covers this
@@ -144,7 +149,7 @@ impl ReplicaSync {
             if let Some(answer) = self.answer(ticket) {
                 return answer;
             }
-            return self.run_check(ticket).await;
+            return self.run_check().await;
         }
     }
 
@@ -162,11 +167,11 @@ impl ReplicaSync {
         None
     }
 
-    /// Runs one check on behalf of every call that arrived before it starts (`ticket`
+    /// Runs one check on behalf of every call that arrived before it starts (the caller
     /// among them) and wakes the calls waiting for it when it ends — also when the call
     /// running it is dropped half-way (a client that went away), so that the others then
     /// run a check of their own. Runs under [`Self::check`].
-    async fn run_check(&self, ticket: u64) -> HostResult<()> {
+    async fn run_check(&self) -> HostResult<()> {
         /// Marks the check ended when dropped.
         struct Ended<'a>(&'a ReplicaSync);
         impl Drop for Ended<'_> {
@@ -175,7 +180,7 @@ impl ReplicaSync {
                 self.0.finished.send_modify(|n| *n = n.wrapping_add(1));
             }
         }
-        let covers = self.arrivals.load(Ordering::SeqCst).max(ticket);
+        let covers = self.arrivals.load(Ordering::SeqCst);
         self.in_flight_through.store(covers, Ordering::SeqCst);
         let _ended = Ended(self);
         let checked = match tokio::time::timeout(CHECK_TIMEOUT, self.check_and_reload()).await {
