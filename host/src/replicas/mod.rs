@@ -130,10 +130,7 @@ impl ReplicaSync {
                 // answers this call (or, if it was cancelled, sends it round again).
                 if finished.changed().await.is_err() {
                     // The sender lives in `self`: unreachable, but never a busy loop.
-                    return Err(HostError::new(
-                        ErrorCode::StoreUnavailable,
-                        "the shared state check stopped; retry shortly",
-                    ));
+                    return Err(Self::stopped());
                 }
                 continue;
             }
@@ -141,7 +138,11 @@ impl ReplicaSync {
             // call may have started or ended meanwhile.
             let _one_at_a_time = tokio::select! {
                 guard = self.check.lock() => guard,
-                _ = finished.changed() => continue,
+                changed = finished.changed() => match changed {
+                    Ok(()) => continue,
+                    // The sender lives in `self`: unreachable, but never a busy loop.
+                    Err(_) => return Err(Self::stopped()),
+                },
             };
             // Holding the lock, no check is in flight: one that covered this call has
             // ended (answered above) or been cancelled, or none has started since it
@@ -151,6 +152,13 @@ impl ReplicaSync {
             }
             return self.run_check().await;
         }
+    }
+
+    fn stopped() -> HostError {
+        HostError::new(
+            ErrorCode::StoreUnavailable,
+            "the shared state check stopped; retry shortly",
+        )
     }
 
     /// The answer of a finished check that covered `ticket`, if one did.

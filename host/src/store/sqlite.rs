@@ -10,7 +10,7 @@
 //! - WAL journal, `synchronous=NORMAL`, `foreign_keys=ON`, a busy timeout of
 //!   [`BUSY_TIMEOUT`]. A database locked for longer than that is reported as
 //!   [`StoreError::Unavailable`]. The log is copied back into the database file on a
-//!   thread of its own ([`sqlite_checkpoint`]), never inside a commit.
+//!   thread of its own ([`sqlite_checkpoint`]), not inside commits.
 //! - The schema is versioned: [`MIGRATIONS`] are applied in order at open, one transaction
 //!   each, and recorded in `schema_migrations(version, applied_at)`. A database that has a
 //!   version this host does not know (it was written by a newer host) is refused with
