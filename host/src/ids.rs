@@ -21,6 +21,12 @@ fn matches_id_rule(id: &str) -> bool {
     }
 }
 
+/// A SHA-256 written as digests (`sha256:<hex>`) and GitHub signatures (`sha256=<hex>`)
+/// spell it: exactly 64 lowercase hex digits.
+pub fn is_sha256_hex(hex: &str) -> bool {
+    hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// Checks a unit or agent id against the contract's id pattern.
 pub fn check_id(kind: &str, id: &str) -> HostResult<()> {
     if matches_id_rule(id) {

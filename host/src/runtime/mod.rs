@@ -547,9 +547,7 @@ impl ConnectorRuntime {
     pub fn load_known(&self, bytes: &[u8], digest: &str) -> Result<LoadedComponent, LoadError> {
         let digest_hex = digest
             .strip_prefix("sha256:")
-            .filter(|hex| {
-                hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-            })
+            .filter(|hex| crate::ids::is_sha256_hex(hex))
             .ok_or_else(|| LoadError::MalformedDigest(digest.chars().take(80).collect()))?;
         self.load_digested(bytes, digest_hex)
     }

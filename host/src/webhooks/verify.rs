@@ -117,11 +117,7 @@ pub fn precheck(
             let hex_sig = header
                 .strip_prefix("sha256=")
                 .ok_or(VerifyError::MalformedSignature)?;
-            if hex_sig.len() != 64
-                || !hex_sig
-                    .bytes()
-                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-            {
+            if !crate::ids::is_sha256_hex(hex_sig) {
                 return Err(VerifyError::MalformedSignature);
             }
             let signature = hex::decode(hex_sig).map_err(|_| VerifyError::MalformedSignature)?;
