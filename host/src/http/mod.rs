@@ -9,9 +9,11 @@ pub mod auth;
 pub mod body;
 mod error;
 pub mod json;
+pub mod peer;
 
 pub(crate) use auth::bearer;
 pub use auth::{authorize, Access, AgentOfPath, Operator};
 pub use body::{discard, read_limited, read_limited_counted, BodyError, BodyStalled};
 pub use error::status_of;
 pub use json::ApiJson;
+pub use peer::{Peer, PeerOf};

@@ -44,7 +44,7 @@ use tokio::sync::{watch, Semaphore};
 use tower::ServiceExt;
 
 use crate::config::ServerLimits;
-use crate::http::{discard, BodyStalled};
+use crate::http::{discard, BodyStalled, Peer};
 
 /// The most a connection's read buffer holds: a request's head must fit (larger ones
 /// are answered `431`).
@@ -93,7 +93,7 @@ pub async fn serve(
     let mut accept_errors = AcceptErrors::default();
     tokio::pin!(stop);
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, remote) = tokio::select! {
             _ = &mut stop => break,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -108,8 +108,9 @@ pub async fn serve(
             Ok(permit) => {
                 let router = router.clone();
                 let stopped = stopped.clone();
+                let peer = Peer::of(remote.ip());
                 tokio::spawn(async move {
-                    serve_connection(stream, router, limits, stopped).await;
+                    serve_connection(stream, peer, router, limits, stopped).await;
                     drop(permit);
                 });
             }
@@ -373,6 +374,7 @@ impl Drop for Busy {
 
 async fn serve_connection(
     stream: TcpStream,
+    peer: Peer,
     router: Router,
     limits: ServerLimits,
     mut stopped: watch::Receiver<bool>,
@@ -388,7 +390,7 @@ async fn serve_connection(
             let stall = limits.header_timeout;
             async move {
                 let stalled = Arc::new(AtomicBool::new(false));
-                let request = request.map(|body| {
+                let mut request = request.map(|body| {
                     Body::new(StallBounded::new(
                         body,
                         stall,
@@ -396,6 +398,7 @@ async fn serve_connection(
                         body_activity,
                     ))
                 });
+                request.extensions_mut().insert(peer);
                 let mut response = match router.oneshot(request).await {
                     Ok(response) => response,
                     Err(never) => match never {},
