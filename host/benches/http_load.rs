@@ -417,7 +417,7 @@ async fn guest_only(host: &Host, body: &Bytes, limits: Limits) -> anyhow::Result
             let messages = h
                 .runtime()
                 .translate_webhook(
-                    connector.component(),
+                    connector.loaded().expect("prepared at start"),
                     &sandbox,
                     wit::Webhook {
                         headers: vec![("content-type".to_string(), "application/json".to_string())],
@@ -433,7 +433,12 @@ async fn guest_only(host: &Host, body: &Bytes, limits: Limits) -> anyhow::Result
                 };
                 if !h
                     .runtime()
-                    .accept(connector.component(), &bound, binding, m)
+                    .accept(
+                        connector.loaded().expect("prepared at start"),
+                        &bound,
+                        binding,
+                        m,
+                    )
                     .await
                     .map_err(|e| e.to_string())?
                 {
@@ -514,7 +519,7 @@ async fn webhook_steps(
         let messages = host
             .runtime()
             .translate_webhook(
-                connector.component(),
+                connector.loaded().expect("prepared at start"),
                 &sandbox,
                 wit::Webhook {
                     headers,
@@ -534,7 +539,7 @@ async fn webhook_steps(
         let accepted = host
             .runtime()
             .accept(
-                connector.component(),
+                connector.loaded().expect("prepared at start"),
                 &bound,
                 wit::Binding {
                     unit: "w0".into(),

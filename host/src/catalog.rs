@@ -7,6 +7,7 @@
 //! tokens for are the ones its binding's routing keys name. Nothing a guest returns at
 //! call time widens a sandbox.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
@@ -16,9 +17,11 @@ use crate::config::HostConfig;
 use crate::error::{ErrorCode, HostError, HostResult};
 use crate::grants::{connector_provenance, Directory};
 use crate::ids::{now_rfc3339, truncate};
-use crate::registry::{Connector, InstallError, InstalledConnector, SchemaViolation};
-use crate::runtime::{ConnectorRuntime, GuestError, OutboundPolicy, Sandbox};
-use crate::state::{State, StateChange};
+use crate::registry::{
+    ComponentLoader, Connector, InstallError, InstalledConnector, LoadFailure, SchemaViolation,
+};
+use crate::runtime::{ConnectorRuntime, GuestError, LoadError, OutboundPolicy, Sandbox};
+use crate::state::{PreparedConnectors, State, StateChange};
 use crate::store::{BindingRecord, ConnectorRecord, GrantRecord, Snapshot, Subject};
 
 /// Whether a write created something or replaced it.
@@ -39,11 +42,54 @@ impl Written {
     }
 }
 
+/// A binding's config as a connector version accepted it.
+pub(crate) struct CheckedBinding {
+    /// The digest of the version that checked it.
+    pub digest: String,
+    /// What its `bind` returned.
+    pub routing_keys: Vec<String>,
+}
+
 /// The result of installing a component.
 #[derive(Debug, Clone)]
 pub struct Installed {
     pub connector: Connector,
     pub written: Written,
+}
+
+/// How [`Catalog::prepare_stored`] prepares a connector it has not prepared yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Preparing {
+    /// Load and describe it now (at start-up).
+    Now,
+    /// From the description stored with it, its component loaded in the background (a
+    /// replica catching up).
+    Described,
+}
+
+/// How long loading a described connector's component ahead of its first call may take.
+const PRELOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// How many bindings a rotation asks the new version's `bind` about at once.
+const BIND_CHECKS_AT_ONCE: usize = 4;
+/// How many rounds of binding checks a rotation makes while bindings keep changing.
+const ROTATION_ATTEMPTS: u32 = 5;
+
+/// What a new version's `bind` said of a binding: its routing keys, or why it refuses it
+/// (the details the refusal reports).
+type BindVerdict = Result<Vec<String>, Value>;
+/// Verdicts by unit id, each with the config it judged.
+type BindVerdicts = BTreeMap<String, (Value, BindVerdict)>;
+
+/// An install or rotation prepared by [`Catalog::prepare_install`], not yet written.
+pub(crate) struct PendingInstall {
+    prepared: Arc<InstalledConnector>,
+    component: Arc<[u8]>,
+    bundled: bool,
+    policy: Arc<OutboundPolicy>,
+    /// What the new version said of the bindings it checked so far.
+    verdicts: BindVerdicts,
+    force: bool,
 }
 
 /// Installed connectors and the sandboxes their calls run in.
@@ -114,13 +160,14 @@ impl Catalog {
         }
     }
 
-    /// Checks a binding's config against connector `slug` (its schema, then its own
-    /// `bind`) and returns the routing keys `bind` gave.
+    /// Checks a binding's config against connector `slug` as installed now (its schema,
+    /// then its own `bind`) and returns the routing keys `bind` gave, with the digest of
+    /// the version that gave them: the write must find that version still installed.
     pub(crate) async fn check_binding(
         &self,
         slug: &str,
         config: &Value,
-    ) -> HostResult<Vec<String>> {
+    ) -> HostResult<CheckedBinding> {
         let connector = self.get(slug)?;
         if let Err(v) = connector.check_config(config) {
             return Err(HostError::new(
@@ -130,11 +177,18 @@ impl Catalog {
             .with_details(json!({"violations": violations_json(&v)})));
         }
         let sandbox = self.sandbox(slug, None);
-        let keys = match self
-            .runtime
-            .bind(connector.component(), &sandbox, &config.to_string())
+        let bound = match connector
+            .component(self.runtime.limits().call_timeout)
             .await
         {
+            Ok(component) => {
+                self.runtime
+                    .bind(component, &sandbox, &config.to_string())
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        let keys = match bound {
             Ok(Ok(keys)) => keys,
             Ok(Err(msg)) => {
                 return Err(HostError::new(
@@ -154,77 +208,288 @@ impl Catalog {
                 "this binding names a GitHub App installation, but no GitHub App is configured on this host (set github_app.app_id and github_app.private_key_path, or use patSecret)",
             ));
         }
-        Ok(keys)
+        Ok(CheckedBinding {
+            digest: connector.info().digest.clone(),
+            routing_keys: keys,
+        })
     }
 
-    /// Makes the installed connectors what `snapshot` stores: connectors whose digest
-    /// changed are prepared (a compiled one comes from the cache), removed ones dropped.
-    /// Used at start-up (nothing installed yet) and on every reload.
-    pub(crate) async fn adopt(&self, snapshot: &Snapshot) {
+    /// The connectors `snapshot` stores, ready to serve: one already installed with the
+    /// same digest (or prepared by an `earlier` attempt) is reused. Any other is, with
+    /// [`Preparing::Described`] and a description stored with it, put in place from that
+    /// description, its component loaded in the background and on first use (see
+    /// [`InstalledConnector::described`]): a replica catching up with another's install
+    /// compiles nothing before serving. Otherwise (at start-up, or a connector stored
+    /// without a description) it is loaded now: read back from the compiled-component
+    /// cache by its digest or, on a miss, read from the store and compiled, off the async
+    /// threads, and described. A stored connector that does not load on this host is
+    /// logged and left out. Runs before the write lock is taken.
+    pub(crate) async fn prepare_stored(
+        &self,
+        snapshot: &Snapshot,
+        earlier: PreparedConnectors,
+        preparing: Preparing,
+    ) -> PreparedConnectors {
         let registry = self.state.registry();
+        let mut ready = Vec::with_capacity(snapshot.connectors.len());
         for record in &snapshot.connectors {
-            let current = registry.get(&record.slug);
-            if current.is_some_and(|c| c.info().digest == record.digest) {
-                continue;
-            }
-            match registry
-                .prepare_known(&record.component, &record.digest)
-                .await
-            {
-                Ok(prepared) => {
-                    let policy = self.policy_of(prepared.info());
-                    self.state.install_stored(prepared, policy);
-                }
-                Err(e) => {
-                    tracing::error!(slug = %record.slug, error = %e, "a stored connector does not load on this host; it stays stored but is not available here")
-                }
-            }
+            let same = |c: &Arc<InstalledConnector>| {
+                c.slug() == record.slug && c.info().digest == record.digest
+            };
+            let reused = registry
+                .get(&record.slug)
+                .filter(same)
+                .or_else(|| earlier.iter().map(|(c, _)| c).find(|c| same(c)).cloned());
+            let described = match (reused.is_none(), preparing) {
+                (true, Preparing::Described) => self.described(record),
+                _ => None,
+            };
+            let connector = match (reused, described) {
+                (Some(connector), _) | (None, Some(connector)) => connector,
+                (None, None) => match self.prepare_record(record).await {
+                    Ok(prepared) => Arc::new(prepared),
+                    Err(e) => {
+                        tracing::error!(slug = %record.slug, error = %e, "a stored connector does not load on this host; it stays stored but is not available here");
+                        continue;
+                    }
+                },
+            };
+            let policy = self.policy_of(connector.info());
+            ready.push((connector, policy));
         }
-        for installed in registry.list() {
-            if !snapshot
-                .connectors
-                .iter()
-                .any(|c| c.slug == installed.slug())
-            {
-                self.state.forget_stored(installed.slug());
-            }
-        }
+        ready
     }
 
-    /// Installs a component (a new slug) or rotates an installed one (same slug, new
-    /// digest). A rotation keeps bindings, re-checks each binding's config against the new
-    /// connector and refuses with `409 rotation_breaks_bindings` if any fails, unless
-    /// `force` (then the failing bindings are unbound).
+    /// A stored connector put in place from its stored description, its component loading
+    /// in the background; `None` when it has no usable description.
+    fn described(&self, record: &ConnectorRecord) -> Option<Arc<InstalledConnector>> {
+        let info: Connector = serde_json::from_value(record.manifest.clone()?).ok()?;
+        if info.slug != record.slug
+            || info.digest != record.digest
+            || info.tool_namespace != record.namespace
+        {
+            return None;
+        }
+        let connector = Arc::new(InstalledConnector::described(info, self.loader(record)).ok()?);
+        let preload = Arc::clone(&connector);
+        let within = self.runtime.limits().call_timeout.max(PRELOAD_WAIT);
+        tokio::spawn(async move {
+            let _ = preload.component(within).await;
+        });
+        Some(connector)
+    }
+
+    /// Loads the component of stored connector `record`: from the compiled-component cache
+    /// by its digest, else from its stored bytes (compiled off the async threads).
+    fn loader(&self, record: &ConnectorRecord) -> ComponentLoader {
+        let state = Arc::downgrade(&self.state);
+        let runtime = Arc::clone(&self.runtime);
+        let (slug, digest) = (record.slug.clone(), record.digest.clone());
+        Arc::new(move || {
+            let (state, runtime) = (state.clone(), Arc::clone(&runtime));
+            let (slug, digest) = (slug.clone(), digest.clone());
+            Box::pin(async move {
+                let lasting = |e: LoadError| LoadFailure {
+                    message: e.to_string(),
+                    lasting: true,
+                };
+                if let Some(cached) = runtime.load_cached(&digest).await {
+                    return cached.map_err(lasting);
+                }
+                let state = state.upgrade().ok_or_else(|| LoadFailure {
+                    message: "the host is shutting down".into(),
+                    lasting: false,
+                })?;
+                let bytes = state
+                    .stored_component(&slug, &digest)
+                    .await
+                    .map_err(|e| LoadFailure {
+                        message: e.to_string(),
+                        lasting: false,
+                    })?
+                    .ok_or_else(|| LoadFailure {
+                        message: format!("its component ({digest}) is no longer stored"),
+                        lasting: true,
+                    })?;
+                runtime
+                    .load_off_thread(Arc::from(bytes), Some(&digest))
+                    .await
+                    .map_err(lasting)
+            })
+        })
+    }
+
+    /// Prepares one stored connector now: from the cache by digest, else from its stored
+    /// bytes.
+    async fn prepare_record(&self, record: &ConnectorRecord) -> Result<InstalledConnector, String> {
+        let registry = self.state.registry();
+        if let Some(cached) = registry.prepare_cached(&record.digest).await {
+            return cached.map_err(|e| e.to_string());
+        }
+        let bytes = self
+            .state
+            .stored_component(&record.slug, &record.digest)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| {
+                format!(
+                    "its component ({}) is no longer stored (replaced meanwhile)",
+                    record.digest
+                )
+            })?;
+        registry
+            .prepare_known(Arc::from(bytes), &record.digest)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Prepares an install (a new slug) or a rotation of an installed one (same slug, new
+    /// digest): the component is compiled off the async threads (or read back from the
+    /// cache) and describes itself. [`Catalog::finish_install`] then writes it.
     ///
     /// `bundled` is the digest of a connector bundled into the host (known from the
     /// build, so its bytes are not hashed again); `None` for an operator's component.
-    pub(crate) async fn install(
+    pub(crate) async fn prepare_install(
         &self,
-        bytes: &[u8],
+        bytes: Arc<[u8]>,
         bundled: Option<&str>,
         force: bool,
-    ) -> HostResult<Installed> {
+    ) -> HostResult<PendingInstall> {
         let registry = self.state.registry();
         let prepared = match bundled {
-            Some(digest) => registry.prepare_known(bytes, digest).await,
-            None => registry.prepare(bytes).await,
+            Some(digest) => registry.prepare_known(bytes.clone(), digest).await,
+            None => registry.prepare(&bytes).await,
         }
         .map_err(install_error)?;
-        let bundled = bundled.is_some();
-        self.state
-            .write(|| self.plan_install(prepared, bytes, bundled, force))
-            .await
+        let policy = self.policy_of(prepared.info());
+        Ok(PendingInstall {
+            prepared: Arc::new(prepared),
+            component: bytes,
+            bundled: bundled.is_some(),
+            policy,
+            verdicts: BindVerdicts::new(),
+            force,
+        })
+    }
+
+    /// Writes a prepared install or rotation. A rotation keeps bindings, re-checks each
+    /// binding's config against the new connector (its schema, then its own `bind`) and
+    /// refuses with `409 rotation_breaks_bindings` if any fails, unless `force` (then the
+    /// failing bindings are unbound).
+    ///
+    /// Nothing slow runs under the write lock: the guest's `bind` runs for each binding
+    /// (a few at once, each under the call deadline) before the lock is taken. Under the
+    /// lock the rotation checks that every binding is still the one it checked; bindings
+    /// added or changed meanwhile are checked in another round, up to
+    /// [`ROTATION_ATTEMPTS`] (then `409 state_changed`). What was checked is kept in
+    /// `pending`, so a caller that refreshes after a `409 state_changed` from another
+    /// replica's write and calls again checks only what changed.
+    pub(crate) async fn finish_install(
+        &self,
+        pending: &mut PendingInstall,
+    ) -> HostResult<Installed> {
+        let registry = self.state.registry();
+        let slug = pending.prepared.info().slug.clone();
+        for _ in 0..ROTATION_ATTEMPTS {
+            let previous = registry
+                .check_conflicts(pending.prepared.info())
+                .map_err(install_error)?;
+            let unchanged = previous
+                .as_ref()
+                .is_some_and(|p| p.info().digest == pending.prepared.info().digest);
+            if !unchanged {
+                self.check_bindings(&pending.prepared, &pending.policy, &mut pending.verdicts)
+                    .await;
+            }
+            let plan = &*pending;
+            if let Some(installed) = self.state.write(|| self.plan_install(plan)).await? {
+                return Ok(installed);
+            }
+        }
+        Err(HostError::new(
+            ErrorCode::StateChanged,
+            format!(
+                "the bindings of `{slug}` kept changing while the new version checked them ({ROTATION_ATTEMPTS} rounds); nothing was installed: try again"
+            ),
+        ))
+    }
+
+    /// Asks the new version about every binding of its slug whose config it has not
+    /// checked yet (a few at once).
+    async fn check_bindings(
+        &self,
+        prepared: &InstalledConnector,
+        policy: &Arc<OutboundPolicy>,
+        verdicts: &mut BindVerdicts,
+    ) {
+        use futures::StreamExt;
+        let unchecked: Vec<BindingRecord> = self
+            .state
+            .directory()
+            .bindings_of_connector(&prepared.info().slug)
+            .filter(|b| {
+                verdicts
+                    .get(&b.unit_id)
+                    .is_none_or(|(config, _)| *config != b.config)
+            })
+            .cloned()
+            .collect();
+        let checked: Vec<(BindingRecord, BindVerdict)> = futures::stream::iter(unchecked)
+            .map(|b| async move {
+                let verdict = self.bind_verdict(prepared, policy, &b).await;
+                (b, verdict)
+            })
+            .buffer_unordered(BIND_CHECKS_AT_ONCE)
+            .collect()
+            .await;
+        for (b, verdict) in checked {
+            verdicts.insert(b.unit_id, (b.config, verdict));
+        }
+    }
+
+    /// What the new version says of binding `b`: its routing keys, or why it refuses it.
+    async fn bind_verdict(
+        &self,
+        prepared: &InstalledConnector,
+        policy: &Arc<OutboundPolicy>,
+        b: &BindingRecord,
+    ) -> BindVerdict {
+        if let Err(v) = prepared.check_config(&b.config) {
+            return Err(json!({"unitId": b.unit_id, "violations": violations_json(&v)}));
+        }
+        let sandbox = self
+            .capabilities(prepared.info())
+            .sandbox(Some(b), policy.clone());
+        let bound = match prepared.component(self.runtime.limits().call_timeout).await {
+            Ok(component) => {
+                self.runtime
+                    .bind(component, &sandbox, &b.config.to_string())
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        match bound {
+            Ok(Ok(keys)) => Ok(keys),
+            Ok(Err(msg)) => Err(json!({"unitId": b.unit_id, "message": msg})),
+            Err(e) => Err(json!({"unitId": b.unit_id, "message": e.to_string()})),
+        }
     }
 
     /// Decides an install or rotation under the write lock: conflicts with installed
-    /// connectors, and every binding of the slug re-checked against the new version.
-    async fn plan_install(
+    /// connectors, and every binding of the slug as the new version judged it. `None`
+    /// (and nothing written) when a binding is not the one that was checked.
+    fn plan_install(
         &self,
-        prepared: InstalledConnector,
-        bytes: &[u8],
-        bundled: bool,
-        force: bool,
-    ) -> HostResult<(StateChange, Installed)> {
+        pending: &PendingInstall,
+    ) -> HostResult<(StateChange, Option<Installed>)> {
+        let PendingInstall {
+            prepared,
+            component,
+            bundled,
+            policy,
+            verdicts,
+            force,
+        } = pending;
         let previous = self
             .state
             .registry()
@@ -237,46 +502,26 @@ impl Catalog {
                     connector: previous.info().clone(),
                     written: Written::Updated,
                 };
-                return Ok((StateChange::Nothing, unchanged));
+                return Ok((StateChange::Nothing, Some(unchanged)));
             }
         }
-        // Re-validate every binding of this slug against the new connector.
-        let bindings: Vec<BindingRecord> = self
-            .state
-            .directory()
-            .bindings_of_connector(&slug)
-            .cloned()
-            .collect();
+        let dir = self.state.directory();
         let mut kept = Vec::new();
         let mut broken = Vec::new();
-        let policy = self.policy_of(prepared.info());
-        for b in bindings {
-            let verdict = match prepared.check_config(&b.config) {
-                Err(v) => Err(json!({"unitId": b.unit_id, "violations": violations_json(&v)})),
-                Ok(()) => {
-                    let sandbox = self
-                        .capabilities(prepared.info())
-                        .sandbox(Some(&b), policy.clone());
-                    match self
-                        .runtime
-                        .bind(prepared.component(), &sandbox, &b.config.to_string())
-                        .await
-                    {
-                        Ok(Ok(keys)) => Ok(keys),
-                        Ok(Err(msg)) => Err(json!({"unitId": b.unit_id, "message": msg})),
-                        Err(e) => Err(json!({"unitId": b.unit_id, "message": e.to_string()})),
-                    }
-                }
-            };
-            match verdict {
-                Ok(keys) => kept.push(BindingRecord {
-                    routing_keys: keys,
-                    ..b
-                }),
-                Err(why) => broken.push((b, why)),
+        for b in dir.bindings_of_connector(&slug) {
+            match verdicts.get(&b.unit_id) {
+                Some((config, verdict)) if *config == b.config => match verdict {
+                    Ok(keys) => kept.push(BindingRecord {
+                        routing_keys: keys.clone(),
+                        ..b.clone()
+                    }),
+                    Err(why) => broken.push((b.clone(), why.clone())),
+                },
+                // Bound or re-configured since it was checked: check it first.
+                _ => return Ok((StateChange::Nothing, None)),
             }
         }
-        if !broken.is_empty() && !force {
+        if !broken.is_empty() && !*force {
             return Err(HostError::new(ErrorCode::RotationBreaksBindings,
                 format!(
                     "the new version of `{slug}` rejects the configuration of {} existing binding(s); fix them or install with ?force=true to unbind them",
@@ -289,20 +534,18 @@ impl Catalog {
             slug: slug.clone(),
             namespace: prepared.info().tool_namespace.clone(),
             digest: prepared.info().digest.clone(),
-            component: bytes.to_vec(),
-            bundled,
+            bundled: *bundled,
             installed_at: now_rfc3339(),
+            manifest: serde_json::to_value(prepared.info()).ok(),
         };
         let namespace = record.namespace.clone();
-        let kept: Vec<(BindingRecord, GrantRecord)> = {
-            let dir = self.state.directory();
-            kept.into_iter()
-                .map(|b| {
-                    let grant = binding_grant(&dir, &b.unit_id, &slug, &namespace);
-                    (b, grant)
-                })
-                .collect()
-        };
+        let kept: Vec<(BindingRecord, GrantRecord)> = kept
+            .into_iter()
+            .map(|b| {
+                let grant = binding_grant(&dir, &b.unit_id, &slug, &namespace);
+                (b, grant)
+            })
+            .collect();
         let removed: Vec<String> = broken.iter().map(|(b, _)| b.unit_id.clone()).collect();
         let installed = Installed {
             connector: prepared.info().clone(),
@@ -311,19 +554,20 @@ impl Catalog {
         // Connector, re-derived grants, dropped and re-keyed bindings: one transaction.
         let change = StateChange::InstallConnector {
             record,
-            prepared: Box::new(prepared),
-            policy,
+            component: component.clone(),
+            prepared: prepared.clone(),
+            policy: policy.clone(),
             kept,
             removed,
         };
-        Ok((change, installed))
+        Ok((change, Some(installed)))
     }
 
     /// Removes a connector; while bound it is refused (`409 connector_in_use`) unless
     /// `force`, which unbinds it everywhere first.
     pub(crate) async fn remove(&self, slug: &str, force: bool) -> HostResult<()> {
         self.state
-            .write(|| async {
+            .write(|| {
                 self.get(slug)?;
                 let bound: Vec<String> = self
                     .state

@@ -224,6 +224,10 @@ fn mask_with(schemas: &[&Value], config: &Value, depth: usize) -> Value {
     }
 }
 
+/// How many times a bind validates its config when the connector keeps being rotated
+/// meanwhile.
+const BIND_ATTEMPTS: u32 = 3;
+
 /// Units, agents, bindings, grants and image tools.
 pub(crate) struct DirectoryService {
     state: Arc<State>,
@@ -265,7 +269,7 @@ impl DirectoryService {
     pub(crate) async fn revoke_agent_tokens(&self, id: &str) -> HostResult<()> {
         check_id("agent", id)?;
         self.state
-            .write(|| async {
+            .write(|| {
                 let Some(agent) = self.state.directory().agent(id).cloned() else {
                     return Err(HostError::not_found(format!("agent `{id}` does not exist")));
                 };
@@ -293,7 +297,7 @@ impl DirectoryService {
         }
         let written = self
             .state
-            .write(|| async {
+            .write(|| {
                 let dir = self.state.directory();
                 if let Some(p) = parent {
                     if dir.unit(p).is_none() {
@@ -375,7 +379,7 @@ impl DirectoryService {
     pub(crate) async fn delete_unit(&self, id: &str) -> HostResult<()> {
         check_id("unit", id)?;
         self.state
-            .write(|| async {
+            .write(|| {
                 let dir = self.state.directory();
                 if dir.unit(id).is_none() {
                     return Err(HostError::not_found(format!("unit `{id}` does not exist")));
@@ -416,7 +420,7 @@ impl DirectoryService {
         }
         let written = self
             .state
-            .write(|| async {
+            .write(|| {
                 let dir = self.state.directory();
                 if let Some(u) = units.iter().find(|u| dir.unit(u).is_none()) {
                     return Err(HostError::not_found(format!(
@@ -468,7 +472,7 @@ impl DirectoryService {
     pub(crate) async fn delete_agent(&self, id: &str) -> HostResult<()> {
         check_id("agent", id)?;
         self.state
-            .write(|| async {
+            .write(|| {
                 if self.state.directory().agent(id).is_none() {
                     return Err(HostError::not_found(format!("agent `{id}` does not exist")));
                 }
@@ -507,8 +511,12 @@ impl DirectoryService {
     }
 
     /// Binds a connector to a unit (or replaces the binding's config): validates the
-    /// config against the connector's schema and its own `bind`, then writes the binding
-    /// and its `<namespace>.*` grant in one transaction.
+    /// config against the connector's schema and its own `bind` (before the write lock:
+    /// `bind` is a guest call), then writes the binding and its `<namespace>.*` grant in
+    /// one transaction, provided the version that validated it is still the one
+    /// installed. A rotation in between makes the new version validate it again (a few
+    /// times, then `409 state_changed`), so the routing keys stored are always those of
+    /// the installed version.
     pub(crate) async fn bind(
         &self,
         unit: &str,
@@ -521,42 +529,54 @@ impl DirectoryService {
                 "unit `{unit}` does not exist"
             )));
         }
-        let keys = self.catalog.check_binding(slug, &config).await?;
-        let written = self
-            .state
-            .write(|| async {
-                // Checked again under the write lock: the unit or the connector may have
-                // gone meanwhile.
-                let dir = self.state.directory();
-                if dir.unit(unit).is_none() {
-                    return Err(HostError::not_found(format!(
-                        "unit `{unit}` does not exist"
-                    )));
-                }
-                let connector = self.catalog.get(slug)?;
-                let namespace = connector.info().tool_namespace.clone();
-                let existing = dir.binding(unit, slug);
-                let record = BindingRecord {
-                    unit_id: unit.to_string(),
-                    connector: slug.to_string(),
-                    config,
-                    routing_keys: keys,
-                    bound_at: existing
-                        .map(|b| b.bound_at.clone())
-                        .unwrap_or_else(now_rfc3339),
-                };
-                let grant = binding_grant(&dir, unit, slug, &namespace);
-                Ok((
-                    StateChange::PutBinding(record, grant),
-                    Written::from_existing(existing),
-                ))
-            })
-            .await?;
-        let dir = self.state.directory();
-        let record = dir
-            .binding(unit, slug)
-            .ok_or_else(|| HostError::not_found(format!("unit `{unit}` does not exist")))?;
-        Ok((self.binding_view(&dir, record), written))
+        for _ in 0..BIND_ATTEMPTS {
+            let checked = self.catalog.check_binding(slug, &config).await?;
+            let written = self
+                .state
+                .write(|| {
+                    // Checked again under the write lock: the unit or the connector may
+                    // have gone meanwhile, or another version replaced it.
+                    let dir = self.state.directory();
+                    if dir.unit(unit).is_none() {
+                        return Err(HostError::not_found(format!(
+                            "unit `{unit}` does not exist"
+                        )));
+                    }
+                    let connector = self.catalog.get(slug)?;
+                    if connector.info().digest != checked.digest {
+                        return Ok((StateChange::Nothing, None));
+                    }
+                    let namespace = connector.info().tool_namespace.clone();
+                    let existing = dir.binding(unit, slug);
+                    let record = BindingRecord {
+                        unit_id: unit.to_string(),
+                        connector: slug.to_string(),
+                        config: config.clone(),
+                        routing_keys: checked.routing_keys.clone(),
+                        bound_at: existing
+                            .map(|b| b.bound_at.clone())
+                            .unwrap_or_else(now_rfc3339),
+                    };
+                    let grant = binding_grant(&dir, unit, slug, &namespace);
+                    Ok((
+                        StateChange::PutBinding(record, grant),
+                        Some(Written::from_existing(existing)),
+                    ))
+                })
+                .await?;
+            let Some(written) = written else { continue };
+            let dir = self.state.directory();
+            let record = dir
+                .binding(unit, slug)
+                .ok_or_else(|| HostError::not_found(format!("unit `{unit}` does not exist")))?;
+            return Ok((self.binding_view(&dir, record), written));
+        }
+        Err(HostError::new(
+            ErrorCode::StateChanged,
+            format!(
+                "connector `{slug}` was replaced by another version each time this binding was checked ({BIND_ATTEMPTS} times); nothing was written: try again"
+            ),
+        ))
     }
 
     /// The bindings of a unit.
@@ -580,7 +600,7 @@ impl DirectoryService {
     pub(crate) async fn unbind(&self, unit: &str, slug: &str) -> HostResult<()> {
         check_id("unit", unit)?;
         self.state
-            .write(|| async {
+            .write(|| {
                 if self.state.directory().binding(unit, slug).is_none() {
                     return Err(HostError::not_found(format!(
                         "connector `{}` is not bound to unit `{unit}`",
@@ -621,7 +641,7 @@ impl DirectoryService {
     ) -> HostResult<GrantView> {
         let (tool, namespace) = parse_grant_target(tool_or_namespace)?;
         self.state
-            .write(|| async {
+            .write(|| {
                 // The subject is checked under the write lock: a unit or agent deleted
                 // concurrently cannot be left with a grant.
                 Self::subject_exists(&self.state.directory(), &subject)?;
@@ -642,7 +662,7 @@ impl DirectoryService {
     pub(crate) async fn revoke(&self, subject: Subject, tool_or_namespace: &str) -> HostResult<()> {
         let (tool, _) = parse_grant_target(tool_or_namespace)?;
         self.state
-            .write(|| async {
+            .write(|| {
                 let dir = self.state.directory();
                 Self::subject_exists(&dir, &subject)?;
                 let present = dir
@@ -689,7 +709,7 @@ impl DirectoryService {
             tools: tools.clone(),
         };
         self.state
-            .write(|| async {
+            .write(|| {
                 if self.state.directory().agent(agent).is_none() {
                     return Err(HostError::not_found(format!(
                         "agent `{agent}` does not exist"

@@ -190,7 +190,12 @@ impl ToolDispatcher {
                     call_id: crate::auth::random_secret(12),
                 };
                 let args = arguments.to_string();
-                match self.catalog.runtime().call_tool(connector.component(), &sandbox, ctx, tool, &args).await {
+                let runtime = self.catalog.runtime();
+                let outcome = match connector.component(runtime.limits().call_timeout).await {
+                    Ok(component) => runtime.call_tool(component, &sandbox, ctx, tool, &args).await,
+                    Err(e) => Err(e),
+                };
+                match outcome {
                     Ok(Ok(output)) => connector.tool_output(tool, output).map_err(|refused| {
                         let error = HostError::new(refused.code(), format!("connector `{}` returned {refused}", connector.slug()));
                         match &refused {

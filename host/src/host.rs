@@ -137,7 +137,7 @@ impl Host {
     /// Installs a component (a new slug) or rotates an installed one (same slug, new
     /// digest); see [`Catalog::install`].
     pub async fn install_connector(&self, bytes: &[u8], force: bool) -> HostResult<Installed> {
-        self.parts.catalog.install(bytes, None, force).await
+        self.parts.install(Arc::from(bytes), None, force).await
     }
 
     /// Every installed connector, sorted by slug.

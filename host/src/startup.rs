@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::auth::{read_or_create_secret, Credentials};
-use crate::catalog::{Catalog, Installed};
+use crate::catalog::{Catalog, Installed, Preparing};
 use crate::config::HostConfig;
 use crate::directory::DirectoryService;
 use crate::dispatch::ToolDispatcher;
@@ -108,6 +108,7 @@ impl Parts {
         store.refuse_stale_writes();
         let registry = ConnectorRegistry::new(runtime.clone());
         let state = Arc::new(State::new(store.clone(), registry, &snapshot));
+        store.applied(snapshot.version);
         let catalog = Arc::new(Catalog::new(config.clone(), runtime, state.clone()));
         let replicas = Arc::new(ReplicaSync::new(
             store.clone(),
@@ -145,7 +146,7 @@ impl Parts {
         if role == Role::ToolServer {
             // The server beside it installs, rotates and delivers; this process serves
             // what is stored.
-            parts.catalog.adopt(&snapshot).await;
+            parts.adopt_stored(&snapshot).await;
             parts.replicas.spawn_background_refresh();
             return Ok((
                 parts,
@@ -171,11 +172,20 @@ impl Parts {
         ))
     }
 
+    /// Puts the connectors `snapshot` stores in place (those that load on this host).
+    async fn adopt_stored(&self, snapshot: &Snapshot) {
+        let ready = self
+            .catalog
+            .prepare_stored(snapshot, Vec::new(), Preparing::Now)
+            .await;
+        self.state.install_stored(ready);
+    }
+
     /// Installs, in order: the connectors `snapshot` stores, the bundled connectors
     /// (unless the operator installed their own version of that slug), then the
     /// connectors directory's.
     async fn install_at_start(&self, snapshot: &Snapshot) -> anyhow::Result<()> {
-        self.catalog.adopt(snapshot).await;
+        self.adopt_stored(snapshot).await;
         for bundled in crate::bundled::components() {
             let name = bundled.name;
             let stored = snapshot.connectors.iter().find(|c| c.slug == name);
@@ -191,7 +201,7 @@ impl Parts {
             if adopted.is_some_and(|c| c.info().digest == bundled.digest) {
                 continue;
             }
-            self.install_racing_replicas(bundled.bytes, Some(bundled.digest))
+            self.install(Arc::from(bundled.bytes), Some(bundled.digest), true)
                 .await
                 .map_err(|e| {
                     anyhow::anyhow!("bundled connector `{name}` failed to install: {e}")
@@ -209,24 +219,27 @@ impl Parts {
         for file in files {
             let bytes = std::fs::read(&file)
                 .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
-            self.install_racing_replicas(&bytes, None)
+            self.install(Arc::from(bytes), None, true)
                 .await
                 .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
         }
         Ok(())
     }
 
-    /// Installs a component at start-up. Replicas starting together race for the same
-    /// rows: a write refused because another replica wrote first is retried on the
-    /// refreshed state.
-    async fn install_racing_replicas(
+    /// Installs or rotates a component. On a shared database another replica's write
+    /// landing meanwhile refuses the write (`409 state_changed`): the state is refreshed
+    /// and the write tried again (what the new version already checked is kept), a few
+    /// times. Replicas starting together race for the same rows this way too.
+    pub(crate) async fn install(
         &self,
-        bytes: &[u8],
+        bytes: Arc<[u8]>,
         bundled: Option<&str>,
+        force: bool,
     ) -> HostResult<Installed> {
+        let mut pending = self.catalog.prepare_install(bytes, bundled, force).await?;
         let mut attempt = 0;
         loop {
-            match self.catalog.install(bytes, bundled, true).await {
+            match self.catalog.finish_install(&mut pending).await {
                 Err(e) if e.code == ErrorCode::StateChanged && attempt < 10 => {
                     attempt += 1;
                     self.replicas.refresh().await?;

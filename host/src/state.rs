@@ -10,8 +10,15 @@
 //! applied to memory and the resolver cache dropped under the directory's write lock —
 //! readers see the state before a change or after it, never half of it, and memory never
 //! holds what the database refused.
+//!
+//! Everyone's writes wait for the write lock, so nothing slow runs under it: the decision
+//! is a plain function (it cannot await a guest call, a compilation or a fetch; those run
+//! before, and the decision re-checks that what they were checked against still holds),
+//! and a reload ([`State::reload`]) reads the store, prepares connectors and builds the
+//! new directory before it takes the lock, which it holds only to put them in place.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{RwLock, RwLockReadGuard};
@@ -54,7 +61,8 @@ pub(crate) enum StateChange {
     /// grants, and the bindings it breaks removed.
     InstallConnector {
         record: ConnectorRecord,
-        prepared: Box<InstalledConnector>,
+        component: Arc<[u8]>,
+        prepared: Arc<InstalledConnector>,
         policy: Arc<OutboundPolicy>,
         kept: Vec<(BindingRecord, GrantRecord)>,
         removed: Vec<String>,
@@ -88,10 +96,15 @@ impl StateChange {
             StateChange::PutImageTools(record) => store.put_image_tools(record).await,
             StateChange::InstallConnector {
                 record,
+                component,
                 kept,
                 removed,
                 ..
-            } => store.rotate_connector(record, kept, removed).await,
+            } => {
+                store
+                    .rotate_connector(record, component, kept, removed)
+                    .await
+            }
             StateChange::RemoveConnector(slug) => store.delete_connector(slug).await.map(drop),
         }
     }
@@ -133,8 +146,9 @@ impl StateChange {
                 policy,
                 kept,
                 removed,
+                ..
             } => {
-                memory.registry.insert(*prepared);
+                memory.registry.insert(prepared);
                 memory.policies.write().insert(record.slug.clone(), policy);
                 dir.rename_connector_namespace(&record.slug, &record.namespace);
                 for unit in &removed {
@@ -155,14 +169,27 @@ impl StateChange {
 
 /// Outbound policies of installed connectors, by slug.
 type Policies = RwLock<BTreeMap<String, Arc<OutboundPolicy>>>;
+/// The tools of each agent's image, by agent id.
+type ImageToolsByAgent = BTreeMap<String, Arc<[Arc<ToolInfo>]>>;
 /// Image tools of agents, by agent id.
-type ImageTools = RwLock<BTreeMap<String, Arc<[Arc<ToolInfo>]>>>;
+type ImageTools = RwLock<ImageToolsByAgent>;
+
+/// Connectors ready to serve, with their outbound policies: what a reload or a start
+/// puts in place.
+pub(crate) type PreparedConnectors = Vec<(Arc<InstalledConnector>, Arc<OutboundPolicy>)>;
+
+/// How many times a reload prepares the stored state without the write lock before it
+/// holds the lock while preparing (local writes kept landing while it prepared).
+const RELOAD_ATTEMPTS: u32 = 4;
 
 /// Everything the host serves from memory (see the module docs).
 pub(crate) struct State {
     store: Arc<dyn StateStore>,
     /// One write at a time, from deciding to applying.
     writes: tokio::sync::Mutex<()>,
+    /// Local writes applied so far (counted under the write lock): a reload prepared from
+    /// a snapshot read before one of them must not replace it.
+    local_writes: AtomicU64,
     directory: RwLock<Directory>,
     resolver: EffectiveToolResolver,
     registry: ConnectorRegistry,
@@ -183,6 +210,7 @@ impl State {
         let state = Self {
             store,
             writes: tokio::sync::Mutex::new(()),
+            local_writes: AtomicU64::new(0),
             directory: RwLock::new(Directory::from_snapshot(snapshot)),
             resolver: EffectiveToolResolver::default(),
             registry,
@@ -197,62 +225,119 @@ impl State {
     /// The one write path: under the write lock, `decide` checks the request against the
     /// state as it is now and says what to change; the change is persisted in one store
     /// transaction, then applied to memory with the resolver cache dropped, under the
-    /// directory's write lock.
-    pub(crate) async fn write<T, Fut>(&self, decide: impl FnOnce() -> Fut) -> HostResult<T>
-    where
-        Fut: std::future::Future<Output = HostResult<(StateChange, T)>>,
-    {
+    /// directory's write lock. `decide` is not async: whatever takes time (a guest's
+    /// `bind`, a compilation, a fetch) runs before, and `decide` checks that what it was
+    /// checked against still holds.
+    pub(crate) async fn write<T>(
+        &self,
+        decide: impl FnOnce() -> HostResult<(StateChange, T)>,
+    ) -> HostResult<T> {
         let _write = self.writes.lock().await;
-        let (change, out) = decide().await?;
+        let (change, out) = decide()?;
+        if matches!(change, StateChange::Nothing) {
+            return Ok(out);
+        }
         change.persist(self.store.as_ref()).await?;
+        self.local_writes.fetch_add(1, Ordering::SeqCst);
         let mut dir = self.directory.write();
         change.apply(&mut dir, self);
         self.resolver.invalidate();
         Ok(out)
     }
 
-    /// Replaces everything with what the store holds now (another replica wrote it).
-    /// `adopt` brings the installed connectors in line with the snapshot first; it runs
-    /// under the write lock, so no local write interleaves.
+    /// Replaces everything with what the store holds now (another replica wrote it) and
+    /// returns the version put in place. The snapshot is read, `prepare` makes its
+    /// connectors ready (reusing what it can, compiling what it must; it is handed what
+    /// the previous attempt prepared) and the new directory is built, all without the
+    /// write lock; the lock is held only to put them in place, in one step for readers.
+    /// If a local write landed meanwhile (the snapshot may not hold it), the work is done
+    /// again; after [`RELOAD_ATTEMPTS`] the lock is held throughout.
     pub(crate) async fn reload<Fut>(
         &self,
-        adopt: impl FnOnce(Arc<Snapshot>) -> Fut,
+        prepare: impl Fn(Arc<Snapshot>, PreparedConnectors) -> Fut,
     ) -> HostResult<i64>
     where
-        Fut: std::future::Future<Output = ()>,
+        Fut: std::future::Future<Output = PreparedConnectors>,
     {
-        let _write = self.writes.lock().await;
-        let snapshot = Arc::new(self.store.load().await?);
-        adopt(snapshot.clone()).await;
-        self.cache_image_tools(&snapshot);
-        *self.directory.write() = Directory::from_snapshot(&snapshot);
+        let mut prepared = Vec::new();
+        for attempt in 1..=RELOAD_ATTEMPTS {
+            let last = attempt == RELOAD_ATTEMPTS;
+            let held = if last {
+                Some(self.writes.lock().await)
+            } else {
+                None
+            };
+            let writes_before = self.local_writes.load(Ordering::SeqCst);
+            let snapshot = Arc::new(self.store.load().await?);
+            prepared = prepare(snapshot.clone(), prepared).await;
+            let directory = Directory::from_snapshot(&snapshot);
+            let image_tools = image_tools_of(&snapshot);
+            let _write = match held {
+                Some(held) => held,
+                None => self.writes.lock().await,
+            };
+            if self.local_writes.load(Ordering::SeqCst) != writes_before {
+                tracing::debug!(
+                    attempt,
+                    "a local write landed while reloading; reloading again"
+                );
+                continue;
+            }
+            let replaced = self.put_in_place(prepared, Some((directory, image_tools)));
+            drop(_write);
+            drop(replaced);
+            return Ok(snapshot.version);
+        }
+        unreachable!("the last reload attempt holds the write lock throughout")
+    }
+
+    /// Puts `connectors` in place of the installed ones, and with `served` the directory
+    /// and image tools too, in one step for readers (under the directory's write lock).
+    /// Returns the directory it replaced, to be dropped after the locks are released.
+    fn put_in_place(
+        &self,
+        connectors: PreparedConnectors,
+        served: Option<(Directory, ImageToolsByAgent)>,
+    ) -> Option<Directory> {
+        let policies: BTreeMap<String, Arc<OutboundPolicy>> = connectors
+            .iter()
+            .map(|(c, policy)| (c.info().slug.clone(), policy.clone()))
+            .collect();
+        let mut dir = self.directory.write();
+        self.registry
+            .replace_all(connectors.into_iter().map(|(c, _)| c));
+        *self.policies.write() = policies;
+        let replaced = served.map(|(directory, image_tools)| {
+            *self.image_tools.write() = image_tools;
+            std::mem::replace(&mut *dir, directory)
+        });
         self.resolver.invalidate();
-        Ok(snapshot.version)
+        replaced
     }
 
     fn cache_image_tools(&self, snapshot: &Snapshot) {
-        let mut cache = self.image_tools.write();
-        cache.clear();
-        for record in &snapshot.image_tools {
-            cache.insert(record.agent_id.clone(), image_tool_infos(record));
-        }
+        *self.image_tools.write() = image_tools_of(snapshot);
     }
 
-    /// Installs a connector found in the store (at start-up or on a reload), outside the
-    /// write path: it is already persisted.
-    pub(crate) fn install_stored(&self, prepared: InstalledConnector, policy: Arc<OutboundPolicy>) {
-        self.policies
-            .write()
-            .insert(prepared.info().slug.clone(), policy);
-        self.registry.insert(prepared);
-        self.resolver.invalidate();
+    /// Installs the connectors found in the store at start-up, outside the write path:
+    /// they are already persisted.
+    pub(crate) fn install_stored(&self, connectors: PreparedConnectors) {
+        self.put_in_place(connectors, None);
     }
 
-    /// Drops a connector the store no longer holds (on a reload).
-    pub(crate) fn forget_stored(&self, slug: &str) {
-        self.registry.remove(slug);
-        self.policies.write().remove(slug);
-        self.resolver.invalidate();
+    /// The stored bytes of connector `slug` at `digest` (`None`: replaced meanwhile).
+    pub(crate) async fn stored_component(
+        &self,
+        slug: &str,
+        digest: &str,
+    ) -> StoreResult<Option<Vec<u8>>> {
+        self.store.component(slug, digest).await
+    }
+
+    /// Holds the write lock (tests that need a write in progress).
+    #[cfg(test)]
+    pub(crate) async fn hold_writes(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.writes.lock().await
     }
 
     /// Reads the directory (units, agents, bindings, grants).
@@ -322,6 +407,15 @@ impl State {
     }
 }
 
+/// The image tools of every agent `snapshot` holds.
+fn image_tools_of(snapshot: &Snapshot) -> ImageToolsByAgent {
+    snapshot
+        .image_tools
+        .iter()
+        .map(|record| (record.agent_id.clone(), image_tool_infos(record)))
+        .collect()
+}
+
 /// The tools an image record declares, as the resolver takes them.
 pub(crate) fn image_tool_infos(record: &ImageToolsRecord) -> Arc<[Arc<ToolInfo>]> {
     let tools: Vec<Arc<ToolInfo>> = record
@@ -370,7 +464,7 @@ mod tests {
 
     async fn put_unit(state: &State, id: &str) {
         state
-            .write(|| async { Ok((StateChange::PutUnit(unit(id, None)), ())) })
+            .write(|| Ok((StateChange::PutUnit(unit(id, None)), ())))
             .await
             .expect("put a unit");
     }
@@ -384,7 +478,7 @@ mod tests {
             binding("u", "acme", serde_json::json!({})),
             connector_grant("u", "acme", "acme"),
         );
-        let refused = state.write(|| async { Ok((change, ())) }).await;
+        let refused = state.write(|| Ok((change, ()))).await;
         assert!(refused.is_err());
         {
             let dir = state.directory();
@@ -405,9 +499,8 @@ mod tests {
             let state = state.clone();
             tokio::spawn(async move {
                 state
-                    .write(|| async {
+                    .write(|| {
                         let n = state.directory().units().count();
-                        tokio::task::yield_now().await;
                         Ok((StateChange::PutUnit(unit(&format!("u{n}"), None)), ()))
                     })
                     .await
@@ -432,22 +525,19 @@ mod tests {
             }),
         ];
         for change in changes {
-            state
-                .write(|| async { Ok((change, ())) })
-                .await
-                .expect("write");
+            state.write(|| Ok((change, ()))).await.expect("write");
         }
         let subject = Subject::Agent("a".into());
         let tools = state.effective_tools(&subject).expect("the agent's tools");
         assert!(tools.get("img.run").is_some());
         state
-            .write(|| async { Ok((StateChange::DeleteAgent("a".into()), ())) })
+            .write(|| Ok((StateChange::DeleteAgent("a".into()), ())))
             .await
             .expect("delete");
         assert!(state.effective_tools(&subject).is_err());
         put_unit(&state, "u").await;
         state
-            .write(|| async { Ok((StateChange::PutAgent(agent("a", &["u"])), ())) })
+            .write(|| Ok((StateChange::PutAgent(agent("a", &["u"])), ())))
             .await
             .expect("put again");
         let tools = state.effective_tools(&subject).expect("the agent's tools");

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use integration_tests::guests;
 use integration_tests::harness::{
-    now_unix, send_standard_webhook, try_send, upload_component, ServerProcess, OPERATOR_TOKEN,
+    now_unix, send_standard_webhook, try_send, upload_component, with_custom_section,
+    ServerProcess, OPERATOR_TOKEN,
 };
 use integration_tests::postgres::{require_own_postgres, require_postgres};
 use reqwest::Method;
@@ -141,32 +142,6 @@ async fn setup_units(client: &reqwest::Client, base: &str) {
             201
         );
     }
-}
-
-/// The same component with a custom section appended: another digest, same behaviour
-/// (a rotation to a "new version").
-fn with_custom_section(component: &[u8], tag: &str) -> Vec<u8> {
-    fn leb(mut n: usize, out: &mut Vec<u8>) {
-        loop {
-            let byte = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(byte);
-                return;
-            }
-            out.push(byte | 0x80);
-        }
-    }
-    let name = b"replica-test";
-    let mut payload = Vec::new();
-    leb(name.len(), &mut payload);
-    payload.extend_from_slice(name);
-    payload.extend_from_slice(tag.as_bytes());
-    let mut out = component.to_vec();
-    out.push(0);
-    leb(payload.len(), &mut out);
-    out.extend_from_slice(&payload);
-    out
 }
 
 /// Agent `ada` calls `acme.echo` on replica `base`.

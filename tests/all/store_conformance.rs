@@ -122,7 +122,8 @@ mod postgres {
     }
 
     /// PostgreSQL only: with stale writes refused, a write on top of another handle's
-    /// unseen change is refused and writes nothing; after a reload it goes through.
+    /// unseen change is refused and writes nothing; once a reload is applied it goes
+    /// through (loading alone is not enough).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_write_racing_another_replicas_is_refused_until_reloaded() {
         use connector_host::store::{StoreError, UnitRecord};
@@ -138,8 +139,8 @@ mod postgres {
         let b = PostgresStore::connect(&url).await.expect("b");
         a.refuse_stale_writes();
         b.refuse_stale_writes();
-        a.load().await.expect("load a");
-        b.load().await.expect("load b");
+        a.applied(a.load().await.expect("load a").version);
+        b.applied(b.load().await.expect("load b").version);
         a.put_unit(&unit("from-a")).await.expect("a is current");
         a.put_unit(&unit("again-a"))
             .await
@@ -154,6 +155,10 @@ mod postgres {
             !snap.units.iter().any(|u| u.id == "from-b"),
             "written anyway"
         );
+        b.put_unit(&unit("from-b"))
+            .await
+            .expect_err("a snapshot loaded but not applied does not count as seen");
+        b.applied(snap.version);
         b.put_unit(&unit("from-b")).await.expect("current again");
 
         // `a` learns of b's write through changes_since (foreign), reloads, writes.
@@ -163,6 +168,7 @@ mod postgres {
         assert!(a.changes_since(applied).await.expect("check").foreign);
         let snap = a.load().await.expect("reload a");
         assert!(!a.changes_since(snap.version).await.expect("check").foreign);
+        a.applied(snap.version);
         a.put_unit(&unit("late")).await.expect("current again");
     }
 

@@ -70,7 +70,7 @@ fn main() {
         let mut samples = Vec::new();
         for i in 0..2200 {
             let t = Instant::now();
-            let out = host.runtime().translate_webhook(connector.component(), &Sandbox::isolated("github"), hook.clone()).await;
+            let out = host.runtime().translate_webhook(connector.loaded().expect("prepared at start"), &Sandbox::isolated("github"), hook.clone()).await;
             if i >= 200 {
                 samples.push(t.elapsed());
             }

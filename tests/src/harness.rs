@@ -525,3 +525,29 @@ pub async fn send_github_webhook(
     let status = r.status().as_u16();
     (status, r.json().await.unwrap_or(Value::Null))
 }
+
+/// `component` with a custom section appended: the same behaviour under another digest
+/// (a "new version" to rotate to, or bytes that must be compiled again).
+pub fn with_custom_section(component: &[u8], tag: &str) -> Vec<u8> {
+    fn leb128(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let name = b"test-version";
+    let mut payload = Vec::new();
+    leb128(name.len(), &mut payload);
+    payload.extend_from_slice(name);
+    payload.extend_from_slice(tag.as_bytes());
+    let mut out = component.to_vec();
+    out.push(0);
+    leb128(payload.len(), &mut out);
+    out.extend_from_slice(&payload);
+    out
+}

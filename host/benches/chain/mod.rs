@@ -61,9 +61,7 @@ pub fn chain(
             webhook: None,
             allowed_hosts: vec![],
         };
-        let installed =
-            InstalledConnector::from_parts(info, component.clone(), Arc::from(&b""[..]))
-                .expect("valid");
+        let installed = InstalledConnector::from_parts(info, component.clone()).expect("valid");
         connectors.insert(ns, Arc::new(installed));
     }
 

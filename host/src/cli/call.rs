@@ -170,10 +170,11 @@ pub async fn run_local(args: CallArgs) -> Result<(), CliError> {
     };
 
     let config_text = config.to_string();
-    match runtime
-        .bind(connector.component(), &sandbox, &config_text)
+    let component = connector
+        .component(runtime.limits().call_timeout)
         .await
-    {
+        .map_err(|e| guest_error(&e))?;
+    match runtime.bind(component, &sandbox, &config_text).await {
         Ok(Ok(routes)) => tracing::debug!(?routes, "the connector accepted the config"),
         Ok(Err(reason)) => {
             return Err(CliError::failed(format!(
@@ -203,13 +204,7 @@ pub async fn run_local(args: CallArgs) -> Result<(), CliError> {
         call_id: format!("local-{:016x}", rand::random::<u64>()),
     };
     let outcome = runtime
-        .call_tool(
-            connector.component(),
-            &sandbox,
-            ctx,
-            &tool_id,
-            &arguments.to_string(),
-        )
+        .call_tool(component, &sandbox, ctx, &tool_id, &arguments.to_string())
         .await
         .map_err(|e| guest_error(&e))?;
     match outcome {

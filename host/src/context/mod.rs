@@ -186,9 +186,10 @@ pub(crate) async fn build(
         };
         let runtime = catalog.runtime().clone();
         Some(async move {
-            let result = runtime
-                .runtime_context(connector.component(), &sandbox, binding)
-                .await;
+            let result = match connector.component(runtime.limits().call_timeout).await {
+                Ok(component) => runtime.runtime_context(component, &sandbox, binding).await,
+                Err(e) => Err(e),
+            };
             (connector.slug().to_string(), result)
         })
     });

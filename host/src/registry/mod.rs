@@ -11,6 +11,7 @@ pub mod manifest;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::RwLock;
 use serde::Serialize;
@@ -161,13 +162,21 @@ impl InstallError {
 
 /// A connector ready to run: its validated description, its linked component and its
 /// compiled schemas.
+///
+/// A connector prepared here (an install, a start) has its component at once. One that
+/// another replica installed is put in place from the description that replica stored
+/// ([`InstalledConnector::described`]): its tools are served at once and its component is
+/// loaded by a [`ComponentLoader`] on first use (and ahead of it, in the background), so
+/// catching up with another replica's install never makes this replica's requests wait for
+/// a compilation; only calls into that connector wait for it, within their deadline.
 pub struct InstalledConnector {
     info: Connector,
-    component: LoadedComponent,
+    /// The linked component once loaded; a failure that retrying cannot mend is kept.
+    component: tokio::sync::OnceCell<Result<LoadedComponent, String>>,
+    loader: Option<ComponentLoader>,
     tool_schemas: HashMap<String, jsonschema::Validator>,
     output_schemas: HashMap<String, jsonschema::Validator>,
     config_schema: jsonschema::Validator,
-    bytes: Arc<[u8]>,
     sorted_tools: Vec<usize>,
 }
 
@@ -212,13 +221,47 @@ fn compile(owner: &str, schema: &Value) -> Result<jsonschema::Validator, Manifes
     })
 }
 
+/// Loads the component of a connector known by its stored description (see
+/// [`InstalledConnector::described`]).
+pub type ComponentLoader = Arc<
+    dyn Fn() -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<LoadedComponent, LoadFailure>> + Send>,
+        > + Send
+        + Sync,
+>;
+
+/// Why a [`ComponentLoader`] could not load a component.
+#[derive(Debug, Clone)]
+pub struct LoadFailure {
+    /// What went wrong.
+    pub message: String,
+    /// Whether trying again cannot help (damaged bytes, a component this host cannot run)
+    /// rather than a passing failure (the database did not answer).
+    pub lasting: bool,
+}
+
 impl InstalledConnector {
     /// Assembles a connector from an already validated description and its component,
     /// compiling the schemas it declares.
-    pub fn from_parts(
+    pub fn from_parts(info: Connector, component: LoadedComponent) -> Result<Self, ManifestError> {
+        Self::assemble(
+            info,
+            tokio::sync::OnceCell::new_with(Some(Ok(component))),
+            None,
+        )
+    }
+
+    /// A connector from the description its installing host stored (validated there, from
+    /// the component itself), whose component `loader` loads on first use. The
+    /// description's tools are served at once.
+    pub fn described(info: Connector, loader: ComponentLoader) -> Result<Self, ManifestError> {
+        Self::assemble(info, tokio::sync::OnceCell::new(), Some(loader))
+    }
+
+    fn assemble(
         info: Connector,
-        component: LoadedComponent,
-        bytes: Arc<[u8]>,
+        component: tokio::sync::OnceCell<Result<LoadedComponent, String>>,
+        loader: Option<ComponentLoader>,
     ) -> Result<Self, ManifestError> {
         let mut tool_schemas = HashMap::with_capacity(info.tools.len());
         let mut output_schemas = HashMap::new();
@@ -235,10 +278,10 @@ impl InstalledConnector {
             sorted_tools,
             info,
             component,
+            loader,
             tool_schemas,
             output_schemas,
             config_schema,
-            bytes,
         })
     }
 
@@ -252,14 +295,76 @@ impl InstalledConnector {
         &self.info.slug
     }
 
-    /// The linked component.
-    pub fn component(&self) -> &LoadedComponent {
-        &self.component
+    /// The linked component, loading it first if it is not yet (waiting at most
+    /// `within`: a call's deadline). Fails when it cannot be loaded on this host, or
+    /// is still being loaded after `within`.
+    pub async fn component(&self, within: Duration) -> Result<&LoadedComponent, GuestError> {
+        let loaded = match self.component.get() {
+            Some(loaded) => loaded,
+            None => {
+                let init = self.component.get_or_try_init(|| self.load());
+                match tokio::time::timeout(within, init).await {
+                    Ok(Ok(loaded)) => loaded,
+                    Ok(Err(passing)) => {
+                        return Err(GuestError::Instantiate {
+                            message: format!(
+                                "the component of `{}` could not be loaded on this host ({passing}); retry shortly",
+                                self.info.slug
+                            ),
+                        })
+                    }
+                    Err(_) => {
+                        return Err(GuestError::HostBusy {
+                            message: format!(
+                                "the component of `{}` is still being compiled on this host; retry shortly",
+                                self.info.slug
+                            ),
+                        })
+                    }
+                }
+            }
+        };
+        loaded.as_ref().map_err(|lasting| GuestError::Instantiate {
+            message: format!(
+                "the component of `{}` cannot be loaded on this host: {lasting}",
+                self.info.slug
+            ),
+        })
     }
 
-    /// The component's bytes (as installed).
-    pub fn bytes(&self) -> &Arc<[u8]> {
-        &self.bytes
+    /// The linked component if it is loaded (always, for a connector prepared here).
+    pub fn loaded(&self) -> Option<&LoadedComponent> {
+        self.component.get().and_then(|loaded| loaded.as_ref().ok())
+    }
+
+    /// Whether the component is loaded (or known not to load).
+    pub fn is_loaded(&self) -> bool {
+        self.component.initialized()
+    }
+
+    /// Runs the loader: `Ok(Err)` for a lasting failure (kept), `Err` for a passing one.
+    async fn load(&self) -> Result<Result<LoadedComponent, String>, String> {
+        let Some(loader) = &self.loader else {
+            return Ok(Err("no way to load it is known".into()));
+        };
+        match loader().await {
+            Ok(component) if component.digest() != self.info.digest => Ok(Err(format!(
+                "the loaded component is {}, the description names {}",
+                component.digest(),
+                self.info.digest
+            ))),
+            Ok(component) if component.world() != self.info.world => Ok(Err(format!(
+                "the component implements {}, its description says {}",
+                component.world(),
+                self.info.world
+            ))),
+            Ok(component) => Ok(Ok(component)),
+            Err(failure) if failure.lasting => {
+                tracing::error!(slug = %self.info.slug, digest = %self.info.digest, error = %failure.message, "a stored connector does not load on this host; its calls fail");
+                Ok(Err(failure.message))
+            }
+            Err(failure) => Err(failure.message),
+        }
     }
 
     /// Indices into `info().tools`, sorted by tool id.
@@ -324,8 +429,29 @@ impl InstalledConnector {
 /// The connectors installed in one host, by slug.
 pub struct ConnectorRegistry {
     runtime: Arc<ConnectorRuntime>,
-    connectors: RwLock<BTreeMap<String, Arc<InstalledConnector>>>,
-    by_namespace: RwLock<Arc<BTreeMap<String, Arc<InstalledConnector>>>>,
+    /// Replaced as a whole by every change, so a reader sees every connector of one
+    /// moment, by slug and by namespace alike.
+    installed: RwLock<Arc<Installed>>,
+}
+
+/// The installed connectors of one moment.
+#[derive(Default)]
+struct Installed {
+    by_slug: BTreeMap<String, Arc<InstalledConnector>>,
+    by_namespace: Arc<BTreeMap<String, Arc<InstalledConnector>>>,
+}
+
+impl Installed {
+    fn of(by_slug: BTreeMap<String, Arc<InstalledConnector>>) -> Arc<Self> {
+        let by_namespace = by_slug
+            .values()
+            .map(|c| (c.info.tool_namespace.clone(), c.clone()))
+            .collect();
+        Arc::new(Installed {
+            by_slug,
+            by_namespace: Arc::new(by_namespace),
+        })
+    }
 }
 
 impl ConnectorRegistry {
@@ -333,8 +459,7 @@ impl ConnectorRegistry {
     pub fn new(runtime: Arc<ConnectorRuntime>) -> Self {
         Self {
             runtime,
-            connectors: RwLock::new(BTreeMap::new()),
-            by_namespace: RwLock::new(Arc::new(BTreeMap::new())),
+            installed: RwLock::new(Arc::default()),
         }
     }
 
@@ -345,9 +470,14 @@ impl ConnectorRegistry {
 
     /// Loads, describes and validates a component without installing it (what
     /// `connector-host inspect` shows). Clashes with installed connectors are not checked.
+    /// Compiling happens off the async threads (see [`ConnectorRuntime::load_off_thread`]).
     pub async fn prepare(&self, bytes: &[u8]) -> Result<InstalledConnector, InstallError> {
-        let component = self.runtime.load(bytes).map_err(InstallError::Load)?;
-        self.describe(component, bytes).await
+        let component = self
+            .runtime
+            .load_off_thread(Arc::from(bytes), None)
+            .await
+            .map_err(InstallError::Load)?;
+        self.describe(component).await
     }
 
     /// [`prepare`](Self::prepare) for bytes whose `sha256:<hex>` digest is already known
@@ -355,20 +485,33 @@ impl ConnectorRegistry {
     /// that came with the bytes (see [`ConnectorRuntime::load_known`]).
     pub async fn prepare_known(
         &self,
-        bytes: &[u8],
+        bytes: Arc<[u8]>,
         digest: &str,
     ) -> Result<InstalledConnector, InstallError> {
         let component = self
             .runtime
-            .load_known(bytes, digest)
+            .load_off_thread(bytes, Some(digest))
+            .await
             .map_err(InstallError::Load)?;
-        self.describe(component, bytes).await
+        self.describe(component).await
     }
 
+    /// [`prepare_known`](Self::prepare_known) from the compiled-component cache alone:
+    /// `None` when the digest's code is not cached (then its bytes are needed).
+    pub async fn prepare_cached(
+        &self,
+        digest: &str,
+    ) -> Option<Result<InstalledConnector, InstallError>> {
+        Some(match self.runtime.load_cached(digest).await? {
+            Ok(component) => self.describe(component).await,
+            Err(e) => Err(InstallError::Load(e)),
+        })
+    }
+
+    /// Asks a loaded component to describe itself and validates what it says.
     async fn describe(
         &self,
         component: LoadedComponent,
-        bytes: &[u8],
     ) -> Result<InstalledConnector, InstallError> {
         let manifest = self
             .runtime
@@ -378,8 +521,7 @@ impl ConnectorRegistry {
         let mut info =
             manifest::validate(manifest, component.digest()).map_err(InstallError::Manifest)?;
         info.world = component.world().to_string();
-        InstalledConnector::from_parts(info, component, Arc::from(bytes))
-            .map_err(InstallError::Manifest)
+        InstalledConnector::from_parts(info, component).map_err(InstallError::Manifest)
     }
 
     /// Refuses `candidate` if it claims a slug or namespace another connector owns.
@@ -388,8 +530,8 @@ impl ConnectorRegistry {
         &self,
         candidate: &Connector,
     ) -> Result<Option<Arc<InstalledConnector>>, InstallError> {
-        let connectors = self.connectors.read();
-        for other in connectors.values() {
+        let installed = self.snapshot();
+        for other in installed.by_slug.values() {
             if other.info.slug == candidate.slug {
                 continue;
             }
@@ -409,20 +551,43 @@ impl ConnectorRegistry {
                 }
             }
         }
-        Ok(connectors.get(&candidate.slug).cloned())
+        Ok(installed.by_slug.get(&candidate.slug).cloned())
+    }
+
+    fn snapshot(&self) -> Arc<Installed> {
+        self.installed.read().clone()
+    }
+
+    /// Applies `change` to the installed set, as one step for readers.
+    fn change<T>(
+        &self,
+        change: impl FnOnce(&mut BTreeMap<String, Arc<InstalledConnector>>) -> T,
+    ) -> T {
+        let mut installed = self.installed.write();
+        let mut by_slug = installed.by_slug.clone();
+        let out = change(&mut by_slug);
+        *installed = Installed::of(by_slug);
+        out
     }
 
     /// Puts a prepared connector in place (replacing one with the same slug) and returns
     /// the one it replaced.
     pub fn insert(
         &self,
-        connector: InstalledConnector,
+        connector: Arc<InstalledConnector>,
     ) -> (Arc<InstalledConnector>, Option<Arc<InstalledConnector>>) {
-        let connector = Arc::new(connector);
-        let mut connectors = self.connectors.write();
-        let previous = connectors.insert(connector.info.slug.clone(), connector.clone());
-        self.reindex(&connectors);
+        let previous =
+            self.change(|by_slug| by_slug.insert(connector.info.slug.clone(), connector.clone()));
         (connector, previous)
+    }
+
+    /// Replaces every installed connector with `connectors` at once.
+    pub fn replace_all(&self, connectors: impl IntoIterator<Item = Arc<InstalledConnector>>) {
+        let by_slug = connectors
+            .into_iter()
+            .map(|c| (c.info.slug.clone(), c))
+            .collect();
+        *self.installed.write() = Installed::of(by_slug);
     }
 
     /// Prepares, checks and inserts in one step.
@@ -432,43 +597,32 @@ impl ConnectorRegistry {
     ) -> Result<(Arc<InstalledConnector>, Option<Arc<InstalledConnector>>), InstallError> {
         let prepared = self.prepare(bytes).await?;
         self.check_conflicts(&prepared.info)?;
-        Ok(self.insert(prepared))
+        Ok(self.insert(Arc::new(prepared)))
     }
 
     /// An installed connector.
     pub fn get(&self, slug: &str) -> Option<Arc<InstalledConnector>> {
-        self.connectors.read().get(slug).cloned()
+        self.installed.read().by_slug.get(slug).cloned()
     }
 
     /// The connector owning tool namespace `namespace`.
     pub fn by_namespace(&self, namespace: &str) -> Option<Arc<InstalledConnector>> {
-        self.by_namespace.read().get(namespace).cloned()
+        self.installed.read().by_namespace.get(namespace).cloned()
     }
 
     /// Every installed connector keyed by tool namespace (a cheap shared snapshot).
     pub fn namespaces(&self) -> Arc<BTreeMap<String, Arc<InstalledConnector>>> {
-        self.by_namespace.read().clone()
-    }
-
-    fn reindex(&self, connectors: &BTreeMap<String, Arc<InstalledConnector>>) {
-        let index = connectors
-            .values()
-            .map(|c| (c.info.tool_namespace.clone(), c.clone()))
-            .collect();
-        *self.by_namespace.write() = Arc::new(index);
+        self.installed.read().by_namespace.clone()
     }
 
     /// All installed connectors, sorted by slug.
     pub fn list(&self) -> Vec<Arc<InstalledConnector>> {
-        self.connectors.read().values().cloned().collect()
+        self.snapshot().by_slug.values().cloned().collect()
     }
 
     /// Removes a connector; returns it if it was installed.
     pub fn remove(&self, slug: &str) -> Option<Arc<InstalledConnector>> {
-        let mut connectors = self.connectors.write();
-        let removed = connectors.remove(slug);
-        self.reindex(&connectors);
-        removed
+        self.change(|by_slug| by_slug.remove(slug))
     }
 }
 

@@ -10,10 +10,14 @@
 //!   a check that *started after it arrived*, so a bind committed through any replica
 //!   before a request arrives here is always seen by that request, at the cost of at most
 //!   one small query in flight per replica. A version written by this replica itself needs
-//!   no reload; one written by another replica reloads the state (one consistent snapshot,
-//!   under the write lock so it cannot interleave with a local write). If the database
-//!   cannot be asked, the request fails with `503` rather than being served from state
-//!   that may be stale.
+//!   no reload; one written by another replica reloads the state: one consistent snapshot,
+//!   read and made ready without the write lock (see [`State::reload`]) and put in place
+//!   under it in one step, so it never interleaves with a local write and readers see it
+//!   all or not at all. A connector another replica installed is served from the
+//!   description that replica stored, and its component compiles in the background (calls
+//!   into it wait for that, within their deadline): catching up never makes requests wait
+//!   for a compilation. If the database cannot be asked, the request fails with `503`
+//!   rather than being served from state that may be stale.
 //! - **A tool server beside `serve`** (`connector-host mcp --local`,
 //!   `Role::ToolServer` of the start-up) does the same on any store,
 //!   SQLite included: `serve` writes the file it reads, and two handles on one SQLite file
@@ -31,7 +35,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, Preparing};
 use crate::error::{ErrorCode, HostError, HostResult};
 use crate::state::State;
 use crate::store::Store;
@@ -224,13 +228,18 @@ impl ReplicaSync {
         Ok(())
     }
 
-    /// Replaces the in-memory state with the database's.
+    /// Replaces the in-memory state with the database's (see [`State::reload`]).
     async fn reload(&self) -> HostResult<()> {
         let catalog = &self.catalog;
         let version = self
             .state
-            .reload(|snapshot| async move { catalog.adopt(&snapshot).await })
+            .reload(|snapshot, earlier| async move {
+                catalog
+                    .prepare_stored(&snapshot, earlier, Preparing::Described)
+                    .await
+            })
             .await?;
+        self.store.applied(version);
         self.applied.store(version, Ordering::SeqCst);
         tracing::debug!(version, "reloaded state changed by another replica");
         Ok(())
@@ -328,18 +337,22 @@ mod tests {
             .put_unit(&unit("theirs", None))
             .await
             .expect("their write");
+        // A local write in progress (it holds the write lock until released).
         let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let (holding, held) = tokio::sync::oneshot::channel::<()>();
         let writing = tokio::spawn({
             let state = state.clone();
             async move {
+                let lock = state.hold_writes().await;
+                let _ = holding.send(());
+                let _ = released.await;
+                drop(lock);
                 state
-                    .write(|| async move {
-                        let _ = released.await;
-                        Ok((StateChange::PutUnit(unit("ours", None)), ()))
-                    })
+                    .write(|| Ok((StateChange::PutUnit(unit("ours", None)), ())))
                     .await
             }
         });
+        held.await.expect("the write lock is held");
 
         // Two requests arrive while a check holds the lock, so the next check covers
         // both; the first in line runs it.

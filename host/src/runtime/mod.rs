@@ -226,6 +226,22 @@ pub struct ConnectorRuntime {
     installation_tokens: Option<Arc<dyn InstallationTokens>>,
     share: HostShare,
     ticker_stop: Arc<AtomicBool>,
+    /// Slots for compiling components (see [`ConnectorRuntime::load_off_thread`]).
+    compiling: tokio::sync::Semaphore,
+}
+
+/// Compilations run at once: each already spreads over every core (wasmtime compiles a
+/// component's functions in parallel), so more at once would only add memory and keep
+/// the cores from everything else longer.
+fn compilation_slots() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 4).max(1))
+}
+
+/// The outcome of the first, cheap step of a load: the cached code, or the digest of
+/// bytes that must be compiled.
+enum CacheLookup {
+    Loaded(LoadedComponent),
+    Compile(String),
 }
 
 impl Drop for ConnectorRuntime {
@@ -509,6 +525,7 @@ impl ConnectorRuntime {
             installation_tokens: options.installation_tokens,
             share: HostShare::new(&limits),
             ticker_stop,
+            compiling: tokio::sync::Semaphore::new(compilation_slots()),
         })
     }
 
@@ -545,27 +562,86 @@ impl ConnectorRuntime {
     /// the host's own records (its build, its store), never from whoever supplied the
     /// bytes: an uploaded component goes through [`load`](Self::load).
     pub fn load_known(&self, bytes: &[u8], digest: &str) -> Result<LoadedComponent, LoadError> {
-        let digest_hex = digest
-            .strip_prefix("sha256:")
-            .filter(|hex| crate::ids::is_sha256_hex(hex))
-            .ok_or_else(|| LoadError::MalformedDigest(digest.chars().take(80).collect()))?;
-        self.load_digested(bytes, digest_hex)
+        self.load_digested(bytes, known_digest_hex(digest)?)
+    }
+
+    /// [`load`](Self::load) (`digest` `None`) or [`load_known`](Self::load_known), off the
+    /// async threads: the cache is read and the bytes are hashed on a blocking thread, and
+    /// a component that must be compiled waits for one of the runtime's few compilation
+    /// slots, then compiles on a blocking thread. An install or a replica catching up
+    /// never holds a thread that serves requests for the seconds a compilation takes, and
+    /// concurrent installs do not compile all at once.
+    pub async fn load_off_thread(
+        self: &Arc<Self>,
+        bytes: Arc<[u8]>,
+        digest: Option<&str>,
+    ) -> Result<LoadedComponent, LoadError> {
+        let known = digest.map(known_digest_hex).transpose()?.map(str::to_owned);
+        let (this, first_bytes) = (Arc::clone(self), Arc::clone(&bytes));
+        let lookup = off_thread(move || {
+            check_component(&first_bytes)?;
+            let digest_hex = match known {
+                Some(hex) => hex,
+                None => sha256_hex(&first_bytes),
+            };
+            Ok(match this.cached_code(&digest_hex) {
+                Some(loaded) => CacheLookup::Loaded(loaded?),
+                None => CacheLookup::Compile(digest_hex),
+            })
+        })
+        .await?;
+        let digest_hex = match lookup {
+            CacheLookup::Loaded(loaded) => return Ok(loaded),
+            CacheLookup::Compile(digest_hex) => digest_hex,
+        };
+        let _slot = self
+            .compiling
+            .acquire()
+            .await
+            .map_err(|_| LoadError::Cache("the runtime is shutting down".into()))?;
+        let this = Arc::clone(self);
+        off_thread(move || this.compile_checked(&bytes, &digest_hex)).await
+    }
+
+    /// The component whose digest is `digest` (`sha256:<hex>`, from the host's own
+    /// records), read back from the compiled-component cache on a blocking thread:
+    /// `None` when it is not cached (then its bytes are needed).
+    pub async fn load_cached(
+        self: &Arc<Self>,
+        digest: &str,
+    ) -> Option<Result<LoadedComponent, LoadError>> {
+        let digest_hex = match known_digest_hex(digest) {
+            Ok(hex) => hex.to_owned(),
+            Err(e) => return Some(Err(e)),
+        };
+        let this = Arc::clone(self);
+        off_thread(move || Ok(this.cached_code(&digest_hex)))
+            .await
+            .unwrap_or_else(|e| Some(Err(e)))
     }
 
     /// Loads `bytes`, whose SHA-256 is claimed to be `digest_hex` (64 lowercase hex
     /// digits); the claim is checked before anything is compiled.
     fn load_digested(&self, bytes: &[u8], digest_hex: &str) -> Result<LoadedComponent, LoadError> {
-        if !is_component(bytes) {
-            let what = if bytes.starts_with(b"\0asm\x01\0\0\0") {
-                "this is a core WebAssembly module, not a component"
-            } else {
-                "the bytes do not start with the WebAssembly magic number"
-            };
-            return Err(LoadError::NotAComponent(what.into()));
+        check_component(bytes)?;
+        match self.cached_code(digest_hex) {
+            Some(loaded) => loaded,
+            None => self.compile_checked(bytes, digest_hex),
         }
-        if let Some(component) = self.cache.read(&self.engine, digest_hex) {
-            return self.link(component, digest_hex.to_owned(), LoadSource::Cache);
-        }
+    }
+
+    /// The cached code of `digest_hex`, linked; `None` on a miss.
+    fn cached_code(&self, digest_hex: &str) -> Option<Result<LoadedComponent, LoadError>> {
+        let component = self.cache.read(&self.engine, digest_hex)?;
+        Some(self.link(component, digest_hex.to_owned(), LoadSource::Cache))
+    }
+
+    /// Compiles `bytes` after checking they have the SHA-256 `digest_hex`.
+    fn compile_checked(
+        &self,
+        bytes: &[u8],
+        digest_hex: &str,
+    ) -> Result<LoadedComponent, LoadError> {
         let actual = sha256_hex(bytes);
         if actual != digest_hex {
             return Err(LoadError::DigestMismatch {
@@ -1002,6 +1078,38 @@ fn output_size(output: &wit::ToolOutput) -> usize {
     };
     output.structured.as_ref().map_or(0, String::len)
         + output.content.iter().map(block).sum::<usize>()
+}
+
+/// The hex digits of a digest from the host's own records (`sha256:<64 lowercase hex>`).
+fn known_digest_hex(digest: &str) -> Result<&str, LoadError> {
+    digest
+        .strip_prefix("sha256:")
+        .filter(|hex| crate::ids::is_sha256_hex(hex))
+        .ok_or_else(|| LoadError::MalformedDigest(digest.chars().take(80).collect()))
+}
+
+/// Refuses bytes that are not a WebAssembly component, saying what they are instead.
+fn check_component(bytes: &[u8]) -> Result<(), LoadError> {
+    if is_component(bytes) {
+        return Ok(());
+    }
+    let what = if bytes.starts_with(b"\0asm\x01\0\0\0") {
+        "this is a core WebAssembly module, not a component"
+    } else {
+        "the bytes do not start with the WebAssembly magic number"
+    };
+    Err(LoadError::NotAComponent(what.into()))
+}
+
+/// Runs `work` on a blocking thread (never one that serves requests).
+async fn off_thread<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, LoadError> + Send + 'static,
+) -> Result<T, LoadError> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
+        Err(LoadError::NotAComponent(format!(
+            "loading the component stopped unexpectedly ({e}); try installing it again"
+        )))
+    })
 }
 
 /// The SHA-256 of `bytes` in lowercase hex: a component's digest without `sha256:`.

@@ -108,14 +108,17 @@ pub mod fixtures {
         GrantRecord, MessageRecord, Snapshot, Store, Subject, UnitRecord,
     };
 
+    /// The bytes the suite stores as a connector's component.
+    pub const COMPONENT: &[u8] = &[0, 97, 115, 109, 1, 2, 3];
+
     pub fn connector(slug: &str, namespace: &str, digest: &str) -> ConnectorRecord {
         ConnectorRecord {
             slug: slug.into(),
             namespace: namespace.into(),
             digest: digest.into(),
-            component: vec![0, 97, 115, 109, 1, 2, 3],
             bundled: false,
             installed_at: "2025-01-01T00:00:00Z".into(),
+            manifest: Some(json!({"slug": slug, "toolNamespace": namespace, "digest": digest})),
         }
     }
 
@@ -217,7 +220,7 @@ pub mod fixtures {
     /// root), and `team` bound to `acme`.
     pub async fn populate_bound(store: &dyn Store) {
         store
-            .put_connector(&connector("acme", "acme", "sha256:aa"))
+            .put_connector(&connector("acme", "acme", "sha256:aa"), COMPONENT)
             .await
             .unwrap();
         store.put_unit(&unit("root", None)).await.unwrap();
@@ -321,8 +324,8 @@ pub async fn every_record_type_round_trips(factory: &dyn StoreFactory) {
         tools: json!([{"name": "img.run", "description": "d", "inputSchema": {"type": "object"}}]),
     };
 
-    store.put_connector(&gh).await.unwrap();
-    store.put_connector(&acme).await.unwrap();
+    store.put_connector(&gh, COMPONENT).await.unwrap();
+    store.put_connector(&acme, COMPONENT).await.unwrap();
     store.put_unit(&root).await.unwrap();
     store.put_unit(&team).await.unwrap();
     store.put_agent(&bot).await.unwrap();
@@ -412,9 +415,18 @@ pub async fn upserts_replace_rows_without_duplicating(factory: &dyn StoreFactory
     let store = bound_store(factory).await;
 
     // Connector: same slug, new digest and bytes.
-    let mut rotated = connector("acme", "acme", "sha256:bb");
-    rotated.component = vec![9, 9];
-    store.put_connector(&rotated).await.unwrap();
+    let rotated = connector("acme", "acme", "sha256:bb");
+    store.put_connector(&rotated, &[9, 9]).await.unwrap();
+    assert_eq!(
+        store.component("acme", "sha256:bb").await.unwrap(),
+        Some(vec![9, 9]),
+        "the new bytes, under the new digest"
+    );
+    assert_eq!(
+        store.component("acme", "sha256:aa").await.unwrap(),
+        None,
+        "the old digest is no longer stored"
+    );
 
     // Unit: new parent and name.
     let mut team = unit("team", None);
@@ -471,7 +483,7 @@ pub async fn upserts_replace_rows_without_duplicating(factory: &dyn StoreFactory
 pub async fn put_binding_fault_leaves_neither_binding_nor_grant(factory: &dyn StoreFactory) {
     let store = factory.open().await;
     store
-        .put_connector(&connector("acme", "acme", "sha256:aa"))
+        .put_connector(&connector("acme", "acme", "sha256:aa"), COMPONENT)
         .await
         .unwrap();
     store.put_unit(&unit("team", None)).await.unwrap();
@@ -526,7 +538,7 @@ pub async fn put_connector_fault_keeps_old_connector_and_grants(factory: &dyn St
 
     store.set_fail_point(Some(FailPoint::AfterConnectorWrite));
     let err = store
-        .put_connector(&connector("acme", "acme2", "sha256:bb"))
+        .put_connector(&connector("acme", "acme2", "sha256:bb"), COMPONENT)
         .await
         .unwrap_err();
     assert!(
@@ -540,6 +552,7 @@ pub async fn put_connector_fault_keeps_old_connector_and_grants(factory: &dyn St
     let err = store
         .rotate_connector(
             &connector("acme", "acme2", "sha256:bb"),
+            COMPONENT,
             &[],
             &["team".to_string()],
         )
@@ -549,7 +562,7 @@ pub async fn put_connector_fault_keeps_old_connector_and_grants(factory: &dyn St
     assert_eq!(store.load().await.unwrap(), before);
 
     store
-        .put_connector(&connector("acme", "acme2", "sha256:bb"))
+        .put_connector(&connector("acme", "acme2", "sha256:bb"), COMPONENT)
         .await
         .unwrap();
     let snap = store.load().await.unwrap();
@@ -566,7 +579,7 @@ pub async fn fail_point_fires_only_at_its_own_step_and_can_be_disarmed(factory: 
     store.set_fail_point(Some(FailPoint::AfterBindingDelete));
     // Other steps pass while it stays armed.
     store
-        .put_connector(&connector("acme", "acme", "sha256:aa"))
+        .put_connector(&connector("acme", "acme", "sha256:aa"), COMPONENT)
         .await
         .unwrap();
     store
@@ -592,7 +605,7 @@ pub async fn fail_point_fires_only_at_its_own_step_and_can_be_disarmed(factory: 
 pub async fn rotation_rederives_only_that_connectors_grants(factory: &dyn StoreFactory) {
     let store = bound_store(factory).await;
     store
-        .put_connector(&connector("other", "other", "sha256:cc"))
+        .put_connector(&connector("other", "other", "sha256:cc"), COMPONENT)
         .await
         .unwrap();
     store
@@ -619,7 +632,7 @@ pub async fn rotation_rederives_only_that_connectors_grants(factory: &dyn StoreF
     store.put_grant(&stale).await.unwrap();
 
     store
-        .put_connector(&connector("acme", "newns", "sha256:dd"))
+        .put_connector(&connector("acme", "newns", "sha256:dd"), COMPONENT)
         .await
         .unwrap();
 
@@ -689,6 +702,7 @@ pub async fn rotate_connector_removes_and_rebinds_in_one_step(factory: &dyn Stor
     store
         .rotate_connector(
             &rotated,
+            COMPONENT,
             &[(kept.clone(), kept_grant.clone())],
             &["root".to_string()],
         )
@@ -704,7 +718,7 @@ pub async fn rotate_connector_removes_and_rebinds_in_one_step(factory: &dyn Stor
 pub async fn delete_connector_removes_its_bindings_and_grants_only(factory: &dyn StoreFactory) {
     let store = bound_store(factory).await;
     store
-        .put_connector(&connector("other", "other", "sha256:cc"))
+        .put_connector(&connector("other", "other", "sha256:cc"), COMPONENT)
         .await
         .unwrap();
     store
@@ -1588,7 +1602,7 @@ pub async fn changes_since_tells_own_writes_from_foreign_ones(factory: &dyn Stor
     );
 
     // A rolled-back write is nobody's version: the next foreign write is still foreign.
-    a.put_connector(&connector("acme", "acme", "sha256:aa"))
+    a.put_connector(&connector("acme", "acme", "sha256:aa"), COMPONENT)
         .await
         .unwrap();
     let before_fault = a.changes_since(current.version).await.unwrap();
@@ -1660,7 +1674,7 @@ pub async fn every_state_write_changes_the_version(factory: &dyn StoreFactory) {
         applied,
     };
 
-    a.put_connector(&connector("acme", "acme", "sha256:aa"))
+    a.put_connector(&connector("acme", "acme", "sha256:aa"), COMPONENT)
         .await
         .unwrap();
     watch.changed("put_connector").await;
@@ -1683,9 +1697,14 @@ pub async fn every_state_write_changes_the_version(factory: &dyn StoreFactory) {
     .await
     .unwrap();
     watch.changed("put_image_tools").await;
-    a.rotate_connector(&connector("acme", "acme", "sha256:bb"), &[(b, g)], &[])
-        .await
-        .unwrap();
+    a.rotate_connector(
+        &connector("acme", "acme", "sha256:bb"),
+        COMPONENT,
+        &[(b, g)],
+        &[],
+    )
+    .await
+    .unwrap();
     watch.changed("rotate_connector").await;
     assert!(a
         .delete_grant(&explicit.subject, &explicit.tool, &explicit.provenance)

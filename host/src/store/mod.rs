@@ -25,19 +25,23 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// An installed connector, as persisted.
+/// An installed connector, as persisted. Its component's bytes are stored beside it and
+/// read only when needed ([`StateStore::component`]): a replica catching up with another's
+/// write reads the bytes of a connector whose digest it has not prepared, never all of them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConnectorRecord {
     pub slug: String,
     pub namespace: String,
-    /// `sha256:<hex>` of `component`.
+    /// `sha256:<hex>` of the component's bytes.
     pub digest: String,
-    /// The component's bytes.
-    pub component: Vec<u8>,
     /// Whether it ships inside the host binary.
     pub bundled: bool,
     /// RFC 3339.
     pub installed_at: String,
+    /// The connector's description as the host that installed it validated it (the
+    /// contract's `Connector` object), so another host can serve it before compiling its
+    /// component. `None` for connectors stored before descriptions were kept.
+    pub manifest: Option<Value>,
 }
 
 /// A unit (units nest through `parent`).
@@ -202,7 +206,8 @@ pub struct MessageRecord {
     pub received_at: String,
 }
 
-/// Everything persisted, as loaded at start-up.
+/// Everything persisted (but the connectors' component bytes), as loaded at start-up and
+/// when another replica changed the state.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
     pub connectors: Vec<ConnectorRecord>,
@@ -324,12 +329,17 @@ pub(crate) fn decode_json<T: serde::de::DeserializeOwned>(
 /// result is reported).
 #[async_trait]
 pub trait StateStore: Send + Sync + 'static {
-    /// Everything, for start-up.
+    /// Everything but the connectors' component bytes, as one consistent view.
     async fn load(&self) -> StoreResult<Snapshot>;
-    /// Upserts a connector. In the same transaction, every grant with provenance
-    /// `connector:<slug>` is re-derived to the record's namespace (`<namespace>.*`), so a
-    /// rotation that changes the namespace never leaves stale grants.
-    async fn put_connector(&self, connector: &ConnectorRecord) -> StoreResult<()>;
+    /// The component bytes of connector `slug`, if it is stored with digest `digest`
+    /// (`None`: no such connector, or another digest by now).
+    async fn component(&self, slug: &str, digest: &str) -> StoreResult<Option<Vec<u8>>>;
+    /// Upserts a connector with its component's bytes. In the same transaction, every
+    /// grant with provenance `connector:<slug>` is re-derived to the record's namespace
+    /// (`<namespace>.*`), so a rotation that changes the namespace never leaves stale
+    /// grants.
+    async fn put_connector(&self, connector: &ConnectorRecord, component: &[u8])
+        -> StoreResult<()>;
     /// Deletes a connector, every binding of it and every grant with provenance
     /// `connector:<slug>`, in one transaction.
     async fn delete_connector(&self, slug: &str) -> StoreResult<bool>;
@@ -339,6 +349,7 @@ pub trait StateStore: Send + Sync + 'static {
     async fn rotate_connector(
         &self,
         connector: &ConnectorRecord,
+        component: &[u8],
         kept: &[(BindingRecord, GrantRecord)],
         removed: &[String],
     ) -> StoreResult<()>;
@@ -495,10 +506,15 @@ pub trait ReplicaCoordination: Send + Sync + 'static {
     }
     /// From now on, state writes through this handle refuse (with
     /// [`StoreError::Conflict`], nothing written) to run on top of a version another
-    /// handle wrote that this one has not seen through `load` or `changes_since`. A host
-    /// serving from memory turns it on: it checked its rules (the unit exists, the
+    /// handle wrote that this one has not seen: applied (see
+    /// [`ReplicaCoordination::applied`]) or found to be its own by `changes_since`. A
+    /// host serving from memory turns it on: it checked its rules (the unit exists, the
     /// connector is installed) against that memory. A no-op where no other process writes.
     fn refuse_stale_writes(&self) {}
+    /// The caller's memory now reflects the state at `version` (a snapshot it loaded and
+    /// put in place). Loading alone does not count: a snapshot read and then discarded
+    /// (a local write landed meanwhile) must not let later writes pass as current.
+    fn applied(&self, _version: i64) {}
 }
 
 /// Deliberate failures between two writes of one transaction, for the conformance suite

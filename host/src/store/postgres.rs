@@ -172,6 +172,11 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE agents ADD COLUMN token_epoch TEXT NOT NULL DEFAULT '';
     "#,
+    // 3: a connector's validated description, so another replica serves it before it has
+    // compiled the component.
+    r#"
+    ALTER TABLE connectors ADD COLUMN manifest TEXT;
+    "#,
 ];
 
 /// The delivery columns [`rows::delivery`] reads, then `ord` (insertion order).
@@ -559,24 +564,36 @@ async fn upsert_grant(tx: &Tx<'_>, grant: &GrantRecord) -> Result<(), tokio_post
 
 impl PostgresStore {
     /// Upserts a connector and re-derives its `connector:<slug>` grants (inside `tx`).
-    async fn write_connector(&self, tx: &Tx<'_>, c: &ConnectorRecord) -> StoreResult<()> {
+    async fn write_connector(
+        &self,
+        tx: &Tx<'_>,
+        c: &ConnectorRecord,
+        component: &[u8],
+    ) -> StoreResult<()> {
         let db = |e| map_err("put_connector", e);
+        let manifest = c
+            .manifest
+            .as_ref()
+            .map(|m| encode_json("put_connector", m))
+            .transpose()?;
         tx.execute(
-            "INSERT INTO connectors (slug, namespace, digest, component, bundled, installed_at)
-             VALUES ($1, $2, $3, $4, $5, $6)
+            "INSERT INTO connectors (slug, namespace, digest, component, bundled, installed_at, manifest)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
              ON CONFLICT (slug) DO UPDATE SET
                  namespace = excluded.namespace,
                  digest = excluded.digest,
                  component = excluded.component,
                  bundled = excluded.bundled,
-                 installed_at = excluded.installed_at",
+                 installed_at = excluded.installed_at,
+                 manifest = excluded.manifest",
             &[
                 &c.slug,
                 &c.namespace,
                 &c.digest,
-                &c.component,
+                &component,
                 &c.bundled,
                 &c.installed_at,
+                &manifest,
             ],
         )
         .await
@@ -737,13 +754,29 @@ impl StateStore for PostgresStore {
             .map_err(|e| map_err(ctx, e))?;
         let snapshot = load_snapshot(&tx).await?;
         tx.commit().await.map_err(|e| map_err(ctx, e))?;
-        self.seen.fetch_max(snapshot.version, Ordering::SeqCst);
         Ok(snapshot)
     }
 
-    async fn put_connector(&self, connector: &ConnectorRecord) -> StoreResult<()> {
+    async fn component(&self, slug: &str, digest: &str) -> StoreResult<Option<Vec<u8>>> {
+        let ctx = "reading a connector's component";
+        let conn = self.conn(ctx).await?;
+        let row = conn
+            .query_opt(
+                "SELECT component FROM connectors WHERE slug = $1 AND digest = $2",
+                &[&slug, &digest],
+            )
+            .await
+            .map_err(|e| map_err(ctx, e))?;
+        row.map(|r| col::<Vec<u8>>(&r, 0)).transpose()
+    }
+
+    async fn put_connector(
+        &self,
+        connector: &ConnectorRecord,
+        component: &[u8],
+    ) -> StoreResult<()> {
         state_tx!(self, "put_connector", |tx| {
-            self.write_connector(&tx, connector).await
+            self.write_connector(&tx, connector, component).await
         })
     }
 
@@ -770,11 +803,12 @@ impl StateStore for PostgresStore {
     async fn rotate_connector(
         &self,
         connector: &ConnectorRecord,
+        component: &[u8],
         kept: &[(BindingRecord, GrantRecord)],
         removed: &[String],
     ) -> StoreResult<()> {
         state_tx!(self, "rotate_connector", |tx| {
-            self.write_connector(&tx, connector).await?;
+            self.write_connector(&tx, connector, component).await?;
             for unit in removed {
                 self.remove_binding(&tx, unit, &connector.slug).await?;
             }
@@ -1281,6 +1315,10 @@ impl ReplicaCoordination for PostgresStore {
 
     fn refuse_stale_writes(&self) {
         self.guard_stale.store(true, Ordering::SeqCst);
+    }
+
+    fn applied(&self, version: i64) {
+        self.seen.fetch_max(version, Ordering::SeqCst);
     }
 }
 

@@ -22,17 +22,24 @@ pub(crate) trait StoredRow {
     fn flag(&self, i: usize) -> StoreResult<bool>;
 }
 
+/// A connector's row without its component's bytes (those are read by digest, when
+/// needed).
 pub(crate) const CONNECTOR_COLUMNS: &str =
-    "slug, namespace, digest, component, bundled, installed_at";
+    "slug, namespace, digest, bundled, installed_at, manifest";
 
 pub(crate) fn connector(r: &impl StoredRow) -> StoreResult<ConnectorRecord> {
+    let slug = r.text(0)?;
+    let manifest = r
+        .opt_text(5)?
+        .map(|text| decode_json(&format!("the description of connector {slug}"), &text))
+        .transpose()?;
     Ok(ConnectorRecord {
-        slug: r.text(0)?,
         namespace: r.text(1)?,
         digest: r.text(2)?,
-        component: r.bytes(3)?,
-        bundled: r.flag(4)?,
-        installed_at: r.text(5)?,
+        bundled: r.flag(3)?,
+        installed_at: r.text(4)?,
+        manifest,
+        slug,
     })
 }
 

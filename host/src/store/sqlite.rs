@@ -187,6 +187,11 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE agents ADD COLUMN token_epoch TEXT NOT NULL DEFAULT '';
     "#,
+    // 5: a connector's validated description, so another host serves it before it has
+    // compiled the component.
+    r#"
+    ALTER TABLE connectors ADD COLUMN manifest TEXT;
+    "#,
 ];
 
 /// The newest schema version this host knows.
@@ -528,24 +533,36 @@ fn malformed(e: rusqlite::Error) -> StoreError {
 }
 
 /// Upserts a connector and re-derives its `connector:<slug>` grants (inside `tx`).
-fn write_connector(tx: &Transaction<'_>, inner: &Inner, c: &ConnectorRecord) -> StoreResult<()> {
+fn write_connector(
+    tx: &Transaction<'_>,
+    inner: &Inner,
+    c: &ConnectorRecord,
+    component: &[u8],
+) -> StoreResult<()> {
     let db = |e| map_err("put_connector", e);
+    let manifest = c
+        .manifest
+        .as_ref()
+        .map(|m| encode_json("put_connector", m))
+        .transpose()?;
     tx.execute(
-        "INSERT INTO connectors (slug, namespace, digest, component, bundled, installed_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+        "INSERT INTO connectors (slug, namespace, digest, component, bundled, installed_at, manifest)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
          ON CONFLICT (slug) DO UPDATE SET
              namespace = excluded.namespace,
              digest = excluded.digest,
              component = excluded.component,
              bundled = excluded.bundled,
-             installed_at = excluded.installed_at",
+             installed_at = excluded.installed_at,
+             manifest = excluded.manifest",
         params![
             c.slug,
             c.namespace,
             c.digest,
-            c.component,
+            component,
             c.bundled,
-            c.installed_at
+            c.installed_at,
+            manifest,
         ],
     )
     .map_err(db)?;
@@ -824,10 +841,37 @@ impl StateStore for SqliteStore {
         self.write("load", |tx, _| load_snapshot(tx)).await
     }
 
-    async fn put_connector(&self, connector: &ConnectorRecord) -> StoreResult<()> {
+    async fn component(&self, slug: &str, digest: &str) -> StoreResult<Option<Vec<u8>>> {
+        let op = "reading a connector's component";
+        let (slug, digest) = (slug.to_owned(), digest.to_owned());
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            inner
+                .conn
+                .lock()
+                .query_row(
+                    "SELECT component FROM connectors WHERE slug = ?1 AND digest = ?2",
+                    [&slug, &digest],
+                    |r| r.get::<_, Vec<u8>>(0),
+                )
+                .optional()
+                .map_err(|e| map_err(op, e))
+        })
+        .await
+        .map_err(|e| {
+            StoreError::Unavailable(format!("{op}: the database task did not finish: {e}"))
+        })?
+    }
+
+    async fn put_connector(
+        &self,
+        connector: &ConnectorRecord,
+        component: &[u8],
+    ) -> StoreResult<()> {
         let c = connector.clone();
+        let component = component.to_vec();
         self.write_state("put_connector", move |tx, inner| {
-            write_connector(tx, inner, &c)
+            write_connector(tx, inner, &c, &component)
         })
         .await
     }
@@ -854,14 +898,16 @@ impl StateStore for SqliteStore {
     async fn rotate_connector(
         &self,
         connector: &ConnectorRecord,
+        component: &[u8],
         kept: &[(BindingRecord, GrantRecord)],
         removed: &[String],
     ) -> StoreResult<()> {
         let c = connector.clone();
+        let component = component.to_vec();
         let kept = kept.to_vec();
         let removed = removed.to_vec();
         self.write_state("rotate_connector", move |tx, inner| {
-            write_connector(tx, inner, &c)?;
+            write_connector(tx, inner, &c, &component)?;
             for unit in &removed {
                 remove_binding(tx, inner, unit, &c.slug)?;
             }
@@ -1531,7 +1577,7 @@ mod tests {
         let store = SqliteStore::open(&path).unwrap();
         assert_eq!(store.path(), Some(path.as_path()));
         store
-            .put_connector(&connector("acme", "acme", "sha256:aa"))
+            .put_connector(&connector("acme", "acme", "sha256:aa"), COMPONENT)
             .await
             .unwrap();
         store.put_unit(&unit("team", None)).await.unwrap();

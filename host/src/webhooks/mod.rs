@@ -648,10 +648,13 @@ impl Webhooks {
             .catalog
             .sandbox(&record.connector, None)
             .for_caller(caller.clone());
-        let translated = self
-            .catalog
-            .runtime()
-            .translate_webhook(connector.component(), &sandbox, hook)
+        let runtime = self.catalog.runtime();
+        let component = connector
+            .component(runtime.limits().call_timeout)
+            .await
+            .map_err(|e| format!("translate-webhook: {e}"))?;
+        let translated = runtime
+            .translate_webhook(component, &sandbox, hook)
             .await
             .map_err(|e| format!("translate-webhook: {e}"))?
             .map_err(|e| format!("the connector refused the delivery: {e}"))?;
@@ -675,15 +678,8 @@ impl Webhooks {
                     unit: binding.unit_id.clone(),
                     config: binding.config.to_string(),
                 };
-                let accepted = self
-                    .catalog
-                    .runtime()
-                    .accept(
-                        connector.component(),
-                        &sandbox,
-                        wit_binding,
-                        message.clone(),
-                    )
+                let accepted = runtime
+                    .accept(component, &sandbox, wit_binding, message.clone())
                     .await
                     .map_err(|e| format!("accept: {e}"))?;
                 if !accepted {

@@ -36,7 +36,8 @@ use std::sync::Arc;
 
 use connector_host::registry::{Connector, ConnectorRegistry, InstalledConnector};
 use connector_host::runtime::{
-    wit, ConnectorRuntime, GuestError, GuestLimits, OutboundPolicy, RuntimeOptions, Sandbox,
+    wit, ConnectorRuntime, GuestError, GuestLimits, LoadedComponent, OutboundPolicy,
+    RuntimeOptions, Sandbox,
 };
 use serde_json::Value;
 
@@ -101,6 +102,8 @@ pub struct AgentContext {
 /// One component loaded in a private runtime, plus the binding it is called with.
 pub struct Harness {
     connector: InstalledConnector,
+    /// The connector's linked component (prepared at load).
+    component: LoadedComponent,
     registry: ConnectorRegistry,
     config: Value,
     unit: String,
@@ -169,8 +172,13 @@ impl Harness {
             })?;
             Ok::<_, Error>((registry, connector))
         })?;
+        let component = connector
+            .loaded()
+            .cloned()
+            .ok_or_else(|| Error::new("load", "the component did not load"))?;
         Ok(Harness {
             connector,
+            component,
             registry,
             config: Value::Object(Default::default()),
             unit: "test".into(),
@@ -272,7 +280,7 @@ impl Harness {
         let sandbox = self.sandbox();
         let text = self.config.to_string();
         let runtime = self.registry.runtime().clone();
-        let component = self.connector.component().clone();
+        let component = self.component.clone();
         match self
             .rt
             .block_on(async move { runtime.bind(&component, &sandbox, &text).await })
@@ -338,7 +346,7 @@ impl Harness {
         };
         let sandbox = self.sandbox();
         let runtime = self.registry.runtime().clone();
-        let component = self.connector.component().clone();
+        let component = self.component.clone();
         let args = arguments.to_string();
         let tool_name = tool_id.clone();
         let outcome = self
@@ -381,7 +389,7 @@ impl Harness {
         };
         let sandbox = self.sandbox();
         let runtime = self.registry.runtime().clone();
-        let component = self.connector.component().clone();
+        let component = self.component.clone();
         let messages = self
             .rt
             .block_on(async move { runtime.translate_webhook(&component, &sandbox, hook).await })
@@ -417,7 +425,7 @@ impl Harness {
         let binding = self.wit_binding();
         let sandbox = self.sandbox();
         let runtime = self.registry.runtime().clone();
-        let component = self.connector.component().clone();
+        let component = self.component.clone();
         self.rt
             .block_on(async move {
                 runtime
@@ -434,7 +442,7 @@ impl Harness {
         let binding = self.wit_binding();
         let sandbox = self.sandbox();
         let runtime = self.registry.runtime().clone();
-        let component = self.connector.component().clone();
+        let component = self.component.clone();
         let ctx = self
             .rt
             .block_on(async move { runtime.runtime_context(&component, &sandbox, binding).await })

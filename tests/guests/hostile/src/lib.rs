@@ -15,9 +15,12 @@
 //! - `counter` `{}`: increments a static counter and returns it: always `1`, since every
 //!   call gets a fresh instance.
 //! - `log` `{message}`: logs the message at every level and returns `null`.
+//! - `only_in_v2` `{}` (version 2 only): returns `2`.
 //!
 //! Config: anything. `bind` returns the strings of config field `routes` as routing keys
-//! (with feature `lookalike` or `prefix-lookalike`, also `installation:4242`).
+//! (with feature `lookalike` or `prefix-lookalike`, also `installation:4242`; version 2,
+//! feature `v2`, also `version:2`), after sleeping `bind_sleep_ms.v1` (version 2:
+//! `bind_sleep_ms.v2`) milliseconds when the config sets it (a slow `bind`).
 //! Webhooks (Standard Webhooks scheme): the body `{"messages": [{route, kind, threadKey?,
 //! payload?}]}` becomes those messages; `{"panic": true}` panics; `{"refuse": text}` refuses with that text; `{"sleep_ms": n}`
 //! busy-waits n ms first. `accept` drops messages
@@ -110,6 +113,20 @@ const CONFIG_SCHEMA: fn() -> Value = any_object;
 #[cfg(feature = "v2")]
 const CONFIG_SCHEMA: fn() -> Value = v2_config;
 
+/// Tools only version 2 has (`only_in_v2`: returns `2`), so a reader can tell which
+/// version it sees.
+fn v2_only_tools() -> Vec<Tool> {
+    if cfg!(feature = "v2") {
+        vec![Tool::new(
+            "only_in_v2",
+            "Exists in version 2 only",
+            |_, _: NoArgs| Ok::<u64, ToolError>(2),
+        )]
+    } else {
+        Vec::new()
+    }
+}
+
 /// The connector.
 pub struct Hostile;
 
@@ -161,6 +178,7 @@ impl Connector for Hostile {
                 token,
             ))
             .tool(Tool::new("counter", "Increments a static counter", counter))
+            .tools(v2_only_tools())
             .tool(Tool::new(
                 "residue",
                 "Counts pages of its memory an earlier call filled, then fills 2 MiB itself",
@@ -176,10 +194,17 @@ impl Connector for Hostile {
     }
 
     fn bind(config: &Value) -> Result<Vec<String>, String> {
+        let version = if cfg!(feature = "v2") { "v2" } else { "v1" };
+        if let Some(ms) = config["bind_sleep_ms"][version].as_u64() {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
         let mut keys = strings(&config["routes"]);
         if cfg!(any(feature = "lookalike", feature = "prefix-lookalike")) {
             // Names an installation the operator's config never mentions.
             keys.push("installation:4242".into());
+        }
+        if cfg!(feature = "v2") {
+            keys.push("version:2".into());
         }
         Ok(keys)
     }
