@@ -3,14 +3,17 @@
 //! with a TOML file), bound, called, and fed webhooks. What they call are real HTTP
 //! servers on 127.0.0.1 that enforce their protocol: a fake GitHub REST API and a fake
 //! GitHub App token endpoint (`integration_tests::fake_api`, `fake_github`), a Notes API
-//! implementing an OpenAPI document, and an MCP server on the official Python SDK.
+//! implementing an OpenAPI document, an MCP server on the official Python SDK, and an API
+//! and MCP server that echo their credential back encoded (`fake_echo`).
 //!
 //! - the two reference examples (`connectors/examples/`): `github-file` (settings, a
 //!   secret token that never comes back) and `github-pr` (binding parameters, host-minted
 //!   installation tokens, signed webhooks routed by CEL filters);
 //! - the `openapi` and `mcp` backends;
 //! - manifests `pack` must refuse, with a position and a field path;
-//! - rotating a packed connector under a binding.
+//! - rotating a packed connector under a binding;
+//! - a secret setting an API (and an MCP server) gives back encoded: base64 at every
+//!   alignment, `Basic` credentials, hex, percent-encoding; never in any answer.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -21,10 +24,11 @@ use connector_host::webhooks::verify::github_signature;
 use integration_tests::fake_api::{
     base64_encode, FakeGithubRest, FakeNotes, FakeStatus, Recorded, TokenCheck,
 };
+use integration_tests::fake_echo::{self, percent_every_byte, FakeEcho};
 use integration_tests::fake_github::FakeGithub;
 use integration_tests::harness::{
-    error_code, free_port, host_binary, required, send_github_webhook, tool_names, ServerProcess,
-    OPERATOR_TOKEN,
+    error_code, free_port, host_binary, machine_load, required, send_github_webhook, tool_names,
+    ServerProcess, OPERATOR_TOKEN,
 };
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -1866,4 +1870,264 @@ async fn auth_github_is_refused_without_the_operators_github_app_grant() {
         before,
         "no request went out without a token"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Secrets an API gives back encoded
+// ---------------------------------------------------------------------------------------
+
+/// The echo API's key: `/` and `+` differ between base64 alphabets and change under
+/// percent-encoding.
+const ECHO_KEY: &str = "sk_live-Echo/Key+42~redact";
+
+/// Strings through which `secret` could be read back: as is, percent-encoded, hex in
+/// either case, and, for standard and URL-safe base64 at each of the three alignments
+/// the secret can have inside longer encoded data (a `Basic` credential, a whole document),
+/// the characters that the secret alone decides, which any such encoding contains.
+fn encoded_forms(secret: &str) -> Vec<(String, String)> {
+    let s = secret.as_bytes();
+    let escaped = secret.replace('/', "%2F").replace('+', "%2B");
+    let mut forms = vec![
+        ("as is".to_string(), secret.to_string()),
+        ("percent-encoded".into(), escaped.clone()),
+        (
+            "percent-encoded, lower case".into(),
+            escaped.replace("%2F", "%2f").replace("%2B", "%2b"),
+        ),
+        ("every byte percent-encoded".into(), percent_every_byte(s)),
+        ("hex".into(), fake_echo::hex(s)),
+        ("upper-case hex".into(), fake_echo::hex(s).to_uppercase()),
+    ];
+    for before in 0..3 {
+        let mut data = vec![0u8; before];
+        data.extend_from_slice(s);
+        let encoded = base64_encode(&data);
+        let core = &encoded[(8 * before).div_ceil(6)..8 * (before + s.len()) / 6];
+        forms.push((format!("base64 at alignment {before}"), core.to_string()));
+        forms.push((
+            format!("URL-safe base64 at alignment {before}"),
+            core.replace('+', "-").replace('/', "_"),
+        ));
+    }
+    forms
+}
+
+/// Asserts that `body` (an answer the host sent) shows `secret` in none of
+/// [`encoded_forms`], line breaks inside encoded text ignored.
+fn assert_hides(body: &str, secret: &str, what: &str) {
+    let joined = body
+        .replace("\\r", "")
+        .replace("\\n", "")
+        .replace(['\r', '\n'], "");
+    for (form, text) in encoded_forms(secret) {
+        assert!(
+            !joined.contains(&text),
+            "the key came back {form} ({text}) in {what}: {body}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_an_api_gives_back_encoded_never_reaches_the_agent() {
+    let echo = FakeEcho::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let component = pack(
+        &fixture("echo.yaml"),
+        dir.path(),
+        &["--allow-host", "127.0.0.1", "--mcp-url", &echo.mcp_url()],
+    )
+    .await;
+    let host = Served::start(
+        r#"
+[connectors.echo]
+allow_private_networks = true
+"#,
+    )
+    .await;
+    let connector = host.install(component).await;
+    assert_eq!(
+        tool_names(&connector["tools"]),
+        [
+            "echo.reflect",
+            "echo.reflect_text",
+            "echo.refuse",
+            "echo.big",
+            "echo.remote_reflect",
+            "echo.remote_refuse"
+        ]
+    );
+    host.unit("team").await;
+    host.agent("ada", &["team"]).await;
+    let binding = host
+        .bind(
+            "team",
+            "echo",
+            json!({"api_url": echo.url(), "api_key": ECHO_KEY, "mcp_url": echo.mcp_url()}),
+        )
+        .await;
+    assert_eq!(binding["config"]["api_key"], "***", "{binding}");
+
+    // Through the HTTP tool-call API (results, a text block, errors; from the API and
+    // from a remote MCP server: every kind of content block), and through MCP.
+    let reflect = host.call_ok("ada", "echo.reflect", json!({})).await;
+    let reflect_text = host.call_ok("ada", "echo.reflect_text", json!({})).await;
+    let (refuse_status, refuse) = host.call("ada", "echo.refuse", json!({})).await;
+    let remote = host.call_ok("ada", "echo.remote_reflect", json!({})).await;
+    let (remote_refuse_status, remote_refuse) =
+        host.call("ada", "echo.remote_refuse", json!({})).await;
+    let token = host.agent_token("ada").await;
+    let mcp = crate::mcp::Mcp::open(&host.url, "ada", &token, "2025-06-18").await;
+    let mut mcp_answers = Vec::new();
+    for tool_id in [
+        "echo.reflect",
+        "echo.reflect_text",
+        "echo.refuse",
+        "echo.remote_reflect",
+        "echo.remote_refuse",
+    ] {
+        mcp_answers.push((tool_id, mcp.call(tool_id, json!({})).await));
+    }
+
+    // Nothing the host answered shows the key, in any form.
+    for (tool_id, answer) in &mcp_answers {
+        assert_hides(
+            &answer.to_string(),
+            ECHO_KEY,
+            &format!("the MCP answer of {tool_id}"),
+        );
+    }
+    for body in host.seen.lock().unwrap().iter() {
+        assert_hides(body, ECHO_KEY, "an HTTP answer");
+    }
+
+    // What is not the key stays.
+    let result = &reflect["result"];
+    assert_eq!(
+        result["note"], "the request as this API saw it",
+        "{reflect}"
+    );
+    for field in [
+        "authorization",
+        "basic",
+        "basic_as_user",
+        "key_hex",
+        "key_hex_upper",
+        "headers_b64",
+        "authorization_b64url",
+        "request_b64_wrapped",
+        "query",
+    ] {
+        assert!(
+            result[field].as_str().is_some_and(|v| v.contains("***")),
+            "{field} is masked: {reflect}"
+        );
+    }
+    assert!(
+        result["basic"].as_str().unwrap().starts_with("Basic YXBpO"),
+        "the credential's `api:` stays: {reflect}"
+    );
+    let text = text_of(&reflect_text);
+    assert!(
+        text.contains("note: the request as this API saw it"),
+        "{reflect_text}"
+    );
+    assert!(text.contains("basic: Basic YXBpO"), "{reflect_text}");
+    assert_eq!(
+        (refuse_status, error_code(&refuse)),
+        (502, "tool_failed"),
+        "{refuse}"
+    );
+    let message = refuse["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("invalid credentials: Basic YXBpO"),
+        "{refuse}"
+    );
+    assert!(message.contains("***"), "{refuse}");
+    assert_eq!(remote["result"]["note"], "kept", "{remote}");
+    let kinds: Vec<&str> = remote["content"]
+        .as_array()
+        .map(|blocks| blocks.iter().filter_map(|b| b["type"].as_str()).collect())
+        .unwrap_or_default();
+    for kind in ["text", "resource_link", "resource", "image"] {
+        assert!(
+            kinds.contains(&kind),
+            "a {kind} block came through: {remote}"
+        );
+    }
+    assert_eq!(
+        (remote_refuse_status, error_code(&remote_refuse)),
+        (502, "tool_failed"),
+        "{remote_refuse}"
+    );
+    assert!(
+        remote_refuse.to_string().contains("refused: Basic YXBpO"),
+        "{remote_refuse}"
+    );
+    for ((tool_id, answer), fails) in mcp_answers.iter().zip([false, false, true, false, true]) {
+        assert_eq!(answer["result"]["isError"], fails, "{tool_id}: {answer}");
+    }
+    assert!(
+        mcp_answers[3].1.to_string().contains("\"image\""),
+        "{}",
+        mcp_answers[3].1
+    );
+
+    // A key too short to tell apart from other text is refused when bound.
+    host.unit("short").await;
+    let (s, b) = host
+        .op(
+            Method::PUT,
+            "/api/v1/units/short/connectors/echo",
+            Some(json!({"config": {"api_url": echo.url(), "api_key": "k1", "mcp_url": echo.mcp_url()}})),
+        )
+        .await;
+    assert_eq!(s, 422, "{b}");
+    assert!(b.to_string().contains("at least 4 bytes"), "{b}");
+
+    // A multi-MiB answer: redaction time grows with its size, not faster. The same calls
+    // on a binding without a key (nothing to redact) are the baseline.
+    let _machine = machine_load().await;
+    host.unit("plain").await;
+    host.agent("bob", &["plain"]).await;
+    host.bind(
+        "plain",
+        "echo",
+        json!({"api_url": echo.url(), "api_key": "", "mcp_url": echo.mcp_url()}),
+    )
+    .await;
+    const KIB: u64 = 1024;
+    let timed = |agent: &'static str, size: u64| {
+        let host = &host;
+        async move {
+            let start = Instant::now();
+            let answer = host.call_ok(agent, "echo.big", json!({"size": size})).await;
+            (start.elapsed(), text_of(&answer))
+        }
+    };
+    // The fastest of three rounds, each timing all four calls in turn, so that a load
+    // from elsewhere does not fall on one of them only.
+    let [mut small, mut large, mut plain_small, mut plain_large] = [Duration::MAX; 4];
+    let mut text = String::new();
+    for _ in 0..3 {
+        plain_small = plain_small.min(timed("bob", 384 * KIB).await.0);
+        small = small.min(timed("ada", 384 * KIB).await.0);
+        plain_large = plain_large.min(timed("bob", 3 * 1024 * KIB).await.0);
+        let (took, answer) = timed("ada", 3 * 1024 * KIB).await;
+        large = large.min(took);
+        text = answer;
+    }
+    assert!(
+        text.len() > 3_000_000 && text.contains("***"),
+        "{}",
+        text.len()
+    );
+    assert_hides(&text, ECHO_KEY, "the 3 MiB answer");
+    let figures = format!(
+        "384 KiB: {small:?} redacted, {plain_small:?} without a secret; \
+         3 MiB: {large:?} redacted, {plain_large:?} without a secret"
+    );
+    eprintln!("{figures}");
+    let ratio = large.as_secs_f64() / small.as_secs_f64();
+    // 8 times the answer: linear work is about 8 times the time, quadratic 64 times.
+    assert!(ratio < 24.0, "{ratio:.1}x for 8x the size: {figures}");
 }

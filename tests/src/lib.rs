@@ -7,6 +7,7 @@ pub mod guests {
 }
 pub mod fake_api;
 pub mod fake_arxiv;
+pub mod fake_echo;
 pub mod fake_github;
 pub mod harness;
 pub mod postgres;

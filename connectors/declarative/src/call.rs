@@ -1,21 +1,15 @@
 //! One tool call: fill the request, send it through the host's policed outbound HTTP,
 //! turn the answer into a tool result.
 //!
-//! Settings marked secret (and the GitHub token minted for the call) are operator data a
-//! model must never see, yet an API may echo them (an error page quoting the
-//! `Authorization` header). So every text this module returns passes through
-//! [`Redactor`], which replaces each secret value by `***`.
+//! What this module returns may still hold secret values an API echoed back: the caller
+//! passes it through [`crate::redact::Redactor`] before it leaves the component.
 
 use connector_sdk::http::{self, HttpError, Request, Response};
 use connector_sdk::{Content, ResourceContents, ResourceLink, ToolError, ToolOutput};
-use declarative_plan::{Backend, HttpRequest, McpCall, Plan, Tool};
+use declarative_plan::{Backend, HttpRequest, McpCall, Root, Tool};
 use serde_json::{json, Map, Value};
 
-use crate::render::{percent_encode, RenderError, Scope};
-use declarative_plan::Root;
-
-/// At most this much of an error response's body reaches the caller.
-const ERROR_EXCERPT_BYTES: usize = 2048;
+use crate::render::{RenderError, Scope};
 
 /// Sent when the manifest sets no `User-Agent` (GitHub, among others, refuses requests
 /// without one).
@@ -30,108 +24,6 @@ fn default_header(headers: &mut Vec<(String, String)>, name: &str, value: &str) 
 
 /// The MCP revision the interpreter speaks to remote servers.
 const MCP_PROTOCOL_VERSION: &str = "2025-06-18";
-
-/// Replaces secret values in everything a call returns.
-#[derive(Debug, Default)]
-pub struct Redactor {
-    secrets: Vec<String>,
-}
-
-impl Redactor {
-    /// Redacts the values of `plan.secret_keys` in `config` (strings, and strings nested
-    /// in them).
-    pub fn new(plan: &Plan, config: &Map<String, Value>) -> Self {
-        let mut secrets = Vec::new();
-        for key in &plan.secret_keys {
-            if let Some(value) = config.get(key) {
-                collect_strings(value, &mut secrets);
-            }
-        }
-        let mut redactor = Redactor {
-            secrets: Vec::new(),
-        };
-        for secret in secrets {
-            redactor.add(secret);
-        }
-        redactor
-    }
-
-    /// Also redacts `secret`, and the forms it takes on its way out: percent-encoded (in
-    /// a URL path or query, as an API may quote the URL back) and JSON-escaped (in a raw
-    /// error body).
-    pub fn add(&mut self, secret: String) {
-        if secret.is_empty() {
-            return;
-        }
-        for path in [false, true] {
-            let mut encoded = String::new();
-            percent_encode(&mut encoded, &secret, path);
-            self.secrets.push(encoded);
-        }
-        if let Ok(json) = serde_json::to_string(&secret) {
-            self.secrets.push(json.trim_matches('"').to_owned());
-        }
-        self.secrets.push(secret);
-        // Longest first, so a secret containing another is replaced whole.
-        self.secrets
-            .sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
-        self.secrets.dedup();
-    }
-
-    /// `text` with every secret replaced.
-    pub fn text(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        for secret in &self.secrets {
-            if out.contains(secret.as_str()) {
-                out = out.replace(secret.as_str(), "***");
-            }
-        }
-        out
-    }
-
-    /// `value` with every secret replaced in every string (keys included).
-    pub fn value(&self, value: Value) -> Value {
-        if self.secrets.is_empty() {
-            return value;
-        }
-        match value {
-            Value::String(s) => Value::String(self.text(&s)),
-            Value::Array(items) => Value::Array(items.into_iter().map(|v| self.value(v)).collect()),
-            Value::Object(map) => Value::Object(
-                map.into_iter()
-                    .map(|(k, v)| (self.text(&k), self.value(v)))
-                    .collect(),
-            ),
-            other => other,
-        }
-    }
-
-    /// The error with its text redacted, then cut to [`ERROR_EXCERPT_BYTES`] (in that
-    /// order, so no part of a secret survives at the cut).
-    pub fn error(&self, error: ToolError) -> ToolError {
-        let clean = |m: &str| {
-            let mut m = self.text(m);
-            truncate(&mut m, ERROR_EXCERPT_BYTES);
-            m
-        };
-        match error {
-            ToolError::InvalidArguments(m) => ToolError::InvalidArguments(clean(&m)),
-            ToolError::Failed(m) => ToolError::Failed(clean(&m)),
-            ToolError::Unauthorized(m) => ToolError::Unauthorized(clean(&m)),
-        }
-    }
-}
-
-fn collect_strings(value: &Value, out: &mut Vec<String>) {
-    match value {
-        Value::String(s) => out.push(s.clone()),
-        // A numeric secret (a PIN); short numbers would blank out every digit string.
-        Value::Number(n) if n.to_string().len() >= 4 => out.push(n.to_string()),
-        Value::Array(items) => items.iter().for_each(|v| collect_strings(v, out)),
-        Value::Object(map) => map.values().for_each(|v| collect_strings(v, out)),
-        _ => {}
-    }
-}
 
 fn render_error(tool: &Tool, e: RenderError) -> ToolError {
     match e {
@@ -222,17 +114,6 @@ pub fn http_output(response: Response) -> Result<ToolOutput, ToolError> {
         return ToolOutput::new().structured(&json!({ "status": response.status }));
     }
     Ok(ToolOutput::new().text(response.text().into_owned()))
-}
-
-fn truncate(text: &mut String, max: usize) {
-    if text.len() > max {
-        let mut end = max;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
-    }
 }
 
 /// A Streamable HTTP session with a remote MCP server, for one call.
@@ -488,53 +369,10 @@ fn mcp_block(block: &Value) -> Option<Content> {
     })
 }
 
-/// `output` with every secret replaced, in every text a block carries.
-pub fn redact_output(output: ToolOutput, redactor: &Redactor) -> Result<ToolOutput, ToolError> {
-    let r = |t: String| redactor.text(&t);
-    let o = |t: Option<String>| t.map(|t| redactor.text(&t));
-    let mut out = ToolOutput::new();
-    if let Some(value) = output.structured_value() {
-        out = out.structured(&redactor.value(value))?;
-    }
-    for block in output.content() {
-        out = out.push(match block.clone() {
-            Content::Text(t) => Content::Text(r(t)),
-            Content::Image { data, mime_type } => Content::Image {
-                data,
-                mime_type: r(mime_type),
-            },
-            Content::Audio { data, mime_type } => Content::Audio {
-                data,
-                mime_type: r(mime_type),
-            },
-            Content::ResourceLink(link) => {
-                let mut clean = ResourceLink::new(r(link.uri), r(link.name));
-                clean.title = o(link.title);
-                clean.description = o(link.description);
-                clean.mime_type = o(link.mime_type);
-                clean.size = link.size;
-                Content::ResourceLink(clean)
-            }
-            Content::Resource {
-                uri,
-                mime_type,
-                contents,
-            } => Content::Resource {
-                uri: r(uri),
-                mime_type: o(mime_type),
-                contents: match contents {
-                    ResourceContents::Text(t) => ResourceContents::Text(r(t)),
-                    blob => blob,
-                },
-            },
-        });
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::redact::{Redactor, ERROR_EXCERPT_BYTES};
 
     fn response(status: u16, content_type: &str, body: &str) -> Response {
         Response {
@@ -573,58 +411,6 @@ mod tests {
             panic!("stays a failure");
         };
         assert!(m.len() < ERROR_EXCERPT_BYTES + 32, "{}", m.len());
-    }
-
-    #[test]
-    fn secrets_are_replaced_everywhere_a_result_can_carry_them() {
-        let plan: Plan = serde_json::from_value(json!({
-            "format": 1, "slug": "s", "namespace": "s", "display_name": "s", "description": "",
-            "version": "1", "config_schema": {}, "allowed_hosts": [], "webhooks": false,
-            "secret_keys": ["token"], "argument_defaults": {}, "config_defaults": {},
-            "binding_parameters": [], "required_config": [], "github_installation_key": null, "tools": [], "events": []
-        }))
-        .unwrap();
-        let config = json!({"token": "s3cr3t-token", "owner": "octo"});
-        let mut redactor = Redactor::new(&plan, config.as_object().unwrap());
-        redactor.add("ghs_minted".into());
-        let output = ToolOutput::new()
-            .structured(&json!({"echo": "Bearer s3cr3t-token", "s3cr3t-token": ["ghs_minted"], "owner": "octo"}))
-            .unwrap()
-            .text("auth was s3cr3t-token");
-        let out = redact_output(output, &redactor).unwrap();
-        assert_eq!(
-            out.structured_value(),
-            Some(json!({"echo": "Bearer ***", "***": ["***"], "owner": "octo"}))
-        );
-        assert_eq!(out.content(), &[Content::Text("auth was ***".into())]);
-        assert_eq!(
-            redactor.error(ToolError::Failed("HTTP 401: s3cr3t-token".into())),
-            ToolError::Failed("HTTP 401: ***".into())
-        );
-        // Encoded forms, links and resources, and a secret straddling the cut.
-        redactor.add("p@ss w\"rd".into());
-        assert_eq!(
-            redactor.text("u=p%40ss%20w%22rd j=\"p@ss w\\\"rd\" path=p@ss%20w%22rd"),
-            "u=*** j=\"***\" path=***"
-        );
-        let link = ResourceLink::new("https://x/?t=s3cr3t-token", "s3cr3t-token")
-            .description("see s3cr3t-token");
-        let output = ToolOutput::new().resource_link(link).resource_text(
-            "https://x/s3cr3t-token",
-            "text/plain",
-            "s3cr3t-token",
-        );
-        let shown = format!("{:?}", redact_output(output, &redactor).unwrap());
-        assert!(!shown.contains("s3cr3t"), "{shown}");
-        let long = format!("{}s3cr3t-token", "x".repeat(ERROR_EXCERPT_BYTES - 4));
-        let ToolError::Failed(cut) = redactor.error(ToolError::Failed(long)) else {
-            panic!("stays a failure");
-        };
-        assert!(!cut.contains("s3cr"), "{cut}");
-        // A numeric secret.
-        let config = json!({"token": 918273});
-        let numeric = Redactor::new(&plan, config.as_object().unwrap());
-        assert_eq!(numeric.text("pin 918273"), "pin ***");
     }
 
     #[test]

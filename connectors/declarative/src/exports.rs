@@ -7,7 +7,8 @@ use connector_sdk::ToolError;
 use declarative_plan::Plan;
 use serde_json::Value;
 
-use crate::call::{self, Redactor};
+use crate::call;
+use crate::redact::Redactor;
 use crate::render::Scope;
 use crate::{events, object, plan, with_defaults};
 
@@ -85,7 +86,7 @@ fn call_tool(
         redactor.add(token);
     }
     match result {
-        Ok(output) => call::redact_output(output, &redactor),
+        Ok(output) => redactor.output(output),
         Err(e) => Err(redactor.error(e)),
     }
 }

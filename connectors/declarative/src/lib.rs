@@ -7,11 +7,13 @@
 //! The interpreter decides nothing about policy: which agent may call which tool, which
 //! hosts are reachable, which installation tokens may be minted, and whether a webhook is
 //! authentic are all decided by the host from operator data, exactly as for a connector
-//! written in Rust. It only fills templates ([`render`]), makes requests ([`call`]) and
-//! evaluates event filters ([`events`]).
+//! written in Rust. It only fills templates ([`render`]), makes requests ([`call`]),
+//! keeps secret values out of what it returns ([`redact`]) and evaluates event filters
+//! ([`events`]).
 
 pub mod call;
 pub mod events;
+pub mod redact;
 pub mod render;
 
 use declarative_plan::{Plan, Slot, SLOT_CAPACITY, SLOT_FILL, SLOT_MAGIC};
@@ -65,7 +67,8 @@ pub fn with_defaults(
 }
 
 /// What `bind` checks beyond the config schema (which the host has checked): every value
-/// a request needs, and a usable installation id when the tool mints GitHub tokens.
+/// a request needs, secret values long enough to redact ([`redact::MIN_SECRET_BYTES`]),
+/// and a usable installation id when the tool mints GitHub tokens.
 /// Returns the routing keys.
 pub fn bind(plan: &Plan, config: &Map<String, Value>) -> Result<Vec<String>, String> {
     let missing: Vec<&str> = plan
@@ -83,6 +86,17 @@ pub fn bind(plan: &Plan, config: &Map<String, Value>) -> Result<Vec<String>, Str
                 .collect::<Vec<_>>()
                 .join(", "),
             if missing.len() == 1 { "it" } else { "them" }
+        ));
+    }
+    if let Some((key, _)) = redact::secret_values(plan, config)
+        .iter()
+        .find(|(_, value)| !value.is_empty() && value.len() < redact::MIN_SECRET_BYTES)
+    {
+        return Err(format!(
+            "`{key}` is a secret setting, and its value is shorter than {min} bytes: a value \
+             this short cannot be told apart from ordinary text in answers, so it cannot be \
+             kept from agents; set the real credential (at least {min} bytes)",
+            min = redact::MIN_SECRET_BYTES
         ));
     }
     if let Some(key) = &plan.github_installation_key {
@@ -135,5 +149,37 @@ mod tests {
         assert!(bind(&plan, &with(json!(0))).is_err());
         assert!(bind(&plan, &with(json!("12"))).is_err());
         assert_eq!(bind(&plan, &with(json!(12))), Ok(vec![]));
+    }
+
+    #[test]
+    fn bind_refuses_a_secret_too_short_to_tell_apart_from_other_text() {
+        let plan: Plan = serde_json::from_value(json!({
+            "format": 1, "slug": "s", "namespace": "s", "display_name": "s", "description": "",
+            "version": "1", "config_schema": {}, "allowed_hosts": [], "webhooks": false,
+            "secret_keys": ["api_key", "max_tokens"], "argument_defaults": {}, "config_defaults": {},
+            "binding_parameters": [], "required_config": ["api_key"],
+            "github_installation_key": null, "tools": [], "events": []
+        }))
+        .unwrap();
+        let config = |v: Value| v.as_object().cloned().unwrap();
+        let Err(why) = bind(&plan, &config(json!({"api_key": "k-1"}))) else {
+            panic!("a 3-byte secret was accepted");
+        };
+        assert!(
+            why.contains("`api_key`") && why.contains("at least 4 bytes"),
+            "{why}"
+        );
+        assert!(!why.contains("k-1"), "the refusal quotes the secret: {why}");
+        assert!(bind(&plan, &config(json!({"api_key": ["long enough", "é"]}))).is_err());
+        assert_eq!(bind(&plan, &config(json!({"api_key": "k-12"}))), Ok(vec![]));
+        // A number under 4 digits is not treated as a secret (a count such as
+        // `max_tokens` whose name looks secret), so it binds.
+        assert_eq!(
+            bind(
+                &plan,
+                &config(json!({"api_key": "k-12", "max_tokens": 100}))
+            ),
+            Ok(vec![])
+        );
     }
 }
