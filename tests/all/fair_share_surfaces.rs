@@ -1,0 +1,141 @@
+//! Fair share at the host's edges (CONTRACT.md §12), against the real binary where memory
+//! is measured: an introspection reads at most 8 MiB of an image's answer.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use integration_tests::harness::{error_code, machine_load, send, ServerProcess, OPERATOR_TOKEN};
+use reqwest::Method;
+use serde_json::json;
+
+const MIB: u64 = 1024 * 1024;
+
+/// A figure of `/proc/<pid>/status` (`VmHWM`, `VmRSS`), in bytes.
+fn proc_status(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.trim().strip_suffix("kB"))
+        .and_then(|kb| kb.trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+/// A fake agent image on 127.0.0.1 whose `/a2a/tools` answer is `[` and then spaces,
+/// delimited by the connection's close, streamed up to `total` bytes while the client
+/// reads. It stops early when `host_pid`'s resident memory has grown by more than
+/// `give_up_growth` (so a host that holds everything it reads never takes the machine's
+/// memory), and records that it did. Returns its URL, the bytes sent, and whether it gave
+/// up.
+fn endless_image(
+    total: u64,
+    host_pid: u32,
+    give_up_growth: u64,
+) -> (String, Arc<AtomicU64>, Arc<AtomicBool>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let sent = Arc::new(AtomicU64::new(0));
+    let gave_up = Arc::new(AtomicBool::new(false));
+    let (sent_by_server, gave_up_by_server) = (sent.clone(), gave_up.clone());
+    let rss_before = proc_status(host_pid, "VmRSS");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).is_ok_and(|n| n == 1) {
+                head.push(byte[0]);
+            }
+            let answer =
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n[";
+            if stream.write_all(answer).is_err() {
+                continue;
+            }
+            let chunk = vec![b' '; 256 * 1024];
+            let mut written = 0u64;
+            while written < total {
+                if stream.write_all(&chunk).is_err() {
+                    break;
+                }
+                written += chunk.len() as u64;
+                sent_by_server.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                if written.is_multiple_of(16 * MIB)
+                    && proc_status(host_pid, "VmRSS").saturating_sub(rss_before) > give_up_growth
+                {
+                    gave_up_by_server.store(true, Ordering::Relaxed);
+                    break;
+                }
+            }
+        }
+    });
+    (url, sent, gave_up)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_introspection_reads_at_most_8_mib_of_an_endless_answer() {
+    let _machine = machine_load().await;
+    let data = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(data.path(), &[]).await;
+    let client = reqwest::Client::new();
+    let api = |path: &str| format!("{}/api/v1{path}", server.url);
+    let (s, b) = send(
+        &client,
+        Method::PUT,
+        &api("/units/team"),
+        Some(OPERATOR_TOKEN),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(s, 201, "{b}");
+    let (s, b) = send(
+        &client,
+        Method::PUT,
+        &api("/agents/ada"),
+        Some(OPERATOR_TOKEN),
+        Some(json!({"units": ["team"]})),
+    )
+    .await;
+    assert_eq!(s, 201, "{b}");
+
+    let pid = server.child.id();
+    let (image, sent, gave_up) = endless_image(2048 * MIB, pid, 512 * MIB);
+    let peak_before = proc_status(pid, "VmHWM");
+    let started = Instant::now();
+    let (s, b) = send(
+        &client,
+        Method::POST,
+        &api("/agents/ada/image-tools/introspect"),
+        Some(OPERATOR_TOKEN),
+        Some(json!({"url": image})),
+    )
+    .await;
+    let took = started.elapsed();
+    let growth = proc_status(pid, "VmHWM").saturating_sub(peak_before);
+    let sent = sent.load(Ordering::Relaxed);
+    eprintln!(
+        "introspection of an endless answer: {s} after {took:?}; {} MiB sent; the host's peak \
+         resident memory grew by {} MiB{}",
+        sent / MIB,
+        growth / MIB,
+        if gave_up.load(Ordering::Relaxed) {
+            " (the image stopped streaming at 512 MiB of growth)"
+        } else {
+            ""
+        }
+    );
+    assert!(
+        growth <= 64 * MIB,
+        "the host's peak resident memory grew by {} MiB reading an endless answer ({} MiB sent)",
+        growth / MIB,
+        sent / MIB
+    );
+    assert_eq!((s, error_code(&b)), (502, "introspection_failed"), "{b}");
+    let message = b["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("more than 8 MiB"), "{message}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}
