@@ -1,8 +1,9 @@
 //! Fair share at the host's edges (CONTRACT.md §12), against the real binary where memory
-//! is measured: an introspection reads at most 8 MiB of an image's answer.
+//! or remote addresses are measured: an introspection reads at most 8 MiB of an image's
+//! answer; the console's sign-in brake holds one address back and never the right token.
 
 use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::net::{IpAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -138,4 +139,86 @@ async fn an_introspection_reads_at_most_8_mib_of_an_endless_answer() {
     let message = b["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("more than 8 MiB"), "{message}");
     assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
+/// One console sign-in with `token` from local address `from`: (status, Retry-After in
+/// seconds, how long the answer took).
+async fn sign_in(base: &str, from: IpAddr, token: &str) -> (u16, Option<u64>, Duration) {
+    let client = reqwest::Client::builder()
+        .local_address(from)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let started = Instant::now();
+    let r = client
+        .post(format!("{base}/console/sign-in"))
+        .form(&[("token", token)])
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("sign-in from {from}: {e}"));
+    let retry_after = r
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    (r.status().as_u16(), retry_after, started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sign_in_brake_holds_one_address_back_and_never_the_right_token() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(data.path(), &[]).await;
+    let guesser: IpAddr = "127.0.0.2".parse().expect("ip");
+    let operator: IpAddr = "127.0.0.1".parse().expect("ip");
+
+    // Guessing from 127.0.0.2 until the brake answers.
+    let mut statuses = Vec::new();
+    let braked = loop {
+        let (s, retry_after, took) = sign_in(&server.url, guesser, "guess").await;
+        statuses.push(s);
+        if s != 401 {
+            break (s, retry_after, took);
+        }
+        assert!(
+            statuses.len() <= 20,
+            "20 wrong tokens were never braked: {statuses:?}"
+        );
+    };
+    assert_eq!(braked.0, 429, "{statuses:?}");
+    assert!(
+        statuses.len() > 5,
+        "a few wrong tokens are forgiven: {statuses:?}"
+    );
+    assert!(
+        braked.1.is_some_and(|s| s >= 1),
+        "a wait to honour: {braked:?}"
+    );
+
+    // The right token from another address signs in at once; a wrong one from there
+    // is answered as wrong, not braked: each address has its own brake.
+    let (s, _, took) = sign_in(&server.url, operator, OPERATOR_TOKEN).await;
+    assert_eq!(
+        s, 303,
+        "the right token from 127.0.0.1 while 127.0.0.2 is braked"
+    );
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    let (s, _, _) = sign_in(&server.url, operator, "typo").await;
+    assert_eq!(s, 401, "127.0.0.1 is not braked by 127.0.0.2's guesses");
+
+    // The right token from the braked address signs in too (after its turn).
+    let (s, _, took) = sign_in(&server.url, guesser, OPERATOR_TOKEN).await;
+    assert_eq!(s, 303, "the right token from the braked address ({took:?})");
+
+    // Guessing from there stays braked: its wrong tokens are forgiven one per 6 s, so
+    // the next wrong one brakes it again, and the one after that waits for its turn and
+    // is answered 429.
+    let (s, _, _) = sign_in(&server.url, guesser, "guess").await;
+    assert!(s == 401 || s == 429, "{s}");
+    let (s, retry_after, took) = sign_in(&server.url, guesser, "guess").await;
+    assert_eq!(s, 429, "braked again");
+    assert!(retry_after.is_some_and(|s| s >= 1), "{retry_after:?}");
+    assert!(
+        took >= Duration::from_secs(1),
+        "a wrong token from a braked address waits for its turn: {took:?}"
+    );
 }
