@@ -1,16 +1,25 @@
-//! Fair share at the host's edges (CONTRACT.md §12), against the real binary where memory
-//! or remote addresses are measured: an introspection reads at most 8 MiB of an image's
-//! answer; the console's sign-in brake holds one address back and never the right token.
+//! Fair share at the host's edges (CONTRACT.md §5, §12, §13), against the real binary
+//! where memory or remote addresses are measured: an introspection reads at most 8 MiB of
+//! an image's answer; the console's sign-in brake holds one address back and never the
+//! right token; what a connector writes reaches an operator's terminal escaped, and a
+//! resource URI that could run script or read local files never reaches a client.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, TcpListener};
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use integration_tests::harness::{error_code, machine_load, send, ServerProcess, OPERATOR_TOKEN};
+use integration_tests::guests;
+use integration_tests::harness::{
+    error_code, host_binary, machine_load, send, ServerProcess, TestHost, OPERATOR_TOKEN,
+};
 use reqwest::Method;
-use serde_json::json;
+use serde_json::{json, Value};
+
+use crate::mcp::Mcp;
+use crate::mcp_stateless::Stateless;
 
 const MIB: u64 = 1024 * 1024;
 
@@ -221,4 +230,166 @@ async fn the_sign_in_brake_holds_one_address_back_and_never_the_right_token() {
         took >= Duration::from_secs(1),
         "a wrong token from a braked address waits for its turn: {took:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_uris_that_could_run_script_or_read_files_are_refused() {
+    let h = TestHost::start().await;
+    h.install(guests::RICH).await;
+    h.unit("team", None).await;
+    h.agent("ada", &["team"]).await;
+    h.bind("team", "rich", json!({})).await;
+    let token = h.agent_token("ada").await;
+    let session = Mcp::open(&h.url, "ada", &token, "2025-11-25").await;
+    let stateless = Stateless::new(&h.url, "ada", &token);
+
+    for uri in [
+        "https://example.com/report.pdf",
+        "test://embedded",
+        "mailto:ops@example.com",
+    ] {
+        for tool in ["rich.link_to", "rich.embed_at"] {
+            let (s, b) = h.call_tool("ada", tool, json!({"uri": uri})).await;
+            assert_eq!(s, 200, "{tool} {uri}: {b}");
+        }
+    }
+    let dangerous = [
+        "javascript:alert(document.cookie)",
+        "JavaScript:alert(1)",
+        "vbscript:msgbox(1)",
+        "VBScript:msgbox(1)",
+        "data:text/html,<script>alert(1)</script>",
+        "Data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==",
+        "file:///etc/passwd",
+        "FILE:///C:/Windows/win.ini",
+        " javascript:alert(1)",
+        "java\tscript:alert(1)",
+        "\u{1}javascript:alert(1)",
+    ];
+    let mut passed = Vec::new();
+    for uri in dangerous {
+        for tool in ["rich.link_to", "rich.embed_at"] {
+            let (s, b) = h.call_tool("ada", tool, json!({"uri": uri})).await;
+            if (s, error_code(&b)) != (502, "connector_trapped") {
+                passed.push(format!("{tool} {uri:?}: {s} {b}"));
+                continue;
+            }
+            let message = b["error"]["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("content block 0"),
+                "{tool} {uri:?}: {message}"
+            );
+            for (era, answer) in [
+                ("2025-11-25", session.call(tool, json!({"uri": uri})).await),
+                (
+                    "2026-07-28",
+                    stateless
+                        .rpc(
+                            "tools/call",
+                            json!({"name": tool, "arguments": {"uri": uri}}),
+                        )
+                        .await,
+                ),
+            ] {
+                assert_eq!(
+                    answer["result"]["isError"], true,
+                    "{era} {tool} {uri:?}: {answer}"
+                );
+                let text = answer["result"]["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or_default();
+                assert!(
+                    text.starts_with("connector_trapped"),
+                    "{era} {tool} {uri:?}: {answer}"
+                );
+            }
+        }
+    }
+    assert!(
+        passed.is_empty(),
+        "dangerous URIs reached the caller:\n{}",
+        passed.join("\n")
+    );
+}
+
+/// Runs `connector-host` with `args` against the host at `url`.
+fn cli(url: &str, args: &[&str]) -> Output {
+    Command::new(host_binary())
+        .args(args)
+        .env("CONNECTOR_HOST_URL", url)
+        .env("CONNECTOR_HOST_OPERATOR_TOKEN", OPERATOR_TOKEN)
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("run connector-host")
+}
+
+/// The characters that must never reach a terminal raw from what a connector wrote: C0
+/// controls (but newline and tab), DEL, C1 controls, bidi embeddings, overrides and
+/// isolates.
+fn raw_controls(text: &str) -> Vec<String> {
+    text.chars()
+        .filter(|c| {
+            (c.is_control() && !matches!(c, '\n' | '\t'))
+                || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        })
+        .map(|c| format!("U+{:04X}", c as u32))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_connector_writes_reaches_the_terminal_escaped() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(data.path(), &[]).await;
+    let url = server.url.clone();
+    tokio::task::spawn_blocking(move || {
+        let ok = |args: &[&str]| {
+            let out = cli(&url, args);
+            assert!(
+                out.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            out
+        };
+        ok(&["connectors", "install", guests::RICH]);
+        ok(&["units", "put", "team"]);
+        ok(&["agents", "put", "ada", "--unit", "team"]);
+        ok(&["bind", "team", "rich"]);
+        ok(&["bind", "team", "acme"]);
+
+        // A connector's error text: clear the screen, retitle the window, return to the
+        // line start to overwrite it, and reverse what follows.
+        let hostile = "\u{1b}[2J\u{1b}]0;owned\u{7}\rerror: forged\u{202e}txt.exe\u{9b}31m";
+        let args = json!({"message": hostile}).to_string();
+        let out = cli(&url, &["call", "ada", "rich.fail", &args]);
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            raw_controls(&stderr).is_empty(),
+            "raw {:?} on stderr: {stderr:?}",
+            raw_controls(&stderr)
+        );
+        assert!(
+            stderr.contains("tool_failed")
+                && stderr.contains(r"\u{1b}[2J")
+                && stderr.contains(r"\r"),
+            "the text is shown, escaped: {stderr}"
+        );
+
+        // A result that carries such characters is printed as JSON with them escaped:
+        // still the same value for a program reading it.
+        let message = "a\u{7f}b\u{9b}c\u{202e}d\u{2066}e";
+        let args = json!({"message": message}).to_string();
+        let out = ok(&["call", "ada", "acme.echo", &args]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            raw_controls(&stdout).is_empty(),
+            "raw {:?} on stdout: {stdout:?}",
+            raw_controls(&stdout)
+        );
+        let value: Value = serde_json::from_str(&stdout).expect("JSON");
+        assert_eq!(value["message"], message);
+    })
+    .await
+    .expect("the CLI steps");
 }

@@ -51,7 +51,7 @@ impl Reply {
     pub fn print(&self, done: &str) {
         match &self.body {
             Some(body) => super::print_json(body),
-            None if !done.is_empty() => eprintln!("{done}"),
+            None if !done.is_empty() => super::print_err(done),
             None => {}
         }
     }
