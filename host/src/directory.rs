@@ -721,8 +721,15 @@ impl DirectoryService {
         Ok(json!({"digest": digest, "tools": tools}))
     }
 
-    /// Fetches `GET {url}/a2a/tools` from an agent's image and stores the tools.
+    /// Fetches `GET {url}/a2a/tools` from an agent's image and stores the tools. The
+    /// image is whatever the agent's URL points at: its answer is read within 10 s and at
+    /// most 8 MiB (CONTRACT §12), piece by piece, so a server streaming without end costs
+    /// 8 MiB, not the host's memory.
     pub(crate) async fn introspect_image_tools(&self, agent: &str, url: &str) -> HostResult<Value> {
+        /// The most of an image's answer that is read.
+        const INTROSPECTION_MAX_BYTES: u64 = 8 * 1024 * 1024;
+        /// How long the whole fetch (connect, answer, body) may take.
+        const INTROSPECTION_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
         check_id("agent", agent)?;
         if self.state.directory().agent(agent).is_none() {
             return Err(HostError::not_found(format!(
@@ -738,30 +745,42 @@ impl DirectoryService {
         }
         let target = format!("{}/a2a/tools", url.trim_end_matches('/'));
         let failed = |msg: String| HostError::new(ErrorCode::IntrospectionFailed, msg);
-        let response = self
-            .http
-            .get(&target)
-            .send()
+        let fetch = async {
+            let response = self
+                .http
+                .get(&target)
+                .send()
+                .await
+                .map_err(|e| failed(format!("GET {target} failed: {e}")))?;
+            if !response.status().is_success() {
+                return Err(failed(format!(
+                    "GET {target} answered {}",
+                    response.status()
+                )));
+            }
+            let header_digest = response
+                .headers()
+                .get("x-image-digest")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let body = crate::remote_answer::read_at_most(response, INTROSPECTION_MAX_BYTES)
+                .await
+                .map_err(|e| match e {
+                    crate::remote_answer::AnswerError::TooLarge { .. } => failed(format!(
+                        "{target} answered more than 8 MiB: an image's tool list must be smaller"
+                    )),
+                    e => failed(format!("reading {target} failed: {e}")),
+                })?;
+            Ok((header_digest, body))
+        };
+        let (header_digest, body) = tokio::time::timeout(INTROSPECTION_DEADLINE, fetch)
             .await
-            .map_err(|e| failed(format!("GET {target} failed: {e}")))?;
-        if !response.status().is_success() {
-            return Err(failed(format!(
-                "GET {target} answered {}",
-                response.status()
-            )));
-        }
-        let header_digest = response
-            .headers()
-            .get("x-image-digest")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| failed(format!("reading {target} failed: {e}")))?;
-        if body.len() > 8 * 1024 * 1024 {
-            return Err(failed(format!("{target} answered more than 8 MiB")));
-        }
+            .map_err(|_| {
+                failed(format!(
+                    "{target} did not answer within {} s",
+                    INTROSPECTION_DEADLINE.as_secs()
+                ))
+            })??;
         let tools: Value = serde_json::from_slice(&body)
             .map_err(|e| failed(format!("{target} did not answer JSON: {e}")))?;
         let digest = header_digest.unwrap_or_else(|| {

@@ -39,12 +39,30 @@ pub fn check_id(kind: &str, id: &str) -> HostResult<()> {
     }
 }
 
-/// `text` with every control character (newlines, carriage returns, escape sequences)
-/// written as its Rust escape, so it stays on one log line and changes no terminal.
+/// Whether `c` must not reach a terminal or a log raw: a control character (C0, DEL, C1:
+/// escape sequences, carriage returns, bells) or a bidirectional embedding, override or
+/// isolate (U+202A–U+202E, U+2066–U+2069), which reorders the text shown around it.
+pub fn is_terminal_control(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` with every [`is_terminal_control`] character (newlines, carriage returns,
+/// escape sequences, bidi overrides) written as its Rust escape, so it stays on one log
+/// line and changes no terminal.
 pub fn escape_controls(text: &str) -> String {
+    escape(text, false)
+}
+
+/// [`escape_controls`], except that newlines and tabs stay: for text whose lines are
+/// meant (a table, pretty JSON, a message with details).
+pub fn escape_controls_keeping_lines(text: &str) -> String {
+    escape(text, true)
+}
+
+fn escape(text: &str, keep_lines: bool) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if c.is_control() {
+        if is_terminal_control(c) && !(keep_lines && matches!(c, '\n' | '\t')) {
             out.extend(c.escape_default());
         } else {
             out.push(c);
@@ -95,6 +113,15 @@ mod tests {
             assert_eq!(err.code, crate::ErrorCode::InvalidRequest);
         }
         assert_eq!(truncate("abcdef", 3), "abc…");
+        let hostile = "a\u{1b}[2J\rb\nc\td\u{7f}\u{9b}e\u{202e}f\u{2066}g\u{200b}";
+        assert_eq!(
+            escape_controls(hostile),
+            r"a\u{1b}[2J\rb\nc\td\u{7f}\u{9b}e\u{202e}f\u{2066}g".to_string() + "\u{200b}"
+        );
+        assert_eq!(
+            escape_controls_keeping_lines(hostile),
+            "a\\u{1b}[2J\\rb\nc\td\\u{7f}\\u{9b}e\\u{202e}f\\u{2066}g\u{200b}"
+        );
         assert!(now_rfc3339().ends_with('Z'));
     }
 }

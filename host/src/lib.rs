@@ -26,6 +26,7 @@ pub mod mcp;
 #[cfg(feature = "pack")]
 pub mod pack;
 pub mod registry;
+mod remote_answer;
 pub mod replicas;
 pub mod runtime;
 pub mod server;

@@ -35,7 +35,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("{e}");
+            cli::print_err(&e.to_string());
             ExitCode::from(e.code)
         }
     }

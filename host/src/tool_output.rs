@@ -3,7 +3,8 @@
 //! A connector built against `spring:connector@0.2.0` returns structured JSON, content
 //! blocks (text, image, audio, resource link, embedded resource), or both; a 0.1.0
 //! connector and every platform tool return JSON only. The guest's output is checked
-//! once here (JSON parses, media types and URIs are well formed) and binary data is
+//! once here (JSON parses, media types and URIs are well formed, no URI a client could be
+//! made to run or read local files with) and binary data is
 //! base64-encoded once, into MCP's content-block shape, so the HTTP tool-call API
 //! (`{"result", "content"}`) and MCP's `tools/call` result serialise the same values.
 
@@ -186,9 +187,39 @@ fn media_type(text: String) -> Result<String, String> {
     }
 }
 
+/// Schemes a client must never be handed in a resource link or embedded resource: a
+/// `javascript:` or `vbscript:` URI runs script where a client renders it as a link,
+/// `data:` carries a whole document (a page with script) under the client's origin, and
+/// `file:` reads the machine the client runs on.
+const REFUSED_SCHEMES: [&str; 4] = ["javascript", "vbscript", "data", "file"];
+
+/// The scheme of `text` as a browser reads it: leading and trailing C0 controls and
+/// spaces trimmed, tabs and newlines anywhere removed (WHATWG URL parsing), lower case.
+fn scheme_as_browsers_read(text: &str) -> Option<String> {
+    let trimmed = text.trim_matches(|c: char| c <= ' ');
+    let (scheme, _) = trimmed.split_once(':')?;
+    Some(
+        scheme
+            .chars()
+            .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
+            .collect::<String>()
+            .to_ascii_lowercase(),
+    )
+}
+
 /// An absolute URI: a scheme (`[A-Za-z][A-Za-z0-9+.-]*`), a colon, and no whitespace or
-/// control characters.
+/// control characters; never one of [`REFUSED_SCHEMES`] (CONTRACT §5).
 fn uri(text: String) -> Result<String, String> {
+    if let Some(scheme) =
+        scheme_as_browsers_read(&text).filter(|scheme| REFUSED_SCHEMES.contains(&scheme.as_str()))
+    {
+        return Err(format!(
+            "{:?} is a `{scheme}:` URI, which clients must not be handed (javascript, vbscript, \
+             data and file URIs could run script or read local files); use an https: URI or \
+             a scheme of the connector's own instead",
+            crate::ids::truncate(&text, QUOTED_CHARS)
+        ));
+    }
     let scheme_ok = text.split_once(':').is_some_and(|(scheme, _)| {
         let mut b = scheme.bytes();
         b.next().is_some_and(|c| c.is_ascii_alphabetic())
@@ -306,6 +337,41 @@ mod tests {
         assert!(bad(link("relative/path", "x")).contains("not an absolute URI"));
         assert!(bad(link("https://a b", "x")).contains("not an absolute URI"));
         assert!(bad(link("https://a", "")).contains("needs a name"));
+        for refused in [
+            "javascript:alert(1)",
+            "JAVASCRIPT:alert(1)",
+            "vbScript:msgbox(1)",
+            "data:text/html,<script>alert(1)</script>",
+            "file:///etc/passwd",
+            " \u{1}java\tscript:alert(1)",
+            "jav\nascript:alert(1)",
+        ] {
+            let reason = bad(link(refused, "x"));
+            assert!(
+                reason.starts_with("content block 1: ") && reason.contains("must not be handed"),
+                "{refused:?}: {reason}"
+            );
+            let embedded = bad(wit::ContentBlock::Resource(wit::EmbeddedResource {
+                uri: refused.into(),
+                mime_type: None,
+                contents: wit::ResourceContents::Text("x".into()),
+            }));
+            assert!(
+                embedded.contains("must not be handed"),
+                "{refused:?}: {embedded}"
+            );
+        }
+        for allowed in [
+            "https://a/javascript:x",
+            "javascripts:x",
+            "urn:data:x",
+            "files:x",
+        ] {
+            assert!(
+                ToolOutput::from_guest(guest(None, vec![link(allowed, "x")])).is_ok(),
+                "{allowed}"
+            );
+        }
         assert!(ToolOutput::from_guest(guest(Some("{nope"), vec![]))
             .unwrap_err()
             .contains("not JSON"));

@@ -19,6 +19,9 @@ const API_BASE: [&str; 2] = ["api", "v1"];
 /// to the host's call timeout).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest answer read from the host: far above any page the API serves, and a
+/// bound on what a server at `--url` that streams without end can make this process hold.
+const MAX_ANSWER_BYTES: u64 = 256 * 1024 * 1024;
 /// How often a write refused as racing another replica's is sent in all.
 const STATE_CHANGED_ATTEMPTS: u64 = 4;
 
@@ -48,7 +51,7 @@ impl Reply {
     pub fn print(&self, done: &str) {
         match &self.body {
             Some(body) => super::print_json(body),
-            None if !done.is_empty() => eprintln!("{done}"),
+            None if !done.is_empty() => super::print_err(done),
             None => {}
         }
     }
@@ -59,6 +62,8 @@ pub struct Client {
     base: Url,
     token: Option<String>,
     http: Http,
+    /// The largest answer read ([`MAX_ANSWER_BYTES`]).
+    max_answer: u64,
 }
 
 impl Client {
@@ -82,7 +87,12 @@ impl Client {
             .user_agent(concat!("connector-host-cli/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| CliError::failed(format!("could not create the HTTP client: {e}")))?;
-        Ok(Self { base, token, http })
+        Ok(Self {
+            base,
+            token,
+            http,
+            max_answer: MAX_ANSWER_BYTES,
+        })
     }
 
     /// The host's base URL.
@@ -159,13 +169,18 @@ impl Client {
         tracing::debug!(%method, %url, "request");
         let response = request.send().map_err(|e| self.transport_error(&e))?;
         let status = response.status();
-        let text = response.text().map_err(|e| {
-            CliError::failed(format!(
-                "reading the answer of {method} {url} failed: {}",
-                error_chain(&e)
-            ))
-        })?;
-        Ok((status, text))
+        let body =
+            crate::remote_answer::read_at_most_blocking(response, self.max_answer).map_err(|e| {
+                CliError::failed(match e {
+                    crate::remote_answer::AnswerError::TooLarge { limit } => format!(
+                        "the answer of {method} {url} is larger than {}, more than this command reads; \
+                         ask for less (a smaller --limit), or check that --url names a connector host",
+                        crate::remote_answer::size(limit)
+                    ),
+                    e => format!("reading the answer of {method} {url} failed: {e}"),
+                })
+            })?;
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
     }
 
     fn transport_error(&self, e: &reqwest::Error) -> CliError {
@@ -386,6 +401,25 @@ mod tests {
             err.message
         );
         assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn an_endless_answer_is_refused_past_the_limit() {
+        let (url, _) = crate::remote_answer::endless::start("application/json");
+        let mut client = client_of(&url);
+        client.max_answer = 4 * 1024 * 1024;
+        let started = std::time::Instant::now();
+        let err = client
+            .get(&["units"], &[])
+            .expect_err("an endless answer is refused");
+        assert_eq!(err.code, 1);
+        assert!(
+            err.message.starts_with("the answer of GET ")
+                && err.message.contains("is larger than 4 MiB"),
+            "{}",
+            err.message
+        );
+        assert!(started.elapsed() < Duration::from_secs(30));
     }
 
     #[test]

@@ -58,7 +58,7 @@ pub fn run(client: &Client, args: ContextArgs) -> Result<(), CliError> {
     if args.env {
         let empty = Map::new();
         let env = body["env"].as_object().unwrap_or(&empty);
-        print!("{}", render_env(env, args.format)?);
+        super::print_out(&render_env(env, args.format)?);
     }
     if let Some(dir) = args.write_files {
         write_files(
@@ -82,7 +82,10 @@ fn render_env(env: &Map<String, Value>, format: EnvFormat) -> Result<String, Cli
     }
     let value = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
     Ok(match format {
-        EnvFormat::Json => format!("{}\n", Value::Object(env.clone())),
+        EnvFormat::Json => format!(
+            "{}\n",
+            super::json_for_terminals(&Value::Object(env.clone()).to_string())
+        ),
         EnvFormat::Shell => env
             .iter()
             .map(|(k, v)| format!("{k}={}\n", shell_quote(&value(v))))
@@ -103,7 +106,7 @@ pub fn shell_quote(value: &str) -> String {
     for c in value.chars() {
         match c {
             '\'' => out.push_str("'\\''"),
-            c if c.is_whitespace() || c.is_control() => {
+            c if c.is_whitespace() || crate::ids::is_terminal_control(c) => {
                 let mut utf8 = [0u8; 4];
                 out.push('\'');
                 out.push_str("$'");
@@ -132,7 +135,9 @@ fn dotenv_quote(value: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push_str(&c.escape_unicode().to_string()),
+            c if crate::ids::is_terminal_control(c) => {
+                out.push_str(&c.escape_unicode().to_string())
+            }
             c => out.push(c),
         }
     }
@@ -159,7 +164,7 @@ fn write_files(dir: &std::path::Path, files: &[Value]) -> Result<(), CliError> {
                 dir.display()
             ))
         })?;
-        eprintln!("wrote {}", dir.join(rel).display());
+        super::print_err(&format!("wrote {}", dir.join(rel).display()));
     }
     Ok(())
 }

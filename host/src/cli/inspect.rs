@@ -35,7 +35,7 @@ pub async fn run(args: InspectArgs) -> Result<(), CliError> {
     let json = serde_json::to_string_pretty(connector.info()).map_err(|e| {
         CliError::failed(format!("could not render the connector description: {e}"))
     })?;
-    super::print_out(&format!("{json}\n"));
+    super::print_out(&format!("{}\n", super::json_for_terminals(&json)));
     Ok(())
 }
 

@@ -129,9 +129,9 @@ pub fn run(remote: &RemoteArgs, args: McpArgs) -> Result<(), CliError> {
         env(ENV_DATA_DIR).as_deref(),
     );
     if token.is_none() {
-        eprintln!(
+        super::print_err(&format!(
             "connector-host mcp: no token (pass --token or set {ENV_AGENT_TOKEN}); the host will answer 401"
-        );
+        ));
     }
     stdio::run(BridgeConfig {
         endpoint: endpoint(&base, &args.agent),

@@ -302,18 +302,59 @@ pub fn read_json_arg(what: &str, raw: &str) -> Result<Value, CliError> {
     })
 }
 
-/// Prints a JSON value, pretty, to stdout.
+// ----- output ------------------------------------------------------------------------
+//
+// Much of what the commands print was written by a connector or came over the network
+// (a tool's result or error text, descriptions, env values, a host's error message). A
+// terminal obeys control characters in it: an escape sequence can clear the screen,
+// retitle the window or fake a prompt, a carriage return can overwrite a line, a bidi
+// override can show `exe.txt` for `txt.exe`. So every command prints through the three
+// functions below, which write each such character (C0 but newline and tab, DEL, C1,
+// U+202A–U+202E, U+2066–U+2069; see `ids::is_terminal_control`) as a visible escape, and
+// JSON with them as JSON escapes (the same value for a program reading it).
+
+/// Prints a JSON value, pretty, to stdout (see [`json_for_terminals`]).
 pub fn print_json(value: &Value) {
     let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
-    print_out(&format!("{text}\n"));
+    print_out(&format!("{}\n", json_for_terminals(&text)));
 }
 
-/// Writes `text` to stdout. A closed stdout (`... | head`) is not an error worth a panic:
-/// the output is simply dropped.
+/// JSON text with every character a terminal would act on written as a JSON `\uXXXX`
+/// escape: serde_json escapes C0 controls in strings but writes DEL, C1 controls and
+/// bidi overrides as they are. None of them can be JSON syntax, so each is inside a
+/// string, where its escape is the same value.
+pub fn json_for_terminals(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        // Newlines and tabs outside strings are the pretty layout (inside, serde_json
+        // has escaped them).
+        if crate::ids::is_terminal_control(c) && !matches!(c, '\n' | '\t') {
+            // All are in the Basic Multilingual Plane: one `\uXXXX` each.
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Writes `text` to stdout, control characters escaped (newlines and tabs kept). A
+/// closed stdout (`... | head`) is not an error worth a panic: the output is simply
+/// dropped.
 pub fn print_out(text: &str) {
     use std::io::Write;
+    let text = crate::ids::escape_controls_keeping_lines(text);
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+/// Writes `text` and a newline to stderr, control characters escaped (newlines and tabs
+/// kept): errors, notes and progress.
+pub fn print_err(text: &str) {
+    use std::io::Write;
+    let text = crate::ids::escape_controls_keeping_lines(text);
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{text}").and_then(|()| err.flush());
 }
 
 #[cfg(test)]
@@ -550,6 +591,25 @@ mod tests {
             panic!("not bind")
         };
         assert_eq!(args.config, "{}");
+    }
+
+    #[test]
+    fn json_for_terminals_escapes_what_serde_json_leaves_raw() {
+        let value =
+            serde_json::json!({"m": "a\u{1b}b\u{7f}c\u{9b}d\u{202e}e\u{2069}f\u{200b}g\nh"});
+        let text = json_for_terminals(&serde_json::to_string(&value).expect("JSON"));
+        let pretty = serde_json::to_string_pretty(&value).expect("JSON");
+        assert_eq!(
+            json_for_terminals(&pretty).lines().count(),
+            pretty.lines().count(),
+            "the layout stays"
+        );
+        assert_eq!(
+            text,
+            r#"{"m":"a\u001bb\u007fc\u009bd\u202ee\u2069f"#.to_string() + "\u{200b}" + r#"g\nh"}"#
+        );
+        let back: Value = serde_json::from_str(&text).expect("still JSON");
+        assert_eq!(back, value, "the same value for a program");
     }
 
     #[test]

@@ -121,10 +121,10 @@ fn build_once(dir: &Path, slug: &str) -> Result<PathBuf, String> {
     let started = std::time::Instant::now();
     // The lock lives in the new crate (the user's own directory), never in a shared one.
     connector_guest_build::ensure_wasm_target(&dir.join("target")).map_err(|e| format!("{e:#}"))?;
-    eprintln!(
+    super::print_err(&format!(
         "Building {} for wasm32-wasip2 (the first build compiles the SDK: about a minute)...",
         dir.display()
-    );
+    ));
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = std::process::Command::new(&cargo)
         .current_dir(dir)
@@ -155,11 +155,11 @@ fn build_once(dir: &Path, slug: &str) -> Result<PathBuf, String> {
         .find(|f| f.extension().is_some_and(|e| e == "wasm"));
     let wasm = artifact
         .ok_or_else(|| "cargo built the crate but reported no .wasm file for it".to_string())?;
-    eprintln!(
+    super::print_err(&format!(
         "Built {} in {:.1} s",
         display_path(&wasm),
         started.elapsed().as_secs_f64()
-    );
+    ));
     Ok(wasm)
 }
 

@@ -98,7 +98,8 @@ pub fn run(args: PackArgs) -> Result<(), CliError> {
     let packed = pack_file(&args.manifest, &args.options()).map_err(cli_error)?;
     write_atomically(&output, &packed.component)
         .map_err(|e| CliError::failed(format!("could not write {}: {e}", output.display())))?;
-    eprint!("{}", summary(&args.manifest, &output, &packed));
+    let summary = summary(&args.manifest, &output, &packed);
+    super::print_err(summary.strip_suffix('\n').unwrap_or(&summary));
     Ok(())
 }
 

@@ -197,11 +197,10 @@ pub fn render_tools_table(tools: &[Value]) -> String {
     out
 }
 
-/// Replaces control characters (a hostile description could move the cursor) by spaces.
+/// A table cell: one line, control characters escaped (a hostile description could move
+/// the cursor or reorder the row).
 fn clean(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
+    crate::ids::escape_controls(text)
 }
 
 fn truncate(text: &str, width: usize) -> String {
@@ -262,12 +261,17 @@ mod tests {
     #[test]
     fn empty_and_odd_inputs() {
         assert_eq!(render_tools_table(&[]), "(no tools)\n");
-        let table =
-            render_tools_table(&[json!({"name": "a.b\u{1b}[2J", "provenance": "explicit"})]);
+        let table = render_tools_table(&[json!({
+            "name": "a.b\u{1b}[2J",
+            "provenance": "explicit",
+            "description": "x\rfake\u{202e}exe.txt",
+        })]);
         assert!(
-            !table.contains('\u{1b}'),
-            "control characters are neutralised"
+            !table.contains(['\u{1b}', '\r', '\u{202e}']),
+            "control characters are neutralised: {table}"
         );
-        assert!(table.lines().nth(1).expect("row").starts_with("a.b [2J"));
+        let row = table.lines().nth(1).expect("row");
+        assert!(row.starts_with(r"a.b\u{1b}[2J"), "{row}");
+        assert!(row.ends_with(r"x\rfake\u{202e}exe.txt"), "{row}");
     }
 }

@@ -25,7 +25,8 @@
 //! own session table; never the store, the operator token (beyond checking it at
 //! sign-in) or a secret config value (binding configs are shown with every write-only
 //! value masked, at any depth, by [`form::masked`]; a mask sent back keeps the stored
-//! value). Wrong operator tokens at sign-in are braked ([`session::SignInLimit`]).
+//! value). Wrong operator tokens at sign-in are braked per remote address
+//! ([`session::SignInBrake`]), never the right one.
 
 pub mod form;
 pub mod pages;
@@ -46,6 +47,7 @@ use serde::Deserialize;
 
 use crate::error::{ErrorCode, HostError};
 use crate::host::{Host, Message};
+use crate::http::PeerOf;
 use crate::store::Subject;
 use pages::{href, notice};
 use session::{Session, Sessions};
@@ -107,7 +109,7 @@ pub fn routes() -> Router<Host> {
         .layer(axum::middleware::from_fn(same_origin_posts))
         .layer(axum::middleware::map_response(security_headers))
         .layer(Extension(sessions))
-        .layer(Extension(Arc::new(session::SignInLimit::default())))
+        .layer(Extension(Arc::new(session::SignInBrake::default())))
 }
 
 // ----- responses ---------------------------------------------------------------------
@@ -333,33 +335,55 @@ struct SignInForm {
 async fn sign_in(
     State(host): State<Host>,
     Extension(sessions): Extension<Arc<Sessions>>,
-    Extension(limit): Extension<Arc<session::SignInLimit>>,
+    Extension(brake): Extension<Arc<session::SignInBrake>>,
+    PeerOf(peer): PeerOf,
     request_headers: HeaderMap,
     uri: axum::http::Uri,
     form: Result<Form<SignInForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
-    if let Err(wait) = limit.admit() {
-        tracing::warn!("console sign-in refused: too many wrong operator tokens lately");
-        let seconds = wait.as_secs().max(1);
+    // A braked address waits for its turn before its token is looked at, so hanging up
+    // early tells a guesser nothing; the right token then signs in all the same.
+    let turn = brake.turn(peer);
+    if let Some(turn) = turn {
+        tokio::time::sleep_until(tokio::time::Instant::from_std(turn)).await;
+    }
+    let token = form.map(|Form(f)| f.token).unwrap_or_default();
+    if token.is_empty() || !host.is_operator_token(token.trim()) {
+        let braked_for = brake.failed(peer);
+        let from = peer.map_or_else(|| "an unknown address".to_string(), |p| p.to_string());
+        if turn.is_none() {
+            if braked_for.is_some() {
+                tracing::warn!(
+                    "console sign-in refused: wrong operator token; sign-ins from {from} are \
+                     braked after too many wrong tokens"
+                );
+            } else {
+                tracing::info!("console sign-in refused: wrong operator token from {from}");
+            }
+            return html(
+                StatusCode::UNAUTHORIZED,
+                pages::sign_in(Some("That is not the operator token.")),
+            );
+        }
+        tracing::warn!(
+            "console sign-in refused: another wrong operator token from {from}, which is braked"
+        );
+        let seconds = braked_for
+            .map_or(1, |d| d.as_secs_f64().ceil() as u64)
+            .max(1);
         let mut response = html(
             StatusCode::TOO_MANY_REQUESTS,
             pages::sign_in(Some(&format!(
-                "Too many wrong operator tokens were tried lately; wait {seconds} seconds, then sign in again."
+                "That is not the operator token either. Too many wrong tokens came from your \
+                 address lately, so its sign-ins are answered one at a time, {} seconds apart, \
+                 for the next {seconds} seconds; the right token still signs in.",
+                session::SIGN_IN_REFILL.as_secs()
             ))),
         );
         if let Ok(v) = HeaderValue::from_str(&seconds.to_string()) {
             response.headers_mut().insert(header::RETRY_AFTER, v);
         }
         return response;
-    }
-    let token = form.map(|Form(f)| f.token).unwrap_or_default();
-    if token.is_empty() || !host.is_operator_token(token.trim()) {
-        limit.failed();
-        tracing::info!("console sign-in refused: wrong operator token");
-        return html(
-            StatusCode::UNAUTHORIZED,
-            pages::sign_in(Some("That is not the operator token.")),
-        );
     }
     let (id, _) = sessions.start();
     let secure = session::over_tls(&request_headers, &uri);

@@ -15,6 +15,8 @@ use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::http::Peer;
+
 /// The session cookie's name.
 pub const COOKIE: &str = "console_session";
 /// Sessions held at once; signing in past it ends the session closest to its end.
@@ -127,47 +129,138 @@ impl Sessions {
     }
 }
 
-/// Wrong operator tokens tolerated in a burst before sign-in pauses.
+/// Wrong operator tokens one address may send in a burst before its sign-ins are braked.
 pub const SIGN_IN_BURST: u32 = 10;
-/// How often one more wrong token is tolerated after a burst.
+/// How often one more wrong token is forgiven after a burst; also how far apart a braked
+/// address's sign-ins are looked at.
 pub const SIGN_IN_REFILL: Duration = Duration::from_secs(6);
+/// The longest a braked address's sign-in waits for its turn.
+pub const SIGN_IN_MAX_WAIT: Duration = Duration::from_secs(60);
+/// Addresses the brake remembers at once; past it, addresses it has no room for share
+/// one account.
+pub const SIGN_IN_ADDRESSES: usize = 4096;
+/// The most wrong-token debt an address can run up (a bound for the arithmetic; an
+/// address that keeps guessing stays braked anyway).
+const MAX_DEBT: Duration = Duration::from_secs(60 * 60);
 
-/// A brake on guessing the operator token at the sign-in form, for this process: up to
-/// [`SIGN_IN_BURST`] wrong tokens at once, then one per [`SIGN_IN_REFILL`]. While it is
-/// exhausted every sign-in (right token or not) is refused without looking at the token,
-/// so guessing gains nothing; sessions already signed in and the HTTP API are unaffected.
+/// The brake on guessing the operator token at the sign-in form, per remote address
+/// ([`Peer`]).
+///
+/// Each address may send [`SIGN_IN_BURST`] wrong tokens at once, and one more per
+/// [`SIGN_IN_REFILL`] after that. Past that the address is *braked*: each of its sign-ins
+/// waits its turn — turns are [`SIGN_IN_REFILL`] apart, and no turn is more than
+/// [`SIGN_IN_MAX_WAIT`] away — and only then is its token looked at. The right token
+/// then signs in, as from any address (the brake never refuses the right token); a wrong
+/// one is answered `429` with `Retry-After` and adds to the address's debt. The token is
+/// looked at only at the turn, so a guesser learns nothing sooner by hanging up early.
+///
+/// What it stops: one address (an IPv6 /64) trying more than one token per 6 s once its
+/// burst is spent, as long as it waits for its answers one at a time; with many
+/// connections at once, at most one per connection per [`SIGN_IN_MAX_WAIT`] (the
+/// connections per address are capped by `server.max_connections_per_peer`). And one
+/// address's guessing never slows another address's sign-in.
+///
+/// What it does not stop: guessing spread over many addresses (each has its own burst;
+/// addresses past [`SIGN_IN_ADDRESSES`] share one account, braked together); an
+/// operator sharing an address with a guesser waits for a turn like the guesser (at most
+/// [`SIGN_IN_MAX_WAIT`]). The operator token is a long random secret unless an operator
+/// chose it: the brake is a second line, not a reason for a short token. Sessions already
+/// signed in and the HTTP API are not braked. Requests whose address is unknown (a
+/// platform serving the router without connection info) share one account.
 #[derive(Debug, Default)]
-pub struct SignInLimit {
-    /// When the wrong tokens counted so far are all forgiven (`None`: none counted).
-    clear_at: Mutex<Option<Instant>>,
+pub struct SignInBrake {
+    accounts: Mutex<Accounts>,
 }
 
-impl SignInLimit {
-    /// `Ok` when a sign-in may be tried now; otherwise how long to wait.
-    pub fn admit(&self) -> Result<(), Duration> {
-        self.admit_at(Instant::now())
+#[derive(Debug, Default)]
+struct Accounts {
+    by_peer: HashMap<Peer, Account>,
+    /// Addresses without an account of their own: unknown, or past the table's bound.
+    shared: Account,
+}
+
+/// One address's wrong tokens.
+#[derive(Debug, Default, Clone, Copy)]
+struct Account {
+    /// When all wrong tokens counted so far are forgiven (`None`: none counted).
+    clear_at: Option<Instant>,
+    /// The earliest turn of the next braked sign-in.
+    next_turn: Option<Instant>,
+}
+
+impl Account {
+    /// How long until this account is no longer braked (`None`: it is not).
+    fn braked_for(&self, now: Instant) -> Option<Duration> {
+        let allowed = SIGN_IN_REFILL * (SIGN_IN_BURST - 1);
+        let debt = self.clear_at?.checked_duration_since(now)?;
+        debt.checked_sub(allowed).filter(|d| !d.is_zero())
     }
 
-    fn admit_at(&self, now: Instant) -> Result<(), Duration> {
-        let full = SIGN_IN_REFILL * SIGN_IN_BURST;
-        match *self.clear_at.lock() {
-            // Exhausted when forgiving all counted failures needs a full burst's time.
-            Some(at) if at > now && at - now > full - SIGN_IN_REFILL => {
-                Err(at - now - (full - SIGN_IN_REFILL))
+    fn is_spent(&self, now: Instant) -> bool {
+        self.clear_at.is_none_or(|at| at <= now) && self.next_turn.is_none_or(|at| at <= now)
+    }
+}
+
+impl Accounts {
+    /// The account `peer` is counted in, making room for one when `create`.
+    fn of(&mut self, peer: Option<Peer>, now: Instant, create: bool) -> &mut Account {
+        let Some(peer) = peer else {
+            return &mut self.shared;
+        };
+        if !self.by_peer.contains_key(&peer) {
+            if !create {
+                return &mut self.shared;
             }
-            _ => Ok(()),
+            if self.by_peer.len() >= SIGN_IN_ADDRESSES {
+                self.by_peer.retain(|_, a| !a.is_spent(now));
+            }
+            if self.by_peer.len() >= SIGN_IN_ADDRESSES {
+                return &mut self.shared;
+            }
         }
+        self.by_peer.entry(peer).or_default()
+    }
+}
+
+impl SignInBrake {
+    /// When a sign-in from `peer` may have its token looked at: `None` at once, else the
+    /// turn to wait for (the address is braked). Never a refusal.
+    pub fn turn(&self, peer: Option<Peer>) -> Option<Instant> {
+        self.turn_at(peer, Instant::now())
     }
 
-    /// Counts one wrong token.
-    pub fn failed(&self) {
-        self.failed_at(Instant::now())
+    fn turn_at(&self, peer: Option<Peer>, now: Instant) -> Option<Instant> {
+        let mut accounts = self.accounts.lock();
+        let account = accounts.of(peer, now, false);
+        account.braked_for(now)?;
+        let turn = account
+            .next_turn
+            .map_or(now, |at| at.max(now))
+            .min(now + SIGN_IN_MAX_WAIT);
+        account.next_turn = Some(turn + SIGN_IN_REFILL);
+        Some(turn)
     }
 
-    fn failed_at(&self, now: Instant) {
-        let mut clear_at = self.clear_at.lock();
-        let from = clear_at.filter(|at| *at > now).unwrap_or(now);
-        *clear_at = Some(from + SIGN_IN_REFILL);
+    /// Counts one wrong token from `peer`; returns how long the address is braked from
+    /// now (`None`: it is not).
+    pub fn failed(&self, peer: Option<Peer>) -> Option<Duration> {
+        self.failed_at(peer, Instant::now())
+    }
+
+    fn failed_at(&self, peer: Option<Peer>, now: Instant) -> Option<Duration> {
+        let mut accounts = self.accounts.lock();
+        let account = accounts.of(peer, now, true);
+        let from = account.clear_at.filter(|at| *at > now).unwrap_or(now);
+        account.clear_at = Some((from + SIGN_IN_REFILL).min(now + MAX_DEBT));
+        // The first braked turn comes a refill after the last wrong token.
+        let next = account.next_turn.map_or(now, |at| at.max(now));
+        account.next_turn = Some(next.max(now + SIGN_IN_REFILL));
+        account.braked_for(now)
+    }
+
+    /// How many addresses have an account of their own.
+    pub fn addresses(&self) -> usize {
+        self.accounts.lock().by_peer.len()
     }
 }
 
@@ -308,30 +401,81 @@ mod tests {
         );
     }
 
+    fn peer(ip: &str) -> Option<Peer> {
+        Some(Peer::of(ip.parse().expect("an IP address")))
+    }
+
     #[test]
-    fn sign_in_pauses_after_a_burst_of_wrong_tokens() {
-        let limit = SignInLimit::default();
+    fn a_burst_of_wrong_tokens_brakes_that_address_only() {
+        let brake = SignInBrake::default();
         let t0 = Instant::now();
+        let guesser = peer("192.0.2.7");
         for i in 0..SIGN_IN_BURST {
-            assert_eq!(limit.admit_at(t0), Ok(()), "attempt {i}");
-            limit.failed_at(t0);
+            assert_eq!(
+                brake.turn_at(guesser, t0),
+                None,
+                "attempt {i} is looked at at once"
+            );
+            let braked = brake.failed_at(guesser, t0);
+            assert_eq!(braked.is_some(), i + 1 == SIGN_IN_BURST, "attempt {i}");
         }
-        let wait = limit
-            .admit_at(t0)
-            .expect_err("a burst of wrong tokens pauses sign-in");
-        assert!(wait > Duration::ZERO && wait <= SIGN_IN_REFILL, "{wait:?}");
-        assert_eq!(
-            limit.admit_at(t0 + SIGN_IN_REFILL),
-            Ok(()),
-            "one more later"
-        );
-        limit.failed_at(t0 + SIGN_IN_REFILL);
-        assert!(limit.admit_at(t0 + SIGN_IN_REFILL).is_err());
-        assert_eq!(
-            limit.admit_at(t0 + SIGN_IN_REFILL * (SIGN_IN_BURST + 1)),
-            Ok(()),
-            "forgiven in time"
-        );
+        // Braked: the next sign-in waits a refill, the one after that another.
+        assert_eq!(brake.turn_at(guesser, t0), Some(t0 + SIGN_IN_REFILL));
+        assert_eq!(brake.turn_at(guesser, t0), Some(t0 + SIGN_IN_REFILL * 2));
+        // Other addresses are not braked.
+        assert_eq!(brake.turn_at(peer("192.0.2.8"), t0), None);
+        assert_eq!(brake.turn_at(peer("2001:db8::1"), t0), None);
+        assert_eq!(brake.turn_at(None, t0), None);
+        // Forgiven in time.
+        let later = t0 + SIGN_IN_REFILL * (SIGN_IN_BURST + 2);
+        assert_eq!(brake.turn_at(guesser, later), None);
+    }
+
+    #[test]
+    fn a_braked_address_waits_at_most_the_longest_wait() {
+        let brake = SignInBrake::default();
+        let t0 = Instant::now();
+        let guesser = peer("2001:db8:1:2::1");
+        for _ in 0..SIGN_IN_BURST {
+            brake.failed_at(guesser, t0);
+        }
+        // Many sign-ins at once (connections held open): turns queue up to the bound.
+        let mut last = t0;
+        for _ in 0..100 {
+            let turn = brake.turn_at(guesser, t0).expect("braked");
+            assert!(
+                turn >= last && turn <= t0 + SIGN_IN_MAX_WAIT,
+                "{:?}",
+                turn - t0
+            );
+            last = turn;
+        }
+        assert_eq!(last, t0 + SIGN_IN_MAX_WAIT);
+        // Another address in the same /64 is the same address.
+        assert!(brake.turn_at(peer("2001:db8:1:2:ffff::9"), t0).is_some());
+        // Wrong tokens at their turns keep it braked; the debt is bounded.
+        for i in 0..10_000u32 {
+            let at = t0 + Duration::from_millis(u64::from(i));
+            assert!(brake.failed_at(guesser, at).is_some_and(|d| d <= MAX_DEBT));
+        }
+    }
+
+    #[test]
+    fn the_table_of_addresses_is_bounded_and_the_rest_share_one_account() {
+        let brake = SignInBrake::default();
+        let t0 = Instant::now();
+        for i in 0..(SIGN_IN_ADDRESSES as u32 + 500) {
+            let ip = std::net::Ipv4Addr::from(0x0a00_0000 + i);
+            brake.failed_at(Some(Peer::of(ip.into())), t0);
+        }
+        assert_eq!(brake.addresses(), SIGN_IN_ADDRESSES);
+        // The 500 without room were counted together: that account is braked.
+        let overflow = Some(Peer::of(std::net::Ipv4Addr::from(0x0b00_0000).into()));
+        assert!(brake.turn_at(overflow, t0).is_some());
+        // Spent accounts make room.
+        let later = t0 + SIGN_IN_REFILL * 2;
+        brake.failed_at(overflow, later);
+        assert_eq!(brake.addresses(), 1);
     }
 
     #[test]

@@ -67,6 +67,9 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub const GITHUB_API_VERSION: &str = "2022-11-28";
 /// The `User-Agent` of the host's requests (GitHub refuses requests without one).
 pub const USER_AGENT: &str = "connector-host";
+/// The most of an answer to a token exchange that is read: GitHub's are about 1 KiB;
+/// a server at `api_url` streaming without end is cut off here.
+pub const MAX_ANSWER_BYTES: u64 = 1024 * 1024;
 
 /// An installation access token.
 #[derive(Clone, PartialEq, Eq)]
@@ -368,10 +371,9 @@ impl Inner {
                 .and_then(|value| value.to_str().ok())
                 .and_then(parse_http_date);
             let received_at = OffsetDateTime::now_utc();
-            let body = response
-                .bytes()
+            let body = crate::remote_answer::read_at_most(response, MAX_ANSWER_BYTES)
                 .await
-                .map_err(|err| self.transport_error(installation_id, &err))?;
+                .map_err(|err| self.answer_error(installation_id, err))?;
 
             if status.is_success() {
                 return self.parse_token(installation_id, &body);
@@ -464,6 +466,33 @@ impl Inner {
             token: token.to_string(),
             expires_at,
         })
+    }
+
+    fn answer_error(
+        &self,
+        installation_id: u64,
+        err: crate::remote_answer::AnswerError,
+    ) -> GithubAppError {
+        use crate::remote_answer::AnswerError;
+        match err {
+            AnswerError::TooLarge { limit } => GithubAppError::InvalidResponse {
+                installation_id,
+                reason: format!(
+                    "it is larger than {}, far more than a token",
+                    crate::remote_answer::size(limit)
+                ),
+            },
+            err if err.is_timeout() => GithubAppError::Timeout {
+                installation_id,
+                api_url: self.api_url.clone(),
+                after: self.timeout,
+            },
+            AnswerError::Failed { reason, .. } => GithubAppError::Transport {
+                installation_id,
+                api_url: self.api_url.clone(),
+                reason,
+            },
+        }
     }
 
     fn transport_error(&self, installation_id: u64, err: &reqwest::Error) -> GithubAppError {
@@ -738,6 +767,23 @@ mod tests {
                 assert!(!output.contains(line), "key leaked: {output}");
             }
         }
+    }
+
+    #[tokio::test]
+    async fn an_endless_answer_is_cut_off_at_1_mib() {
+        let (url, sent) = crate::remote_answer::endless::start("application/json");
+        let app = GithubApp::new(&settings(KEY_PKCS1, &url)).expect("loads");
+        let err = app.installation_token(7).await.expect_err("no token");
+        assert!(
+            matches!(err, GithubAppError::InvalidResponse { .. })
+                && err.to_string().contains("larger than 1 MiB"),
+            "{err}"
+        );
+        let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            sent < 64 * 1024 * 1024,
+            "{sent} bytes sent before the read stopped"
+        );
     }
 
     #[tokio::test]

@@ -12,7 +12,8 @@
 //!   sent in order.
 //! - Answers (`application/json`, or `text/event-stream` from other servers) become
 //!   stdout lines. An HTTP failure without a JSON-RPC body becomes a JSON-RPC error for
-//!   that request id, so the client never waits for an answer that cannot come.
+//!   that request id, so the client never waits for an answer that cannot come; so does
+//!   an answer (or one event of a stream) larger than 64 MiB, which is not read further.
 //! - A request whose `params._meta` names a protocol revision (2026-07-28, stateless) is
 //!   POSTed without a session, with `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name`
 //!   taken from its body (a name that is not plain ASCII as `=?base64?…?=`). Every
@@ -737,7 +738,10 @@ impl Bridge {
                 }
             };
             if tool.is_some() && attempt == 0 && response.status() == StatusCode::BAD_REQUEST {
-                let body = response.bytes().await;
+                let Ok(body) = response.bytes().await else {
+                    emit_error(&id, INTERNAL_ERROR, TOO_LARGE);
+                    break;
+                };
                 let code = serde_json::from_slice::<Value>(&body)
                     .ok()
                     .and_then(|v| v.pointer("/error/code").and_then(Value::as_i64));
@@ -816,11 +820,13 @@ impl Bridge {
         headers.insert(VERSION_HEADER, v);
         headers.insert(super::stateless::METHOD_HEADER, m);
         match self.post(Bytes::from(request.to_string()), headers).await {
-            Ok(r) if r.status().is_success() => {
-                let answer = r.bytes().await;
-                self.remember_tools(&answer);
-                true
-            }
+            Ok(r) if r.status().is_success() => match r.bytes().await {
+                Ok(answer) => {
+                    self.remember_tools(&answer);
+                    true
+                }
+                Err(TooLarge) => false,
+            },
             _ => false,
         }
     }
@@ -873,8 +879,8 @@ impl Bridge {
         let Some(generation) = self.adopt_session(&response) else {
             return false;
         };
-        let answer = response.bytes().await;
-        self.adopt_version(Some(&answer));
+        let answer = response.bytes().await.ok();
+        self.adopt_version(answer.as_deref());
         let initialized =
             Bytes::from_static(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
         let headers = self.headers(&self.state.lock());
@@ -927,6 +933,12 @@ impl Bridge {
                 if answered {
                     return;
                 }
+                if parser.overflowed() {
+                    if let Some(id) = id {
+                        emit_error(id, INTERNAL_ERROR, TOO_LARGE);
+                    }
+                    return;
+                }
             }
             if let (Some(id), false) = (id, answered) {
                 emit_error(
@@ -942,7 +954,13 @@ impl Bridge {
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|ct| ct.starts_with("application/json"));
-        let body = response.bytes().await;
+        let Ok(body) = response.bytes().await else {
+            match id {
+                Some(id) => emit_error(id, INTERNAL_ERROR, TOO_LARGE),
+                None => eprintln!("connector-host bridge: {TOO_LARGE}"),
+            }
+            return;
+        };
         if status.is_success() && is_json && !body.is_empty() {
             // The answer as the host wrote it (`emit` keeps it on one line).
             sink(&body);
@@ -1009,6 +1027,12 @@ impl Bridge {
                         }
                         if let Some(id) = parser.last_id.take() {
                             last_event_id = Some(id);
+                        }
+                        if parser.overflowed() {
+                            eprintln!(
+                                "connector-host bridge: the notification stream: {TOO_LARGE}"
+                            );
+                            break;
                         }
                     }
                 }
@@ -1217,13 +1241,17 @@ impl Answer {
         }
     }
 
-    /// The whole body.
-    async fn bytes(mut self) -> Vec<u8> {
+    /// The whole body, unless it is larger than [`MAX_ANSWER_BYTES`] (then the rest is
+    /// not read, and the connection is not reused).
+    async fn bytes(mut self) -> Result<Vec<u8>, TooLarge> {
         let mut all = Vec::new();
         while let Some(chunk) = self.chunk().await {
+            if all.len() + chunk.len() > MAX_ANSWER_BYTES {
+                return Err(TooLarge);
+            }
             all.extend_from_slice(&chunk);
         }
-        all
+        Ok(all)
     }
 }
 
@@ -1233,10 +1261,26 @@ fn is_answer(message: &[u8]) -> bool {
         .is_ok_and(|v| v.get("result").is_some() || v.get("error").is_some())
 }
 
-/// An incremental `text/event-stream` parser yielding the data of `message` events.
+/// The largest answer, or event of an answer stream, the bridge reads: far above a tool
+/// result at the host's output limits, and a bound on what a server at the endpoint that
+/// streams without end can make this process hold.
+const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+
+/// What a client is told of an answer past [`MAX_ANSWER_BYTES`].
+const TOO_LARGE: &str = "the host's answer is larger than the 64 MiB the bridge reads";
+
+/// An answer, or an event of an answer stream, past [`MAX_ANSWER_BYTES`].
+#[derive(Debug)]
+struct TooLarge;
+
+/// An incremental `text/event-stream` parser yielding the data of `message` events; an
+/// unfinished line or event past [`MAX_ANSWER_BYTES`] ends the stream
+/// ([`SseParser::overflowed`]).
 #[derive(Default)]
 struct SseParser {
     buffer: Vec<u8>,
+    /// How much of `buffer` holds no line ending.
+    scanned: usize,
     data: Vec<u8>,
     event: Option<String>,
     last_id: Option<String>,
@@ -1246,27 +1290,43 @@ impl SseParser {
     fn feed(&mut self, chunk: &[u8]) -> Vec<Vec<u8>> {
         self.buffer.extend_from_slice(chunk);
         let mut out = Vec::new();
+        // Where the current line starts, and where to look for its end: the part of an
+        // unfinished line already looked at is not scanned again.
         let mut start = 0;
-        while let Some(pos) = self.buffer[start..]
-            .iter()
-            .position(|b| *b == b'\n' || *b == b'\r')
-        {
-            let end = start + pos;
-            let line = self.buffer[start..end].to_vec();
+        let mut from = self.scanned;
+        loop {
+            let Some(pos) = self.buffer[from..]
+                .iter()
+                .position(|b| *b == b'\n' || *b == b'\r')
+            else {
+                from = self.buffer.len();
+                break;
+            };
+            let end = from + pos;
             let mut next = end + 1;
             if self.buffer[end] == b'\r' {
                 if next == self.buffer.len() {
-                    break; // a CR at the end of a chunk: wait for a possible LF
+                    from = end; // a CR at the end of a chunk: wait for a possible LF
+                    break;
                 }
                 if self.buffer[next] == b'\n' {
                     next += 1;
                 }
             }
+            let line = self.buffer[start..end].to_vec();
             start = next;
+            from = next;
             self.line(&line, &mut out);
         }
         self.buffer.drain(..start);
+        self.scanned = from - start;
         out
+    }
+
+    /// Whether the unfinished line or event held is larger than [`MAX_ANSWER_BYTES`]:
+    /// the stream is then given up.
+    fn overflowed(&self) -> bool {
+        self.buffer.len() > MAX_ANSWER_BYTES || self.data.len() > MAX_ANSWER_BYTES
     }
 
     fn line(&mut self, line: &[u8], out: &mut Vec<Vec<u8>>) {
@@ -1318,6 +1378,33 @@ mod tests {
         let out = p.feed(b"event: other\ndata: z\n\ndata:w\r");
         assert!(out.is_empty());
         assert_eq!(p.feed(b"\r\n"), vec![b"w".to_vec()]);
+    }
+
+    #[test]
+    fn a_line_without_end_is_given_up_past_the_limit_in_linear_time() {
+        let mut p = SseParser::default();
+        let chunk = vec![b'x'; 64 * 1024];
+        let started = std::time::Instant::now();
+        let mut fed = 0;
+        while !p.overflowed() {
+            assert!(p.feed(&chunk).is_empty());
+            fed += chunk.len();
+            assert!(fed <= MAX_ANSWER_BYTES + chunk.len(), "never overflowed");
+        }
+        assert!(fed > MAX_ANSWER_BYTES);
+        // Each byte is looked at once (a rescan per chunk took minutes).
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+
+        let mut p = SseParser::default();
+        for piece in [&b"data: {\"a\""[..], b":1", b"}\r", b"\n", b"\r\n"] {
+            let out = p.feed(piece);
+            if piece == b"\r\n" {
+                assert_eq!(out, vec![b"{\"a\":1}".to_vec()]);
+            } else {
+                assert!(out.is_empty());
+            }
+        }
+        assert!(!p.overflowed());
     }
 
     #[test]

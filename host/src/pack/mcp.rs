@@ -5,8 +5,8 @@
 //! `Accept: application/json, text/event-stream`; the answer is either a JSON body or a
 //! Server-Sent Events stream whose `data:` lines carry the response (read only until the
 //! response arrives). `Mcp-Session-Id` from `initialize` is sent back on every later
-//! request, with `MCP-Protocol-Version`. Each request has a 10 s budget, and every
-//! failure names the server's URL.
+//! request, with `MCP-Protocol-Version`. Each request has a 10 s budget and reads at
+//! most 16 MiB of answer, and every failure names the server's URL.
 
 use std::io::{BufRead, BufReader, Read};
 use std::time::Duration;
@@ -211,12 +211,9 @@ impl Session {
         let message = if content_type.starts_with("text/event-stream") {
             read_sse(response, id).map_err(|e| self.bad(method, &e))?
         } else if content_type.starts_with("application/json") {
-            let mut text = String::new();
-            response
-                .take(MAX_RESPONSE)
-                .read_to_string(&mut text)
-                .map_err(|e| self.bad(method, &format!("could not read the answer: {e}")))?;
-            let value: Value = serde_json::from_str(&text)
+            let body = crate::remote_answer::read_at_most_blocking(response, MAX_RESPONSE)
+                .map_err(|e| self.bad(method, &e.to_string()))?;
+            let value: Value = serde_json::from_slice(&body)
                 .map_err(|e| self.bad(method, &format!("the answer is not JSON: {e}")))?;
             find_response(value, id)
                 .ok_or_else(|| self.bad(method, "no response to the request"))?
@@ -298,12 +295,26 @@ fn find_response(value: Value, id: u64) -> Option<Value> {
     }
 }
 
-/// Reads Server-Sent Events until the response to `id` arrives.
+/// Reads Server-Sent Events until the response to `id` arrives, at most
+/// [`MAX_RESPONSE`] bytes of them.
 fn read_sse(response: impl Read, id: u64) -> Result<Value, String> {
-    let reader = BufReader::new(response.take(MAX_RESPONSE));
+    read_sse_at_most(response, id, MAX_RESPONSE)
+}
+
+fn read_sse_at_most(response: impl Read, id: u64, limit: u64) -> Result<Value, String> {
+    let mut reader = BufReader::new(response.take(limit));
     let mut data = String::new();
-    for line in reader.lines() {
-        let line = line.map_err(|e| format!("could not read the event stream: {e}"))?;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let read = reader
+            .read_line(&mut line)
+            .map_err(|e| format!("could not read the event stream: {e}"))?;
+        if read == 0 {
+            break;
+        }
+        let line = line.strip_suffix('\n').unwrap_or(&line);
+        let line = line.strip_suffix('\r').unwrap_or(line);
         if line.is_empty() {
             if !data.is_empty() {
                 if let Ok(value) = serde_json::from_str::<Value>(&data) {
@@ -328,6 +339,12 @@ fn read_sse(response: impl Read, id: u64) -> Result<Value, String> {
                 return Ok(found);
             }
         }
+    }
+    if reader.into_inner().limit() == 0 {
+        return Err(format!(
+            "the event stream passed {} without the response",
+            crate::remote_answer::size(limit)
+        ));
     }
     Err("the event stream ended without the response".into())
 }
@@ -385,7 +402,15 @@ mod tests {
                       data: \"id\":3,\"result\":{\"ok\":true}}\n\nid: 9\n";
         let found = read_sse(stream.as_bytes(), 3).expect("found");
         assert_eq!(found["result"]["ok"], true);
-        assert!(read_sse(stream.as_bytes(), 4).is_err());
+        assert_eq!(
+            read_sse(stream.as_bytes(), 4).expect_err("no answer to 4"),
+            "the event stream ended without the response"
+        );
+        let comments = ": keep-alive\n".repeat(1000);
+        assert_eq!(
+            read_sse_at_most(comments.as_bytes(), 3, 4096).expect_err("too long"),
+            "the event stream passed 4 KiB without the response"
+        );
         assert_eq!(normalise("Get-Weather.v2"), "get_weather_v2");
     }
 }

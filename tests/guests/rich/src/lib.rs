@@ -17,6 +17,10 @@
 //! - `bad_media` `{}`: an image whose media type is `png` (not type/subtype).
 //! - `big_image` `{bytes}`: an image of `bytes` zero bytes (output limits).
 //! - `many_blocks` `{count}`: `count` empty text blocks (a flood that costs no data).
+//! - `fail` `{message}`: fails with `message` as its own error text (control characters
+//!   and all).
+//! - `link_to` `{uri}`: a resource link to `uri`, whatever it is.
+//! - `embed_at` `{uri}`: an embedded text resource at `uri`, whatever it is.
 
 use connector_sdk::serde_json::json;
 use connector_sdk::{
@@ -131,6 +135,30 @@ fn many_blocks(_: &CallContext, args: CountArgs) -> Output {
     Ok((0..args.count).fold(ToolOutput::new(), |out, _| out.text("")))
 }
 
+/// `{message}`.
+#[derive(Deserialize, JsonSchema)]
+struct MessageArgs {
+    message: String,
+}
+
+fn fail(_: &CallContext, args: MessageArgs) -> Output {
+    Err(ToolError::failed(args.message))
+}
+
+/// `{uri}`.
+#[derive(Deserialize, JsonSchema)]
+struct UriArgs {
+    uri: String,
+}
+
+fn link_to(_: &CallContext, args: UriArgs) -> Output {
+    Ok(ToolOutput::new().resource_link(ResourceLink::new(args.uri, "linked")))
+}
+
+fn embed_at(_: &CallContext, args: UriArgs) -> Output {
+    Ok(ToolOutput::new().resource_text(args.uri, "text/plain", "embedded"))
+}
+
 fn big_image(_: &CallContext, args: SizeArgs) -> Output {
     Ok(ToolOutput::new().image(vec![0u8; args.bytes as usize], "image/png"))
 }
@@ -192,6 +220,9 @@ impl Connector for Rich {
                 "`count` empty text blocks",
                 many_blocks,
             ))
+            .tool(Tool::new("fail", "Fails with `message`", fail))
+            .tool(Tool::new("link_to", "A resource link to `uri`", link_to).read_only())
+            .tool(Tool::new("embed_at", "A text resource at `uri`", embed_at).read_only())
     }
 }
 
