@@ -2,13 +2,14 @@
 //! the real `connector-host` binary: idle keep-alive sockets, from one remote address or
 //! from many, never lock other clients out (one address holds at most its share; at the
 //! total cap the least recently active idle connection makes room; `/healthz` is answered
-//! whenever the process runs).
+//! whenever the process runs), and senders trickling webhook bodies that will never
+//! verify cannot make signed deliveries from elsewhere fail.
 //!
 //! Linux routes all of 127.0.0.0/8 to the loopback interface, so a client socket bound to
 //! 127.0.0.2, 127.0.0.3, ... before connecting is another remote address to the server.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -312,4 +313,185 @@ async fn healthz_is_answered_when_every_connection_is_busy() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (status, body, _) = probe(server.addr, "/api/v1/connectors", Some(OPERATOR_TOKEN)).await;
     assert_eq!(status, 200, "{body}");
+}
+
+const GITHUB_SECRET: &str = "It's a Secret to Everybody";
+const MIB: usize = 1024 * 1024;
+
+/// One upload to the bundled `github` connector with a well-formed signature that will
+/// never verify, declaring the largest body the host takes (25 MiB): 20 MiB of it (less
+/// 512 bytes) at once, so five of them hold the whole reading budget (4 × 25 MiB), then
+/// a byte every 500 ms, until the server answers or `stop` is set. Returns the server's
+/// status (0: none).
+async fn trickled_upload(
+    from: Ipv4Addr,
+    server: SocketAddr,
+    id: usize,
+    holding: &AtomicUsize,
+    stop: &AtomicBool,
+) -> u16 {
+    let Ok(stream) = connect_from(from, server).await else {
+        return 0;
+    };
+    let (mut reader, mut writer) = stream.into_split();
+    let head = format!(
+        "POST /api/v1/webhooks/github HTTP/1.1\r\nHost: {server}\r\nContent-Type: application/json\r\nX-GitHub-Event: push\r\nX-GitHub-Delivery: attack-{id}\r\nX-Hub-Signature-256: sha256={}\r\nContent-Length: {}\r\n\r\n",
+        "0".repeat(64),
+        25 * MIB
+    );
+    let send = async {
+        writer.write_all(head.as_bytes()).await?;
+        let chunk = vec![b' '; MIB];
+        for _ in 0..19 {
+            writer.write_all(&chunk).await?;
+        }
+        writer.write_all(&chunk[..MIB - 512]).await?;
+        holding.fetch_add(1, Ordering::SeqCst);
+        let trickled = async {
+            while !stop.load(Ordering::Relaxed) {
+                writer.write_all(b" ").await?;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            std::io::Result::Ok(())
+        };
+        let result = trickled.await;
+        holding.fetch_sub(1, Ordering::SeqCst);
+        result
+    };
+    let mut answer = vec![0u8; 4096];
+    let status = tokio::select! {
+        _ = send => {
+            // Stopped (or the server stopped reading): whatever it answered.
+            tokio::time::timeout(Duration::from_millis(200), reader.read(&mut answer)).await
+        }
+        read = reader.read(&mut answer) => Ok(read),
+    };
+    match status {
+        Ok(Ok(n)) if n > 0 => String::from_utf8_lossy(&answer[..n])
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Five senders from `sources` (taken in turn) each trickle a 25 MiB body with a wrong
+/// signature, re-sending whenever they are cut off, while signed deliveries from the
+/// probe address go on for 8 s: returns each delivery's status and what the uploads
+/// were answered (status → count).
+async fn signed_deliveries_during_trickled_uploads(
+    sources: &[Ipv4Addr],
+) -> (Vec<u16>, std::collections::BTreeMap<u16, usize>) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(
+        dir.path(),
+        &[("CONNECTOR_HOST_GITHUB_WEBHOOK_SECRET", GITHUB_SECRET)],
+    )
+    .await;
+    let holding = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let senders: Vec<_> = (0..5)
+        .map(|i| {
+            let from = sources[i % sources.len()];
+            let (holding, stop, addr) = (holding.clone(), stop.clone(), server.addr);
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    answers
+                        .push(trickled_upload(from, addr, i * 10_000 + n, &holding, &stop).await);
+                }
+                answers
+            })
+        })
+        .collect();
+    // The attack is in place once all five hold 20 MiB each (100 MiB: four times the
+    // largest body).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while holding.load(Ordering::SeqCst) < 5 {
+        assert!(
+            Instant::now() < deadline,
+            "the five uploads did not all get 20 MiB in"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let body = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../connectors/github/fixtures/push.json"),
+    )
+    .expect("push fixture");
+    let client = reqwest::Client::builder()
+        .local_address(IpAddr::V4(PROBE))
+        .build()
+        .expect("client");
+    let mut statuses = Vec::new();
+    let started = Instant::now();
+    let mut i = 0;
+    while started.elapsed() < Duration::from_secs(8) {
+        i += 1;
+        let (status, _) = integration_tests::harness::send_github_webhook(
+            &client,
+            &server.url,
+            "github",
+            "push",
+            &format!("signed-{i}"),
+            &body,
+            GITHUB_SECRET,
+        )
+        .await;
+        statuses.push(status);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut uploads = std::collections::BTreeMap::new();
+    for sender in senders {
+        for status in sender.await.expect("sender") {
+            *uploads.entry(status).or_insert(0) += 1;
+        }
+    }
+    (statuses, uploads)
+}
+
+/// Asserts every signed delivery was accepted.
+fn assert_all_accepted(
+    statuses: &[u16],
+    uploads: &std::collections::BTreeMap<u16, usize>,
+    attack: &str,
+) {
+    let mut counts = std::collections::BTreeMap::new();
+    for s in statuses {
+        *counts.entry(*s).or_insert(0) += 1;
+    }
+    eprintln!("{attack}: signed deliveries {counts:?}; the uploads were answered {uploads:?}");
+    assert!(
+        statuses.len() >= 10,
+        "only {} deliveries sent",
+        statuses.len()
+    );
+    assert!(
+        statuses.iter().all(|s| *s == 202),
+        "{attack}: signed deliveries from another address were answered {counts:?} (status: count)"
+    );
+}
+
+/// Five uploads from one address, each trickling a 25 MiB body whose signature will not
+/// verify, held the whole webhook reading budget: every signed delivery got `503`. Now
+/// that address holds at most its share, and signed deliveries from another address
+/// are all accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trickled_uploads_from_one_address_leave_signed_deliveries_accepted() {
+    let _alone = machine_load().await;
+    let (statuses, uploads) = signed_deliveries_during_trickled_uploads(&[loopback(2)]).await;
+    assert_all_accepted(&statuses, &uploads, "five uploads from one address");
+}
+
+/// The same from five addresses, one upload each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trickled_uploads_from_five_addresses_leave_signed_deliveries_accepted() {
+    let _alone = machine_load().await;
+    let sources: Vec<_> = (2..=6).map(loopback).collect();
+    let (statuses, uploads) = signed_deliveries_during_trickled_uploads(&sources).await;
+    assert_all_accepted(&statuses, &uploads, "five uploads from five addresses");
 }
