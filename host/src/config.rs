@@ -76,8 +76,23 @@ pub struct ServerLimits {
     pub header_timeout: Duration,
     /// A keep-alive connection with no request for this long is closed.
     pub idle_timeout: Duration,
-    /// Connections served at once; past it a connection is answered `503` and closed.
+    /// Connections served at once; at it, the least recently active idle connection is
+    /// closed to make room for a new one (or, when none is idle, the new one is answered
+    /// `503` and closed).
     pub max_connections: usize,
+    /// Connections one remote address may hold (`None`: a sixteenth of the connections
+    /// served at once, at least 1); past it, its own least recently active idle connection
+    /// is closed to make room (or, when none is idle, the new one is answered `503`).
+    pub max_connections_per_peer: Option<usize>,
+}
+
+impl ServerLimits {
+    /// Connections one remote address may hold when `cap` connections are served at once.
+    pub fn per_peer(&self, cap: usize) -> usize {
+        self.max_connections_per_peer
+            .unwrap_or(cap / 16)
+            .clamp(1, cap.max(1))
+    }
 }
 
 impl Default for ServerLimits {
@@ -86,6 +101,7 @@ impl Default for ServerLimits {
             header_timeout: Duration::from_millis(10_000),
             idle_timeout: Duration::from_millis(60_000),
             max_connections: 4096,
+            max_connections_per_peer: None,
         }
     }
 }
@@ -279,6 +295,8 @@ pub const ENV_HEADER_TIMEOUT_MS: &str = "CONNECTOR_HOST_HEADER_TIMEOUT_MS";
 pub const ENV_IDLE_TIMEOUT_MS: &str = "CONNECTOR_HOST_IDLE_TIMEOUT_MS";
 /// `server.max_connections`.
 pub const ENV_MAX_CONNECTIONS: &str = "CONNECTOR_HOST_MAX_CONNECTIONS";
+/// `server.max_connections_per_peer`.
+pub const ENV_MAX_CONNECTIONS_PER_PEER: &str = "CONNECTOR_HOST_MAX_CONNECTIONS_PER_PEER";
 /// `server.cors_origins` (comma-separated).
 pub const ENV_CORS_ORIGINS: &str = "CONNECTOR_HOST_CORS_ORIGINS";
 
@@ -316,6 +334,7 @@ const KNOWN_ENV: &[&str] = &[
     ENV_HEADER_TIMEOUT_MS,
     ENV_IDLE_TIMEOUT_MS,
     ENV_MAX_CONNECTIONS,
+    ENV_MAX_CONNECTIONS_PER_PEER,
     ENV_CORS_ORIGINS,
 ];
 
@@ -397,6 +416,14 @@ const WHOLE_SETTINGS: &[WholeSetting] = &[
         unit: "connections",
         example: "4096",
         set: |c, v| c.server.max_connections = v as usize,
+    },
+    WholeSetting {
+        key: "server.max_connections_per_peer",
+        env: ENV_MAX_CONNECTIONS_PER_PEER,
+        max: 1_000_000,
+        unit: "connections",
+        example: "256",
+        set: |c, v| c.server.max_connections_per_peer = Some(v as usize),
     },
 ];
 
@@ -525,6 +552,7 @@ struct FileServer {
     header_timeout_ms: Option<toml::Value>,
     idle_timeout_ms: Option<toml::Value>,
     max_connections: Option<toml::Value>,
+    max_connections_per_peer: Option<toml::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -550,6 +578,7 @@ impl FileConfig {
             "server.header_timeout_ms" => s.header_timeout_ms.as_ref(),
             "server.idle_timeout_ms" => s.idle_timeout_ms.as_ref(),
             "server.max_connections" => s.max_connections.as_ref(),
+            "server.max_connections_per_peer" => s.max_connections_per_peer.as_ref(),
             _ => None,
         }
     }
@@ -656,6 +685,18 @@ impl HostConfig {
                 ),
                 Some(&(config.limits.total_memory_bytes as u64 / MIB).to_string()),
             ));
+        }
+        if let Some(per_peer) = config.server.max_connections_per_peer {
+            if per_peer > config.server.max_connections {
+                return Err(invalid(
+                    "server.max_connections_per_peer".into(),
+                    format!(
+                        "at most server.max_connections ({}): one address cannot hold more connections than are served at once",
+                        config.server.max_connections
+                    ),
+                    Some(&per_peer.to_string()),
+                ));
+            }
         }
         Ok(config)
     }
@@ -1273,6 +1314,9 @@ max_webhook_bytes = 1024
         assert_eq!(defaults.server.header_timeout, Duration::from_secs(10));
         assert_eq!(defaults.server.idle_timeout, Duration::from_secs(60));
         assert_eq!(defaults.server.max_connections, 4096);
+        assert_eq!(defaults.server.max_connections_per_peer, None);
+        assert_eq!(defaults.server.per_peer(4096), 256, "a sixteenth");
+        assert_eq!(defaults.server.per_peer(10), 1, "at least one");
 
         let file = toml_file(
             r#"
@@ -1284,6 +1328,7 @@ guest_memory_total_mib = 512
 header_timeout_ms = 1500
 idle_timeout_ms = 7000
 max_connections = 100
+max_connections_per_peer = 10
 "#,
         );
         let config = load(
@@ -1300,6 +1345,46 @@ max_connections = 100
         assert_eq!(config.server.header_timeout, Duration::from_millis(1500));
         assert_eq!(config.server.idle_timeout, Duration::from_millis(7000));
         assert_eq!(config.server.max_connections, 200);
+        assert_eq!(config.server.max_connections_per_peer, Some(10));
+        assert_eq!(config.server.per_peer(200), 10);
+        assert_eq!(
+            config.server.per_peer(5),
+            5,
+            "never more than the cap in force"
+        );
+        let config = load(
+            None,
+            env(&[("CONNECTOR_HOST_MAX_CONNECTIONS_PER_PEER", "7")]),
+            &ServeFlags::default(),
+        )
+        .expect("loads");
+        assert_eq!(config.server.max_connections_per_peer, Some(7));
+        for (value, expected) in [
+            ("0", "CONNECTOR_HOST_MAX_CONNECTIONS_PER_PEER: expected a whole number of connections from 1 to 1000000"),
+            ("many", "CONNECTOR_HOST_MAX_CONNECTIONS_PER_PEER: expected a whole number of connections"),
+        ] {
+            let err = load(
+                None,
+                env(&[("CONNECTOR_HOST_MAX_CONNECTIONS_PER_PEER", value)]),
+                &ServeFlags::default(),
+            )
+            .expect_err("refused");
+            assert!(err.to_string().contains(expected), "{value}: {err}");
+        }
+        let err = load(
+            None,
+            env(&[
+                ("CONNECTOR_HOST_MAX_CONNECTIONS", "100"),
+                ("CONNECTOR_HOST_MAX_CONNECTIONS_PER_PEER", "101"),
+            ]),
+            &ServeFlags::default(),
+        )
+        .expect_err("a share above the cap is refused");
+        assert!(
+            err.to_string()
+                .contains("invalid server.max_connections_per_peer: expected at most server.max_connections (100)"),
+            "{err}"
+        );
 
         let err = load(
             None,

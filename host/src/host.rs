@@ -320,15 +320,18 @@ impl Host {
     // ----- webhooks and inboxes -------------------------------------------------------
 
     /// Admits a webhook delivery's body to be read (see `Webhooks::admit`): refuses one
-    /// whose slug, headers or size cannot lead to a delivery, or that the host has no room
-    /// to read now, before any of it is buffered. Hold the admission until the body is
+    /// whose slug, headers or size cannot lead to a delivery before any of it is
+    /// buffered; its body is then read within its sender's share of the reading budget
+    /// (`peer`: the sender's remote address as `crate::http::Peer::addr` gives it, an
+    /// IPv6 one by its /64; `None` when unknown). Hold the admission until the body is
     /// handled.
     pub fn admit_webhook(
         &self,
         slug: &str,
         headers: &http::HeaderMap,
+        peer: Option<std::net::IpAddr>,
     ) -> HostResult<crate::webhooks::BodyAdmission> {
-        self.parts.webhooks.admit(slug, headers)
+        self.parts.webhooks.admit(slug, headers, peer)
     }
 
     /// Receives one webhook delivery for connector `slug`.

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::error::{ErrorCode, HostError, HostResult};
 use crate::host::{Host, Written};
-use crate::http::{AgentOfPath, ApiJson, Operator};
+use crate::http::{AgentOfPath, ApiJson, Operator, PeerOf};
 use crate::store::Subject;
 
 type ApiResult = Result<Response, HostError>;
@@ -436,28 +436,37 @@ async fn call_tool(
 
 async fn receive_webhook(
     State(host): State<Host>,
+    PeerOf(peer): PeerOf,
     Path(slug): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult {
     // Nothing is buffered for a slug that takes no webhooks, for headers that cannot
-    // verify, past the limit, or past what the host reads at once.
-    let mut admission = host.admit_webhook(&slug, &headers)?;
+    // verify, or past the limit; the body is read within its sender's share of what
+    // the host reads at once, and given up when that share is needed by others.
+    let admission = host.admit_webhook(&slug, &headers, peer.map(|p| p.addr()))?;
     let limit = admission.limit();
+    let cut_off = admission.cut_off();
     let read = read_body_counted(&headers, body, limit, "the webhook body", |seen| {
         admission.take(seen)
     });
-    let body = match tokio::time::timeout(crate::webhooks::WEBHOOK_BODY_TIME, read).await {
-        Ok(read) => read?,
-        Err(_) => {
-            return Err(HostError::new(
-                ErrorCode::RequestTimeout,
-                format!(
-                    "the webhook body did not arrive within {} s; send it at once",
-                    crate::webhooks::WEBHOOK_BODY_TIME.as_secs()
-                ),
-            ))
-        }
+    let body = tokio::select! {
+        read = tokio::time::timeout(crate::webhooks::WEBHOOK_BODY_TIME, read) => match read {
+            Ok(read) => read?,
+            Err(_) => {
+                return Err(HostError::new(
+                    ErrorCode::RequestTimeout,
+                    format!(
+                        "the webhook body did not arrive within {} s; send it at once",
+                        crate::webhooks::WEBHOOK_BODY_TIME.as_secs()
+                    ),
+                ))
+            }
+        },
+        () = cut_off => return Err(HostError::new(
+            ErrorCode::HostBusy,
+            "the host is reading more webhook bodies from this sender than its share allows while others wait; retry shortly",
+        )),
     };
     let outcome = host.receive_webhook(&slug, &headers, &body).await?;
     drop(admission);
@@ -471,18 +480,21 @@ async fn receive_webhook(
 /// an undeclared one as soon as the limit is passed — nothing more is kept: the rest is
 /// drained (bounded, see [`crate::http::read_limited`]) so the client reads the `413`.
 async fn read_body(headers: &HeaderMap, body: Body, limit: usize, what: &str) -> HostResult<Bytes> {
-    read_body_counted(headers, body, limit, what, |_| true).await
+    read_body_counted(headers, body, limit, what, |_| std::future::ready(true)).await
 }
 
 /// Like [`read_body`], asking `room(bytes so far)` as each part arrives whether the host
 /// may hold that much (`503 host_busy` when not).
-async fn read_body_counted(
+async fn read_body_counted<R>(
     headers: &HeaderMap,
     body: Body,
     limit: usize,
     what: &str,
-    room: impl FnMut(u64) -> bool,
-) -> HostResult<Bytes> {
+    room: impl FnMut(u64) -> R,
+) -> HostResult<Bytes>
+where
+    R: std::future::Future<Output = bool>,
+{
     let too_large = || {
         HostError::new(
             ErrorCode::PayloadTooLarge,

@@ -103,17 +103,20 @@ pub async fn read_limited(
     body: Body,
     limit: usize,
 ) -> Result<Bytes, BodyError> {
-    read_limited_counted(headers, body, limit, |_| true).await
+    read_limited_counted(headers, body, limit, |_| std::future::ready(true)).await
 }
 
 /// Like [`read_limited`], asking `room(bytes so far)` as each part arrives whether the
-/// host may hold that much ([`BodyError::NoRoom`] when not).
-pub async fn read_limited_counted(
+/// host may hold that much (it may wait for room; [`BodyError::NoRoom`] when not).
+pub async fn read_limited_counted<R>(
     headers: &HeaderMap,
     mut body: Body,
     limit: usize,
-    mut room: impl FnMut(u64) -> bool,
-) -> Result<Bytes, BodyError> {
+    mut room: impl FnMut(u64) -> R,
+) -> Result<Bytes, BodyError>
+where
+    R: std::future::Future<Output = bool>,
+{
     let limit = limit as u64;
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -134,7 +137,7 @@ pub async fn read_limited_counted(
             if seen > limit {
                 break;
             }
-            if !room(seen) {
+            if !room(seen).await {
                 return Err(BodyError::NoRoom);
             }
             buffer.extend_from_slice(&data);

@@ -17,19 +17,27 @@
 //!   handlers answer `408`, and the connection closes after it); one
 //!   a handler did not read (it answered first: `401`, `404`) is read and dropped after
 //!   the answer, bounded, with the connection still counted busy;
-//! - past `max_connections` (lowered to what the open-files limit leaves room for), a
-//!   connection is answered `503` with the contract's JSON error and closed, without
-//!   reading its request.
+//! - each remote address ([`Peer`]) holds at most `max_connections_per_peer`
+//!   connections, and all of them together at most `max_connections` (lowered to what
+//!   the open-files limit leaves room for). At either bound a new connection does not
+//!   wait for one to close: the least recently active idle connection (of that address,
+//!   or of anyone at the total cap) is closed to make room ([`Slots`]), so sockets left
+//!   idle, by one client or by many, never lock others out, and an address holding its
+//!   whole share hurts only itself. Only when every one of them is busy answering a
+//!   request is the new connection refused: answered `503` with the contract's JSON
+//!   error and closed, its request unread, except `GET /healthz`, answered `200` there
+//!   and then, so liveness is answered whenever the process runs.
 //!
 //! Hyper's own `header_read_timeout` is not used: it also runs while a keep-alive
 //! connection waits for its next request, which would close idle connections at the
 //! header timeout rather than the idle timeout.
 
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -38,9 +46,9 @@ use axum::Router;
 use http_body::{Body as _, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{mpsc, watch};
 use tower::ServiceExt;
 
 use crate::config::ServerLimits;
@@ -87,7 +95,9 @@ pub async fn serve(
             "the open-files limit leaves room for fewer connections than server.max_connections; raise it (ulimit -n) to serve more"
         );
     }
-    let connections = Arc::new(Semaphore::new(cap));
+    let slots = Arc::new(Slots::new(cap, limits.per_peer(cap)));
+    // Every connection's task holds a sender: `open.recv()` ends once all are gone.
+    let (alive, mut open) = mpsc::channel::<()>(1);
     let lingering = Arc::new(Lingering::default());
     let (stopping, stopped) = watch::channel(false);
     let mut accept_errors = AcceptErrors::default();
@@ -104,22 +114,234 @@ pub async fn serve(
             },
         };
         let _ = stream.set_nodelay(true);
-        match connections.clone().try_acquire_owned() {
-            Ok(permit) => {
+        let peer = Peer::of(remote.ip());
+        let activity = Arc::new(Activity::new());
+        match slots.admit(peer, &activity) {
+            Ok(slot) => {
                 let router = router.clone();
                 let stopped = stopped.clone();
-                let peer = Peer::of(remote.ip());
+                let alive = alive.clone();
                 tokio::spawn(async move {
-                    serve_connection(stream, peer, router, limits, stopped).await;
-                    drop(permit);
+                    serve_connection(stream, peer, activity, router, limits, stopped).await;
+                    drop(slot);
+                    drop(alive);
                 });
             }
-            Err(_) => refuse(stream, &lingering),
+            Err(refused) => refuse(stream, refused, &lingering),
         }
     }
     let _ = stopping.send(true);
-    // Every connection holds a permit until it closes.
-    let _ = connections.acquire_many(cap as u32).await;
+    drop(alive);
+    let _ = open.recv().await;
+}
+
+/// The connections being served, filed so that room is made fairly and cheaply: each
+/// remote address holds at most `per_peer` of them and all together at most `cap`; at
+/// either bound the least recently active idle connection (of that address, or of
+/// anyone) is closed to make room for the new one.
+///
+/// A connection is not re-filed at every read or write (that would take this lock on
+/// every request): it is filed under a stamp no later than its last activity, and a
+/// search for the least recently active re-files an entry whose connection was active
+/// since, and sets aside ("parks") one that is busy answering a request, to be filed
+/// again when that request is done. So the first entry whose stamp is current is the
+/// least recently active idle connection; each step is O(log n), and what one search
+/// re-files or parks was paid for by activity since the last. The lock is never held
+/// across an await.
+struct Slots {
+    cap: usize,
+    per_peer: usize,
+    /// Stamps are milliseconds since this.
+    epoch: Instant,
+    filed: parking_lot::Mutex<Filed>,
+}
+
+#[derive(Default)]
+struct Filed {
+    last_id: u64,
+    open: HashMap<u64, Open>,
+    /// Every connection not parked, by (stamp, id): the least recently active first.
+    by_activity: BTreeSet<(u64, u64)>,
+    peers: HashMap<Peer, PeerFiled>,
+}
+
+/// The connections of one remote address.
+#[derive(Default)]
+struct PeerFiled {
+    open: usize,
+    /// As [`Filed::by_activity`], this address's only.
+    by_activity: BTreeSet<(u64, u64)>,
+}
+
+/// One connection being served.
+struct Open {
+    peer: Peer,
+    /// When it opened (ms since [`Slots::epoch`]): its activity's times count from then.
+    opened: u64,
+    activity: Arc<Activity>,
+    /// The stamp it is filed under; `None` while parked.
+    stamp: Option<u64>,
+}
+
+/// Why a connection was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// Its address holds its share, every one of them busy.
+    PeerFull,
+    /// The server holds `max_connections`, every one of them busy.
+    Full,
+}
+
+/// A connection's place among the [`Slots`], given back when dropped.
+struct Slot {
+    slots: Arc<Slots>,
+    id: u64,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.slots.filed.lock().remove(self.id);
+    }
+}
+
+impl Slots {
+    fn new(cap: usize, per_peer: usize) -> Self {
+        Self {
+            cap,
+            per_peer,
+            epoch: Instant::now(),
+            filed: parking_lot::Mutex::new(Filed::default()),
+        }
+    }
+
+    /// A place for a new connection from `peer`, made by closing the least recently
+    /// active idle connection (its address's own when it holds its share, anyone's at the
+    /// total cap) if need be; refused when every candidate is busy.
+    fn admit(self: &Arc<Self>, peer: Peer, activity: &Arc<Activity>) -> Result<Slot, Refused> {
+        let mut filed = self.filed.lock();
+        if filed
+            .peers
+            .get(&peer)
+            .is_some_and(|p| p.open >= self.per_peer)
+        {
+            let room = filed.take_idle(Some(peer)).ok_or(Refused::PeerFull)?;
+            room.activity.close_for_room();
+        }
+        if filed.open.len() >= self.cap {
+            let room = filed.take_idle(None).ok_or(Refused::Full)?;
+            room.activity.close_for_room();
+        }
+        filed.last_id += 1;
+        let id = filed.last_id;
+        let opened = activity
+            .opened
+            .saturating_duration_since(self.epoch)
+            .as_millis() as u64;
+        filed.open.insert(
+            id,
+            Open {
+                peer,
+                opened,
+                activity: activity.clone(),
+                stamp: None,
+            },
+        );
+        filed.peers.entry(peer).or_default().open += 1;
+        filed.file(id, opened);
+        let _ = activity.slot.set((Arc::downgrade(self), id));
+        Ok(Slot {
+            slots: self.clone(),
+            id,
+        })
+    }
+
+    /// Files connection `id` again once the request it was parked for is done.
+    fn unpark(&self, id: u64) {
+        let mut filed = self.filed.lock();
+        let Some(open) = filed.open.get(&id) else {
+            return;
+        };
+        // The flag is cleared under the lock: a search that found it idle meanwhile
+        // has cleared it already, and filed (or closed) it.
+        if open.stamp.is_none() && open.activity.parked.swap(false, Ordering::SeqCst) {
+            let stamp = open.opened + open.activity.last.load(Ordering::Relaxed);
+            filed.file(id, stamp);
+        }
+    }
+}
+
+impl Filed {
+    /// Takes out of the files the least recently active idle connection (`peer`'s, or
+    /// anyone's), re-filing or parking the entries it passes on the way.
+    fn take_idle(&mut self, peer: Option<Peer>) -> Option<Open> {
+        loop {
+            let (stamp, id) = match peer {
+                Some(peer) => *self.peers.get(&peer)?.by_activity.first()?,
+                None => *self.by_activity.first()?,
+            };
+            let Some(open) = self.open.get(&id) else {
+                // Not open: cannot be filed (see `remove`); dropped all the same.
+                self.by_activity.remove(&(stamp, id));
+                if let Some(p) = peer.and_then(|p| self.peers.get_mut(&p)) {
+                    p.by_activity.remove(&(stamp, id));
+                }
+                continue;
+            };
+            let (opened, activity) = (open.opened, open.activity.clone());
+            // Parked first, busy read after (and the reverse when a request ends, see
+            // `Busy`): a request ending meanwhile either finds it parked and files it
+            // again, or is seen here as not busy.
+            activity.parked.store(true, Ordering::SeqCst);
+            if activity.busy.load(Ordering::SeqCst) > 0 {
+                self.unfile(id);
+                continue;
+            }
+            activity.parked.store(false, Ordering::SeqCst);
+            let last = opened + activity.last.load(Ordering::Relaxed);
+            if last > stamp {
+                self.unfile(id);
+                self.file(id, last);
+                continue;
+            }
+            return self.remove(id);
+        }
+    }
+
+    fn file(&mut self, id: u64, stamp: u64) {
+        let Some(open) = self.open.get_mut(&id) else {
+            return;
+        };
+        open.stamp = Some(stamp);
+        self.by_activity.insert((stamp, id));
+        if let Some(peer) = self.peers.get_mut(&open.peer) {
+            peer.by_activity.insert((stamp, id));
+        }
+    }
+
+    fn unfile(&mut self, id: u64) {
+        let Some(open) = self.open.get_mut(&id) else {
+            return;
+        };
+        if let Some(stamp) = open.stamp.take() {
+            self.by_activity.remove(&(stamp, id));
+            if let Some(peer) = self.peers.get_mut(&open.peer) {
+                peer.by_activity.remove(&(stamp, id));
+            }
+        }
+    }
+
+    /// Forgets connection `id` (closed, or closing to make room).
+    fn remove(&mut self, id: u64) -> Option<Open> {
+        self.unfile(id);
+        let open = self.open.remove(&id)?;
+        if let Some(peer) = self.peers.get_mut(&open.peer) {
+            peer.open -= 1;
+            if peer.open == 0 {
+                self.peers.remove(&open.peer);
+            }
+        }
+        Some(open)
+    }
 }
 
 /// The soft open-files limit of this process, if it can be read.
@@ -162,35 +384,75 @@ impl AcceptErrors {
     }
 }
 
-/// Answers a connection past the cap with `503` and closes it, without reading its
-/// request; the connection lingers (see [`Lingering`]) so a client whose request
-/// arrives after the answer reads the answer rather than a reset.
-fn refuse(stream: TcpStream, lingering: &Arc<Lingering>) {
+/// Answers a refused connection with `503` and closes it, without serving its request
+/// (`GET /healthz` excepted, see [`asks_for_health`]); the connection lingers (see
+/// [`Lingering`]) so a client whose request arrives after the answer reads the answer
+/// rather than a reset.
+fn refuse(stream: TcpStream, refused: Refused, lingering: &Arc<Lingering>) {
     let (id, evicted) = lingering.enter();
     let lingering = lingering.clone();
     tokio::spawn(async move {
-        tokio::select! {
-            () = answer_and_linger(stream) => {}
-            () = evicted.notified() => {}
-        }
+        answer_and_linger(stream, refused, &evicted).await;
         lingering.leave(id);
     });
 }
 
-/// The answer to a connection past the cap.
-fn refusal() -> &'static str {
-    static ANSWER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    ANSWER.get_or_init(|| {
-        let body = serde_json::json!({"error": {
-            "code": "host_busy",
-            "message": "the server has as many connections as it serves at once (server.max_connections); retry shortly",
-        }})
-        .to_string();
+/// The answer to a refused connection.
+fn refusal(refused: Refused) -> &'static str {
+    static FULL: OnceLock<String> = OnceLock::new();
+    static PEER_FULL: OnceLock<String> = OnceLock::new();
+    let (answer, message) = match refused {
+        Refused::Full => (
+            &FULL,
+            "the server holds as many connections as it serves at once (server.max_connections), each of them busy with a request; retry shortly",
+        ),
+        Refused::PeerFull => (
+            &PEER_FULL,
+            "this address holds as many connections as one address may (server.max_connections_per_peer), each of them busy with a request; retry shortly",
+        ),
+    };
+    answer.get_or_init(|| {
+        let body = serde_json::json!({"error": {"code": "host_busy", "message": message}})
+            .to_string();
         format!(
             "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
             body.len()
         )
     })
+}
+
+/// The answer to `GET /healthz` on a refused connection: the same as the route's.
+const HEALTHY: &str = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: 15\r\n\r\n{\"status\":\"ok\"}";
+
+/// Whether the request on a refused connection is `GET /healthz` (or
+/// `/api/v1/healthz`), by its first bytes, read for at most [`REFUSAL_LINGER`]: liveness
+/// is answered whenever the process runs, even with every connection busy. Nothing else
+/// of the request is read, and nothing depends on it but this answer.
+async fn asks_for_health(stream: &mut TcpStream) -> bool {
+    const HEALTH: [&[u8]; 2] = [b"GET /healthz ", b"GET /api/v1/healthz "];
+    let mut start = [0u8; 24];
+    let mut filled = 0;
+    let read = async {
+        while filled < start.len() {
+            let n = stream.read(&mut start[filled..]).await?;
+            if n == 0 {
+                break;
+            }
+            filled += n;
+            let seen = &start[..filled];
+            if HEALTH.iter().any(|h| seen.starts_with(h)) {
+                return Ok(true);
+            }
+            if !HEALTH.iter().any(|h| h.starts_with(seen)) {
+                break;
+            }
+        }
+        io::Result::Ok(false)
+    };
+    matches!(
+        tokio::time::timeout(REFUSAL_LINGER, read).await,
+        Ok(Ok(true))
+    )
 }
 
 /// Refused connections that are still read for a moment after their `503`, so a client
@@ -225,17 +487,30 @@ impl Lingering {
     }
 }
 
-/// Writes the refusal, closes the sending side, then reads until the client closes (at
-/// most [`REFUSAL_LINGER`] in all).
-async fn answer_and_linger(mut stream: TcpStream) {
+/// Writes the refusal (or the liveness answer), closes the sending side, then reads until
+/// the client closes (at most [`REFUSAL_LINGER`] in all). Ended early by `ended` (newer
+/// refusals linger), it still answers the refusal if it had not answered yet, as far as
+/// the socket takes it at once.
+async fn answer_and_linger(mut stream: TcpStream, refused: Refused, ended: &tokio::sync::Notify) {
+    let health = tokio::select! {
+        health = asks_for_health(&mut stream) => health,
+        () = ended.notified() => {
+            let _ = stream.try_write(refusal(refused).as_bytes());
+            return;
+        }
+    };
+    let answer = if health { HEALTHY } else { refusal(refused) };
     let drain = async {
-        stream.write_all(refusal().as_bytes()).await?;
+        stream.write_all(answer.as_bytes()).await?;
         stream.shutdown().await?;
         let mut sink = [0u8; 4096];
-        while tokio::io::AsyncReadExt::read(&mut stream, &mut sink).await? > 0 {}
+        while stream.read(&mut sink).await? > 0 {}
         io::Result::Ok(())
     };
-    let _ = tokio::time::timeout(REFUSAL_LINGER, drain).await;
+    tokio::select! {
+        _ = tokio::time::timeout(REFUSAL_LINGER, drain) => {}
+        () = ended.notified() => {}
+    }
 }
 
 /// What one connection has been doing, shared by its socket, its requests and its
@@ -255,6 +530,13 @@ struct Activity {
     /// Wakes the watchdog when a write first finds the socket full, so the stall is
     /// timed from then.
     blocked: tokio::sync::Notify,
+    /// Wakes the watchdog when the connection is to close to make room for another.
+    room_wanted: tokio::sync::Notify,
+    /// Set aside by a search of the [`Slots`] while busy: to be filed again when its
+    /// requests are done.
+    parked: AtomicBool,
+    /// Its place among the [`Slots`] (the slots and its id).
+    slot: OnceLock<(Weak<Slots>, u64)>,
 }
 
 const NOT_WAITING: u64 = u64::MAX;
@@ -279,7 +561,16 @@ impl Activity {
             last: AtomicU64::new(0),
             write_blocked_since: AtomicU64::new(NOT_WAITING),
             blocked: tokio::sync::Notify::new(),
+            room_wanted: tokio::sync::Notify::new(),
+            parked: AtomicBool::new(false),
+            slot: OnceLock::new(),
         }
+    }
+
+    /// Closes the connection to make room for another (it no longer counts among the
+    /// [`Slots`]).
+    fn close_for_room(&self) {
+        self.room_wanted.notify_one();
     }
 
     fn now(&self) -> u64 {
@@ -366,20 +657,29 @@ struct Busy(Arc<Activity>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
+        let activity = &self.0;
         // The idle clock starts when the answer is done.
-        self.0.last.store(self.0.now(), Ordering::Relaxed);
-        self.0.busy.fetch_sub(1, Ordering::AcqRel);
+        activity.last.store(activity.now(), Ordering::Relaxed);
+        // Not busy first, parked read after (see `Filed::take_idle`).
+        let was = activity.busy.fetch_sub(1, Ordering::SeqCst);
+        if was == 1 && activity.parked.load(Ordering::SeqCst) {
+            if let Some((slots, id)) = activity.slot.get() {
+                if let Some(slots) = slots.upgrade() {
+                    slots.unpark(*id);
+                }
+            }
+        }
     }
 }
 
 async fn serve_connection(
     stream: TcpStream,
     peer: Peer,
+    activity: Arc<Activity>,
     router: Router,
     limits: ServerLimits,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let activity = Arc::new(Activity::new());
     let io = TokioIo::new(Watched::new(stream, activity.clone()));
     let service = {
         let activity = activity.clone();
@@ -440,6 +740,15 @@ async fn serve_connection(
         tokio::select! {
             _ = connection.as_mut() => return,
             () = activity.blocked.notified() => {}
+            () = activity.room_wanted.notified() => {
+                // Chosen idle; a request that began since then (a client's request
+                // crossing the decision) is answered first.
+                if activity.busy.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                closing = true;
+                connection.as_mut().graceful_shutdown();
+            }
             _ = tokio::time::sleep_until(wake) => {
                 if closing && activity.busy.load(Ordering::Acquire) == 0 {
                     return;
@@ -757,6 +1066,7 @@ mod tests {
             header_timeout: Duration::from_millis(100),
             idle_timeout: Duration::from_millis(1000),
             max_connections: 10,
+            max_connections_per_peer: None,
         }
     }
 
@@ -790,16 +1100,28 @@ mod tests {
     }
 
     #[test]
-    fn the_refusal_is_the_contracts_json_error() {
-        let (head, body) = refusal().split_once("\r\n\r\n").expect("head and body");
-        let length: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("content-length: "))
-            .and_then(|n| n.parse().ok())
-            .expect("content-length");
-        assert_eq!(length, body.len());
-        let json: serde_json::Value = serde_json::from_str(body).expect("JSON");
-        assert_eq!(json["error"]["code"], "host_busy");
+    fn the_refusals_are_the_contracts_json_error_and_liveness_the_routes_answer() {
+        for (answer, status) in [
+            (refusal(Refused::Full), "503"),
+            (refusal(Refused::PeerFull), "503"),
+            (HEALTHY, "200"),
+        ] {
+            let (head, body) = answer.split_once("\r\n\r\n").expect("head and body");
+            assert!(head.starts_with(&format!("HTTP/1.1 {status} ")), "{head}");
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .and_then(|n| n.parse().ok())
+                .expect("content-length");
+            assert_eq!(length, body.len());
+            let json: serde_json::Value = serde_json::from_str(body).expect("JSON");
+            if status == "503" {
+                assert_eq!(json["error"]["code"], "host_busy");
+            } else {
+                assert_eq!(json, serde_json::json!({"status": "ok"}));
+            }
+        }
+        assert!(refusal(Refused::PeerFull).contains("server.max_connections_per_peer"));
     }
 
     #[test]
@@ -842,6 +1164,124 @@ mod tests {
             .expect("the oldest is ended");
         lingering.leave(first);
         assert_eq!(lingering.queue.lock().unwrap().1.len(), LINGERING_AT_ONCE);
+    }
+
+    fn peer(n: u8) -> Peer {
+        Peer::of(std::net::IpAddr::from([10, 0, 0, n]))
+    }
+
+    /// Connections (their activity) admitted from `peer`.
+    fn open(slots: &Arc<Slots>, peer: Peer, n: usize) -> Vec<(Arc<Activity>, Slot)> {
+        (0..n)
+            .map(|_| {
+                let activity = Arc::new(Activity::new());
+                let slot = slots.admit(peer, &activity).expect("admitted");
+                (activity, slot)
+            })
+            .collect()
+    }
+
+    fn told_to_close(activity: &Activity) -> bool {
+        futures::FutureExt::now_or_never(activity.room_wanted.notified()).is_some()
+    }
+
+    #[test]
+    fn an_address_at_its_share_makes_room_from_its_own_least_recently_active() {
+        let slots = Arc::new(Slots::new(10, 2));
+        let held = open(&slots, peer(1), 2);
+        // The first was active after the second opened.
+        held[0].0.last.store(500, Ordering::Relaxed);
+        let other = open(&slots, peer(2), 1);
+        let third = open(&slots, peer(1), 1);
+        assert!(told_to_close(&held[1].0), "the least recently active");
+        assert!(!told_to_close(&held[0].0));
+        assert!(
+            !told_to_close(&other[0].0),
+            "another address's is not touched"
+        );
+        let filed = slots.filed.lock();
+        assert_eq!(filed.open.len(), 3);
+        assert_eq!(filed.peers[&peer(1)].open, 2);
+        drop(filed);
+        drop(third);
+        drop(held);
+        drop(other);
+        let filed = slots.filed.lock();
+        assert!(filed.open.is_empty() && filed.peers.is_empty());
+        assert!(filed.by_activity.is_empty());
+    }
+
+    #[test]
+    fn at_the_cap_the_least_recently_active_idle_connection_of_anyone_makes_room() {
+        let slots = Arc::new(Slots::new(3, 3));
+        let a = open(&slots, peer(1), 1);
+        let b = open(&slots, peer(2), 1);
+        let c = open(&slots, peer(3), 1);
+        // Filed when they opened; active since in the order a, c, b.
+        a[0].0.last.store(100, Ordering::Relaxed);
+        b[0].0.last.store(300, Ordering::Relaxed);
+        c[0].0.last.store(200, Ordering::Relaxed);
+        let d = open(&slots, peer(4), 1);
+        assert!(told_to_close(&a[0].0));
+        assert!(!told_to_close(&b[0].0) && !told_to_close(&c[0].0));
+        d[0].0.last.store(400, Ordering::Relaxed);
+        let _e = open(&slots, peer(4), 1);
+        assert!(told_to_close(&c[0].0));
+        assert!(!told_to_close(&b[0].0));
+        assert_eq!(slots.filed.lock().open.len(), 3);
+    }
+
+    #[test]
+    fn busy_connections_are_not_closed_and_rejoin_when_done() {
+        let slots = Arc::new(Slots::new(3, 2));
+        let a = open(&slots, peer(1), 2);
+        let b = open(&slots, peer(2), 1);
+        let mut busy: Vec<Busy> = a
+            .iter()
+            .chain(&b)
+            .map(|(x, _)| x.request_started())
+            .collect();
+        let refused = |p| slots.admit(p, &Arc::new(Activity::new())).err();
+        assert_eq!(refused(peer(1)), Some(Refused::PeerFull));
+        assert_eq!(refused(peer(3)), Some(Refused::Full));
+        // Searched and parked: out of the files until their requests are done.
+        assert!(slots.filed.lock().by_activity.is_empty());
+        drop(busy.remove(0));
+        let c = open(&slots, peer(3), 1);
+        assert!(told_to_close(&a[0].0), "idle again, and closed for room");
+        assert!(!told_to_close(&a[1].0) && !told_to_close(&b[0].0));
+        busy.push(c[0].0.request_started());
+        assert_eq!(refused(peer(4)), Some(Refused::Full));
+        drop(busy);
+        assert!(open(&slots, peer(4), 1).len() == 1);
+        assert!(
+            told_to_close(&a[1].0),
+            "the least recently active of those done"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_asking_for_liveness_is_told() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("address");
+        for (request, health) in [
+            ("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", true),
+            ("GET /api/v1/healthz HTTP/1.1\r\n\r\n", true),
+            ("GET /healthzz HTTP/1.1\r\n\r\n", false),
+            ("POST /healthz HTTP/1.1\r\n\r\n", false),
+            ("GET /api/v1/connectors HTTP/1.1\r\n\r\n", false),
+            ("", false),
+        ] {
+            let mut client = TcpStream::connect(addr).await.expect("connect");
+            let (mut served, _) = listener.accept().await.expect("accept");
+            // Sent in two parts: the first bytes alone do not decide.
+            let (first, rest) = request.split_at(request.len().min(5));
+            client.write_all(first.as_bytes()).await.expect("write");
+            let asked = tokio::spawn(async move { asks_for_health(&mut served).await });
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            client.write_all(rest.as_bytes()).await.expect("write");
+            assert_eq!(asked.await.expect("task"), health, "{request:?}");
+        }
     }
 
     #[test]

@@ -22,6 +22,8 @@
 
 pub mod verify;
 
+use std::future::Future;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -183,8 +185,8 @@ pub(crate) struct Webhooks {
     /// Claimed deliveries are routed with the state refreshed first.
     replicas: Arc<ReplicaSync>,
     in_flight: InFlightSet,
-    /// KiB of webhook bodies that may be being read at once (see [`Self::admit`]).
-    reading: Arc<tokio::sync::Semaphore>,
+    /// Webhook bodies being read, and their shares (see [`Self::admit`]).
+    reading: Arc<Reading>,
 }
 
 /// The least of webhook bodies that may be being read at once, whatever
@@ -193,12 +195,281 @@ const MIN_READING_BYTES: usize = 64 * 1024 * 1024;
 /// How long a webhook body may take to arrive in all: senders post a delivery at once,
 /// and a body being read holds part of what the host reads at once.
 pub const WEBHOOK_BODY_TIME: Duration = Duration::from_secs(30);
+/// How long a body within its share waits for the budget to have room before it is
+/// answered `503` (see [`Reading`]).
+const WAIT_FOR_ROOM: Duration = Duration::from_secs(5);
+
+/// The webhook reading budget: bytes of webhook bodies being read at once (bodies that
+/// cannot be verified until they are whole), shared fairly so that no sender can take
+/// the budget from others.
+///
+/// The budget is split evenly among the connectors with bodies being read, and each
+/// connector's part evenly among the remote addresses sending to it (as
+/// `crate::http::Peer` counts them: an IPv6 address by its /64); bodies
+/// of an unknown address (a platform serving the router without connect info) share
+/// only their connector's part. Shares shrink as more senders are active and grow as
+/// they finish. A body's bytes are counted as they arrive:
+///
+/// - one that would take its sender past its share is cut off (`503 host_busy`) and
+///   gives its bytes back: a sender holding its share only ever waits for itself;
+/// - one within its share that finds the whole budget taken (shares shrank when it
+///   arrived) first cuts off the bodies of every sender now past its share, largest
+///   first, which makes room at once when every address is known; else it waits for
+///   room, at most [`WAIT_FOR_ROOM`].
+///
+/// So one sender holding its share makes others wait for theirs, never for its. The
+/// lock is held for bookkeeping only, never across an await.
+pub(crate) struct Reading {
+    total: u64,
+    /// How long a body within its share waits for room ([`WAIT_FOR_ROOM`]).
+    wait: Duration,
+    bodies: parking_lot::Mutex<Bodies>,
+    /// Woken whenever bytes are given back, for bodies waiting for room.
+    room: tokio::sync::Notify,
+}
+
+/// The bodies being read, by connector and sender.
+#[derive(Default)]
+struct Bodies {
+    last_id: u64,
+    used: u64,
+    each: std::collections::HashMap<u64, Body>,
+    connectors: std::collections::HashMap<Arc<str>, ConnectorBodies>,
+}
+
+/// One body being read.
+struct Body {
+    connector: Arc<str>,
+    peer: Option<IpAddr>,
+    held: u64,
+    /// Cut off: it may take no more, and its reader is told through `cut`.
+    cut_off: bool,
+    cut: Arc<tokio::sync::Notify>,
+}
+
+/// The bodies being read for one connector.
+#[derive(Default)]
+struct ConnectorBodies {
+    used: u64,
+    /// Senders of a known address (each has a share of the connector's part).
+    known: usize,
+    senders: std::collections::HashMap<Option<IpAddr>, Sender>,
+}
+
+/// The bodies one address is sending to one connector.
+#[derive(Default)]
+struct Sender {
+    used: u64,
+    bodies: std::collections::HashSet<u64>,
+}
+
+impl Reading {
+    fn new(total: u64, wait: Duration) -> Self {
+        Self {
+            total,
+            wait,
+            bodies: parking_lot::Mutex::new(Bodies::default()),
+            room: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Counts a new body of `peer` for `connector` (holding nothing yet).
+    fn enter(&self, connector: &str, peer: Option<IpAddr>) -> (u64, Arc<tokio::sync::Notify>) {
+        let mut bodies = self.bodies.lock();
+        bodies.last_id += 1;
+        let id = bodies.last_id;
+        let cut = Arc::new(tokio::sync::Notify::new());
+        let connector: Arc<str> = Arc::from(connector);
+        let of_connector = bodies.connectors.entry(connector.clone()).or_default();
+        let sender = of_connector.senders.entry(peer).or_insert_with(|| {
+            if peer.is_some() {
+                of_connector.known += 1;
+            }
+            Sender::default()
+        });
+        sender.bodies.insert(id);
+        bodies.each.insert(
+            id,
+            Body {
+                connector,
+                peer,
+                held: 0,
+                cut_off: false,
+                cut: cut.clone(),
+            },
+        );
+        (id, cut)
+    }
+
+    /// Takes room for body `id`, `seen` bytes long so far; `false` when it is cut off.
+    async fn take(&self, id: u64, seen: u64) -> bool {
+        let deadline = tokio::time::Instant::now() + self.wait;
+        loop {
+            let room = self.room.notified();
+            match self.bodies.lock().take(self.total, id, seen) {
+                Taken::Yes => return true,
+                Taken::CutOff => return false,
+                Taken::NoRoomYet => {}
+            }
+            if tokio::time::timeout_at(deadline, room).await.is_err() {
+                let mut bodies = self.bodies.lock();
+                bodies.cut(id);
+                return false;
+            }
+        }
+    }
+
+    /// Forgets body `id`, giving its bytes back.
+    fn leave(&self, id: u64) {
+        let mut bodies = self.bodies.lock();
+        let Some(body) = bodies.each.remove(&id) else {
+            return;
+        };
+        bodies.give_back(&body.connector, body.peer, body.held);
+        if let Some(of_connector) = bodies.connectors.get_mut(&body.connector) {
+            if let Some(sender) = of_connector.senders.get_mut(&body.peer) {
+                sender.bodies.remove(&id);
+                if sender.bodies.is_empty() {
+                    of_connector.senders.remove(&body.peer);
+                    if body.peer.is_some() {
+                        of_connector.known -= 1;
+                    }
+                }
+            }
+            if of_connector.senders.is_empty() {
+                bodies.connectors.remove(&body.connector);
+            }
+        }
+        drop(bodies);
+        self.room.notify_waiters();
+    }
+}
+
+/// What [`Bodies::take`] decided.
+#[derive(Debug, PartialEq, Eq)]
+enum Taken {
+    Yes,
+    CutOff,
+    NoRoomYet,
+}
+
+impl Bodies {
+    /// The share of `peer`'s bodies for `connector` out of `total`.
+    fn share(&self, total: u64, connector: &str, peer: Option<IpAddr>) -> u64 {
+        let part = total / self.connectors.len().max(1) as u64;
+        match (peer, self.connectors.get(connector)) {
+            (Some(_), Some(c)) => part / c.known.max(1) as u64,
+            _ => part,
+        }
+    }
+
+    fn take(&mut self, total: u64, id: u64, seen: u64) -> Taken {
+        let Some(body) = self.each.get(&id) else {
+            return Taken::CutOff;
+        };
+        if body.cut_off {
+            return Taken::CutOff;
+        }
+        let Some(more) = seen.checked_sub(body.held).filter(|more| *more > 0) else {
+            return Taken::Yes;
+        };
+        let (connector, peer) = (body.connector.clone(), body.peer);
+        let share = self.share(total, &connector, peer);
+        let Some(of_connector) = self.connectors.get(&connector) else {
+            return Taken::CutOff;
+        };
+        let sender_used = of_connector.senders.get(&peer).map_or(0, |s| s.used);
+        // A body of an unknown address shares its connector's part with every other.
+        let used = if peer.is_some() {
+            sender_used
+        } else {
+            of_connector.used
+        };
+        if used + more > share {
+            self.cut(id);
+            return Taken::CutOff;
+        }
+        if self.used + more > total {
+            self.cut_past_shares(total);
+        }
+        if self.used + more > total {
+            return Taken::NoRoomYet;
+        }
+        self.used += more;
+        if let Some(of_connector) = self.connectors.get_mut(&connector) {
+            of_connector.used += more;
+            if let Some(sender) = of_connector.senders.get_mut(&peer) {
+                sender.used += more;
+            }
+        }
+        if let Some(body) = self.each.get_mut(&id) {
+            body.held += more;
+        }
+        Taken::Yes
+    }
+
+    /// Cuts off the bodies of every sender past its share, its largest first, until it
+    /// is within it.
+    fn cut_past_shares(&mut self, total: u64) {
+        let mut past = Vec::new();
+        for (name, of_connector) in &self.connectors {
+            for (peer, sender) in &of_connector.senders {
+                let share = self.share(total, name, *peer);
+                if sender.used <= share {
+                    continue;
+                }
+                let mut largest: Vec<(u64, u64)> = sender
+                    .bodies
+                    .iter()
+                    .filter_map(|id| Some((self.each.get(id)?.held, *id)))
+                    .collect();
+                largest.sort_unstable_by(|a, b| b.cmp(a));
+                let mut over = sender.used - share;
+                for (held, id) in largest {
+                    if over == 0 || held == 0 {
+                        break;
+                    }
+                    past.push(id);
+                    over = over.saturating_sub(held);
+                }
+            }
+        }
+        for id in past {
+            self.cut(id);
+        }
+    }
+
+    /// Cuts body `id` off: its bytes are given back and its reader told.
+    fn cut(&mut self, id: u64) {
+        let Some(body) = self.each.get_mut(&id) else {
+            return;
+        };
+        let held = std::mem::take(&mut body.held);
+        body.cut_off = true;
+        body.cut.notify_one();
+        let (connector, peer) = (body.connector.clone(), body.peer);
+        self.give_back(&connector, peer, held);
+    }
+
+    /// Gives back `bytes` held by a body of `peer` for `connector`.
+    fn give_back(&mut self, connector: &str, peer: Option<IpAddr>, bytes: u64) {
+        self.used -= bytes;
+        if let Some(of_connector) = self.connectors.get_mut(connector) {
+            of_connector.used -= bytes;
+            if let Some(sender) = of_connector.senders.get_mut(&peer) {
+                sender.used -= bytes;
+            }
+        }
+    }
+}
 
 /// A delivery admitted to have its body read: as the body arrives, it takes its bytes
-/// from what the host reads at once ([`Self::take`]), and gives them back when dropped.
+/// from the reading budget ([`Self::take`]) within its sender's share, and gives them
+/// back when dropped.
 pub struct BodyAdmission {
-    reading: Arc<tokio::sync::Semaphore>,
-    held: Option<tokio::sync::OwnedSemaphorePermit>,
+    reading: Arc<Reading>,
+    id: u64,
+    cut: Arc<tokio::sync::Notify>,
     limit: usize,
 }
 
@@ -209,27 +480,25 @@ impl BodyAdmission {
     }
 
     /// Takes room for a body `seen` bytes long so far (only what arrived is counted, so
-    /// a large declared length costs nothing until it is sent); `false` when the bodies
-    /// being read already hold what the host reads at once (answer `503 host_busy`).
-    pub fn take(&mut self, seen: u64) -> bool {
-        let wanted = seen.div_ceil(1024);
-        let have = self.held.as_ref().map_or(0, |p| p.num_permits() as u64);
-        if wanted <= have {
-            return true;
-        }
-        let Ok(more) = u32::try_from(wanted - have) else {
-            return false;
-        };
-        match self.reading.clone().try_acquire_many_owned(more) {
-            Ok(permit) => {
-                match &mut self.held {
-                    Some(held) => held.merge(permit),
-                    None => self.held = Some(permit),
-                }
-                true
-            }
-            Err(_) => false,
-        }
+    /// a large declared length costs nothing until it is sent); `false` when the body is
+    /// cut off, its sender past its share of the reading budget, or no room came within
+    /// [`WAIT_FOR_ROOM`] (answer `503 host_busy`).
+    pub fn take(&self, seen: u64) -> impl Future<Output = bool> + Send + 'static {
+        let (reading, id) = (self.reading.clone(), self.id);
+        async move { reading.take(id, seen).await }
+    }
+
+    /// Resolves when the body is cut off (another sender needed the room its sender
+    /// holds past its share): stop reading it and answer `503 host_busy`.
+    pub fn cut_off(&self) -> impl Future<Output = ()> + Send + 'static {
+        let cut = self.cut.clone();
+        async move { cut.notified().await }
+    }
+}
+
+impl Drop for BodyAdmission {
+    fn drop(&mut self) {
+        self.reading.leave(self.id);
     }
 }
 
@@ -256,19 +525,17 @@ impl Webhooks {
         inbox: Arc<Inbox>,
         replicas: Arc<ReplicaSync>,
     ) -> Self {
-        let reading_kib = config
+        let reading = config
             .max_webhook_bytes
             .saturating_mul(4)
-            .max(MIN_READING_BYTES)
-            .div_ceil(1024)
-            .min(tokio::sync::Semaphore::MAX_PERMITS);
+            .max(MIN_READING_BYTES) as u64;
         Self {
             config,
             store,
             state,
             catalog,
             inbox,
-            reading: Arc::new(tokio::sync::Semaphore::new(reading_kib)),
+            reading: Arc::new(Reading::new(reading, WAIT_FOR_ROOM)),
             replicas,
             in_flight: InFlightSet::default(),
         }
@@ -278,11 +545,17 @@ impl Webhooks {
     /// `404` for a slug that takes no webhooks, `413` for a declared length past
     /// `max_webhook_bytes`, `401`/`400` when its headers cannot
     /// verify (no secret configured, signature missing or malformed, a stale timestamp:
-    /// see [`verify::precheck`]). Its body is then read through the admission, which
-    /// answers `503 host_busy` once the bodies being read hold four times
-    /// `max_webhook_bytes` (at least 64 MiB), so uploads that cannot be verified yet cannot
-    /// fill the host's memory.
-    pub(crate) fn admit(&self, slug: &str, headers: &http::HeaderMap) -> HostResult<BodyAdmission> {
+    /// see [`verify::precheck`]). Its body is then read through the admission, within
+    /// the reading budget (four times `max_webhook_bytes`, at least 64 MiB) and its
+    /// sender's share of it ([`Reading`]; `peer` is the sender's address, `None` when
+    /// unknown), so uploads that cannot be verified yet can neither fill the host's
+    /// memory nor keep other senders' deliveries out.
+    pub(crate) fn admit(
+        &self,
+        slug: &str,
+        headers: &http::HeaderMap,
+        peer: Option<IpAddr>,
+    ) -> HostResult<BodyAdmission> {
         let scheme = self.accepts(slug)?;
         let limit = self.config.max_webhook_bytes;
         let declared = headers
@@ -297,9 +570,11 @@ impl Webhooks {
         }
         let secrets = self.config.connector(slug).webhook_secrets;
         verify::precheck(scheme, &secrets, headers, now_unix()).map_err(refusal)?;
+        let (id, cut) = self.reading.enter(slug, peer);
         Ok(BodyAdmission {
             reading: self.reading.clone(),
-            held: None,
+            id,
+            cut,
             limit,
         })
     }
@@ -860,6 +1135,92 @@ mod tests {
         ] {
             assert!(!is_stored_header(dropped), "{dropped}");
         }
+    }
+
+    const MIB: u64 = 1024 * 1024;
+
+    fn peer(n: u8) -> Option<IpAddr> {
+        Some(IpAddr::from([10, 0, 0, n]))
+    }
+
+    fn told(cut: &tokio::sync::Notify) -> bool {
+        futures::FutureExt::now_or_never(cut.notified()).is_some()
+    }
+
+    #[tokio::test]
+    async fn an_address_alone_takes_the_whole_budget_and_gives_way_to_another() {
+        let reading = Reading::new(100 * MIB, WAIT_FOR_ROOM);
+        let (a1, a1_cut) = reading.enter("github", peer(1));
+        let (a2, a2_cut) = reading.enter("github", peer(1));
+        assert!(reading.take(a1, 60 * MIB).await);
+        assert!(reading.take(a2, 40 * MIB).await);
+        // Another address: the budget is full, its sender within its share: the first
+        // address, past its share now (50 MiB), loses its largest body at once.
+        let (b, b_cut) = reading.enter("github", peer(2));
+        assert!(reading.take(b, MIB).await);
+        assert!(told(&a1_cut) && !told(&a2_cut) && !told(&b_cut));
+        assert!(!reading.take(a1, 61 * MIB).await, "cut off for good");
+        assert!(reading.take(a2, 41 * MIB).await, "within its share");
+        // Past its own share, the sender's body is cut, not another's.
+        assert!(!reading.take(a2, 51 * MIB).await);
+        assert!(told(&a2_cut) && !told(&b_cut));
+        reading.leave(a1);
+        reading.leave(a2);
+        assert!(
+            reading.take(b, 100 * MIB).await,
+            "alone again: the whole budget"
+        );
+        reading.leave(b);
+        let bodies = reading.bodies.lock();
+        assert_eq!(bodies.used, 0);
+        assert!(bodies.each.is_empty() && bodies.connectors.is_empty());
+    }
+
+    #[tokio::test]
+    async fn connectors_share_the_budget_then_addresses_their_connectors_part() {
+        let reading = Reading::new(100 * MIB, WAIT_FOR_ROOM);
+        let (a, a_cut) = reading.enter("github", peer(1));
+        assert!(reading.take(a, 100 * MIB).await);
+        let (b, _) = reading.enter("hostile", peer(2));
+        assert!(reading.take(b, 10 * MIB).await);
+        assert!(told(&a_cut), "github's part is half the budget now");
+        // github's half, shared by two addresses.
+        let (c, _) = reading.enter("github", peer(3));
+        let (d, _) = reading.enter("github", peer(4));
+        assert!(reading.take(c, 16 * MIB).await);
+        // A third of 50 MiB: the first address, cut off, counts until its answer is out.
+        assert!(!reading.take(d, 17 * MIB).await);
+        // An unknown address shares its connector's part with everyone sending to it.
+        let (e, _) = reading.enter("hostile", None);
+        assert!(reading.take(e, 40 * MIB).await);
+        assert!(!reading.take(e, 41 * MIB).await);
+    }
+
+    #[tokio::test]
+    async fn a_body_within_its_share_waits_a_bounded_time_for_room() {
+        const WAIT: Duration = Duration::from_millis(500);
+        let reading = Arc::new(Reading::new(100 * MIB, WAIT));
+        // An unknown address and a known one on the same connector: within their
+        // shares, together more than the budget.
+        let (unknown, _) = reading.enter("github", None);
+        assert!(reading.take(unknown, 50 * MIB).await);
+        let (a, _) = reading.enter("github", peer(1));
+        let started = tokio::time::Instant::now();
+        let waiting = tokio::spawn({
+            let reading = reading.clone();
+            async move { reading.take(a, 60 * MIB).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "no room yet");
+        reading.leave(unknown);
+        assert!(waiting.await.expect("task"), "room came");
+        assert!(started.elapsed() < WAIT);
+
+        let (unknown, _) = reading.enter("github", None);
+        assert!(reading.take(unknown, 40 * MIB).await);
+        let started = tokio::time::Instant::now();
+        assert!(!reading.take(a, 61 * MIB).await, "no room came");
+        assert!(started.elapsed() >= WAIT);
     }
 
     #[test]
