@@ -158,6 +158,10 @@ async fn a_rotation_whose_bind_is_slow_holds_up_no_other_write() {
     );
     assert!(writes.len() >= 10, "only {} writes ran", writes.len());
     let worst = quantile(&mut writes, 1.0);
+    eprintln!(
+        "rotation in {took:?}; {} writes meanwhile, the slowest {worst:?}",
+        writes.len()
+    );
     assert!(
         worst <= Duration::from_secs(1),
         "a write waited {worst:?} for the rotation (it took {took:?})"
@@ -191,6 +195,10 @@ async fn a_slow_rotation_on_one_replica_holds_up_neither_and_completes() {
     assert_eq!(status, 200, "the rotation: {body}");
     assert!(writes.len() >= 10, "only {} writes ran", writes.len());
     let worst = quantile(&mut writes, 1.0);
+    eprintln!(
+        "rotation on one replica in {took:?}; {} writes through both meanwhile, the slowest {worst:?}",
+        writes.len()
+    );
     assert!(
         worst <= Duration::from_secs(1),
         "a write waited {worst:?} for the rotation (it took {took:?})"
