@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use connector_host::console::pages;
 use connector_host::grants::{EffectiveToolResolver, ToolCatalog};
-use connector_host::registry::{ToolAnnotations, ToolInfo};
-use connector_host::store::Subject;
+use connector_model::connector::{ToolAnnotations, ToolInfo};
+use connector_model::records::Subject;
 use criterion::{criterion_group, criterion_main, Criterion};
 use serde_json::json;
 

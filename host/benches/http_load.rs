@@ -50,9 +50,9 @@ use axum::routing::post;
 use axum::{Json, Router};
 use bytes::Bytes;
 use connector_host::config::{ConnectorSettings, HostConfig};
-use connector_host::registry::WebhookSchemeName;
 use connector_host::webhooks::verify::{self as signature, standard_signature};
 use connector_host::Host;
+use connector_model::connector::WebhookSchemeName;
 use http::{HeaderValue, Request, StatusCode};
 use http_body_util::Full;
 use loadgen::{contains, env_num, loadavg, ms, Attempt, Limits, MakeRequest, Run};
@@ -322,17 +322,17 @@ fn delivery_record(
     id: &str,
     body: &Bytes,
     headers: Vec<(String, String)>,
-) -> connector_host::store::DeliveryRecord {
+) -> connector_model::records::DeliveryRecord {
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    connector_host::store::DeliveryRecord {
+    connector_model::records::DeliveryRecord {
         connector: "hostile".into(),
         delivery_id: id.to_string(),
         event: None,
         headers,
         body: body.to_vec(),
         received_unix: now,
-        received_at: connector_host::ids::now_rfc3339(),
-        status: connector_host::store::DeliveryStatus::Pending,
+        received_at: connector_model::ids::now_rfc3339(),
+        status: connector_model::records::DeliveryStatus::Pending,
         attempts: 0,
         error: None,
         routed_to: Vec::new(),
@@ -354,8 +354,8 @@ fn message_record(
     kind: &str,
     payload: &Value,
     received_at: &str,
-) -> connector_host::store::MessageRecord {
-    connector_host::store::MessageRecord {
+) -> connector_model::records::MessageRecord {
+    connector_model::records::MessageRecord {
         seq: 0,
         id: format!("msg_{id}"),
         unit_id: "w0".into(),
@@ -400,7 +400,7 @@ async fn store_only(host: &Host, body: &Bytes, prefix: &str, limits: Limits) -> 
 
 /// Only the guest's translate-webhook + accept of a delivery, concurrently (no store).
 async fn guest_only(host: &Host, body: &Bytes, limits: Limits) -> anyhow::Result<Run> {
-    use connector_host::runtime::wit;
+    use connector_runtime::wit;
     let connector = host.connector("hostile")?;
     let binding = host
         .all_bindings()
@@ -458,7 +458,7 @@ async fn webhook_steps(
     body: &Bytes,
     n: usize,
 ) -> anyhow::Result<Vec<(&'static str, Duration)>> {
-    use connector_host::runtime::wit;
+    use connector_runtime::wit;
 
     let connector = host.connector("hostile")?;
     let sandbox = host.sandbox("hostile", None);

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use connector_host::runtime::{wit, ConnectorRuntime, GuestLimits, RuntimeOptions, Sandbox};
+use connector_runtime::{wit, ConnectorRuntime, GuestLimits, RuntimeOptions, Sandbox};
 use criterion::{criterion_group, criterion_main, Criterion};
 
 /// The allocator of the `connector-host` binary, so the figures are the binary's.
@@ -111,7 +111,7 @@ fn bench(c: &mut Criterion) {
     cached.load(acme()).expect("warm the cache");
     assert_eq!(
         cached.load(acme()).expect("load").source(),
-        connector_host::runtime::LoadSource::Cache
+        connector_runtime::LoadSource::Cache
     );
     let mut g = c.benchmark_group("load");
     g.sample_size(20);

@@ -12,9 +12,9 @@ use axum::routing::get;
 use axum::Router;
 use connector_host::config::HostConfig;
 use connector_host::host::PlatformToolHandler;
-use connector_host::registry::{ToolAnnotations, ToolInfo};
-use connector_host::store::Subject;
 use connector_host::Host;
+use connector_model::connector::{ToolAnnotations, ToolInfo};
+use connector_model::records::Subject;
 use serde_json::{json, Value};
 
 /// The platform's own tool: `sv.platform.whoami`.

@@ -22,9 +22,9 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::config::ConnectorSettings;
-use crate::registry::Connector;
-use crate::runtime::{Caller, OutboundPolicy, Sandbox};
-use crate::store::BindingRecord;
+use connector_model::connector::Connector;
+use connector_model::records::BindingRecord;
+use connector_runtime::{Caller, OutboundPolicy, Sandbox};
 
 /// The schema keyword that marks a config field holding a GitHub App installation id.
 pub const INSTALLATION_FIELD: &str = "x-github-installation";

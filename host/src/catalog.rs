@@ -14,15 +14,17 @@ use serde_json::{json, Value};
 
 use crate::capabilities::Capabilities;
 use crate::config::HostConfig;
-use crate::error::{ErrorCode, HostError, HostResult};
-use crate::grants::{connector_provenance, Directory};
-use crate::ids::{now_rfc3339, truncate};
+use crate::grants::Directory;
 use crate::registry::{
-    ComponentLoader, Connector, InstallError, InstalledConnector, LoadFailure, SchemaViolation,
+    ComponentLoader, InstallError, InstalledConnector, LoadFailure, SchemaViolation,
 };
-use crate::runtime::{ConnectorRuntime, GuestError, LoadError, OutboundPolicy, Sandbox};
 use crate::state::{PreparedConnectors, State, StateChange};
-use crate::store::{BindingRecord, ConnectorRecord, GrantRecord, Snapshot, Subject};
+use connector_model::connector::Connector;
+use connector_model::error::{ErrorCode, HostError, HostResult};
+use connector_model::ids::{now_rfc3339, truncate};
+use connector_model::provenance::connector_provenance;
+use connector_model::records::{BindingRecord, ConnectorRecord, GrantRecord, Snapshot, Subject};
+use connector_runtime::{ConnectorRuntime, GuestError, LoadError, OutboundPolicy, Sandbox};
 
 /// Whether a write created something or replaced it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

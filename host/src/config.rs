@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::registry::env_spelling;
-use crate::runtime::GuestLimits;
+use connector_runtime::GuestLimits;
 
 /// Settings of one connector (`[connectors.<slug>]`). Its `Debug` masks every secret.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -790,12 +790,12 @@ fn apply_file(
     }
     for (slug, settings) in file.connectors {
         let key = format!("connectors.{slug}");
-        if !crate::registry::manifest::is_slug(&slug) {
+        if !connector_model::connector::is_slug(&slug) {
             return Err(invalid(
                 origin.name(&key),
                 format!(
                     "a connector slug matching {}",
-                    crate::registry::manifest::SLUG_RULE
+                    connector_model::connector::SLUG_RULE
                 ),
                 Some(&slug),
             ));
@@ -939,7 +939,7 @@ fn apply_env(
             [one] => (*one).clone(),
             [] => {
                 let slug = env_form.to_ascii_lowercase();
-                if env_spelling(&slug) != env_form || !crate::registry::manifest::is_slug(&slug) {
+                if env_spelling(&slug) != env_form || !connector_model::connector::is_slug(&slug) {
                     return Err(invalid(
                         origin.name(name),
                         "CONNECTOR_HOST_<SLUG>_WEBHOOK_SECRET with <SLUG> a connector slug upper-cased and `-` written `_`",

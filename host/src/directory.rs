@@ -11,12 +11,13 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::catalog::{binding_grant, Catalog, Written};
-use crate::error::{ErrorCode, HostError, HostResult};
-use crate::grants::{connector_provenance, Directory, ResolvedTools, EXPLICIT};
-use crate::ids::{check_id, now_rfc3339, truncate};
-use crate::registry::manifest::{is_namespace, is_tool_id};
+use crate::grants::{Directory, ResolvedTools};
 use crate::state::{State, StateChange};
-use crate::store::{
+use connector_model::connector::{is_namespace, is_tool_id};
+use connector_model::error::{ErrorCode, HostError, HostResult};
+use connector_model::ids::{check_id, now_rfc3339, truncate};
+use connector_model::provenance::{connector_provenance, EXPLICIT};
+use connector_model::records::{
     AgentRecord, BindingRecord, GrantRecord, ImageToolsRecord, Subject, UnitRecord,
 };
 

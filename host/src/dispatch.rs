@@ -14,15 +14,16 @@ use parking_lot::RwLock;
 use serde_json::{json, Value};
 
 use crate::catalog::{guest_error, violations_json, Catalog};
-use crate::error::{ErrorCode, HostError, HostResult};
 use crate::grants::Provider;
-use crate::ids::{check_id, truncate};
-use crate::registry::manifest::is_tool_id;
-use crate::registry::{OutputRefused, SchemaViolation, ToolAnnotations, ToolInfo};
-use crate::runtime::{wit, Caller};
+use crate::registry::{OutputRefused, SchemaViolation};
 use crate::state::State;
-use crate::store::Subject;
-use crate::tool_output::ToolOutput;
+use connector_model::connector::is_tool_id;
+use connector_model::connector::{ToolAnnotations, ToolInfo};
+use connector_model::error::{ErrorCode, HostError, HostResult};
+use connector_model::ids::{check_id, truncate};
+use connector_model::records::Subject;
+use connector_model::tool_output::ToolOutput;
+use connector_runtime::{wit, Caller};
 
 /// A handler of a platform tool an embedding platform registers.
 pub trait PlatformToolHandler: Send + Sync {

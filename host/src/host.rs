@@ -29,15 +29,17 @@ pub use crate::directory::{
     mask_secrets, AgentSummary, AgentView, BindingView, GrantView, UnitView,
 };
 pub use crate::dispatch::{Metrics, PlatformToolHandler};
-use crate::error::HostResult;
 use crate::grants::ResolvedTools;
 pub use crate::inbox::{Message, MessagePage};
-use crate::registry::{Connector, InstalledConnector, ToolInfo};
-use crate::runtime::{ConnectorRuntime, Sandbox};
+use crate::registry::InstalledConnector;
 pub use crate::startup::{open_store, StartupReport};
 use crate::startup::{Parts, Role};
-use crate::store::{BindingRecord, DeliveryRecord, Store, Subject, UnitRecord};
+use crate::store::Store;
 pub use crate::webhooks::{DeliveryView, WebhookOutcome};
+use connector_model::connector::{Connector, ToolInfo};
+use connector_model::error::HostResult;
+use connector_model::records::{BindingRecord, DeliveryRecord, Subject, UnitRecord};
+use connector_runtime::{ConnectorRuntime, Sandbox};
 
 /// The connector host. Cheap to clone; all clones share one state.
 #[derive(Clone)]

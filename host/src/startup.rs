@@ -11,14 +11,15 @@ use crate::catalog::{Catalog, Installed, Preparing};
 use crate::config::HostConfig;
 use crate::directory::DirectoryService;
 use crate::dispatch::ToolDispatcher;
-use crate::error::{ErrorCode, HostResult};
 use crate::inbox::Inbox;
 use crate::registry::ConnectorRegistry;
 use crate::replicas::ReplicaSync;
-use crate::runtime::{ConnectorRuntime, RuntimeOptions};
 use crate::state::State;
-use crate::store::{Snapshot, Store};
+use crate::store::Store;
 use crate::webhooks::Webhooks;
+use connector_model::error::{ErrorCode, HostResult};
+use connector_model::records::Snapshot;
+use connector_runtime::{ConnectorRuntime, RuntimeOptions};
 
 /// What `Host::open` reports about start-up.
 #[derive(Debug, Clone)]
@@ -90,7 +91,7 @@ impl Parts {
             limits: config.limits,
             cache_dir: Some(config.data_dir.join("compiled")),
             installation_tokens: github_app
-                .map(|app| app as Arc<dyn crate::runtime::InstallationTokens>),
+                .map(|app| app as Arc<dyn connector_runtime::InstallationTokens>),
         })?);
         let (credentials, generated_operator_token) =
             Credentials::open(&config, store.as_ref()).await?;

@@ -23,15 +23,17 @@ use std::sync::Arc;
 
 use parking_lot::{RwLock, RwLockReadGuard};
 
-use crate::error::{HostError, HostResult};
 use crate::grants::{Directory, EffectiveToolResolver, ResolvedTools, ToolCatalog};
-use crate::ids::check_id;
-use crate::registry::{ConnectorRegistry, InstalledConnector, ToolInfo};
-use crate::runtime::OutboundPolicy;
-use crate::store::{
-    AgentRecord, BindingRecord, ConnectorRecord, GrantRecord, ImageToolsRecord, Snapshot,
-    StateStore, StoreResult, Subject, UnitRecord,
+use crate::registry::{ConnectorRegistry, InstalledConnector};
+use crate::store::{StateStore, StoreResult};
+use connector_model::connector::ToolInfo;
+use connector_model::error::{HostError, HostResult};
+use connector_model::ids::check_id;
+use connector_model::records::{
+    AgentRecord, BindingRecord, ConnectorRecord, GrantRecord, ImageToolsRecord, Snapshot, Subject,
+    UnitRecord,
 };
+use connector_runtime::OutboundPolicy;
 
 /// One change of the host's state, persisted as one store transaction.
 pub(crate) enum StateChange {
@@ -446,10 +448,10 @@ pub(crate) fn image_tool_infos(record: &ImageToolsRecord) -> Arc<[Arc<ToolInfo>]
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::{ConnectorRuntime, RuntimeOptions};
     use crate::store::conformance::fixtures::*;
     use crate::store::sqlite::SqliteStore;
     use crate::store::{FailPoint, FaultInjection};
+    use connector_runtime::{ConnectorRuntime, RuntimeOptions};
 
     fn state() -> (Arc<State>, Arc<SqliteStore>) {
         let store = Arc::new(SqliteStore::open_in_memory().expect("an in-memory database"));

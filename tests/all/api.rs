@@ -840,7 +840,7 @@ async fn rotation_keeps_bindings_and_refuses_to_break_them_unless_forced() {
 /// gone, in memory or in the database: the subject is checked under the write lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_racing_the_deletion_of_its_unit_leaves_no_orphan() {
-    use connector_host::store::Subject;
+    use connector_model::records::Subject;
     let h = TestHost::start().await;
     for round in 0..40 {
         let unit = format!("racing-{round}");

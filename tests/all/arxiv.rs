@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use connector_host::config::ConnectorSettings;
-use connector_host::runtime::{
+use connector_runtime::{
     wit, ConnectorRuntime, GuestLimits, LoadedComponent, OutboundPolicy, RuntimeOptions, Sandbox,
 };
 use integration_tests::fake_arxiv::FakeArxiv;
@@ -50,7 +50,7 @@ fn sandbox_allowing_the_fake() -> Sandbox {
         outbound: Arc::new(OutboundPolicy::new(&["127.0.0.1".into()], None, true)),
         installations: Arc::from(Vec::new()),
         secrets: Arc::new(BTreeMap::new()),
-        caller: connector_host::runtime::Caller::Host,
+        caller: connector_runtime::Caller::Host,
     }
 }
 

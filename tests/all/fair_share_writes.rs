@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use connector_host::store::Subject;
 use connector_host::Host;
+use connector_model::records::Subject;
 use integration_tests::guests;
 use integration_tests::harness::{
     machine_load, now_unix, send_standard_webhook, test_config, try_send, upload_component,
@@ -398,7 +398,7 @@ enum Seen {
 /// readers saw version 2 still bound while the others compiled.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_catching_up_is_seen_before_or_after() {
-    use connector_host::store::ConnectorRecord;
+    use connector_model::records::ConnectorRecord;
     let dir = tempfile::tempdir().expect("the writer's data directory");
     let (server, _) = Host::open(test_config(dir.path()))
         .await

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use connector_host::config::GithubAppSettings;
 use connector_host::github_app::{GithubApp, GithubAppError, InstallationToken};
-use connector_host::runtime::InstallationTokens;
+use connector_runtime::InstallationTokens;
 use integration_tests::fake_github::FakeGithub;
 use serde_json::json;
 use time::format_description::well_known::Rfc3339;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use connector_host::registry::ConnectorRegistry;
-use connector_host::runtime::{
+use connector_runtime::{
     wit, ConnectorRuntime, GuestError, GuestLimits, LoadSource, OutboundPolicy, RuntimeOptions,
     Sandbox,
 };
@@ -48,7 +48,7 @@ fn read(path: &str) -> Vec<u8> {
 
 async fn call(
     rt: &ConnectorRuntime,
-    c: &connector_host::runtime::LoadedComponent,
+    c: &connector_runtime::LoadedComponent,
     sandbox: &Sandbox,
     tool: &str,
     args: &str,
@@ -62,7 +62,7 @@ async fn call(
 /// `acme.echo` of `message` in `component` answers with it.
 async fn assert_echoes(
     rt: &ConnectorRuntime,
-    component: &connector_host::runtime::LoadedComponent,
+    component: &connector_runtime::LoadedComponent,
     message: &str,
 ) {
     let args = serde_json::json!({ "message": message }).to_string();

@@ -126,7 +126,8 @@ mod postgres {
     /// through (loading alone is not enough).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_write_racing_another_replicas_is_refused_until_reloaded() {
-        use connector_host::store::{StoreError, UnitRecord};
+        use connector_host::store::StoreError;
+        use connector_model::records::UnitRecord;
         let Some(pg) = require_postgres() else { return };
         let url = pg.fresh_database("stale").expect("a fresh database");
         let unit = |id: &str| UnitRecord {

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use connector_host::config::{ConnectorSettings, GithubAppSettings, HostConfig};
-use connector_host::runtime::{wit, Sandbox};
 use connector_host::Host;
+use connector_runtime::{wit, Sandbox};
 use integration_tests::fake_github::FakeGithub;
 use serde_json::json;
 

@@ -7,11 +7,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use connector_host::grants::Directory;
-use connector_host::registry::{Connector, InstalledConnector, ToolInfo};
-use connector_host::runtime::{ConnectorRuntime, GuestLimits, RuntimeOptions};
-use connector_host::store::{
+use connector_host::registry::InstalledConnector;
+use connector_model::connector::{Connector, ToolInfo};
+use connector_model::records::{
     AgentRecord, BindingRecord, GrantRecord, Snapshot, Subject, UnitRecord,
 };
+use connector_runtime::{ConnectorRuntime, GuestLimits, RuntimeOptions};
 use serde_json::json;
 
 pub const DEPTH: usize = 32;

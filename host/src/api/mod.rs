@@ -4,6 +4,7 @@
 //! serialise the answer. Every rule lives in the host, so the Rust API and the HTTP API
 //! cannot disagree.
 
+use crate::http::ApiError;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -13,12 +14,12 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::error::{ErrorCode, HostError, HostResult};
 use crate::host::{Host, Written};
 use crate::http::{AgentOfPath, ApiJson, Operator, PeerOf};
-use crate::store::Subject;
+use connector_model::error::{ErrorCode, HostError, HostResult};
+use connector_model::records::Subject;
 
-type ApiResult = Result<Response, HostError>;
+type ApiResult = Result<Response, ApiError>;
 
 fn written_status(w: Written) -> StatusCode {
     match w {
@@ -134,10 +135,10 @@ async fn install_connector(
     if !content_type.starts_with("application/wasm")
         && !content_type.starts_with("application/octet-stream")
     {
-        return Err(HostError::new(
+        return Err(ApiError(HostError::new(
             ErrorCode::UnsupportedMediaType,
             "send the component's bytes with Content-Type: application/wasm",
-        ));
+        )));
     }
     let force = query.force()?;
     let body = read_body(&headers, body, MAX_COMPONENT_BYTES, "a component").await?;
@@ -425,7 +426,7 @@ async fn call_tool(
     ApiJson(body): ApiJson<ToolCall>,
 ) -> ApiResult {
     if body.tool.is_empty() {
-        return Err(HostError::invalid_request("`tool` is required"));
+        return Err(ApiError(HostError::invalid_request("`tool` is required")));
     }
     let arguments = body.arguments.unwrap_or_else(|| json!({}));
     let output = host.call_tool(&agent, &body.tool, arguments).await?;
@@ -454,19 +455,19 @@ async fn receive_webhook(
         read = tokio::time::timeout(crate::webhooks::WEBHOOK_BODY_TIME, read) => match read {
             Ok(read) => read?,
             Err(_) => {
-                return Err(HostError::new(
+                return Err(ApiError(HostError::new(
                     ErrorCode::RequestTimeout,
                     format!(
                         "the webhook body did not arrive within {} s; send it at once",
                         crate::webhooks::WEBHOOK_BODY_TIME.as_secs()
                     ),
-                ))
+                )))
             }
         },
-        () = cut_off => return Err(HostError::new(
+        () = cut_off => return Err(ApiError(HostError::new(
             ErrorCode::HostBusy,
             "the host is reading more webhook bodies from this sender than its share allows while others wait; retry shortly",
-        )),
+        ))),
     };
     let outcome = host.receive_webhook(&slug, &headers, &body).await?;
     drop(admission);

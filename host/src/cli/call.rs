@@ -11,7 +11,7 @@ use super::client::{Body, Client};
 use super::inspect::{local_registry, prepare, read_component};
 use super::{print_json, read_json_arg, CliError};
 use crate::registry::SchemaViolation;
-use crate::runtime::{wit, Caller, GuestError, OutboundPolicy, Sandbox};
+use connector_runtime::{wit, Caller, GuestError, OutboundPolicy, Sandbox};
 
 pub(crate) const HELP: &str = "\
 With FILE.wasm (a TARGET ending in .wasm, containing a `/`, or naming an existing file) the

@@ -106,7 +106,7 @@ pub fn shell_quote(value: &str) -> String {
     for c in value.chars() {
         match c {
             '\'' => out.push_str("'\\''"),
-            c if c.is_whitespace() || crate::ids::is_terminal_control(c) => {
+            c if c.is_whitespace() || connector_model::ids::is_terminal_control(c) => {
                 let mut utf8 = [0u8; 4];
                 out.push('\'');
                 out.push_str("$'");
@@ -135,7 +135,7 @@ fn dotenv_quote(value: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            c if crate::ids::is_terminal_control(c) => {
+            c if connector_model::ids::is_terminal_control(c) => {
                 out.push_str(&c.escape_unicode().to_string())
             }
             c => out.push(c),

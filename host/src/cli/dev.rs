@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::inspect::{install_error_message, local_registry};
 use super::live::{Live, Rebuild};
 use super::{CliError, RemoteArgs};
-use crate::registry::{Connector, ToolAnnotations, ToolInfo};
+use connector_model::connector::{Connector, ToolAnnotations, ToolInfo};
 
 pub(crate) const HELP: &str = "\
 Loads FILE.wasm like `inspect` (same checks as installing into a host) and prints a summary.
@@ -292,7 +292,7 @@ pub fn describe(c: &Connector) -> String {
     out
 }
 
-fn scheme(w: &crate::registry::WebhookInfo) -> String {
+fn scheme(w: &connector_model::connector::WebhookInfo) -> String {
     serde_json::to_value(w.scheme)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
@@ -486,7 +486,7 @@ pub fn diff(old: &Connector, new: &Connector) -> Vec<Change> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::{WebhookInfo, WebhookSchemeName};
+    use connector_model::connector::{WebhookInfo, WebhookSchemeName};
     use serde_json::json;
 
     fn tool(name: &str, description: &str, schema: Value) -> ToolInfo {

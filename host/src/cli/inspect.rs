@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::CliError;
 use crate::registry::{ConnectorRegistry, InstallError, InstalledConnector};
-use crate::runtime::{ConnectorRuntime, GuestLimits, RuntimeOptions};
+use connector_runtime::{ConnectorRuntime, GuestLimits, RuntimeOptions};
 
 pub(crate) const HELP: &str = "\
 Runs the same checks as installing into a host (component world, naming rules, schemas),

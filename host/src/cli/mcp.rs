@@ -116,7 +116,7 @@ pub fn token(
 
 /// Serves until stdin ends: locally or through the bridge.
 pub fn run(remote: &RemoteArgs, args: McpArgs) -> Result<(), CliError> {
-    crate::ids::check_id("agent", &args.agent).map_err(|e| CliError::usage(e.message))?;
+    connector_model::ids::check_id("agent", &args.agent).map_err(|e| CliError::usage(e.message))?;
     if args.is_local() {
         return run_local(args);
     }

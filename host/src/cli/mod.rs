@@ -328,7 +328,7 @@ pub fn json_for_terminals(json: &str) -> String {
     for c in json.chars() {
         // Newlines and tabs outside strings are the pretty layout (inside, serde_json
         // has escaped them).
-        if crate::ids::is_terminal_control(c) && !matches!(c, '\n' | '\t') {
+        if connector_model::ids::is_terminal_control(c) && !matches!(c, '\n' | '\t') {
             // All are in the Basic Multilingual Plane: one `\uXXXX` each.
             out.push_str(&format!("\\u{:04x}", c as u32));
         } else {
@@ -343,7 +343,7 @@ pub fn json_for_terminals(json: &str) -> String {
 /// dropped.
 pub fn print_out(text: &str) {
     use std::io::Write;
-    let text = crate::ids::escape_controls_keeping_lines(text);
+    let text = connector_model::ids::escape_controls_keeping_lines(text);
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
@@ -352,7 +352,7 @@ pub fn print_out(text: &str) {
 /// kept): errors, notes and progress.
 pub fn print_err(text: &str) {
     use std::io::Write;
-    let text = crate::ids::escape_controls_keeping_lines(text);
+    let text = connector_model::ids::escape_controls_keeping_lines(text);
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "{text}").and_then(|()| err.flush());
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use super::CliError;
-use crate::registry::manifest::{is_namespace, is_slug};
+use connector_model::connector::{is_namespace, is_slug};
 
 pub(crate) const HELP: &str = "\
 Writes a new connector crate into DIR (default ./SLUG): Cargo.toml, .gitignore, README.md and

@@ -200,7 +200,7 @@ pub fn render_tools_table(tools: &[Value]) -> String {
 /// A table cell: one line, control characters escaped (a hostile description could move
 /// the cursor or reorder the row).
 fn clean(text: &str) -> String {
-    crate::ids::escape_controls(text)
+    connector_model::ids::escape_controls(text)
 }
 
 fn truncate(text: &str, width: usize) -> String {

@@ -45,10 +45,10 @@ use futures::StreamExt;
 use maud::Markup;
 use serde::Deserialize;
 
-use crate::error::{ErrorCode, HostError};
 use crate::host::{Host, Message};
 use crate::http::PeerOf;
-use crate::store::Subject;
+use connector_model::error::{ErrorCode, HostError};
+use connector_model::records::Subject;
 use pages::{href, notice};
 use session::{Session, Sessions};
 
@@ -491,13 +491,13 @@ async fn unit_tools(State(host): State<Host>, s: SignedIn, Path(id): Path<String
 pub fn tools_page(host: &Host, csrf: &str, subject: &Subject) -> Result<Markup, HostError> {
     match subject {
         Subject::Unit(id) => {
-            crate::ids::check_id("unit", id)?;
+            connector_model::ids::check_id("unit", id)?;
             host.unit(id)?;
             let tools = host.effective_tools(subject)?;
             Ok(pages::unit_tools(csrf, id, &tools))
         }
         Subject::Agent(id) => {
-            crate::ids::check_id("agent", id)?;
+            connector_model::ids::check_id("agent", id)?;
             let tools = host.effective_tools(subject)?;
             Ok(pages::agent_tools(csrf, id, &tools))
         }
@@ -718,7 +718,7 @@ async fn inbox_stream(
             "kind": m.kind,
             "threadKey": m.thread_key,
             "deliveryId": m.delivery_id,
-            "payload": crate::ids::truncate(&m.payload.to_string(), 400),
+            "payload": connector_model::ids::truncate(&m.payload.to_string(), 400),
         });
         Ok::<_, std::convert::Infallible>(
             Event::default()

@@ -8,10 +8,11 @@ use maud::{html, Markup, PreEscaped, DOCTYPE};
 use serde_json::Value;
 
 use super::form::{self, Field, FieldError, FieldKind};
-use crate::grants::{EffectiveTool, Provenance, Provider, ResolvedTools};
+use crate::grants::{EffectiveTool, Provider, ResolvedTools};
 use crate::host::{AgentSummary, BindingView, Message};
-use crate::registry::{Connector, ToolAnnotations};
-use crate::store::{DeliveryRecord, UnitRecord};
+use connector_model::connector::{Connector, ToolAnnotations};
+use connector_model::provenance::Provenance;
+use connector_model::records::{DeliveryRecord, UnitRecord};
 
 /// The top-level section a page belongs to (highlighted in the navigation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -377,7 +378,7 @@ fn bind_href(unit: &str, slug: &str) -> String {
 }
 
 fn compact_json(v: &Value) -> String {
-    crate::ids::truncate(&v.to_string(), 400)
+    connector_model::ids::truncate(&v.to_string(), 400)
 }
 
 // ----- tools views --------------------------------------------------------------------
@@ -844,7 +845,7 @@ pub fn connectors(csrf: &str, list: &[Connector], message: Option<Markup>) -> Ma
     )
 }
 
-fn scheme_name(w: &crate::registry::WebhookInfo) -> String {
+fn scheme_name(w: &connector_model::connector::WebhookInfo) -> String {
     serde_json::to_value(w)
         .ok()
         .and_then(|v| v.get("scheme").and_then(Value::as_str).map(str::to_string))

@@ -15,11 +15,11 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::catalog::{guest_error, Catalog};
-use crate::error::{ErrorCode, HostError, HostResult};
-use crate::ids::check_id;
-use crate::runtime::wit;
 use crate::state::State;
-use crate::store::{BindingRecord, Subject};
+use connector_model::error::{ErrorCode, HostError, HostResult};
+use connector_model::ids::check_id;
+use connector_model::records::{BindingRecord, Subject};
+use connector_runtime::wit;
 
 /// One file of the context.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -174,25 +174,26 @@ pub(crate) async fn build(
         closest
     };
 
-    let calls = bindings.iter().filter_map(|b| {
-        let connector = state.registry().get(&b.connector)?;
-        // Counted against the agent's share, like its tool calls.
-        let sandbox = catalog
-            .sandbox(&b.connector, Some(b))
-            .for_caller(crate::runtime::Caller::Agent(std::sync::Arc::from(agent)));
-        let binding = wit::Binding {
-            unit: b.unit_id.clone(),
-            config: b.config.to_string(),
-        };
-        let runtime = catalog.runtime().clone();
-        Some(async move {
-            let result = match connector.component(runtime.limits().call_timeout).await {
-                Ok(component) => runtime.runtime_context(component, &sandbox, binding).await,
-                Err(e) => Err(e),
+    let calls =
+        bindings.iter().filter_map(|b| {
+            let connector = state.registry().get(&b.connector)?;
+            // Counted against the agent's share, like its tool calls.
+            let sandbox = catalog.sandbox(&b.connector, Some(b)).for_caller(
+                connector_runtime::Caller::Agent(std::sync::Arc::from(agent)),
+            );
+            let binding = wit::Binding {
+                unit: b.unit_id.clone(),
+                config: b.config.to_string(),
             };
-            (connector.slug().to_string(), result)
-        })
-    });
+            let runtime = catalog.runtime().clone();
+            Some(async move {
+                let result = match connector.component(runtime.limits().call_timeout).await {
+                    Ok(component) => runtime.runtime_context(component, &sandbox, binding).await,
+                    Err(e) => Err(e),
+                };
+                (connector.slug().to_string(), result)
+            })
+        });
     let results = futures::future::join_all(calls).await;
 
     let mut context = RuntimeContext::default();

@@ -53,7 +53,7 @@ use time::OffsetDateTime;
 pub use error::GithubAppError;
 
 use crate::config::GithubAppSettings;
-use crate::runtime::{wit, InstallationTokens};
+use connector_runtime::{wit, InstallationTokens};
 
 /// A cached token is handed out until this long before its `expires_at`.
 pub const REFRESH_MARGIN: Duration = Duration::from_secs(5 * 60);

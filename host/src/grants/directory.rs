@@ -7,17 +7,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::store::{
+use connector_model::provenance::connector_provenance;
+use connector_model::records::{
     AgentRecord, BindingRecord, GrantRecord, ImageToolsRecord, Snapshot, Subject, UnitRecord,
 };
-
-/// Provenance of a grant written by a binding.
-pub fn connector_provenance(slug: &str) -> String {
-    format!("connector:{slug}")
-}
-
-/// Provenance of a grant an operator made.
-pub const EXPLICIT: &str = "explicit";
 
 /// Units, agents, bindings, grants and image tools.
 #[derive(Debug, Default, Clone)]

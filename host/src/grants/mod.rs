@@ -7,8 +7,7 @@
 pub mod directory;
 pub mod resolver;
 
-pub use directory::{connector_provenance, Directory, EXPLICIT};
+pub use directory::Directory;
 pub use resolver::{
-    unit_order, EffectiveTool, EffectiveToolResolver, Group, Provenance, Provider, ResolvedTools,
-    ToolCatalog,
+    unit_order, EffectiveTool, EffectiveToolResolver, Group, Provider, ResolvedTools, ToolCatalog,
 };

@@ -19,44 +19,12 @@ use parking_lot::Mutex;
 use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
 
-use super::directory::{Directory, EXPLICIT};
-use crate::registry::{InstalledConnector, ToolInfo};
-use crate::store::Subject;
+use super::directory::Directory;
 
-/// Why a subject has a tool.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Provenance {
-    /// An operator granted it to this subject.
-    Explicit,
-    /// A binding of this connector (slug) on one of the subject's units granted it.
-    Connector(String),
-    /// A platform tool; every subject has them.
-    Platform,
-    /// The agent's container image declares it (image digest).
-    Image(String),
-}
-
-impl Provenance {
-    fn rank(&self) -> u8 {
-        match self {
-            Provenance::Explicit => 3,
-            Provenance::Connector(_) => 2,
-            Provenance::Platform => 1,
-            Provenance::Image(_) => 0,
-        }
-    }
-}
-
-impl std::fmt::Display for Provenance {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Provenance::Explicit => f.write_str("explicit"),
-            Provenance::Connector(slug) => write!(f, "connector:{slug}"),
-            Provenance::Platform => f.write_str("platform"),
-            Provenance::Image(digest) => write!(f, "image:{digest}"),
-        }
-    }
-}
+use crate::registry::InstalledConnector;
+use connector_model::connector::ToolInfo;
+use connector_model::provenance::{Provenance, EXPLICIT};
+use connector_model::records::Subject;
 
 /// Where a group of tools comes from.
 #[derive(Clone)]

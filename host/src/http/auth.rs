@@ -6,12 +6,13 @@
 //! agent's own token). axum runs these before the body extractor, so an unauthenticated
 //! request is answered `401` without its body being buffered.
 
+use crate::http::ApiError;
 use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap};
 
-use crate::error::{ErrorCode, HostError};
 use crate::host::Host;
+use connector_model::error::{ErrorCode, HostError};
 
 /// Which callers a route admits.
 #[derive(Debug, Clone, Copy)]
@@ -60,10 +61,10 @@ pub fn authorize(host: &Host, headers: &HeaderMap, access: Access<'_>) -> Result
 pub struct Operator;
 
 impl FromRequestParts<Host> for Operator {
-    type Rejection = HostError;
+    type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, host: &Host) -> Result<Self, HostError> {
-        authorize(host, &parts.headers, Access::Operator).map(|()| Operator)
+    async fn from_request_parts(parts: &mut Parts, host: &Host) -> Result<Self, ApiError> {
+        Ok(authorize(host, &parts.headers, Access::Operator).map(|()| Operator)?)
     }
 }
 
@@ -84,16 +85,16 @@ impl AgentOfPath {
 }
 
 impl FromRequestParts<Host> for AgentOfPath {
-    type Rejection = HostError;
+    type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, host: &Host) -> Result<Self, HostError> {
+    async fn from_request_parts(parts: &mut Parts, host: &Host) -> Result<Self, ApiError> {
         let Some(agent) = Self::agent_in_path(parts).await else {
             // Not a readable agent id (not UTF-8 once decoded): no agent's token can be
             // for it, and nobody learns more than the operator would.
             authorize(host, &parts.headers, Access::Operator)?;
-            return Err(HostError::invalid_request(
+            return Err(ApiError(HostError::invalid_request(
                 "the agent id in the path is not valid UTF-8",
-            ));
+            )));
         };
         authorize(host, &parts.headers, Access::Agent(&agent))?;
         Ok(AgentOfPath(agent))

@@ -12,7 +12,7 @@ use axum::http::{header, HeaderMap};
 use bytes::Buf;
 use http_body_util::BodyExt;
 
-use crate::error::{ErrorCode, HostError};
+use connector_model::error::{ErrorCode, HostError};
 
 /// How much of an oversized body is read (and dropped) before answering.
 const DRAIN_BYTES: u64 = 64 * 1024 * 1024;

@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use crate::error::{ErrorCode, HostError};
+use connector_model::error::{ErrorCode, HostError};
 
 /// The HTTP status of an error code (CONTRACT §3).
 pub fn status_of(code: ErrorCode) -> StatusCode {
@@ -42,13 +42,25 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
     }
 }
 
-impl IntoResponse for HostError {
+/// A [`HostError`] as the HTTP API answers it: its code's status and the contract's error
+/// body. Handlers and extractors return it; `?` turns a `HostError` into one.
+#[derive(Debug)]
+pub struct ApiError(pub HostError);
+
+impl From<HostError> for ApiError {
+    fn from(error: HostError) -> Self {
+        ApiError(error)
+    }
+}
+
+impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut error = json!({"code": self.code.as_str(), "message": self.message});
-        if let Some(details) = self.details {
+        let ApiError(e) = self;
+        let mut error = json!({"code": e.code.as_str(), "message": e.message});
+        if let Some(details) = e.details {
             error["details"] = details;
         }
-        (status_of(self.code), Json(json!({ "error": error }))).into_response()
+        (status_of(e.code), Json(json!({ "error": error }))).into_response()
     }
 }
 
@@ -105,9 +117,9 @@ mod tests {
 
     #[test]
     fn the_body_has_the_contract_shape() {
-        let response = HostError::new(ErrorCode::Cycle, "loops")
-            .with_details(json!({"unit": "a"}))
-            .into_response();
+        let response =
+            ApiError(HostError::new(ErrorCode::Cycle, "loops").with_details(json!({"unit": "a"})))
+                .into_response();
         assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
         let body = futures::executor::block_on(axum::body::to_bytes(response.into_body(), 4096))
             .expect("body");

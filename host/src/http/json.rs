@@ -5,11 +5,12 @@
 //! JSON, `400 invalid_request` for malformed JSON or unknown fields, `413` for an
 //! oversized body.
 
+use crate::http::ApiError;
 use axum::extract::{FromRequest, Request};
 use axum::http::header;
 use serde::de::DeserializeOwned;
 
-use crate::error::{ErrorCode, HostError};
+use connector_model::error::{ErrorCode, HostError};
 
 /// Largest JSON request body.
 const MAX_JSON_BYTES: usize = 2 * 1024 * 1024;
@@ -22,7 +23,7 @@ where
     S: Send + Sync,
     T: DeserializeOwned,
 {
-    type Rejection = HostError;
+    type Rejection = ApiError;
 
     async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
         let content_type = req
@@ -52,14 +53,16 @@ where
                 mime == "application/json" || mime.ends_with("+json")
             });
             if !is_json {
-                return Err(HostError::new(
+                return Err(ApiError(HostError::new(
                     ErrorCode::UnsupportedMediaType,
                     "send JSON with Content-Type: application/json",
-                ));
+                )));
             }
         }
-        serde_json::from_slice(text)
-            .map(ApiJson)
-            .map_err(|e| HostError::invalid_request(format!("the request body is not valid: {e}")))
+        serde_json::from_slice(text).map(ApiJson).map_err(|e| {
+            ApiError(HostError::invalid_request(format!(
+                "the request body is not valid: {e}"
+            )))
+        })
     }
 }

@@ -7,6 +7,7 @@
 //! `POST /api/v1/agents/{id}/tokens`). It is served for any well-formed agent id, so it
 //! tells an unauthenticated caller nothing about which agents exist.
 
+use crate::http::ApiError;
 use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
@@ -44,7 +45,7 @@ fn base_url(headers: &HeaderMap) -> Option<String> {
 /// `resource_metadata` URL (RFC 9728 §5.1).
 pub fn www_authenticate(headers: &HeaderMap, agent: &str) -> HeaderValue {
     let value = base_url(headers)
-        .filter(|_| crate::ids::check_id("agent", agent).is_ok())
+        .filter(|_| connector_model::ids::check_id("agent", agent).is_ok())
         .map(|base| {
             format!(r#"Bearer resource_metadata="{base}{METADATA_PREFIX}/mcp/agents/{agent}""#)
         });
@@ -56,12 +57,14 @@ pub fn www_authenticate(headers: &HeaderMap, agent: &str) -> HeaderValue {
 /// `GET /.well-known/oauth-protected-resource/mcp/agents/{agentId}`: RFC 9728 metadata of
 /// that agent's MCP endpoint.
 pub async fn metadata(Path(agent): Path<String>, headers: HeaderMap) -> Response {
-    if let Err(e) = crate::ids::check_id("agent", &agent) {
-        return e.into_response();
+    if let Err(e) = connector_model::ids::check_id("agent", &agent) {
+        return ApiError(e).into_response();
     }
     let Some(base) = base_url(&headers) else {
-        return crate::error::HostError::invalid_request("the Host header cannot be used in a URL")
-            .into_response();
+        return ApiError(connector_model::error::HostError::invalid_request(
+            "the Host header cannot be used in a URL",
+        ))
+        .into_response();
     };
     Json(json!({
         "resource": format!("{base}/mcp/agents/{agent}"),

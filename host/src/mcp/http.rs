@@ -20,9 +20,9 @@ use super::jsonrpc::{
 use super::session::{Session, Sessions};
 use super::tools::{self, CallOutcome, ToolsList};
 use super::{negotiate, BATCH_VERSION, MAX_BODY_BYTES, SUPPORTED_VERSIONS};
-use crate::error::{ErrorCode, HostError};
 use crate::http::{authorize, read_limited, Access, BodyError};
-use crate::store::Subject;
+use connector_model::error::{ErrorCode, HostError};
+use connector_model::records::Subject;
 
 /// `Mcp-Session-Id`.
 pub const SESSION_HEADER: &str = "mcp-session-id";

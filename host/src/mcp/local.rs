@@ -98,8 +98,8 @@ use serde_json::Value;
 
 use super::jsonrpc::{INTERNAL_ERROR, NOT_FOUND};
 use crate::config::HostConfig;
-use crate::error::ErrorCode;
 use crate::host::Host;
+use connector_model::error::ErrorCode;
 
 /// How long a minted token is valid (the most a host issues).
 const TOKEN_TTL_SECONDS: u64 = 30 * 24 * 3600;
@@ -122,7 +122,7 @@ impl Local {
     /// Opens the host's state on `config` as a tool server and checks that `agent`
     /// exists.
     pub async fn open(config: HostConfig, agent: &str) -> Result<Local, String> {
-        crate::ids::check_id("agent", agent).map_err(|e| e.message)?;
+        connector_model::ids::check_id("agent", agent).map_err(|e| e.message)?;
         let data_dir = config.data_dir.clone();
         // Opened before the host loads its state: nothing committed in between can be
         // missed (the first message runs the full check either way).
@@ -204,7 +204,7 @@ impl Local {
     /// Makes every change committed before this call visible to the host in this
     /// process ([`Host::refresh`]), skipping the full check when the SQLite file has had
     /// no commit since the last one completed.
-    async fn catch_up(&self) -> crate::error::HostResult<()> {
+    async fn catch_up(&self) -> connector_model::error::HostResult<()> {
         let Some(watch) = &self.watch else {
             return self.host.refresh().await;
         };

@@ -11,10 +11,10 @@ use tokio::sync::mpsc;
 
 use super::jsonrpc;
 use super::tools::fingerprint;
-use crate::error::{HostError, HostResult};
 use crate::grants::ResolvedTools;
 use crate::host::Host;
-use crate::store::Subject;
+use connector_model::error::{HostError, HostResult};
+use connector_model::records::Subject;
 
 /// How often the watcher looks for idle sessions and sessions of deleted agents (tool
 /// changes are announced when they happen, not on this tick).

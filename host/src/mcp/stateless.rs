@@ -38,8 +38,8 @@ use super::jsonrpc::{
 use super::session::{Listener, Sessions, MAX_LISTENERS_PER_AGENT};
 use super::tools::{self, CallOutcome, ToolsList};
 use super::{SESSION_HEADER, STATELESS_VERSION};
-use crate::error::ErrorCode;
-use crate::store::Subject;
+use connector_model::error::ErrorCode;
+use connector_model::records::Subject;
 
 /// `_meta` key: the request's protocol revision.
 const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
@@ -157,7 +157,7 @@ fn decode_name(raw: &str) -> Option<String> {
 
 /// What a client sent, cut to a length an error message can quote.
 fn shorten(s: &str) -> String {
-    crate::ids::truncate(s, 100)
+    connector_model::ids::truncate(s, 100)
 }
 
 /// Checks what every stateless request must carry: `MCP-Protocol-Version` equal to
@@ -444,7 +444,7 @@ async fn call(
 }
 
 /// Not found is `-32602` at this revision (the agent was deleted meanwhile).
-fn not_found_or_internal(id: &Value, e: crate::error::HostError) -> Response {
+fn not_found_or_internal(id: &Value, e: connector_model::error::HostError) -> Response {
     let code = if e.code == ErrorCode::NotFound {
         INVALID_PARAMS
     } else {

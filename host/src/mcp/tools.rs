@@ -8,11 +8,11 @@ use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::jsonrpc;
-use crate::error::{ErrorCode, HostError};
 use crate::grants::ResolvedTools;
 use crate::host::Host;
-use crate::registry::ToolInfo;
-use crate::tool_output::{ContentBlock, ToolOutput};
+use connector_model::connector::ToolInfo;
+use connector_model::error::{ErrorCode, HostError};
+use connector_model::tool_output::{ContentBlock, ToolOutput};
 
 /// The `tools/list` result of an effective tool set: `{"tools": [Tool]}`.
 ///

@@ -19,7 +19,7 @@ use super::schema::{self, BlockKind, Property};
 use super::templates::{self, AuthorityPiece, Names, SettingInfo, Usage};
 use super::yaml::{Entry, Kind, Node, Pos};
 use super::PackOptions;
-use crate::registry::manifest::{is_namespace, is_slug, is_tool_id, RESERVED_NAMESPACE};
+use connector_model::connector::{is_namespace, is_slug, is_tool_id, RESERVED_NAMESPACE};
 
 /// The manifest kind this packer reads.
 pub(crate) const KIND: &str = "commonagents.info/v1beta2/tool";

@@ -8,104 +8,14 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::LazyLock;
 
-use regex_lite::Regex;
-use serde::{Deserialize, Serialize};
+use connector_model::connector::{
+    is_namespace, is_slug, is_tool_id, Connector, ToolAnnotations, ToolInfo, WebhookInfo,
+    WebhookSchemeName, NAMESPACE_RULE, RESERVED_NAMESPACE, SLUG_RULE, TOOL_ID_RULE,
+};
 use serde_json::Value;
 
-use crate::runtime::wit;
-
-/// The namespace reserved for the platform's own tools.
-pub const RESERVED_NAMESPACE: &str = "sv";
-
-/// `^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$`
-pub const TOOL_ID_RULE: &str = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$";
-/// `^[a-z][a-z0-9_-]{0,62}$`
-pub const SLUG_RULE: &str = r"^[a-z][a-z0-9_-]{0,62}$";
-/// One segment of a tool id.
-pub const NAMESPACE_RULE: &str = r"^[a-z][a-z0-9_]*$";
-
-static TOOL_ID: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(TOOL_ID_RULE).unwrap_or_else(|e| unreachable!("{e}")));
-static SLUG: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(SLUG_RULE).unwrap_or_else(|e| unreachable!("{e}")));
-static NAMESPACE: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(NAMESPACE_RULE).unwrap_or_else(|e| unreachable!("{e}")));
-
-/// Whether `id` is a canonical tool id.
-pub fn is_tool_id(id: &str) -> bool {
-    TOOL_ID.is_match(id)
-}
-
-/// Whether `slug` is a valid connector slug.
-pub fn is_slug(slug: &str) -> bool {
-    SLUG.is_match(slug)
-}
-
-/// Whether `ns` is a valid namespace (one tool id segment).
-pub fn is_namespace(ns: &str) -> bool {
-    NAMESPACE.is_match(ns)
-}
-
-/// The contract's `Connector` object.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Connector {
-    pub slug: String,
-    pub tool_namespace: String,
-    pub display_name: String,
-    pub description: String,
-    pub version: String,
-    pub digest: String,
-    /// The WIT world the component implements (`spring:connector@0.2.0`, or `@0.1.0`
-    /// for a component built against the first world); set from the loaded component.
-    #[serde(default)]
-    pub world: String,
-    pub tools: Vec<ToolInfo>,
-    pub config_schema: Value,
-    pub webhook: Option<WebhookInfo>,
-    pub allowed_hosts: Vec<String>,
-}
-
-/// The contract's `Tool` object.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolInfo {
-    pub name: String,
-    pub description: String,
-    pub input_schema: Value,
-    pub annotations: ToolAnnotations,
-    /// JSON Schema of the structured result (an object schema), when the tool declares
-    /// one; every successful call is checked against it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output_schema: Option<Value>,
-}
-
-/// MCP-style tool annotations.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolAnnotations {
-    pub read_only_hint: bool,
-    pub destructive_hint: bool,
-    pub idempotent_hint: bool,
-    pub open_world_hint: bool,
-}
-
-/// A connector's webhook scheme.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WebhookInfo {
-    pub scheme: WebhookSchemeName,
-}
-
-/// The schemes of the contract.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum WebhookSchemeName {
-    #[serde(rename = "github-hmac-sha256")]
-    GithubHmacSha256,
-    #[serde(rename = "standard-webhooks")]
-    StandardWebhooks,
-}
+use connector_runtime::wit;
 
 /// A rule of the contract a manifest broke.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,12 +17,13 @@ use parking_lot::RwLock;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::runtime::{wit, ConnectorRuntime, GuestError, LoadError, LoadedComponent};
-use crate::tool_output::ToolOutput;
+use connector_model::connector::{Connector, ToolInfo};
+use connector_model::tool_output::ToolOutput;
+use connector_runtime::{wit, ConnectorRuntime, GuestError, LoadError, LoadedComponent};
 
-pub use manifest::{
-    Connector, ManifestError, ToolAnnotations, ToolInfo, WebhookInfo, WebhookSchemeName,
-};
+pub use manifest::ManifestError;
+
+pub mod output;
 
 /// One place where a JSON document breaks its schema.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -77,10 +78,10 @@ impl fmt::Display for OutputRefused {
 impl OutputRefused {
     /// The contract's error code: `connector_trapped` for a malformed result,
     /// `tool_failed` for one that breaks the output schema.
-    pub fn code(&self) -> crate::error::ErrorCode {
+    pub fn code(&self) -> connector_model::error::ErrorCode {
         match self {
-            OutputRefused::Malformed(_) => crate::error::ErrorCode::ConnectorTrapped,
-            OutputRefused::BreaksSchema { .. } => crate::error::ErrorCode::ToolFailed,
+            OutputRefused::Malformed(_) => connector_model::error::ErrorCode::ConnectorTrapped,
+            OutputRefused::BreaksSchema { .. } => connector_model::error::ErrorCode::ToolFailed,
         }
     }
 }
@@ -203,8 +204,11 @@ fn violations(
         .iter_errors(value)
         .take(MAX_VIOLATIONS)
         .map(|e| SchemaViolation {
-            pointer: crate::ids::truncate(&e.instance_path.to_string(), MAX_VIOLATION_CHARS),
-            message: crate::ids::truncate(&e.to_string(), MAX_VIOLATION_CHARS),
+            pointer: connector_model::ids::truncate(
+                &e.instance_path.to_string(),
+                MAX_VIOLATION_CHARS,
+            ),
+            message: connector_model::ids::truncate(&e.to_string(), MAX_VIOLATION_CHARS),
         })
         .collect();
     if found.is_empty() {
@@ -400,7 +404,7 @@ impl InstalledConnector {
         tool: &str,
         output: wit::ToolOutput,
     ) -> Result<ToolOutput, OutputRefused> {
-        let output = ToolOutput::from_guest(output).map_err(OutputRefused::Malformed)?;
+        let output = output::from_guest(output).map_err(OutputRefused::Malformed)?;
         let Some(validator) = self.output_schemas.get(tool) else {
             return Ok(output);
         };

@@ -36,9 +36,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::catalog::{Catalog, Preparing};
-use crate::error::{ErrorCode, HostError, HostResult};
 use crate::state::State;
 use crate::store::Store;
+use connector_model::error::{ErrorCode, HostError, HostResult};
 
 /// How often a replica on a shared store checks for changes on its own.
 pub const BACKGROUND_REFRESH: Duration = Duration::from_millis(200);
@@ -280,11 +280,11 @@ mod tests {
     use super::*;
     use crate::config::HostConfig;
     use crate::registry::ConnectorRegistry;
-    use crate::runtime::{ConnectorRuntime, RuntimeOptions};
     use crate::state::StateChange;
     use crate::store::conformance::fixtures::unit;
     use crate::store::sqlite::SqliteStore;
     use crate::store::StateStore;
+    use connector_runtime::{ConnectorRuntime, RuntimeOptions};
 
     /// Waits (briefly) until `ready` holds.
     async fn until(what: &str, ready: impl Fn() -> bool) {

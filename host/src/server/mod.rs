@@ -5,6 +5,7 @@
 
 pub mod connections;
 
+use crate::http::ApiError;
 use std::sync::atomic::Ordering;
 
 use axum::extract::State;
@@ -14,8 +15,8 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 
 use crate::config::HostConfig;
-use crate::error::HostError;
 use crate::host::Host;
+use connector_model::error::HostError;
 
 /// Every HTTP route of the host, ready to serve or to nest in a platform's router.
 pub fn router(host: Host) -> Router {
@@ -67,7 +68,7 @@ async fn json_errors(response: Response) -> Response {
     if is_json || is_page {
         return response;
     }
-    use crate::error::ErrorCode;
+    use connector_model::error::ErrorCode;
     let code = match status.as_u16() {
         401 => ErrorCode::Unauthenticated,
         403 => ErrorCode::Forbidden,
@@ -91,11 +92,13 @@ async fn json_errors(response: Response) -> Response {
             .canonical_reason()
             .unwrap_or("request failed")
             .to_string(),
-        text => crate::ids::escape_controls(&crate::ids::truncate(text, 300)),
+        text => connector_model::ids::escape_controls(&connector_model::ids::truncate(text, 300)),
     };
     // The original headers stay (Allow, CORS, Retry-After, ...); only the body and what
     // describes it change.
-    let (json_parts, json_body) = HostError::new(code, message).into_response().into_parts();
+    let (json_parts, json_body) = ApiError(HostError::new(code, message))
+        .into_response()
+        .into_parts();
     let mut answer = Response::from_parts(parts, json_body);
     let headers = answer.headers_mut();
     headers.remove(axum::http::header::CONTENT_LENGTH);
@@ -119,20 +122,21 @@ async fn allowed_host_only(
 ) -> Response {
     let host_header = request.headers().get(axum::http::header::HOST);
     if host_header.is_some_and(|v| v.to_str().is_err()) {
-        return HostError::invalid_request("the Host header is not ASCII").into_response();
+        return ApiError(HostError::invalid_request("the Host header is not ASCII"))
+            .into_response();
     }
     let named = host_header
         .and_then(|v| v.to_str().ok())
         .map(str::to_string)
         .or_else(|| request.uri().authority().map(|a| a.to_string()));
     match named {
-        Some(name) if !host.config().allows_host_name(&name) => HostError::new(
-            crate::error::ErrorCode::Forbidden,
+        Some(name) if !host.config().allows_host_name(&name) => ApiError(HostError::new(
+            connector_model::error::ErrorCode::Forbidden,
             format!(
                 "this server does not answer for host `{}`; an operator can allow it in server.allowed_host_names",
-                crate::ids::truncate(&name, 100)
+                connector_model::ids::truncate(&name, 100)
             ),
-        )
+        ))
         .into_response(),
         _ => next.run(request).await,
     }
@@ -147,12 +151,14 @@ async fn refresh_first(
 ) -> Response {
     match host.refresh().await {
         Ok(()) => next.run(request).await,
-        Err(e) => e.into_response(),
+        Err(e) => ApiError(e).into_response(),
     }
 }
 
-async fn not_found() -> HostError {
-    HostError::not_found("no such route; the API lives under /api/v1 (see CONTRACT.md §3)")
+async fn not_found() -> ApiError {
+    ApiError(HostError::not_found(
+        "no such route; the API lives under /api/v1 (see CONTRACT.md §3)",
+    ))
 }
 
 async fn healthz() -> Json<Value> {

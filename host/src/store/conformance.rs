@@ -23,9 +23,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::json;
 
-use super::{
-    BindingRecord, Claim, ClaimScope, DeliveryRecord, DeliveryStatus, FailPoint, GrantRecord,
-    ImageToolsRecord, MessageRecord, Snapshot, StateCheck, Store, StoreError, Subject,
+use super::{Claim, ClaimScope, FailPoint, StateCheck, Store, StoreError};
+
+use connector_model::records::{
+    BindingRecord, DeliveryRecord, DeliveryStatus, GrantRecord, ImageToolsRecord, MessageRecord,
+    Snapshot, Subject,
 };
 use fixtures::*;
 
@@ -103,9 +105,11 @@ macro_rules! store_conformance_tests {
 pub mod fixtures {
     use serde_json::{json, Value};
 
-    use crate::store::{
-        AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus,
-        GrantRecord, MessageRecord, Snapshot, Store, Subject, UnitRecord,
+    use crate::store::{Claim, Store};
+
+    use connector_model::records::{
+        AgentRecord, BindingRecord, ConnectorRecord, DeliveryRecord, DeliveryStatus, GrantRecord,
+        MessageRecord, Snapshot, Subject, UnitRecord,
     };
 
     /// The bytes the suite stores as a connector's component.

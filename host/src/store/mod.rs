@@ -22,142 +22,10 @@ mod sqlite_checkpoint;
 mod sqlite_writer;
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-
-/// An installed connector, as persisted. Its component's bytes are stored beside it and
-/// read only when needed ([`StateStore::component`]): a replica catching up with another's
-/// write reads the bytes of a connector whose digest it has not prepared, never all of them.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ConnectorRecord {
-    pub slug: String,
-    pub namespace: String,
-    /// `sha256:<hex>` of the component's bytes.
-    pub digest: String,
-    /// Whether it ships inside the host binary.
-    pub bundled: bool,
-    /// RFC 3339.
-    pub installed_at: String,
-    /// The connector's description as the host that installed it validated it (the
-    /// contract's `Connector` object), so another host can serve it before compiling its
-    /// component. `None` for connectors stored before descriptions were kept.
-    pub manifest: Option<Value>,
-}
-
-/// A unit (units nest through `parent`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UnitRecord {
-    pub id: String,
-    pub parent: Option<String>,
-    pub display_name: Option<String>,
-    /// RFC 3339.
-    pub created_at: String,
-}
-
-/// An agent and the units it belongs to (first = primary).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AgentRecord {
-    pub id: String,
-    pub units: Vec<String>,
-    pub display_name: Option<String>,
-    /// RFC 3339.
-    pub created_at: String,
-    /// Agent tokens are good only while they carry this value: revoking them (or deleting
-    /// and re-creating the agent) sets a new one. Empty for agents stored before
-    /// revocation existed (tokens minted without one match it).
-    #[serde(default)]
-    pub token_epoch: String,
-}
-
-/// A connector bound to a unit.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BindingRecord {
-    pub unit_id: String,
-    pub connector: String,
-    pub config: Value,
-    /// What the connector's `bind` returned: webhook routing keys.
-    pub routing_keys: Vec<String>,
-    /// RFC 3339.
-    pub bound_at: String,
-}
-
-/// Whom a grant is for.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(tag = "kind", content = "id", rename_all = "lowercase")]
-pub enum Subject {
-    Unit(String),
-    Agent(String),
-}
-
-/// A grant of one tool id or of a whole namespace (`<ns>.*`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GrantRecord {
-    pub subject: Subject,
-    /// A tool id, or `<namespace>.*`.
-    pub tool: String,
-    pub namespace: String,
-    /// `explicit` or `connector:<slug>`.
-    pub provenance: String,
-    /// RFC 3339.
-    pub created_at: String,
-}
-
-/// The tools an agent's container image declares.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ImageToolsRecord {
-    pub agent_id: String,
-    pub digest: String,
-    /// `[{name, description, inputSchema}]`.
-    pub tools: Value,
-}
-
-/// Where a webhook delivery stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DeliveryStatus {
-    /// Stored, not yet routed.
-    Pending,
-    /// Routed; its messages are stored.
-    Done,
-    /// Translation or routing failed; kept for a retry.
-    Failed,
-}
-
-impl DeliveryStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeliveryStatus::Pending => "pending",
-            DeliveryStatus::Done => "done",
-            DeliveryStatus::Failed => "failed",
-        }
-    }
-}
-
-/// A verified inbound webhook, stored before it is acknowledged.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeliveryRecord {
-    pub connector: String,
-    pub delivery_id: String,
-    /// The event name, when the scheme carries one.
-    pub event: Option<String>,
-    /// Request headers, names lower-cased.
-    pub headers: Vec<(String, String)>,
-    /// The raw body.
-    pub body: Vec<u8>,
-    /// Unix seconds of receipt (de-duplication window).
-    pub received_unix: i64,
-    /// RFC 3339 of receipt.
-    pub received_at: String,
-    pub status: DeliveryStatus,
-    pub attempts: u32,
-    pub error: Option<String>,
-    /// Units that received messages.
-    pub routed_to: Vec<String>,
-    /// The replica working on it (see [`Claim`]); `None` once done or never claimed.
-    pub claimed_by: Option<String>,
-    /// Unix seconds until which `claimed_by` holds it; 0 when unclaimed.
-    pub claim_until: i64,
-}
+use connector_model::records::{
+    AgentRecord, BindingRecord, ConnectorRecord, DeliveryRecord, GrantRecord, ImageToolsRecord,
+    MessageRecord, Snapshot, Subject, UnitRecord,
+};
 
 /// A replica's hold on a stored delivery: while it lasts no other replica starts the same
 /// delivery; when it lapses (the replica died or stalled) any replica may claim it.
@@ -188,36 +56,6 @@ pub struct StateCheck {
     /// Whether some version in `(applied, version]` was written by another store handle
     /// (another replica): the caller's in-memory state is stale and must be reloaded.
     pub foreign: bool,
-}
-
-/// A message delivered into a unit's inbox.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MessageRecord {
-    /// The inbox cursor; assigned by the store (0 before it is stored).
-    pub seq: i64,
-    pub id: String,
-    pub unit_id: String,
-    pub connector: String,
-    pub kind: String,
-    pub delivery_id: String,
-    pub thread_key: Option<String>,
-    pub payload: Value,
-    /// RFC 3339.
-    pub received_at: String,
-}
-
-/// Everything persisted (but the connectors' component bytes), as loaded at start-up and
-/// when another replica changed the state.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Snapshot {
-    pub connectors: Vec<ConnectorRecord>,
-    pub units: Vec<UnitRecord>,
-    pub agents: Vec<AgentRecord>,
-    pub bindings: Vec<BindingRecord>,
-    pub grants: Vec<GrantRecord>,
-    pub image_tools: Vec<ImageToolsRecord>,
-    /// The state version this snapshot reflects (see [`ReplicaCoordination::changes_since`]).
-    pub version: i64,
 }
 
 /// A deliberate failure injected by tests between two writes of one transaction.
@@ -282,6 +120,22 @@ pub enum StoreError {
     Injected(FailPoint),
 }
 
+impl From<StoreError> for connector_model::error::HostError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::Unavailable(_) => connector_model::error::HostError::new(
+                connector_model::error::ErrorCode::StoreUnavailable,
+                format!("{err}; retry shortly"),
+            ),
+            StoreError::Conflict(_) => connector_model::error::HostError::new(
+                connector_model::error::ErrorCode::StateChanged,
+                format!("{err}; nothing was changed: retry the request"),
+            ),
+            other => connector_model::error::HostError::internal(other.to_string()),
+        }
+    }
+}
+
 pub type StoreResult<T> = Result<T, StoreError>;
 
 /// RFC 3339 of now (timestamps the stores write themselves).
@@ -297,11 +151,6 @@ pub(crate) fn subject_parts(subject: &Subject) -> (&'static str, &str) {
         Subject::Unit(id) => ("unit", id),
         Subject::Agent(id) => ("agent", id),
     }
-}
-
-/// The provenance of the grants a binding of connector `slug` writes.
-pub(crate) fn connector_provenance(slug: &str) -> String {
-    format!("connector:{slug}")
 }
 
 /// JSON text of a value the store keeps as text.

@@ -50,12 +50,15 @@ use super::rows;
 #[cfg(any(test, feature = "store-conformance"))]
 use super::FaultInjection;
 use super::{
-    connector_provenance, encode_json, now_rfc3339, subject_parts, AgentRecord, BindingRecord,
-    Claim, ClaimScope, CommitCounts, ConnectorRecord, DeliveryRecord, FailPoint, GrantRecord,
-    ImageToolsRecord, MessageRecord, Snapshot, StateCheck, StoreError, StoreResult, Subject,
-    UnitRecord,
+    encode_json, now_rfc3339, subject_parts, Claim, ClaimScope, CommitCounts, FailPoint,
+    StateCheck, StoreError, StoreResult,
 };
 use super::{DeliveryQueue, FailPoints, InboxStore, ReplicaCoordination, SecretStore, StateStore};
+use connector_model::provenance::connector_provenance;
+use connector_model::records::{
+    AgentRecord, BindingRecord, ConnectorRecord, DeliveryRecord, GrantRecord, ImageToolsRecord,
+    MessageRecord, Snapshot, Subject, UnitRecord,
+};
 
 /// How long a caller waits for a pooled connection, or for a new one to be made.
 const POOL_TIMEOUT: Duration = Duration::from_secs(5);

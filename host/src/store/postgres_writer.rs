@@ -29,8 +29,9 @@ use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot};
 
 use super::postgres::{append_messages, map_err};
-use super::{encode_json, DeliveryRecord, FailPoint, FailPoints, MessageRecord};
+use super::{encode_json, FailPoint, FailPoints};
 use super::{StoreError, StoreResult};
+use connector_model::records::{DeliveryRecord, MessageRecord};
 
 /// The most deliveries one commit takes.
 const MAX_GROUP: usize = 256;

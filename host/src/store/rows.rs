@@ -7,9 +7,11 @@
 
 use std::collections::HashMap;
 
-use super::{
-    decode_json, AgentRecord, BindingRecord, ConnectorRecord, DeliveryRecord, DeliveryStatus,
-    GrantRecord, ImageToolsRecord, MessageRecord, StoreError, StoreResult, Subject, UnitRecord,
+use super::{decode_json, StoreError, StoreResult};
+
+use connector_model::records::{
+    AgentRecord, BindingRecord, ConnectorRecord, DeliveryRecord, DeliveryStatus, GrantRecord,
+    ImageToolsRecord, MessageRecord, Subject, UnitRecord,
 };
 
 /// One row as a database driver returns it, read column by column (0-based). A value of

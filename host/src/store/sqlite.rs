@@ -64,12 +64,15 @@ use super::sqlite_writer::{self, Job};
 #[cfg(any(test, feature = "store-conformance"))]
 use super::FaultInjection;
 use super::{
-    connector_provenance, encode_json, now_rfc3339, subject_parts, AgentRecord, BindingRecord,
-    Claim, ClaimScope, CommitCounts, ConnectorRecord, DeliveryRecord, DeliveryStatus, FailPoint,
-    GrantRecord, ImageToolsRecord, MessageRecord, Snapshot, StateCheck, StoreError, StoreResult,
-    Subject, UnitRecord,
+    encode_json, now_rfc3339, subject_parts, Claim, ClaimScope, CommitCounts, FailPoint,
+    StateCheck, StoreError, StoreResult,
 };
 use super::{DeliveryQueue, FailPoints, InboxStore, ReplicaCoordination, SecretStore, StateStore};
+use connector_model::provenance::connector_provenance;
+use connector_model::records::{
+    AgentRecord, BindingRecord, ConnectorRecord, DeliveryRecord, DeliveryStatus, GrantRecord,
+    ImageToolsRecord, MessageRecord, Snapshot, Subject, UnitRecord,
+};
 
 /// How long a statement waits for another connection's lock before giving up.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);

@@ -287,9 +287,10 @@ mod tests {
     use crate::store::conformance::fixtures::{claim, delivery, message, unit};
     use crate::store::sqlite::SqliteStore;
     use crate::store::{
-        DeliveryQueue, DeliveryStatus, FailPoint, FaultInjection, InboxStore, ReplicaCoordination,
-        StateStore, StoreError,
+        DeliveryQueue, FailPoint, FaultInjection, InboxStore, ReplicaCoordination, StateStore,
+        StoreError,
     };
+    use connector_model::records::DeliveryStatus;
 
     /// Holds the connection while the writes `start` spawns are handed to the writer, so
     /// they queue up and run as one group (or two: the writer may take the first alone).

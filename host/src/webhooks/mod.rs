@@ -32,14 +32,15 @@ use serde_json::{json, Value};
 
 use crate::catalog::Catalog;
 use crate::config::HostConfig;
-use crate::error::{ErrorCode, HostError, HostResult};
-use crate::ids::now_rfc3339;
 use crate::inbox::Inbox;
 use crate::replicas::ReplicaSync;
-use crate::runtime::{wit, Caller};
 use crate::state::State;
+use crate::store::ClaimScope;
 use crate::store::{Claim, Store};
-use crate::store::{ClaimScope, DeliveryRecord, DeliveryStatus, MessageRecord};
+use connector_model::error::{ErrorCode, HostError, HostResult};
+use connector_model::ids::now_rfc3339;
+use connector_model::records::{DeliveryRecord, DeliveryStatus, MessageRecord};
+use connector_runtime::{wit, Caller};
 
 /// How long a webhook request waits for routing before answering `queued`.
 pub const INLINE_ROUTING: Duration = Duration::from_secs(2);
@@ -601,11 +602,11 @@ impl Webhooks {
     pub(crate) fn accepts(
         &self,
         slug: &str,
-    ) -> HostResult<crate::registry::manifest::WebhookSchemeName> {
+    ) -> HostResult<connector_model::connector::WebhookSchemeName> {
         let connector = self.state.registry().get(slug).ok_or_else(|| {
             HostError::not_found(format!(
                 "no connector `{}` is installed",
-                crate::ids::truncate(slug, 80)
+                connector_model::ids::truncate(slug, 80)
             ))
         })?;
         connector
@@ -891,8 +892,8 @@ impl Webhooks {
         // neither can forge a log line.
         tracing::warn!(
             connector = %record.connector,
-            delivery = %crate::ids::escape_controls(&record.delivery_id),
-            error = %crate::ids::escape_controls(&error),
+            delivery = %connector_model::ids::escape_controls(&record.delivery_id),
+            error = %connector_model::ids::escape_controls(&error),
             "webhook delivery failed; kept for retry"
         );
         if let Err(e) = self

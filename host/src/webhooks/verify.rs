@@ -10,7 +10,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-use crate::registry::WebhookSchemeName;
+use connector_model::connector::WebhookSchemeName;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -117,7 +117,7 @@ pub fn precheck(
             let hex_sig = header
                 .strip_prefix("sha256=")
                 .ok_or(VerifyError::MalformedSignature)?;
-            if !crate::ids::is_sha256_hex(hex_sig) {
+            if !connector_model::ids::is_sha256_hex(hex_sig) {
                 return Err(VerifyError::MalformedSignature);
             }
             let signature = hex::decode(hex_sig).map_err(|_| VerifyError::MalformedSignature)?;

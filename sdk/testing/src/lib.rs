@@ -34,14 +34,16 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use connector_host::registry::{Connector, ConnectorRegistry, InstalledConnector};
-use connector_host::runtime::{
+use connector_host::registry::{ConnectorRegistry, InstalledConnector};
+
+use connector_model::connector::Connector;
+use connector_runtime::{
     wit, ConnectorRuntime, GuestError, GuestLimits, LoadedComponent, OutboundPolicy,
     RuntimeOptions, Sandbox,
 };
 use serde_json::Value;
 
-pub use connector_host::{ContentBlock, ToolOutput};
+pub use connector_model::tool_output::{ContentBlock, ToolOutput};
 pub use serde_json::json;
 
 /// Why a harness operation failed. `code` is the host's error code for the same failure
@@ -251,7 +253,7 @@ impl Harness {
             outbound: Arc::new(outbound),
             installations: Arc::from(installations),
             secrets: Arc::new(self.secrets.clone()),
-            caller: connector_host::runtime::Caller::Host,
+            caller: connector_runtime::Caller::Host,
         }
     }
 

@@ -146,8 +146,11 @@ impl std::fmt::Display for ErrorCode {
 /// A failed host operation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostError {
+    /// What kind of failure it is.
     pub code: ErrorCode,
+    /// What went wrong and what to do, for a person.
     pub message: String,
+    /// Machine-readable details (`error.details`), when there are any.
     pub details: Option<Value>,
 }
 
@@ -160,6 +163,7 @@ impl std::fmt::Display for HostError {
 impl std::error::Error for HostError {}
 
 impl HostError {
+    /// An error with `code` and `message` and no details.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             code,
@@ -168,37 +172,27 @@ impl HostError {
         }
     }
 
+    /// The error with `details` attached.
     pub fn with_details(mut self, details: Value) -> Self {
         self.details = Some(details);
         self
     }
 
+    /// `400 invalid_request`.
     pub fn invalid_request(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::InvalidRequest, message)
     }
 
+    /// `404 not_found`.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::NotFound, message)
     }
 
+    /// `500 internal`.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Internal, message)
     }
 }
 
-impl From<crate::store::StoreError> for HostError {
-    fn from(err: crate::store::StoreError) -> Self {
-        match err {
-            crate::store::StoreError::Unavailable(_) => {
-                HostError::new(ErrorCode::StoreUnavailable, format!("{err}; retry shortly"))
-            }
-            crate::store::StoreError::Conflict(_) => HostError::new(
-                ErrorCode::StateChanged,
-                format!("{err}; nothing was changed: retry the request"),
-            ),
-            other => HostError::internal(other.to_string()),
-        }
-    }
-}
-
+/// What host operations return.
 pub type HostResult<T> = Result<T, HostError>;

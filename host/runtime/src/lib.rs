@@ -59,7 +59,7 @@ use share::{Admitted, CpuSlice, HostShare, MemoryBudget, OnTurn};
 
 mod bindings {
     wasmtime::component::bindgen!({
-        path: "../wit/connector.wit",
+        path: "../../wit/connector.wit",
         world: "connector",
         imports: { default: async },
         exports: { default: async },
@@ -363,7 +363,7 @@ impl bindings::spring::connector::host::Host for GuestState {
         let connector = &*self.hooks.connector;
         // A field, never the format string, with control characters escaped: a guest
         // cannot end the host's log line and forge the next one.
-        let guest = crate::ids::escape_controls(&message);
+        let guest = connector_model::ids::escape_controls(&message);
         match level {
             wit::LogLevel::Trace => {
                 tracing::trace!(target: "connector", connector, %guest, "guest log")
@@ -417,7 +417,7 @@ impl bindings::spring::connector::host::Host for GuestState {
     async fn secret(&mut self, name: String) -> Option<String> {
         let value = self.secrets.get(&name).cloned();
         if value.is_none() {
-            tracing::warn!(connector = &*self.hooks.connector, secret = %crate::ids::escape_controls(&name), "refused a secret the calling binding does not name");
+            tracing::warn!(connector = &*self.hooks.connector, secret = %connector_model::ids::escape_controls(&name), "refused a secret the calling binding does not name");
         }
         value
     }
@@ -1084,7 +1084,7 @@ fn output_size(output: &wit::ToolOutput) -> usize {
 fn known_digest_hex(digest: &str) -> Result<&str, LoadError> {
     digest
         .strip_prefix("sha256:")
-        .filter(|hex| crate::ids::is_sha256_hex(hex))
+        .filter(|hex| connector_model::ids::is_sha256_hex(hex))
         .ok_or_else(|| LoadError::MalformedDigest(digest.chars().take(80).collect()))
 }
 

@@ -67,13 +67,13 @@ impl GuestError {
     /// The contract's error code: `connector_timeout` for a timeout (also one spent
     /// waiting for the caller's own slots), `host_busy` when the host stayed at a bound,
     /// `connector_trapped` for everything else.
-    pub fn code(&self) -> crate::error::ErrorCode {
+    pub fn code(&self) -> connector_model::error::ErrorCode {
         match self {
             GuestError::Timeout { .. } | GuestError::Queued { .. } => {
-                crate::error::ErrorCode::ConnectorTimeout
+                connector_model::error::ErrorCode::ConnectorTimeout
             }
-            GuestError::HostBusy { .. } => crate::error::ErrorCode::HostBusy,
-            _ => crate::error::ErrorCode::ConnectorTrapped,
+            GuestError::HostBusy { .. } => connector_model::error::ErrorCode::HostBusy,
+            _ => connector_model::error::ErrorCode::ConnectorTrapped,
         }
     }
 }

@@ -1,128 +1,33 @@
-//! What a tool call produced, in the one shape the HTTP API and MCP both show.
-//!
-//! A connector built against `spring:connector@0.2.0` returns structured JSON, content
-//! blocks (text, image, audio, resource link, embedded resource), or both; a 0.1.0
-//! connector and every platform tool return JSON only. The guest's output is checked
-//! once here (JSON parses, media types and URIs are well formed, no URI a client could be
-//! made to run or read local files with) and binary data is
-//! base64-encoded once, into MCP's content-block shape, so the HTTP tool-call API
-//! (`{"result", "content"}`) and MCP's `tools/call` result serialise the same values.
+//! A guest's tool output checked and converted into the host's [`ToolOutput`]: JSON
+//! parses, media types and URIs are well formed, no URI a client could be made to run or
+//! read local files with, and binary data base64-encoded once, into MCP's content-block
+//! shape.
 
 use base64::Engine as _;
-use serde::Serialize;
-use serde_json::Value;
+use connector_model::tool_output::{ContentBlock, EmbeddedResource, ResourceContents, ToolOutput};
 
-use crate::runtime::wit;
+use connector_runtime::wit;
 
-/// A successful tool call's output.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolOutput {
-    /// The structured result: a 0.1.0 connector's or a platform tool's JSON, a 0.2.0
-    /// connector's `structured` value. `None` when the tool returned content only.
-    pub structured: Option<Value>,
-    /// Content blocks, in the connector's order. Empty: `structured` is the whole result.
-    pub content: Vec<ContentBlock>,
-}
-
-/// One MCP content block. Serialises as MCP does (`{"type": "image", "data": <base64>,
-/// "mimeType": ...}`), which is also the HTTP API's shape.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(
-    tag = "type",
-    rename_all = "snake_case",
-    rename_all_fields = "camelCase"
-)]
-pub enum ContentBlock {
-    /// Text for the model.
-    Text { text: String },
-    /// An image: base64 data and its media type.
-    Image { data: String, mime_type: String },
-    /// A sound: base64 data and its media type.
-    Audio { data: String, mime_type: String },
-    /// A link to a resource the client may fetch.
-    ResourceLink {
-        uri: String,
-        name: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        title: Option<String>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        description: Option<String>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        mime_type: Option<String>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        size: Option<u64>,
-    },
-    /// A resource embedded in the result.
-    Resource { resource: EmbeddedResource },
-}
-
-/// The `resource` of an embedded-resource block: `{uri, mimeType?, text | blob}`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EmbeddedResource {
-    pub uri: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mime_type: Option<String>,
-    #[serde(flatten)]
-    pub contents: ResourceContents,
-}
-
-/// Text or base64 binary contents of an embedded resource.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ResourceContents {
-    /// UTF-8 text.
-    Text(String),
-    /// Base64 data.
-    Blob(String),
-}
-
-impl ToolOutput {
-    /// An output that is JSON only.
-    pub fn json(value: Value) -> Self {
-        ToolOutput {
-            structured: Some(value),
-            content: Vec::new(),
-        }
-    }
-
-    /// Checks and converts what a guest returned. The error says what is wrong, for the
-    /// caller (it names the connector's mistake, never host internals).
-    pub fn from_guest(output: wit::ToolOutput) -> Result<Self, String> {
-        let structured = match output.structured {
-            None => None,
-            Some(text) => Some(
-                serde_json::from_str(&text)
-                    .map_err(|e| format!("its structured result is not JSON: {e}"))?,
-            ),
-        };
-        let content = output
-            .content
-            .into_iter()
-            .enumerate()
-            .map(|(i, block)| {
-                block_from_guest(block).map_err(|e| format!("content block {i}: {e}"))
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(ToolOutput {
-            structured,
-            content,
-        })
-    }
-}
-
-/// The HTTP API's answer to a tool call: `{"result": <structured JSON or null>}`, with
-/// `"content": [ContentBlock]` when the connector returned content blocks.
-impl Serialize for ToolOutput {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(None)?;
-        map.serialize_entry("result", &self.structured)?;
-        if !self.content.is_empty() {
-            map.serialize_entry("content", &self.content)?;
-        }
-        map.end()
-    }
+/// Checks and converts what a guest returned. The error says what is wrong, for the
+/// caller (it names the connector's mistake, never host internals).
+pub fn from_guest(output: wit::ToolOutput) -> Result<ToolOutput, String> {
+    let structured = match output.structured {
+        None => None,
+        Some(text) => Some(
+            serde_json::from_str(&text)
+                .map_err(|e| format!("its structured result is not JSON: {e}"))?,
+        ),
+    };
+    let content = output
+        .content
+        .into_iter()
+        .enumerate()
+        .map(|(i, block)| block_from_guest(block).map_err(|e| format!("content block {i}: {e}")))
+        .collect::<Result<_, _>>()?;
+    Ok(ToolOutput {
+        structured,
+        content,
+    })
 }
 
 /// Most characters of a guest's value quoted in an error.
@@ -182,7 +87,7 @@ fn media_type(text: String) -> Result<String, String> {
         Some((t, s)) if is_name(t) && is_name(s) && !text.chars().any(char::is_control) => Ok(text),
         _ => Err(format!(
             "media type {:?} is not of the form type/subtype",
-            crate::ids::truncate(&text, QUOTED_CHARS)
+            connector_model::ids::truncate(&text, QUOTED_CHARS)
         )),
     }
 }
@@ -217,7 +122,7 @@ fn uri(text: String) -> Result<String, String> {
             "{:?} is a `{scheme}:` URI, which clients must not be handed (javascript, vbscript, \
              data and file URIs could run script or read local files); use an https: URI or \
              a scheme of the connector's own instead",
-            crate::ids::truncate(&text, QUOTED_CHARS)
+            connector_model::ids::truncate(&text, QUOTED_CHARS)
         ));
     }
     let scheme_ok = text.split_once(':').is_some_and(|(scheme, _)| {
@@ -230,7 +135,7 @@ fn uri(text: String) -> Result<String, String> {
     } else {
         Err(format!(
             "{:?} is not an absolute URI (a scheme, then `:`)",
-            crate::ids::truncate(&text, QUOTED_CHARS)
+            connector_model::ids::truncate(&text, QUOTED_CHARS)
         ))
     }
 }
@@ -249,7 +154,7 @@ mod tests {
 
     #[test]
     fn blocks_serialise_as_mcp_content() {
-        let out = ToolOutput::from_guest(guest(
+        let out = from_guest(guest(
             Some(r#"{"n":1}"#),
             vec![
                 wit::ContentBlock::Text("hi".into()),
@@ -294,13 +199,12 @@ mod tests {
 
     #[test]
     fn json_only_output_keeps_the_old_answer() {
-        let out = ToolOutput::from_guest(guest(Some("[1,2]"), vec![])).unwrap();
+        let out = from_guest(guest(Some("[1,2]"), vec![])).unwrap();
         assert_eq!(
             serde_json::to_value(&out).unwrap(),
             json!({"result": [1, 2]})
         );
-        let none =
-            ToolOutput::from_guest(guest(None, vec![wit::ContentBlock::Text("x".into())])).unwrap();
+        let none = from_guest(guest(None, vec![wit::ContentBlock::Text("x".into())])).unwrap();
         assert_eq!(
             serde_json::to_value(&none).unwrap(),
             json!({"result": null, "content": [{"type": "text", "text": "x"}]})
@@ -310,7 +214,7 @@ mod tests {
     #[test]
     fn malformed_output_is_refused_with_the_reason() {
         let bad = |content: wit::ContentBlock| {
-            ToolOutput::from_guest(guest(
+            from_guest(guest(
                 None,
                 vec![wit::ContentBlock::Text("ok".into()), content],
             ))
@@ -368,11 +272,11 @@ mod tests {
             "files:x",
         ] {
             assert!(
-                ToolOutput::from_guest(guest(None, vec![link(allowed, "x")])).is_ok(),
+                from_guest(guest(None, vec![link(allowed, "x")])).is_ok(),
                 "{allowed}"
             );
         }
-        assert!(ToolOutput::from_guest(guest(Some("{nope"), vec![]))
+        assert!(from_guest(guest(Some("{nope"), vec![]))
             .unwrap_err()
             .contains("not JSON"));
     }

@@ -13,7 +13,7 @@ use super::{wit, GuestState};
 
 pub(super) mod bindings {
     wasmtime::component::bindgen!({
-        path: "../wit/previous/connector-0.1.0.wit",
+        path: "../../wit/previous/connector-0.1.0.wit",
         world: "connector",
         imports: { default: async },
         exports: { default: async },
