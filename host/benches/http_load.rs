@@ -342,8 +342,8 @@ fn delivery_record(
 }
 
 /// A claim that holds for the whole run.
-fn bench_claim() -> connector_host::store::Claim {
-    connector_host::store::Claim {
+fn bench_claim() -> connector_model::records::Claim {
+    connector_model::records::Claim {
         owner: "bench".into(),
         until_unix: i64::MAX / 2,
     }

@@ -34,12 +34,12 @@ pub use crate::inbox::{Message, MessagePage};
 use crate::registry::InstalledConnector;
 pub use crate::startup::{open_store, StartupReport};
 use crate::startup::{Parts, Role};
-use crate::store::Store;
 pub use crate::webhooks::{DeliveryView, WebhookOutcome};
 use connector_model::connector::{Connector, ToolInfo};
 use connector_model::error::HostResult;
 use connector_model::records::{BindingRecord, DeliveryRecord, Subject, UnitRecord};
 use connector_runtime::{ConnectorRuntime, Sandbox};
+use connector_store::Store;
 
 /// The connector host. Cheap to clone; all clones share one state.
 #[derive(Clone)]

@@ -17,10 +17,10 @@ use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::state::State;
-use crate::store::Store;
 use connector_model::error::{HostError, HostResult};
 use connector_model::ids::check_id;
 use connector_model::records::MessageRecord;
+use connector_store::Store;
 
 /// How often a live inbox stream re-reads a shared database for other replicas' messages.
 const SHARED_INBOX_POLL: Duration = Duration::from_millis(250);

@@ -29,7 +29,6 @@ pub mod replicas;
 pub mod server;
 mod startup;
 mod state;
-pub mod store;
 pub mod webhooks;
 
 pub use connector_model::error::{ErrorCode, HostError, HostResult};

@@ -15,11 +15,11 @@ use crate::inbox::Inbox;
 use crate::registry::ConnectorRegistry;
 use crate::replicas::ReplicaSync;
 use crate::state::State;
-use crate::store::Store;
 use crate::webhooks::Webhooks;
 use connector_model::error::{ErrorCode, HostResult};
 use connector_model::records::Snapshot;
 use connector_runtime::{ConnectorRuntime, RuntimeOptions};
+use connector_store::Store;
 
 /// What `Host::open` reports about start-up.
 #[derive(Debug, Clone)]
@@ -28,11 +28,39 @@ pub struct StartupReport {
     pub generated_operator_token: Option<String>,
 }
 
-/// Opens the store named by the configuration's database URL.
+/// Opens the store named by the configuration's database URL (CONTRACT §2):
+/// `postgres://…` / `postgresql://…` for PostgreSQL (with the `postgres` feature),
+/// otherwise SQLite ([`connector_store::open_store`]). Error messages never repeat the
+/// URL (it may carry a password).
 pub async fn open_store(config: &HostConfig) -> anyhow::Result<Arc<dyn Store>> {
-    crate::store::open_database(&config.database_url())
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))
+    let url = config.database_url();
+    let opened = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        open_postgres(&url).await
+    } else {
+        tokio::task::spawn_blocking(move || connector_store::open_store(&url))
+            .await
+            .map_err(|e| {
+                connector_store::StoreError::Unavailable(format!(
+                    "opening the database did not finish: {e}"
+                ))
+            })
+            .and_then(|opened| opened)
+    };
+    opened.map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))
+}
+
+#[cfg(feature = "postgres")]
+async fn open_postgres(url: &str) -> connector_store::StoreResult<Arc<dyn Store>> {
+    Ok(Arc::new(
+        connector_store_postgres::PostgresStore::connect(url).await?,
+    ))
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn open_postgres(_url: &str) -> connector_store::StoreResult<Arc<dyn Store>> {
+    Err(connector_store::StoreError::Unavailable(
+        "this build of connector-host has no PostgreSQL support: build it with the `postgres` feature".into(),
+    ))
 }
 
 /// What a host process does besides serving from its state.

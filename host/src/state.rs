@@ -25,7 +25,6 @@ use parking_lot::{RwLock, RwLockReadGuard};
 
 use crate::grants::{Directory, EffectiveToolResolver, ResolvedTools, ToolCatalog};
 use crate::registry::{ConnectorRegistry, InstalledConnector};
-use crate::store::{StateStore, StoreResult};
 use connector_model::connector::ToolInfo;
 use connector_model::error::{HostError, HostResult};
 use connector_model::ids::check_id;
@@ -34,6 +33,7 @@ use connector_model::records::{
     UnitRecord,
 };
 use connector_runtime::OutboundPolicy;
+use connector_store::{StateStore, StoreResult};
 
 /// One change of the host's state, persisted as one store transaction.
 pub(crate) enum StateChange {
@@ -448,13 +448,14 @@ pub(crate) fn image_tool_infos(record: &ImageToolsRecord) -> Arc<[Arc<ToolInfo>]
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::conformance::fixtures::*;
-    use crate::store::sqlite::SqliteStore;
-    use crate::store::{FailPoint, FaultInjection};
     use connector_runtime::{ConnectorRuntime, RuntimeOptions};
+    use connector_store::sqlite::SqliteStore;
+    use connector_store_testing::faults::{inject_sqlite, Fault};
+    use connector_store_testing::fixtures::*;
 
-    fn state() -> (Arc<State>, Arc<SqliteStore>) {
-        let store = Arc::new(SqliteStore::open_in_memory().expect("an in-memory database"));
+    /// A state on a fresh database file (kept in `dir`).
+    fn state(dir: &tempfile::TempDir) -> (Arc<State>, Arc<SqliteStore>) {
+        let store = Arc::new(SqliteStore::open(&dir.path().join("host.db")).expect("a database"));
         let runtime = Arc::new(ConnectorRuntime::new(RuntimeOptions::default()).expect("runtime"));
         let state = State::new(
             store.clone(),
@@ -473,9 +474,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_write_the_store_refuses_changes_nothing_in_memory() {
-        let (state, store) = state();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (state, store) = state(&dir);
         put_unit(&state, "u").await;
-        store.set_fail_point(Some(FailPoint::AfterBindingWrite));
+        inject_sqlite(&dir.path().join("host.db"), Some(Fault::AfterBindingWrite))
+            .expect("the fault");
         let change = StateChange::PutBinding(
             binding("u", "acme", serde_json::json!({})),
             connector_grant("u", "acme", "acme"),
@@ -494,7 +497,8 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn each_write_decides_on_the_state_left_by_the_one_before() {
-        let (state, _) = state();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (state, _) = state(&dir);
         // Every write names its unit after how many units exist when it decides: only
         // if decisions are serialised with the writes do all twenty names differ.
         let writes = (0..20).map(|_| {
@@ -516,7 +520,8 @@ mod tests {
 
     #[tokio::test]
     async fn deleting_an_agent_drops_its_image_tools_from_resolution() {
-        let (state, _) = state();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (state, _) = state(&dir);
         put_unit(&state, "u").await;
         let changes = [
             StateChange::PutAgent(agent("a", &["u"])),

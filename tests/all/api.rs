@@ -740,13 +740,11 @@ async fn tool_calls_and_their_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_between_binding_and_grant_leaves_neither() {
-    use connector_host::store::FailPoint;
+    use connector_store_testing::faults::Fault;
     let h = TestHost::start().await;
     h.unit("u", None).await;
     h.agent("a", &["u"]).await;
-    h.host
-        .store()
-        .set_fail_point(Some(FailPoint::AfterBindingWrite));
+    h.inject(Some(Fault::AfterBindingWrite));
     let (s, b) = h
         .op(
             Method::PUT,
@@ -767,10 +765,9 @@ async fn a_crash_between_binding_and_grant_leaves_neither() {
         "{snapshot:?}"
     );
     // And the same for the unbind side.
+    h.inject(None);
     h.bind("u", "acme", json!({})).await;
-    h.host
-        .store()
-        .set_fail_point(Some(FailPoint::AfterBindingDelete));
+    h.inject(Some(Fault::AfterBindingDelete));
     let (s, _) = h
         .op(Method::DELETE, "/api/v1/units/u/connectors/acme", None)
         .await;

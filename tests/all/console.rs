@@ -529,10 +529,8 @@ async fn deliveries_inbox_uploads_and_a_forged_post_in_a_browser() {
     h.unit("u1", None).await;
     h.bind("u1", "hostile", json!({"routes": ["r1"]})).await;
 
-    // A delivery that fails: the inbox write fails once.
-    h.host
-        .store()
-        .set_fail_point(Some(connector_host::store::FailPoint::AfterMessagesWrite));
+    // A delivery that fails: the inbox write fails.
+    h.inject(Some(connector_store_testing::faults::Fault::InboxWrite));
     let (s, r) = send_standard_webhook(
         &h.client,
         &h.url,
@@ -549,6 +547,7 @@ async fn deliveries_inbox_uploads_and_a_forged_post_in_a_browser() {
         .op(Method::GET, "/api/v1/webhooks/hostile/deliveries/f-1", None)
         .await;
     assert_eq!(d["status"], "failed", "{d}");
+    h.inject(None);
 
     let Some(b) = Browser::start(&h.url).await else {
         return;

@@ -481,8 +481,9 @@ async fn the_local_process_leaves_the_database_alone() {
     let server = ServerProcess::start(dir.path(), &[]).await;
     prepare(&server).await;
     let url = format!("sqlite://{}", dir.path().join("host.db").display());
-    let store = connector_host::store::open_database(&url)
+    let store = tokio::task::spawn_blocking(move || connector_store::open_store(&url))
         .await
+        .expect("opening finished")
         .expect("open the database");
     let before = store.changes_since(0).await.expect("state version").version;
 

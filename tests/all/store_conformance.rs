@@ -1,50 +1,18 @@
-//! The store conformance suite (`connector_host::store::conformance`) against every store
-//! the host ships, through the crate's public API as a platform embedding it would use.
-//!
-//! Each store's module defines a factory (a fresh database per test, a new handle per
-//! `open`) and instantiates the whole suite with one line.
+//! The store conformance suite (`connector-store-testing`) against PostgreSQL, through the
+//! crates' public API as a platform embedding them would use (SQLite runs it in
+//! `host/store-testing/tests/sqlite.rs`), and PostgreSQL's own cases.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use connector_host::store::conformance::StoreFactory;
-use connector_host::store::{ReplicaCoordination, StateStore, Store};
-
-mod sqlite {
-    use super::*;
-    use connector_host::store::sqlite::SqliteStore;
-
-    /// Every handle on one database file in a temporary directory.
-    struct Factory {
-        dir: tempfile::TempDir,
-    }
-
-    impl Factory {
-        fn new() -> Self {
-            Self {
-                dir: tempfile::tempdir().expect("a temporary directory"),
-            }
-        }
-    }
-
-    #[async_trait]
-    impl StoreFactory for Factory {
-        async fn open(&self) -> Arc<dyn Store> {
-            let path = self.dir.path().join("host.db");
-            let store = tokio::task::spawn_blocking(move || SqliteStore::open(&path))
-                .await
-                .expect("opening the database finished")
-                .expect("the database opens");
-            Arc::new(store)
-        }
-    }
-
-    connector_host::store_conformance_tests!(Factory::new());
-}
+use connector_store::{ReplicaCoordination, StateStore, Store};
+use connector_store_testing::StoreFactory;
 
 mod postgres {
     use super::*;
-    use connector_host::store::postgres::PostgresStore;
+    use connector_store_postgres::PostgresStore;
+    use connector_store_testing::faults::{inject_postgres, Fault};
+    use connector_store_testing::sqlite::SqliteFactory;
     use integration_tests::postgres::require_postgres;
 
     /// Every handle on one fresh database of the test cluster; `None` (the test is
@@ -62,43 +30,53 @@ mod postgres {
                     .expect("the database opens"),
             )
         }
+
+        async fn inject(&self, fault: Option<Fault>) {
+            // The schema must exist before a trigger can name its tables.
+            drop(self.open().await);
+            inject_postgres(&self.url, fault)
+                .await
+                .unwrap_or_else(|e| panic!("injecting {fault:?}: {e}"));
+        }
     }
 
-    /// A factory on a fresh database, or a skip.
-    struct MaybeFactory(Option<Factory>);
+    /// A factory on a fresh database; without PostgreSQL (and not under CI) the case runs
+    /// on SQLite rather than not at all, and the skip notice says PostgreSQL was not
+    /// tested.
+    enum MaybeFactory {
+        Postgres(Factory),
+        Sqlite(SqliteFactory),
+    }
 
     impl MaybeFactory {
         fn new() -> Self {
-            Self(require_postgres().map(|pg| Factory {
-                url: pg.fresh_database("conformance").expect("a fresh database"),
-            }))
+            match require_postgres() {
+                Some(pg) => MaybeFactory::Postgres(Factory {
+                    url: pg.fresh_database("conformance").expect("a fresh database"),
+                }),
+                None => MaybeFactory::Sqlite(SqliteFactory::new()),
+            }
         }
     }
 
     #[async_trait]
     impl StoreFactory for MaybeFactory {
         async fn open(&self) -> Arc<dyn Store> {
-            match &self.0 {
-                Some(f) => f.open().await,
-                // Without PostgreSQL (and not under CI) the case runs on SQLite rather
-                // than not at all; the skip notice says PostgreSQL was not tested.
-                None => {
-                    let dir = tempfile::tempdir().expect("a temporary directory");
-                    let path = dir.keep().join("host.db");
-                    Arc::new(
-                        tokio::task::spawn_blocking(move || {
-                            connector_host::store::sqlite::SqliteStore::open(&path)
-                        })
-                        .await
-                        .expect("opening finished")
-                        .expect("the database opens"),
-                    )
-                }
+            match self {
+                MaybeFactory::Postgres(f) => f.open().await,
+                MaybeFactory::Sqlite(f) => f.open().await,
+            }
+        }
+
+        async fn inject(&self, fault: Option<Fault>) {
+            match self {
+                MaybeFactory::Postgres(f) => f.inject(fault).await,
+                MaybeFactory::Sqlite(f) => f.inject(fault).await,
             }
         }
     }
 
-    connector_host::store_conformance_tests!(MaybeFactory::new());
+    connector_store_testing::store_conformance_tests!(MaybeFactory::new());
 
     /// PostgreSQL only: replicas starting at the same moment apply each migration once.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -126,8 +104,8 @@ mod postgres {
     /// through (loading alone is not enough).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_write_racing_another_replicas_is_refused_until_reloaded() {
-        use connector_host::store::StoreError;
         use connector_model::records::UnitRecord;
+        use connector_store::StoreError;
         let Some(pg) = require_postgres() else { return };
         let url = pg.fresh_database("stale").expect("a fresh database");
         let unit = |id: &str| UnitRecord {
@@ -205,7 +183,7 @@ mod postgres {
         let started = std::time::Instant::now();
         let err = store.load().await.expect_err("down");
         assert!(
-            matches!(err, connector_host::store::StoreError::Unavailable(_)),
+            matches!(err, connector_store::StoreError::Unavailable(_)),
             "{err}"
         );
         assert!(

@@ -1,6 +1,7 @@
 //! Webhook ingestion end to end: signatures, de-duplication, routing and fan-out, filters,
 //! failures and retries, unit inboxes (paging and SSE), and a host killed with SIGKILL.
 
+use connector_store_testing::faults::Fault;
 use std::time::Duration;
 
 use connector_host::webhooks::verify::standard_signature;
@@ -413,10 +414,8 @@ async fn no_secret_configured_fails_closed_and_rotation_works() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_dropped_mid_flight_does_not_block_the_next_one() {
     let h = webhook_host().await;
-    // Stored failed: the slow translation succeeds, the inbox write fails once.
-    h.host
-        .store()
-        .set_fail_point(Some(connector_host::store::FailPoint::AfterMessagesWrite));
+    // Stored failed: the slow translation succeeds, the inbox write fails.
+    h.inject(Some(Fault::InboxWrite));
     let mut slow = event("r1", "k");
     slow["sleep_ms"] = json!(1000);
     let (s, b) = deliver(
@@ -434,6 +433,7 @@ async fn a_retry_dropped_mid_flight_does_not_block_the_next_one() {
         .op(Method::GET, "/api/v1/webhooks/hostile/deliveries/f-1", None)
         .await;
     assert_eq!(d["status"], "failed", "{d}");
+    h.inject(None);
 
     // A caller that gives up while the retry is translating (its future is dropped).
     let dropped = tokio::time::timeout(
@@ -499,10 +499,8 @@ async fn a_trapping_translation_is_kept_failed_and_retried() {
         .await;
     assert_eq!(d["attempts"], 2);
 
-    // A delivery that fails for a reason that goes away: the inbox write fails once.
-    h.host
-        .store()
-        .set_fail_point(Some(connector_host::store::FailPoint::AfterMessagesWrite));
+    // A delivery that fails for a reason that goes away: the inbox write fails.
+    h.inject(Some(Fault::InboxWrite));
     let (s, b) = deliver(
         &h.client,
         &h.url,
@@ -518,6 +516,7 @@ async fn a_trapping_translation_is_kept_failed_and_retried() {
         inbox(&h, "u1").await.is_empty(),
         "a failed transaction leaves no message behind"
     );
+    h.inject(None);
     let (s, b) = h
         .op(
             Method::POST,

@@ -106,6 +106,14 @@ impl TestHost {
         }
     }
 
+    /// Makes this host's database fail at `fault` from now on (`None`: no more), as a
+    /// crash or a full disk would (see `connector_store_testing::faults`).
+    pub fn inject(&self, fault: Option<connector_store_testing::faults::Fault>) {
+        let db = self.data_dir.path().join("host.db");
+        connector_store_testing::faults::inject_sqlite(&db, fault)
+            .unwrap_or_else(|e| panic!("injecting {fault:?} into {}: {e}", db.display()));
+    }
+
     /// `url` + `path`.
     pub fn at(&self, path: &str) -> String {
         format!("{}{}", self.url, path)

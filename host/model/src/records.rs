@@ -204,3 +204,13 @@ pub struct Snapshot {
     /// The state version this snapshot reflects (see [`ReplicaCoordination::changes_since`]).
     pub version: i64,
 }
+
+/// A replica's hold on a stored delivery: while it lasts no other replica starts the same
+/// delivery; when it lapses (the replica died or stalled) any replica may claim it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The claiming replica's id (stable across its restarts).
+    pub owner: String,
+    /// Unix second up to and including which the claim holds (it lapses after it).
+    pub until_unix: i64,
+}

@@ -19,8 +19,8 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::config::HostConfig;
-use crate::store::Store;
 use connector_model::error::{HostError, HostResult};
+use connector_store::Store;
 
 const AUDIENCE: &str = "connector-host/agent";
 

@@ -2,7 +2,7 @@
 //!
 //! Each replica serves from memory (the directory, the resolver's cache, the registry)
 //! so a tool call never waits on a query for its grants. On a shared store
-//! ([`Store::is_shared`](crate::store::ReplicaCoordination::is_shared)) that memory can go stale when
+//! ([`Store::is_shared`](connector_store::ReplicaCoordination::is_shared)) that memory can go stale when
 //! another replica writes, so:
 //!
 //! - **Before serving a request** the replica asks the store whether the state version
@@ -37,8 +37,8 @@ use std::time::Duration;
 
 use crate::catalog::{Catalog, Preparing};
 use crate::state::State;
-use crate::store::Store;
 use connector_model::error::{ErrorCode, HostError, HostResult};
+use connector_store::Store;
 
 /// How often a replica on a shared store checks for changes on its own.
 pub const BACKGROUND_REFRESH: Duration = Duration::from_millis(200);
@@ -281,10 +281,10 @@ mod tests {
     use crate::config::HostConfig;
     use crate::registry::ConnectorRegistry;
     use crate::state::StateChange;
-    use crate::store::conformance::fixtures::unit;
-    use crate::store::sqlite::SqliteStore;
-    use crate::store::StateStore;
     use connector_runtime::{ConnectorRuntime, RuntimeOptions};
+    use connector_store::sqlite::SqliteStore;
+    use connector_store::StateStore;
+    use connector_store_testing::fixtures::unit;
 
     /// Waits (briefly) until `ready` holds.
     async fn until(what: &str, ready: impl Fn() -> bool) {

@@ -35,12 +35,13 @@ use crate::config::HostConfig;
 use crate::inbox::Inbox;
 use crate::replicas::ReplicaSync;
 use crate::state::State;
-use crate::store::ClaimScope;
-use crate::store::{Claim, Store};
 use connector_model::error::{ErrorCode, HostError, HostResult};
 use connector_model::ids::now_rfc3339;
+use connector_model::records::Claim;
 use connector_model::records::{DeliveryRecord, DeliveryStatus, MessageRecord};
 use connector_runtime::{wit, Caller};
+use connector_store::ClaimScope;
+use connector_store::Store;
 
 /// How long a webhook request waits for routing before answering `queued`.
 pub const INLINE_ROUTING: Duration = Duration::from_secs(2);
@@ -787,7 +788,7 @@ impl Webhooks {
                         return;
                     }
                     // The database is away: not acknowledged (`503`), the sender retries.
-                    Err(e @ crate::store::StoreError::Unavailable(_)) => {
+                    Err(e @ connector_store::StoreError::Unavailable(_)) => {
                         let _ = answer.send(Err(e.into()));
                         return;
                     }
@@ -874,7 +875,7 @@ impl Webhooks {
                 Ok(None) => Ok(routed_to),
                 // The database is away: the delivery stays pending under this replica's
                 // claim and is retried once the claim lapses.
-                Err(e @ crate::store::StoreError::Unavailable(_)) => {
+                Err(e @ connector_store::StoreError::Unavailable(_)) => {
                     Err(DeliveryError::StoreUnavailable(e.to_string()))
                 }
                 // Anything else would fail the same way again: keep it failed, visible.

@@ -1,8 +1,8 @@
 //! The PostgreSQL store's group commit of routed deliveries
-//! ([`DeliveryQueue::insert_routed_delivery`](crate::store::DeliveryQueue::insert_routed_delivery)).
+//! ([`DeliveryQueue::insert_routed_delivery`](connector_store::DeliveryQueue::insert_routed_delivery)).
 //!
 //! Why: messages are appended under the inbox lock, held to the commit so that cursor
-//! order is commit order (see [`super::postgres`]). One delivery per transaction makes
+//! order is commit order (see the crate docs). One delivery per transaction makes
 //! every WAL flush a turn of that lock: the replicas' webhook throughput was one flush per
 //! delivery. Here one task per store handle stores the routed deliveries waiting at that
 //! moment in one transaction — one multi-row insert of the deliveries, one of their
@@ -28,10 +28,10 @@ use std::sync::Arc;
 use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot};
 
-use super::postgres::{append_messages, map_err};
-use super::{encode_json, FailPoint, FailPoints};
-use super::{StoreError, StoreResult};
+use crate::{append_messages, map_err};
 use connector_model::records::{DeliveryRecord, MessageRecord};
+use connector_store::encode_json;
+use connector_store::{StoreError, StoreResult};
 
 /// The most deliveries one commit takes.
 const MAX_GROUP: usize = 256;
@@ -42,10 +42,10 @@ const GROUP_BYTES: usize = 32 * 1024 * 1024;
 
 /// What a routed delivery's caller is answered: its stored messages, or `None` for a
 /// duplicate.
-pub(super) type Stored = StoreResult<Option<Vec<MessageRecord>>>;
+pub(crate) type Stored = StoreResult<Option<Vec<MessageRecord>>>;
 
 /// One routed delivery waiting to be stored.
-pub(super) struct RoutedJob {
+pub(crate) struct RoutedJob {
     pub delivery: DeliveryRecord,
     pub messages: Vec<MessageRecord>,
     pub routed_to: Vec<String>,
@@ -54,16 +54,15 @@ pub(super) struct RoutedJob {
 }
 
 /// What the writer task shares with its store handle.
-pub(super) struct WriterShared {
+pub(crate) struct WriterShared {
     pub pool: Pool,
-    pub fail_points: Arc<FailPoints>,
     pub commits: AtomicU64,
     pub writes: AtomicU64,
 }
 
 /// Starts the writer task; it stores jobs sent to the returned channel in groups until
 /// every sender is dropped.
-pub(super) fn spawn(shared: Arc<WriterShared>) -> mpsc::UnboundedSender<RoutedJob> {
+pub(crate) fn spawn(shared: Arc<WriterShared>) -> mpsc::UnboundedSender<RoutedJob> {
     let (send, mut receive) = mpsc::unbounded_channel::<RoutedJob>();
     tokio::spawn(async move {
         let mut carried: Vec<RoutedJob> = Vec::new();
@@ -173,14 +172,11 @@ async fn try_group(
              PostgreSQL is running and reachable"
         )))
     })?;
-    store_in(shared, &mut conn, jobs)
-        .await
-        .map_err(GroupError::Failed)
+    store_in(&mut conn, jobs).await.map_err(GroupError::Failed)
 }
 
 /// The group's statements and commit on `conn`.
 async fn store_in(
-    shared: &WriterShared,
     conn: &mut deadpool_postgres::Object,
     jobs: &[RoutedJob],
 ) -> StoreResult<Vec<Option<Vec<MessageRecord>>>> {
@@ -273,7 +269,6 @@ async fn store_in(
         .flat_map(|&i| jobs[i].messages.iter().cloned())
         .collect();
     let stored = append_messages(&tx, ctx, &messages).await?;
-    shared.fail_points.trip(FailPoint::AfterMessagesWrite)?;
     tx.commit().await.map_err(db)?;
 
     let mut by_id: HashMap<&str, MessageRecord> =

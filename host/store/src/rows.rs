@@ -1,4 +1,5 @@
-//! Stored rows back into records, written once for both databases.
+//! Stored rows back into records, written once for every database (public so that the
+//! PostgreSQL store, in its own crate, decodes rows the same way).
 //!
 //! Each store selects the columns listed here, in this order, and hands every row to the
 //! decoder of its record through [`StoredRow`]: what a column means, how JSON text is
@@ -16,20 +17,25 @@ use connector_model::records::{
 
 /// One row as a database driver returns it, read column by column (0-based). A value of
 /// the wrong type is [`StoreError::Corrupt`].
-pub(crate) trait StoredRow {
+pub trait StoredRow {
+    /// Column `i` as text.
     fn text(&self, i: usize) -> StoreResult<String>;
+    /// Column `i` as text, or `None` for NULL.
     fn opt_text(&self, i: usize) -> StoreResult<Option<String>>;
+    /// Column `i` as an integer.
     fn int(&self, i: usize) -> StoreResult<i64>;
+    /// Column `i` as bytes.
     fn bytes(&self, i: usize) -> StoreResult<Vec<u8>>;
+    /// Column `i` as a boolean.
     fn flag(&self, i: usize) -> StoreResult<bool>;
 }
 
 /// A connector's row without its component's bytes (those are read by digest, when
 /// needed).
-pub(crate) const CONNECTOR_COLUMNS: &str =
-    "slug, namespace, digest, bundled, installed_at, manifest";
+pub const CONNECTOR_COLUMNS: &str = "slug, namespace, digest, bundled, installed_at, manifest";
 
-pub(crate) fn connector(r: &impl StoredRow) -> StoreResult<ConnectorRecord> {
+/// A row of [`CONNECTOR_COLUMNS`] as a record.
+pub fn connector(r: &impl StoredRow) -> StoreResult<ConnectorRecord> {
     let slug = r.text(0)?;
     let manifest = r
         .opt_text(5)?
@@ -45,9 +51,11 @@ pub(crate) fn connector(r: &impl StoredRow) -> StoreResult<ConnectorRecord> {
     })
 }
 
-pub(crate) const UNIT_COLUMNS: &str = "id, parent, display_name, created_at";
+/// The columns [`unit`] reads, in order.
+pub const UNIT_COLUMNS: &str = "id, parent, display_name, created_at";
 
-pub(crate) fn unit(r: &impl StoredRow) -> StoreResult<UnitRecord> {
+/// A row of [`UNIT_COLUMNS`] as a record.
+pub fn unit(r: &impl StoredRow) -> StoreResult<UnitRecord> {
     Ok(UnitRecord {
         id: r.text(0)?,
         parent: r.opt_text(1)?,
@@ -57,17 +65,19 @@ pub(crate) fn unit(r: &impl StoredRow) -> StoreResult<UnitRecord> {
 }
 
 /// An agent's unit memberships, in order (first = primary).
-pub(crate) const MEMBERSHIP_COLUMNS: &str = "agent_id, unit_id";
+pub const MEMBERSHIP_COLUMNS: &str = "agent_id, unit_id";
 
-pub(crate) fn membership(r: &impl StoredRow) -> StoreResult<(String, String)> {
+/// A row of [`MEMBERSHIP_COLUMNS`]: (agent id, unit id).
+pub fn membership(r: &impl StoredRow) -> StoreResult<(String, String)> {
     Ok((r.text(0)?, r.text(1)?))
 }
 
-pub(crate) const AGENT_COLUMNS: &str = "id, display_name, created_at, token_epoch";
+/// The columns [`agent`] reads, in order.
+pub const AGENT_COLUMNS: &str = "id, display_name, created_at, token_epoch";
 
 /// An agent with its units taken from `memberships` (rows of [`MEMBERSHIP_COLUMNS`]
 /// grouped by agent, in position order).
-pub(crate) fn agent(
+pub fn agent(
     r: &impl StoredRow,
     memberships: &mut HashMap<String, Vec<String>>,
 ) -> StoreResult<AgentRecord> {
@@ -81,9 +91,11 @@ pub(crate) fn agent(
     })
 }
 
-pub(crate) const BINDING_COLUMNS: &str = "unit_id, connector, config, routing_keys, bound_at";
+/// The columns [`binding`] reads, in order.
+pub const BINDING_COLUMNS: &str = "unit_id, connector, config, routing_keys, bound_at";
 
-pub(crate) fn binding(r: &impl StoredRow) -> StoreResult<BindingRecord> {
+/// A row of [`BINDING_COLUMNS`] as a record.
+pub fn binding(r: &impl StoredRow) -> StoreResult<BindingRecord> {
     let unit_id = r.text(0)?;
     let connector = r.text(1)?;
     let what = format!("the binding of {connector} to unit {unit_id}");
@@ -96,10 +108,11 @@ pub(crate) fn binding(r: &impl StoredRow) -> StoreResult<BindingRecord> {
     })
 }
 
-pub(crate) const GRANT_COLUMNS: &str =
-    "subject_kind, subject_id, tool, namespace, provenance, created_at";
+/// The columns [`grant`] reads, in order.
+pub const GRANT_COLUMNS: &str = "subject_kind, subject_id, tool, namespace, provenance, created_at";
 
-pub(crate) fn grant(r: &impl StoredRow) -> StoreResult<GrantRecord> {
+/// A row of [`GRANT_COLUMNS`] as a record.
+pub fn grant(r: &impl StoredRow) -> StoreResult<GrantRecord> {
     let kind = r.text(0)?;
     let id = r.text(1)?;
     let tool = r.text(2)?;
@@ -121,9 +134,11 @@ pub(crate) fn grant(r: &impl StoredRow) -> StoreResult<GrantRecord> {
     })
 }
 
-pub(crate) const IMAGE_TOOLS_COLUMNS: &str = "agent_id, digest, tools";
+/// The columns [`image_tools`] reads, in order.
+pub const IMAGE_TOOLS_COLUMNS: &str = "agent_id, digest, tools";
 
-pub(crate) fn image_tools(r: &impl StoredRow) -> StoreResult<ImageToolsRecord> {
+/// A row of [`IMAGE_TOOLS_COLUMNS`] as a record.
+pub fn image_tools(r: &impl StoredRow) -> StoreResult<ImageToolsRecord> {
     let agent_id = r.text(0)?;
     Ok(ImageToolsRecord {
         tools: decode_json(&format!("the image tools of agent {agent_id}"), &r.text(2)?)?,
@@ -132,10 +147,12 @@ pub(crate) fn image_tools(r: &impl StoredRow) -> StoreResult<ImageToolsRecord> {
     })
 }
 
-pub(crate) const DELIVERY_COLUMNS: &str = "connector, delivery_id, event, headers, body, \
+/// The columns [`delivery`] reads, in order.
+pub const DELIVERY_COLUMNS: &str = "connector, delivery_id, event, headers, body, \
      received_unix, received_at, status, attempts, error, routed_to, claimed_by, claim_until";
 
-pub(crate) fn delivery(r: &impl StoredRow) -> StoreResult<DeliveryRecord> {
+/// A row of [`DELIVERY_COLUMNS`] as a record.
+pub fn delivery(r: &impl StoredRow) -> StoreResult<DeliveryRecord> {
     let delivery_id = r.text(1)?;
     let status = match r.text(7)?.as_str() {
         "pending" => DeliveryStatus::Pending,
@@ -167,10 +184,12 @@ pub(crate) fn delivery(r: &impl StoredRow) -> StoreResult<DeliveryRecord> {
     })
 }
 
-pub(crate) const MESSAGE_COLUMNS: &str =
+/// The columns [`message`] reads, in order.
+pub const MESSAGE_COLUMNS: &str =
     "seq, id, unit_id, connector, kind, delivery_id, thread_key, payload, received_at";
 
-pub(crate) fn message(r: &impl StoredRow) -> StoreResult<MessageRecord> {
+/// A row of [`MESSAGE_COLUMNS`] as a record.
+pub fn message(r: &impl StoredRow) -> StoreResult<MessageRecord> {
     Ok(MessageRecord {
         seq: r.int(0)?,
         id: r.text(1)?,

@@ -39,7 +39,7 @@ use std::sync::mpsc;
 
 use rusqlite::Connection;
 
-use super::{StoreError, StoreResult};
+use crate::{StoreError, StoreResult};
 
 /// Log frames (pages) from which a commit wakes the checkpointer: SQLite's own
 /// automatic checkpoint threshold.
@@ -212,9 +212,9 @@ fn checkpoint(conn: &Connection, failing: &mut bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::conformance::fixtures::{claim, delivery};
-    use crate::store::sqlite::SqliteStore;
-    use crate::store::DeliveryQueue;
+    use crate::sqlite::SqliteStore;
+    use crate::DeliveryQueue;
+    use connector_store_testing::fixtures::{claim, delivery};
 
     /// Bytes of one log frame: a page and its 24-byte header.
     const FRAME_BYTES: u64 = 4096 + 24;

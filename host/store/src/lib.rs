@@ -1,4 +1,5 @@
-//! Persistence of everything an operator sets up.
+//! Persistence of everything an operator sets up: the store traits every backend
+//! implements, and SQLite ([`sqlite::SqliteStore`]), the backend of a single host.
 //!
 //! The host keeps its working state in memory (so the resolver and tool calls never wait
 //! on a database) and writes every change through a [`Store`] first. A change that spans
@@ -6,36 +7,20 @@
 //! the grants it re-derives — is one call here and one transaction in the database, so
 //! after any crash either all of it exists or none of it does.
 //!
-//! SQLite ([`sqlite::SqliteStore`]) is the default for one host; PostgreSQL
-//! ([`postgres::PostgresStore`]) lets several replicas share one database. Both pass the
-//! same conformance suite (`conformance`), so they cannot drift apart.
+//! PostgreSQL, which lets several replicas share one database, is its own crate
+//! (`connector-store-postgres`), built on [`rows`]. Every backend passes the same
+//! conformance suite (`connector-store-testing`), so they cannot drift apart.
 
-#[cfg(any(test, feature = "store-conformance"))]
-pub mod conformance;
-#[cfg(feature = "postgres")]
-pub mod postgres;
-#[cfg(feature = "postgres")]
-mod postgres_writer;
-mod rows;
+#![deny(missing_docs)]
+
+pub mod rows;
 pub mod sqlite;
-mod sqlite_checkpoint;
-mod sqlite_writer;
 
 use async_trait::async_trait;
 use connector_model::records::{
-    AgentRecord, BindingRecord, ConnectorRecord, DeliveryRecord, GrantRecord, ImageToolsRecord,
-    MessageRecord, Snapshot, Subject, UnitRecord,
+    AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, GrantRecord,
+    ImageToolsRecord, MessageRecord, Snapshot, Subject, UnitRecord,
 };
-
-/// A replica's hold on a stored delivery: while it lasts no other replica starts the same
-/// delivery; when it lapses (the replica died or stalled) any replica may claim it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claim {
-    /// The claiming replica's id (stable across its restarts).
-    pub owner: String,
-    /// Unix second up to and including which the claim holds (it lapses after it).
-    pub until_unix: i64,
-}
 
 /// Which unfinished deliveries [`DeliveryQueue::claim_deliveries`] takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,50 +43,6 @@ pub struct StateCheck {
     pub foreign: bool,
 }
 
-/// A deliberate failure injected by tests between two writes of one transaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailPoint {
-    /// In `put_binding`: after the binding row is written, before its grant is.
-    AfterBindingWrite,
-    /// In `delete_binding`: after the binding row is deleted, before its grants are.
-    AfterBindingDelete,
-    /// In `put_connector`: after the connector row is written, before grants are re-derived.
-    AfterConnectorWrite,
-    /// In `complete_delivery`: after the messages are written, before the completion
-    /// commits (the delivery must stay unfinished and the messages unwritten).
-    AfterMessagesWrite,
-}
-
-/// The fault a store handle has armed. Only test and conformance builds can arm one; in
-/// any other build this is empty and never fires.
-#[derive(Debug, Default)]
-pub(crate) struct FailPoints {
-    #[cfg(any(test, feature = "store-conformance"))]
-    armed: parking_lot::Mutex<Option<FailPoint>>,
-}
-
-impl FailPoints {
-    /// Fails (and disarms) if `point` is the armed fault.
-    pub(crate) fn trip(&self, point: FailPoint) -> StoreResult<()> {
-        #[cfg(any(test, feature = "store-conformance"))]
-        {
-            let mut armed = self.armed.lock();
-            if *armed == Some(point) {
-                *armed = None;
-                return Err(StoreError::Injected(point));
-            }
-        }
-        let _ = point;
-        Ok(())
-    }
-
-    /// Arms `point` (or with `None` disarms).
-    #[cfg(any(test, feature = "store-conformance"))]
-    pub(crate) fn arm(&self, point: Option<FailPoint>) {
-        *self.armed.lock() = point;
-    }
-}
-
 /// Why the store could not do what was asked.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -115,9 +56,10 @@ pub enum StoreError {
     /// was not applied (refresh and retry).
     #[error("another replica changed the shared state at the same moment: {0}")]
     Conflict(String),
-    /// A test fault hook fired.
-    #[error("injected fault at {0:?}")]
-    Injected(FailPoint),
+    /// The database refused the write by a rule of its own (a trigger an operator or a
+    /// test added); the same write fails the same way again.
+    #[error("the database refused the write: {0}")]
+    Refused(String),
 }
 
 impl From<StoreError> for connector_model::error::HostError {
@@ -136,17 +78,18 @@ impl From<StoreError> for connector_model::error::HostError {
     }
 }
 
+/// What store operations return.
 pub type StoreResult<T> = Result<T, StoreError>;
 
 /// RFC 3339 of now (timestamps the stores write themselves).
-pub(crate) fn now_rfc3339() -> String {
+pub fn now_rfc3339() -> String {
     time::OffsetDateTime::now_utc()
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default()
 }
 
 /// A grant subject as its stored (kind, id) columns.
-pub(crate) fn subject_parts(subject: &Subject) -> (&'static str, &str) {
+pub fn subject_parts(subject: &Subject) -> (&'static str, &str) {
     match subject {
         Subject::Unit(id) => ("unit", id),
         Subject::Agent(id) => ("agent", id),
@@ -154,16 +97,13 @@ pub(crate) fn subject_parts(subject: &Subject) -> (&'static str, &str) {
 }
 
 /// JSON text of a value the store keeps as text.
-pub(crate) fn encode_json<T: serde::Serialize>(context: &str, value: &T) -> StoreResult<String> {
+pub fn encode_json<T: serde::Serialize>(context: &str, value: &T) -> StoreResult<String> {
     serde_json::to_string(value)
         .map_err(|e| StoreError::Unavailable(format!("{context}: cannot encode JSON: {e}")))
 }
 
 /// A value back from stored JSON text; malformed text is [`StoreError::Corrupt`].
-pub(crate) fn decode_json<T: serde::de::DeserializeOwned>(
-    what: &str,
-    text: &str,
-) -> StoreResult<T> {
+pub fn decode_json<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> StoreResult<T> {
     serde_json::from_str(text).map_err(|e| {
         StoreError::Corrupt(format!(
             "{what} is not valid JSON of the expected shape: {e}"
@@ -313,7 +253,9 @@ pub trait DeliveryQueue: Send + Sync + 'static {
 /// Commits and the writes they held, since the store handle was opened.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CommitCounts {
+    /// Transactions committed.
     pub commits: u64,
+    /// Writes those transactions held.
     pub writes: u64,
 }
 
@@ -366,42 +308,13 @@ pub trait ReplicaCoordination: Send + Sync + 'static {
     fn applied(&self, _version: i64) {}
 }
 
-/// Deliberate failures between two writes of one transaction, for the conformance suite
-/// and tests (not compiled into a release host).
-#[cfg(any(test, feature = "store-conformance"))]
-pub trait FaultInjection: Send + Sync + 'static {
-    /// Arms (or with `None` disarms) a test fault hook.
-    fn set_fail_point(&self, point: Option<FailPoint>);
-}
-
 /// Everything a host persists, by concern. A host holds one `Arc<dyn Store>` and hands
 /// each of its parts only the concern it needs (`&dyn StateStore`, `&dyn DeliveryQueue`,
 /// ...).
-#[cfg(any(test, feature = "store-conformance"))]
-pub trait Store:
-    StateStore + DeliveryQueue + InboxStore + SecretStore + ReplicaCoordination + FaultInjection
-{
-}
-#[cfg(any(test, feature = "store-conformance"))]
-impl<
-        T: StateStore
-            + DeliveryQueue
-            + InboxStore
-            + SecretStore
-            + ReplicaCoordination
-            + FaultInjection,
-    > Store for T
-{
-}
-/// Everything a host persists, by concern. A host holds one `Arc<dyn Store>` and hands
-/// each of its parts only the concern it needs (`&dyn StateStore`, `&dyn DeliveryQueue`,
-/// ...).
-#[cfg(not(any(test, feature = "store-conformance")))]
 pub trait Store:
     StateStore + DeliveryQueue + InboxStore + SecretStore + ReplicaCoordination
 {
 }
-#[cfg(not(any(test, feature = "store-conformance")))]
 impl<T: StateStore + DeliveryQueue + InboxStore + SecretStore + ReplicaCoordination> Store for T {}
 
 /// Opens the store named by a `database_url` (CONTRACT §2).
@@ -435,24 +348,4 @@ pub fn open_store(url: &str) -> StoreResult<std::sync::Arc<dyn Store>> {
         sqlite::SqliteStore::open(std::path::Path::new(path))?
     };
     Ok(std::sync::Arc::new(store))
-}
-
-/// Opens the store named by a `database_url` (CONTRACT §2): `postgres://…` /
-/// `postgresql://…` for PostgreSQL, otherwise as [`open_store`] (SQLite). Error messages
-/// never repeat the URL (it may carry a password).
-pub async fn open_database(url: &str) -> StoreResult<std::sync::Arc<dyn Store>> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        #[cfg(feature = "postgres")]
-        return Ok(std::sync::Arc::new(
-            postgres::PostgresStore::connect(url).await?,
-        ));
-        #[cfg(not(feature = "postgres"))]
-        return Err(StoreError::Unavailable(
-            "this build of connector-host has no PostgreSQL support: build it with the `postgres` feature".into(),
-        ));
-    }
-    let url = url.to_owned();
-    tokio::task::spawn_blocking(move || open_store(&url))
-        .await
-        .map_err(|e| StoreError::Unavailable(format!("opening the database did not finish: {e}")))?
 }

@@ -13,7 +13,7 @@
 //! - **A state version for the replicas' caches.** Every transaction that changes
 //!   connectors, units, agents, bindings, grants or image tools also bumps the one row of
 //!   `state_version`. Each replica keeps its working state in memory and asks
-//!   [`ReplicaCoordination::changes_since`](crate::store::ReplicaCoordination::changes_since) before serving; a version it did not write itself means
+//!   [`ReplicaCoordination::changes_since`](connector_store::ReplicaCoordination::changes_since) before serving; a version it did not write itself means
 //!   another replica changed something, and it reloads.
 //! - **Deliveries are claimed.** `insert_delivery` is one `INSERT … ON CONFLICT … WHERE`
 //!   statement, so of two replicas receiving the same delivery exactly one stores it.
@@ -27,10 +27,12 @@
 //!   across all replicas (asynchronous commit would not, but a database crash could then
 //!   hand out a cursor twice or show messages that vanish): one flush per turn of the
 //!   lock is the webhook throughput ceiling on PostgreSQL. Routed deliveries are stored in
-//!   groups ([`super::postgres_writer`]), so on that path one turn serves every delivery
+//!   groups ([`writer`]), so on that path one turn serves every delivery
 //!   that arrived while the previous group was committing; a delivery finished later
 //!   (`complete_delivery`: routing past the inline window, sweeps, retries) still takes a
 //!   turn of its own.
+
+#![deny(missing_docs)]
 
 use std::collections::{BTreeSet, HashMap};
 use std::str::FromStr;
@@ -45,20 +47,20 @@ use tokio::sync::mpsc;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{IsolationLevel, NoTls, Row};
 
-use super::postgres_writer::{self, RoutedJob, WriterShared};
-use super::rows;
-#[cfg(any(test, feature = "store-conformance"))]
-use super::FaultInjection;
-use super::{
-    encode_json, now_rfc3339, subject_parts, Claim, ClaimScope, CommitCounts, FailPoint,
-    StateCheck, StoreError, StoreResult,
-};
-use super::{DeliveryQueue, FailPoints, InboxStore, ReplicaCoordination, SecretStore, StateStore};
+mod writer;
+
 use connector_model::provenance::connector_provenance;
 use connector_model::records::{
-    AgentRecord, BindingRecord, ConnectorRecord, DeliveryRecord, GrantRecord, ImageToolsRecord,
-    MessageRecord, Snapshot, Subject, UnitRecord,
+    AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, GrantRecord,
+    ImageToolsRecord, MessageRecord, Snapshot, Subject, UnitRecord,
 };
+use connector_store::rows;
+use connector_store::{
+    encode_json, now_rfc3339, subject_parts, ClaimScope, CommitCounts, StateCheck, StoreError,
+    StoreResult,
+};
+use connector_store::{DeliveryQueue, InboxStore, ReplicaCoordination, SecretStore, StateStore};
+use writer::{RoutedJob, WriterShared};
 
 /// How long a caller waits for a pooled connection, or for a new one to be made.
 const POOL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -189,7 +191,7 @@ static DELIVERY_COLUMNS: std::sync::LazyLock<String> =
 /// A [`Store`] in one PostgreSQL database (see the module docs).
 pub struct PostgresStore {
     pool: Pool,
-    fail_points: Arc<FailPoints>,
+
     /// The group commit of routed deliveries ([`postgres_writer`]); the task ends with
     /// the store.
     routed: mpsc::UnboundedSender<RoutedJob>,
@@ -201,7 +203,7 @@ pub struct PostgresStore {
     /// `changes_since` that found nothing foreign). A state write refuses to run on top
     /// of a foreign version newer than this: the caller validated it against stale state.
     seen: AtomicI64,
-    /// Whether `refuse_stale` is in force ([`ReplicaCoordination::refuse_stale_writes`](crate::store::ReplicaCoordination::refuse_stale_writes)).
+    /// Whether `refuse_stale` is in force ([`ReplicaCoordination::refuse_stale_writes`](connector_store::ReplicaCoordination::refuse_stale_writes)).
     guard_stale: AtomicBool,
 }
 
@@ -263,17 +265,14 @@ impl PostgresStore {
             .map_err(|e| {
                 StoreError::Unavailable(format!("cannot build the connection pool: {e}"))
             })?;
-        let fail_points = Arc::new(FailPoints::default());
         let writer = Arc::new(WriterShared {
             pool: pool.clone(),
-            fail_points: Arc::clone(&fail_points),
             commits: AtomicU64::new(0),
             writes: AtomicU64::new(0),
         });
         let store = Self {
             pool,
-            fail_points,
-            routed: postgres_writer::spawn(Arc::clone(&writer)),
+            routed: writer::spawn(Arc::clone(&writer)),
             writer,
             own_versions: Mutex::new(BTreeSet::new()),
             seen: AtomicI64::new(0),
@@ -290,11 +289,6 @@ impl PostgresStore {
                  and reachable"
             ))
         })
-    }
-
-    /// Fails (and disarms) if `point` is the armed fault.
-    fn trip(&self, point: FailPoint) -> StoreResult<()> {
-        self.fail_points.trip(point)
     }
 
     async fn migrate(&self) -> StoreResult<()> {
@@ -405,7 +399,7 @@ macro_rules! state_tx {
 }
 
 /// Maps a driver error onto the store's error kinds, naming what was being done.
-pub(super) fn map_err(context: &str, e: tokio_postgres::Error) -> StoreError {
+pub(crate) fn map_err(context: &str, e: tokio_postgres::Error) -> StoreError {
     match e.code() {
         Some(code) if *code == SqlState::FOREIGN_KEY_VIOLATION => StoreError::Unavailable(format!(
             "{context}: the database rejected the write ({e}); a referenced unit or agent must \
@@ -413,6 +407,13 @@ pub(super) fn map_err(context: &str, e: tokio_postgres::Error) -> StoreError {
         )),
         Some(code) if code.code().starts_with("22") => {
             StoreError::Corrupt(format!("{context}: a value is malformed: {e}"))
+        }
+        // RAISE EXCEPTION in a trigger.
+        Some(code) if *code == SqlState::RAISE_EXCEPTION => {
+            let said = e
+                .as_db_error()
+                .map_or_else(|| e.to_string(), |db| db.message().to_string());
+            StoreError::Refused(format!("{context}: {said}"))
         }
         _ if e.is_closed() => StoreError::Unavailable(format!(
             "{context}: the database connection was lost; retry when PostgreSQL is back"
@@ -447,7 +448,12 @@ fn pg_opt_text(text: &Option<String>) -> Option<std::borrow::Cow<'_, str>> {
 
 /// Appends `messages` to their units' inboxes inside `tx`, taking the inbox lock (held to
 /// the commit: cursor order is commit order); returns them with their cursors.
-pub(super) async fn append_messages(
+/// Whether `error` only says that an earlier statement of its transaction failed.
+fn aborted_by_earlier(error: &tokio_postgres::Error) -> bool {
+    error.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION)
+}
+
+pub(crate) async fn append_messages(
     tx: &Tx<'_>,
     ctx: &str,
     messages: &[MessageRecord],
@@ -491,7 +497,13 @@ pub(super) async fn append_messages(
             &received,
         ];
         let rows = tx.query(&insert, &params);
-        let (_, rows) = futures::try_join!(lock, rows).map_err(db)?;
+        // Of two pipelined statements, the one that fails second answers "transaction
+        // aborted": report the one that failed first, whichever answer arrives first.
+        let rows = match futures::join!(lock, rows) {
+            (Ok(_), Ok(rows)) => rows,
+            (Err(lock), Err(insert)) if aborted_by_earlier(&lock) => return Err(db(insert)),
+            (Err(e), _) | (_, Err(e)) => return Err(db(e)),
+        };
         let mut seqs = HashMap::with_capacity(rows.len());
         for row in &rows {
             seqs.insert(col::<String>(row, 0)?, col::<i64>(row, 1)?);
@@ -518,25 +530,28 @@ fn col<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, i: usize) -> Sto
         .map_err(|e| StoreError::Corrupt(format!("a stored row is malformed: {e}")))
 }
 
-impl rows::StoredRow for Row {
+/// A PostgreSQL row as the shared decoders ([`rows`]) read it.
+struct Pg<'a>(&'a Row);
+
+impl rows::StoredRow for Pg<'_> {
     fn text(&self, i: usize) -> StoreResult<String> {
-        col(self, i)
+        col(self.0, i)
     }
     fn opt_text(&self, i: usize) -> StoreResult<Option<String>> {
-        col(self, i)
+        col(self.0, i)
     }
     fn int(&self, i: usize) -> StoreResult<i64> {
         // `attempts` is an INTEGER column; the rest are BIGINT.
-        if self.columns().get(i).map(|c| c.type_()) == Some(&tokio_postgres::types::Type::INT4) {
-            return col::<i32>(self, i).map(i64::from);
+        if self.0.columns().get(i).map(|c| c.type_()) == Some(&tokio_postgres::types::Type::INT4) {
+            return col::<i32>(self.0, i).map(i64::from);
         }
-        col(self, i)
+        col(self.0, i)
     }
     fn bytes(&self, i: usize) -> StoreResult<Vec<u8>> {
-        col(self, i)
+        col(self.0, i)
     }
     fn flag(&self, i: usize) -> StoreResult<bool> {
-        col(self, i)
+        col(self.0, i)
     }
 }
 
@@ -601,7 +616,6 @@ impl PostgresStore {
         )
         .await
         .map_err(db)?;
-        self.trip(FailPoint::AfterConnectorWrite)?;
         let provenance = connector_provenance(&c.slug);
         // Several grants of one subject collapsing onto `<ns>.*` keep one row (the oldest).
         tx.execute(
@@ -656,7 +670,6 @@ impl PostgresStore {
         )
         .await
         .map_err(db)?;
-        self.trip(FailPoint::AfterBindingWrite)?;
         upsert_grant(tx, g).await.map_err(db)?;
         Ok(())
     }
@@ -677,7 +690,6 @@ impl PostgresStore {
             .execute(&stmt, &[&unit_id, &connector])
             .await
             .map_err(db)?;
-        self.trip(FailPoint::AfterBindingDelete)?;
         let stmt = tx
             .prepare_cached(
                 "DELETE FROM grants
@@ -710,7 +722,7 @@ async fn load_snapshot(tx: &Tx<'_>) -> StoreResult<Snapshot> {
         rows::MEMBERSHIP_COLUMNS
     );
     for row in select(sql).await? {
-        let (agent, unit) = rows::membership(&row)?;
+        let (agent, unit) = rows::membership(&Pg(&row))?;
         memberships.entry(agent).or_default().push(unit);
     }
     let connectors = select(table(rows::CONNECTOR_COLUMNS, "connectors")).await?;
@@ -722,21 +734,27 @@ async fn load_snapshot(tx: &Tx<'_>) -> StoreResult<Snapshot> {
     Ok(Snapshot {
         connectors: connectors
             .iter()
-            .map(rows::connector)
+            .map(|r| rows::connector(&Pg(r)))
             .collect::<StoreResult<_>>()?,
-        units: units.iter().map(rows::unit).collect::<StoreResult<_>>()?,
+        units: units
+            .iter()
+            .map(|r| rows::unit(&Pg(r)))
+            .collect::<StoreResult<_>>()?,
         agents: agents
             .iter()
-            .map(|r| rows::agent(r, &mut memberships))
+            .map(|r| rows::agent(&Pg(r), &mut memberships))
             .collect::<StoreResult<_>>()?,
         bindings: bindings
             .iter()
-            .map(rows::binding)
+            .map(|r| rows::binding(&Pg(r)))
             .collect::<StoreResult<_>>()?,
-        grants: grants.iter().map(rows::grant).collect::<StoreResult<_>>()?,
+        grants: grants
+            .iter()
+            .map(|r| rows::grant(&Pg(r)))
+            .collect::<StoreResult<_>>()?,
         image_tools: image_tools
             .iter()
-            .map(rows::image_tools)
+            .map(|r| rows::image_tools(&Pg(r)))
             .collect::<StoreResult<_>>()?,
         version,
     })
@@ -1105,7 +1123,7 @@ impl DeliveryQueue for PostgresStore {
         let mut out = Vec::with_capacity(rows.len());
         for row in &rows {
             let ord: i64 = col(row, 13)?;
-            out.push((ord, rows::delivery(row)?));
+            out.push((ord, rows::delivery(&Pg(row))?));
         }
         out.sort_by_key(|(ord, d)| (d.received_unix, *ord));
         Ok(out.into_iter().map(|(_, d)| d).collect())
@@ -1148,7 +1166,6 @@ impl DeliveryQueue for PostgresStore {
             }
         }
         let stored = append_messages(&tx, ctx, messages).await?;
-        self.trip(FailPoint::AfterMessagesWrite)?;
         tx.commit().await.map_err(db)?;
         Ok(Some(stored))
     }
@@ -1188,7 +1205,7 @@ impl DeliveryQueue for PostgresStore {
             )
             .await
             .map_err(|e| map_err("delivery", e))?;
-        row.as_ref().map(rows::delivery).transpose()
+        row.as_ref().map(|r| rows::delivery(&Pg(r))).transpose()
     }
 
     async fn unfinished_deliveries(&self) -> StoreResult<Vec<DeliveryRecord>> {
@@ -1204,7 +1221,7 @@ impl DeliveryQueue for PostgresStore {
             )
             .await
             .map_err(|e| map_err("unfinished_deliveries", e))?;
-        rows.iter().map(rows::delivery).collect()
+        rows.iter().map(|r| rows::delivery(&Pg(r))).collect()
     }
 
     async fn prune_deliveries(&self, before_unix: i64) -> StoreResult<u64> {
@@ -1238,7 +1255,7 @@ impl DeliveryQueue for PostgresStore {
             )
             .await
             .map_err(|e| map_err("deliveries_of", e))?;
-        rows.iter().map(rows::delivery).collect()
+        rows.iter().map(|r| rows::delivery(&Pg(r))).collect()
     }
 }
 
@@ -1261,7 +1278,7 @@ impl InboxStore for PostgresStore {
             .query(&stmt, &[&unit_id, &after, &i64::from(limit)])
             .await
             .map_err(db)?;
-        found.iter().map(rows::message).collect()
+        found.iter().map(|r| rows::message(&Pg(r))).collect()
     }
 }
 
@@ -1322,12 +1339,5 @@ impl ReplicaCoordination for PostgresStore {
 
     fn applied(&self, version: i64) {
         self.seen.fetch_max(version, Ordering::SeqCst);
-    }
-}
-
-#[cfg(any(test, feature = "store-conformance"))]
-impl FaultInjection for PostgresStore {
-    fn set_fail_point(&self, point: Option<FailPoint>) {
-        self.fail_points.arm(point);
     }
 }

@@ -29,9 +29,9 @@ use std::sync::Arc;
 
 use rusqlite::{Transaction, TransactionBehavior};
 
-use super::sqlite::{bump_state_version, map_err, Inner};
-use super::sqlite_checkpoint::Checkpoints;
-use super::{StoreError, StoreResult};
+use super::checkpoint::Checkpoints;
+use super::{bump_state_version, map_err, Inner};
+use crate::{StoreError, StoreResult};
 
 /// The most writes one commit takes: bounds a group's WAL growth and how long the
 /// connection is held away from readers.
@@ -49,7 +49,7 @@ pub(super) struct Job {
 /// A write's work and its answer, whatever its result type.
 trait PendingWrite: Send {
     /// Runs the write; `true` if it succeeded. Its result is kept for [`Self::answer`].
-    fn run(&mut self, tx: &Transaction<'_>, inner: &Inner) -> bool;
+    fn run(&mut self, tx: &Transaction<'_>) -> bool;
     /// Replaces the kept result with `e` (the write is rolled back after all).
     fn fail(&mut self, e: StoreError);
     /// Sends the kept result if the group committed (`Ok`), else the group's error.
@@ -66,19 +66,18 @@ struct Typed<T, F> {
 impl<T, F> PendingWrite for Typed<T, F>
 where
     T: Send + 'static,
-    F: FnOnce(&Transaction<'_>, &Inner) -> StoreResult<T> + Send + 'static,
+    F: FnOnce(&Transaction<'_>) -> StoreResult<T> + Send + 'static,
 {
-    fn run(&mut self, tx: &Transaction<'_>, inner: &Inner) -> bool {
+    fn run(&mut self, tx: &Transaction<'_>) -> bool {
         let Some(f) = self.f.take() else {
             return false;
         };
         let op = self.op;
-        let out =
-            std::panic::catch_unwind(AssertUnwindSafe(|| f(tx, inner))).unwrap_or_else(|_| {
-                Err(StoreError::Unavailable(format!(
-                    "{op}: the database write panicked"
-                )))
-            });
+        let out = std::panic::catch_unwind(AssertUnwindSafe(|| f(tx))).unwrap_or_else(|_| {
+            Err(StoreError::Unavailable(format!(
+                "{op}: the database write panicked"
+            )))
+        });
         let ok = out.is_ok();
         self.out = Some(out);
         ok
@@ -112,7 +111,7 @@ impl Job {
     ) -> Job
     where
         T: Send + 'static,
-        F: FnOnce(&Transaction<'_>, &Inner) -> StoreResult<T> + Send + 'static,
+        F: FnOnce(&Transaction<'_>) -> StoreResult<T> + Send + 'static,
     {
         Job {
             op,
@@ -197,7 +196,7 @@ fn run_group(inner: &Inner, jobs: Vec<Job>) -> Vec<Job> {
                 return broken(tx, ran, left, e);
             }
         }
-        let mut ok = job.write.run(&tx, inner);
+        let mut ok = job.write.run(&tx);
         if ok && job.bump {
             match bump_state_version(&tx) {
                 Ok(version) => versions.push(version),
@@ -284,13 +283,11 @@ fn execute_cached(tx: &Transaction<'_>, sql: &str) -> rusqlite::Result<()> {
 mod tests {
     use std::time::Duration;
 
-    use crate::store::conformance::fixtures::{claim, delivery, message, unit};
-    use crate::store::sqlite::SqliteStore;
-    use crate::store::{
-        DeliveryQueue, FailPoint, FaultInjection, InboxStore, ReplicaCoordination, StateStore,
-        StoreError,
-    };
+    use crate::sqlite::SqliteStore;
+    use crate::{DeliveryQueue, InboxStore, ReplicaCoordination, StateStore};
     use connector_model::records::DeliveryStatus;
+    use connector_store_testing::faults::{inject_sqlite, Fault, INJECTED};
+    use connector_store_testing::fixtures::{claim, delivery, message, unit};
 
     /// Holds the connection while the writes `start` spawns are handed to the writer, so
     /// they queue up and run as one group (or two: the writer may take the first alone).
@@ -315,7 +312,9 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_write_failing_inside_a_group_is_rolled_back_alone() {
-        let store = SqliteStore::open_in_memory().expect("store");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("host.db");
+        let store = SqliteStore::open(&path).expect("store");
         let c = claim("me", i64::MAX / 2);
         assert!(store
             .insert_delivery(&delivery("d1", 100), 60, &c)
@@ -323,7 +322,7 @@ mod tests {
             .expect("insert d1"));
         let before = store.commit_counts();
 
-        store.set_fail_point(Some(FailPoint::AfterMessagesWrite));
+        inject_sqlite(&path, Some(Fault::AfterMessagesWrite)).expect("the fault");
         let spawn_insert = |id: &'static str| {
             let (s, c) = (store.clone(), c.clone());
             tokio::spawn(async move { s.insert_delivery(&delivery(id, 100), 60, &c).await })
@@ -333,7 +332,8 @@ mod tests {
             let first = spawn_insert("d2");
             let s = store.clone();
             completes = Some(tokio::spawn(async move {
-                s.complete_delivery("acme", "d1", &[message("m1", "u1", "d1")], &["u1".into()])
+                let both = [message("m1", "u1", "d1"), message("m2", "u1", "d1")];
+                s.complete_delivery("acme", "d1", &both, &["u1".into()])
                     .await
             }));
             vec![first, spawn_insert("d2"), spawn_insert("d3")]
@@ -349,10 +349,9 @@ mod tests {
         );
         // The write that tripped the fault failed and left nothing behind ...
         assert!(
-            matches!(
-                completed,
-                Err(StoreError::Injected(FailPoint::AfterMessagesWrite))
-            ),
+            completed
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains(INJECTED)),
             "{completed:?}"
         );
         let d1 = store

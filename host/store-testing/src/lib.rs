@@ -1,21 +1,25 @@
-//! The behaviour every [`Store`] must have, as tests any implementation can run.
+//! The behaviour every connector-host [`Store`] must have, as tests any implementation can
+//! run, with the fixtures they are built from and fault injection in the database itself.
 //!
 //! The host is written against the trait, not against a database: which store an operator
 //! picks must not change what the host does. So the store-level tests live here, once, as
 //! plain async functions over a [`StoreFactory`], and each store instantiates all of them
-//! with one line of [`store_conformance_tests!`](crate::store_conformance_tests). A test
-//! that only makes sense for one database (its file, its migrations, its errors) stays
-//! with that store.
+//! with one line of [`store_conformance_tests!`]. A test that only makes sense for one
+//! database (its file, its migrations, its errors) stays with that store.
 //!
 //! Each case gets a fresh database from its own factory and may open several handles on
 //! it: two handles on one database stand for two replicas, which is how the concurrency
 //! cases (de-duplication, claims, foreign changes, shared secrets) are checked.
 //!
+//! Faults ([`faults`]) are injected by the database, not by the store: a trigger makes
+//! the second write of one store call fail, so a case proves that the store's transaction
+//! leaves nothing of the call behind. The production stores carry no test hooks.
+//!
 //! What the suite leaves open: the state version's starting value and step (only that it
 //! grows with every change), and the wording of error messages.
-//!
-//! Compiled for this crate's tests and, with the `store-conformance` feature, for other
-//! crates' tests.
+
+pub mod faults;
+pub mod sqlite;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -23,32 +27,35 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::json;
 
-use super::{Claim, ClaimScope, FailPoint, StateCheck, Store, StoreError};
-
 use connector_model::records::{
-    BindingRecord, DeliveryRecord, DeliveryStatus, GrantRecord, ImageToolsRecord, MessageRecord,
-    Snapshot, Subject,
+    BindingRecord, Claim, DeliveryRecord, DeliveryStatus, GrantRecord, ImageToolsRecord,
+    MessageRecord, Snapshot, Subject,
 };
+use connector_store::{ClaimScope, StateCheck, Store, StoreError};
+use faults::{is_injected, Fault};
 use fixtures::*;
 
-/// Opens handles on one database.
+/// Opens handles on one database, and injects faults into it.
 #[async_trait]
 pub trait StoreFactory: Send + Sync {
     /// A new handle (its own connections, its own memory of what it wrote) on this
     /// factory's database: every call opens the same database, which starts out empty.
     async fn open(&self) -> Arc<dyn Store>;
+    /// From now on, every store call on this database that reaches `fault` fails there
+    /// (`None`: none does); see [`faults`].
+    async fn inject(&self, fault: Option<Fault>);
 }
 
 /// Defines one `#[tokio::test]` per conformance case, each on a fresh database.
 ///
 /// `$factory` is an expression (it may `.await`) that evaluates to a new
-/// [`StoreFactory`](crate::store::conformance::StoreFactory) with its own empty database;
+/// [`StoreFactory`] with its own empty database;
 /// it is evaluated once per test. The calling crate needs `tokio` with the `macros` and
 /// `rt-multi-thread` features.
 ///
 /// ```ignore
 /// mod sqlite {
-///     connector_host::store_conformance_tests!(SqliteFactory::new());
+///     connector_store_testing::store_conformance_tests!(SqliteFactory::new());
 /// }
 /// ```
 #[macro_export]
@@ -62,7 +69,7 @@ macro_rules! store_conformance_tests {
             put_binding_fault_leaves_neither_binding_nor_grant
             delete_binding_fault_keeps_binding_and_grant
             put_connector_fault_keeps_old_connector_and_grants
-            fail_point_fires_only_at_its_own_step_and_can_be_disarmed
+            a_fault_fires_only_at_its_own_step_and_can_be_disarmed
             rotation_rederives_only_that_connectors_grants
             rotate_connector_removes_and_rebinds_in_one_step
             delete_connector_removes_its_bindings_and_grants_only
@@ -95,7 +102,7 @@ macro_rules! store_conformance_tests {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $case() {
                 let factory = $factory;
-                $crate::store::conformance::$case(&factory).await;
+                $crate::$case(&factory).await;
             }
         )*
     };
@@ -105,12 +112,11 @@ macro_rules! store_conformance_tests {
 pub mod fixtures {
     use serde_json::{json, Value};
 
-    use crate::store::{Claim, Store};
-
     use connector_model::records::{
-        AgentRecord, BindingRecord, ConnectorRecord, DeliveryRecord, DeliveryStatus, GrantRecord,
-        MessageRecord, Snapshot, Subject, UnitRecord,
+        AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus,
+        GrantRecord, MessageRecord, Snapshot, Subject, UnitRecord,
     };
+    use connector_store::Store;
 
     /// The bytes the suite stores as a connector's component.
     pub const COMPONENT: &[u8] = &[0, 97, 115, 109, 1, 2, 3];
@@ -495,23 +501,21 @@ pub async fn put_binding_fault_leaves_neither_binding_nor_grant(factory: &dyn St
     let g = connector_grant("team", "acme", "acme");
     let before = store.load().await.unwrap();
 
-    store.set_fail_point(Some(FailPoint::AfterBindingWrite));
+    factory.inject(Some(Fault::AfterBindingWrite)).await;
     let err = store.put_binding(&b, &g).await.unwrap_err();
-    assert!(
-        matches!(err, StoreError::Injected(FailPoint::AfterBindingWrite)),
-        "{err:?}"
-    );
+    assert!(is_injected(&err), "{err:?}");
     // Nothing written, the version included.
     assert_eq!(store.load().await.unwrap(), before);
 
-    // The fault was one-shot: the retry succeeds and writes both.
+    // Disarmed, the retry succeeds and writes both.
+    factory.inject(None).await;
     store.put_binding(&b, &g).await.unwrap();
     let snap = store.load().await.unwrap();
     assert_eq!(snap.bindings, vec![b.clone()]);
     assert_eq!(snap.grants, vec![g.clone()]);
 
     // A failed re-bind keeps the old config.
-    store.set_fail_point(Some(FailPoint::AfterBindingWrite));
+    factory.inject(Some(Fault::AfterBindingWrite)).await;
     let changed = binding("team", "acme", json!({"k": 2}));
     assert!(store.put_binding(&changed, &g).await.is_err());
     assert_eq!(store.load().await.unwrap(), snap);
@@ -521,14 +525,12 @@ pub async fn delete_binding_fault_keeps_binding_and_grant(factory: &dyn StoreFac
     let store = bound_store(factory).await;
     let before = store.load().await.unwrap();
 
-    store.set_fail_point(Some(FailPoint::AfterBindingDelete));
+    factory.inject(Some(Fault::AfterBindingDelete)).await;
     let err = store.delete_binding("team", "acme").await.unwrap_err();
-    assert!(
-        matches!(err, StoreError::Injected(FailPoint::AfterBindingDelete)),
-        "{err:?}"
-    );
+    assert!(is_injected(&err), "{err:?}");
     assert_eq!(store.load().await.unwrap(), before);
 
+    factory.inject(None).await;
     assert!(store.delete_binding("team", "acme").await.unwrap());
     let snap = store.load().await.unwrap();
     assert!(snap.bindings.is_empty());
@@ -540,19 +542,15 @@ pub async fn put_connector_fault_keeps_old_connector_and_grants(factory: &dyn St
     let store = bound_store(factory).await;
     let before = store.load().await.unwrap();
 
-    store.set_fail_point(Some(FailPoint::AfterConnectorWrite));
+    factory.inject(Some(Fault::AfterConnectorWrite)).await;
     let err = store
         .put_connector(&connector("acme", "acme2", "sha256:bb"), COMPONENT)
         .await
         .unwrap_err();
-    assert!(
-        matches!(err, StoreError::Injected(FailPoint::AfterConnectorWrite)),
-        "{err:?}"
-    );
+    assert!(is_injected(&err), "{err:?}");
     assert_eq!(store.load().await.unwrap(), before);
 
     // The same fault in a rotation leaves the bindings it would have rewritten.
-    store.set_fail_point(Some(FailPoint::AfterConnectorWrite));
     let err = store
         .rotate_connector(
             &connector("acme", "acme2", "sha256:bb"),
@@ -562,9 +560,10 @@ pub async fn put_connector_fault_keeps_old_connector_and_grants(factory: &dyn St
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, StoreError::Injected(_)), "{err:?}");
+    assert!(is_injected(&err), "{err:?}");
     assert_eq!(store.load().await.unwrap(), before);
 
+    factory.inject(None).await;
     store
         .put_connector(&connector("acme", "acme2", "sha256:bb"), COMPONENT)
         .await
@@ -577,10 +576,10 @@ pub async fn put_connector_fault_keeps_old_connector_and_grants(factory: &dyn St
     assert_eq!(snap.grants, vec![connector_grant("team", "acme", "acme2")]);
 }
 
-pub async fn fail_point_fires_only_at_its_own_step_and_can_be_disarmed(factory: &dyn StoreFactory) {
+pub async fn a_fault_fires_only_at_its_own_step_and_can_be_disarmed(factory: &dyn StoreFactory) {
     let store = factory.open().await;
     store.put_unit(&unit("team", None)).await.unwrap();
-    store.set_fail_point(Some(FailPoint::AfterBindingDelete));
+    factory.inject(Some(Fault::AfterBindingDelete)).await;
     // Other steps pass while it stays armed.
     store
         .put_connector(&connector("acme", "acme", "sha256:aa"), COMPONENT)
@@ -593,16 +592,16 @@ pub async fn fail_point_fires_only_at_its_own_step_and_can_be_disarmed(factory: 
         )
         .await
         .unwrap();
-    // A fault armed on one handle does not fire on another.
+    // A call that never reaches the step passes too.
+    assert!(!store.delete_binding("nobody", "acme").await.unwrap());
+    let err = store.delete_binding("team", "acme").await.unwrap_err();
+    assert!(is_injected(&err), "{err:?}");
+    // It fires for every handle on the database, until disarmed.
     let other = factory.open().await;
-    assert!(!other.delete_binding("nobody", "acme").await.unwrap());
-    assert!(matches!(
-        store.delete_binding("team", "acme").await,
-        Err(StoreError::Injected(FailPoint::AfterBindingDelete))
-    ));
+    let err = other.delete_binding("team", "acme").await.unwrap_err();
+    assert!(is_injected(&err), "{err:?}");
 
-    store.set_fail_point(Some(FailPoint::AfterBindingDelete));
-    store.set_fail_point(None);
+    factory.inject(None).await;
     assert!(store.delete_binding("team", "acme").await.unwrap());
 }
 
@@ -1104,17 +1103,15 @@ pub async fn complete_delivery_fault_stores_no_messages(factory: &dyn StoreFacto
     let messages = [message("m1", "team", "d1"), message("m2", "team", "d1")];
     let routed = ["team".to_string()];
 
-    store.set_fail_point(Some(FailPoint::AfterMessagesWrite));
+    factory.inject(Some(Fault::AfterMessagesWrite)).await;
     let err = store
         .complete_delivery("acme", "d1", &messages, &routed)
         .await
         .unwrap_err();
-    assert!(
-        matches!(err, StoreError::Injected(FailPoint::AfterMessagesWrite)),
-        "{err:?}"
-    );
+    assert!(is_injected(&err), "{err:?}");
     assert!(store.messages("team", 0, 10).await.unwrap().is_empty());
     assert_eq!(store.delivery("acme", "d1").await.unwrap().unwrap(), before);
+    factory.inject(None).await;
 
     // The retry stores the messages once.
     let stored = store
@@ -1180,17 +1177,15 @@ pub async fn a_routed_delivery_is_stored_done_with_its_messages_once(factory: &d
     let messages = [message("m1", "team", "d1"), message("m2", "team", "d1")];
 
     // A fault after the messages leaves neither the delivery nor its messages.
-    a.set_fail_point(Some(FailPoint::AfterMessagesWrite));
+    factory.inject(Some(Fault::AfterMessagesWrite)).await;
     let err = a
         .insert_routed_delivery(&delivery("d1", 1_000), &messages, &routed, 60)
         .await
         .unwrap_err();
-    assert!(
-        matches!(err, StoreError::Injected(FailPoint::AfterMessagesWrite)),
-        "{err:?}"
-    );
+    assert!(is_injected(&err), "{err:?}");
     assert_eq!(a.delivery("acme", "d1").await.unwrap(), None);
     assert!(a.messages("team", 0, 10).await.unwrap().is_empty());
+    factory.inject(None).await;
 
     // Stored done, attempted once, routed, unclaimed, with its messages in order.
     let stored = a
@@ -1611,7 +1606,7 @@ pub async fn changes_since_tells_own_writes_from_foreign_ones(factory: &dyn Stor
         .unwrap();
     let before_fault = a.changes_since(current.version).await.unwrap();
     assert!(!before_fault.foreign);
-    a.set_fail_point(Some(FailPoint::AfterBindingWrite));
+    factory.inject(Some(Fault::AfterBindingWrite)).await;
     assert!(a
         .put_binding(
             &binding("u1", "acme", json!({})),
@@ -1619,6 +1614,7 @@ pub async fn changes_since_tells_own_writes_from_foreign_ones(factory: &dyn Stor
         )
         .await
         .is_err());
+    factory.inject(None).await;
     assert_eq!(
         a.changes_since(before_fault.version).await.unwrap(),
         before_fault
