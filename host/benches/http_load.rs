@@ -205,6 +205,7 @@ async fn open_host(webhook_secret: Option<&str>) -> anyhow::Result<BenchHost> {
     let mut config = HostConfig {
         data_dir: dir.path().to_path_buf(),
         operator_token: Some(OPERATOR_TOKEN.into()),
+        bundled: connector_bundled::components(),
         ..HostConfig::default()
     };
     if let Some(secret) = webhook_secret {

@@ -88,6 +88,7 @@ fn main() -> anyhow::Result<()> {
         let config = HostConfig {
             data_dir: dir.path().to_path_buf(),
             operator_token: Some(OPERATOR_TOKEN.into()),
+            bundled: connector_bundled::components(),
             ..HostConfig::default()
         };
         let (host, _) = Host::open(config).await?;

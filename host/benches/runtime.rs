@@ -17,7 +17,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn acme() -> &'static [u8] {
-    connector_host::host::bundled_component("acme").expect("acme is bundled")
+    connector_bundled::component("acme").expect("acme is bundled")
 }
 
 fn ctx() -> wit::CallContext {

@@ -1,36 +1,32 @@
-//! connector-host: runs connectors as sandboxed WebAssembly components.
+//! connector-host: the program. It assembles the crates of the host (the core, the HTTP
+//! edge, the console, `pack` and the bundled connectors) into the `connector-host`
+//! command: the command line ([`cli`]), config loading from files and the environment,
+//! the stdio MCP bridge ([`stdio`]) and `serve`.
 //!
-//! See the README for the big picture. The crate is organised by concern: [`runtime`]
-//! (the sandbox), [`registry`] (installed connectors and their naming rules).
+//! A platform embedding the host depends on `connector-core` (and `connector-http` for
+//! the router) instead. The modules of those crates are re-exported here under their
+//! old paths for this repository's tests and benches.
 
-pub mod api;
-pub mod auth;
-mod bundled;
-mod capabilities;
-mod catalog;
-#[cfg(feature = "cli")]
 pub mod cli;
-pub mod config;
-pub mod console;
-pub mod context;
-mod directory;
-mod dispatch;
-pub mod github_app;
-pub mod grants;
-pub mod host;
-pub mod http;
-mod inbox;
-pub mod mcp;
-#[cfg(feature = "pack")]
-pub mod pack;
-pub mod registry;
-mod remote_answer;
-pub mod replicas;
-pub mod server;
-mod startup;
-mod state;
-pub mod webhooks;
+pub mod stdio;
 
-pub use connector_model::error::{ErrorCode, HostError, HostResult};
-pub use connector_model::tool_output::{ContentBlock, ToolOutput};
-pub use host::Host;
+pub use connector_console as console;
+pub use connector_core::{
+    auth, config, context, github_app, grants, host, registry, replicas, webhooks,
+};
+pub use connector_core::{ContentBlock, ErrorCode, Host, HostError, HostResult, ToolOutput};
+pub use connector_http::{api, mcp};
+pub use connector_pack as pack;
+/// The HTTP edge's shared pieces (extractors, bodies, errors).
+pub mod http {
+    pub use connector_http::{auth, body, json, peer};
+    pub use connector_http::{
+        authorize, bearer, discard, read_limited, read_limited_counted, status_of, Access,
+        AgentOfPath, ApiError, ApiJson, BodyError, BodyStalled, Operator, Peer, PeerOf,
+    };
+}
+/// The server `connector-host serve` runs: the HTTP edge's with the console mounted.
+pub mod server {
+    pub use crate::cli::serve::{router, serve_on};
+    pub use connector_http::server::{connections, router_with, serve_router_on};
+}

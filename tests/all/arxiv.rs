@@ -63,7 +63,7 @@ struct Setup {
 
 async fn setup() -> Setup {
     let rt = runtime();
-    let bytes = connector_host::host::bundled_component("arxiv").expect("arxiv is bundled");
+    let bytes = connector_bundled::component("arxiv").expect("arxiv is bundled");
     let arxiv = rt.load(bytes).expect("arxiv loads");
     Setup {
         rt,
@@ -108,7 +108,7 @@ fn failed(r: Result<Value, wit::ToolError>) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manifest_declares_only_export_arxiv_org() {
     let rt = runtime();
-    let bytes = connector_host::host::bundled_component("arxiv").expect("arxiv is bundled");
+    let bytes = connector_bundled::component("arxiv").expect("arxiv is bundled");
     let arxiv = rt.load(bytes).unwrap();
     let m = rt.describe(&arxiv).await.unwrap();
     assert_eq!(m.slug, "arxiv");

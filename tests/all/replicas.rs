@@ -798,6 +798,7 @@ async fn a_generated_operator_token_is_shared_by_digest_only() {
             data_dir: dir.to_path_buf(),
             database_url: Some(url.clone()),
             operator_token: None,
+            bundled: connector_bundled::components(),
             ..HostConfig::default()
         })
     };

@@ -223,7 +223,7 @@ async fn sigterm_stops_the_server_even_with_an_open_message_stream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_stored_bundled_connector_is_rewritten_when_the_cache_misses() {
     let data = tempfile::tempdir().unwrap();
-    let acme = connector_host::host::bundled_component("acme").expect("acme is bundled");
+    let acme = connector_bundled::component("acme").expect("acme is bundled");
     let stored_acme = |db: &std::path::Path| -> Vec<u8> {
         let conn = rusqlite::Connection::open(db).unwrap();
         conn.query_row(

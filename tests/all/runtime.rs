@@ -80,7 +80,7 @@ async fn assert_echoes(
 }
 
 fn acme_bytes() -> &'static [u8] {
-    connector_host::host::bundled_component("acme").expect("acme is bundled")
+    connector_bundled::component("acme").expect("acme is bundled")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -541,7 +541,7 @@ async fn a_known_digest_is_checked_before_compiling_and_never_files_other_bytes(
         .unwrap()
         .digest()
         .to_owned();
-    let github = connector_host::host::bundled_component("github").expect("github is bundled");
+    let github = connector_bundled::component("github").expect("github is bundled");
 
     // Another component's bytes under acme's digest, with nothing cached: refused.
     let rt = ConnectorRuntime::new(options.clone()).unwrap();

@@ -127,7 +127,7 @@ async fn a_first_world_component_works_beside_a_current_one() {
     );
 
     // Rotate back: the current world again, the same answer.
-    let bundled = connector_host::host::bundled_component("acme").expect("acme is bundled");
+    let bundled = connector_bundled::component("acme").expect("acme is bundled");
     let (s, b) = upload_component(&h.client, &h.url, bundled.to_vec(), "").await;
     assert_eq!((s, b["world"].as_str()), (200, Some(CURRENT)), "{b}");
     let (s, again) = call(&h, "acme.echo", json!({"message": "hi"})).await;

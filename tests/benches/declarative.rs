@@ -84,6 +84,7 @@ fn main() {
         let mut config = HostConfig {
             data_dir: data.path().to_path_buf(),
             operator_token: Some("bench".into()),
+            bundled: connector_bundled::components(),
             ..HostConfig::default()
         };
         for slug in ["bench-http", "native-http"] {

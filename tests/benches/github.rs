@@ -33,6 +33,7 @@ fn main() {
         let mut config = HostConfig {
             data_dir: data.path().to_path_buf(),
             operator_token: Some("bench".into()),
+            bundled: connector_bundled::components(),
             ..HostConfig::default()
         };
         config.github_app = Some(GithubAppSettings {

@@ -73,6 +73,7 @@ pub fn test_config(data_dir: &Path) -> HostConfig {
     HostConfig {
         data_dir: data_dir.to_path_buf(),
         operator_token: Some(OPERATOR_TOKEN.into()),
+        bundled: connector_bundled::components(),
         ..HostConfig::default()
     }
 }

@@ -43,7 +43,7 @@ pub fn chain(
     })
     .expect("runtime");
     let component = runtime
-        .load(connector_host::host::bundled_component("acme").expect("acme"))
+        .load(connector_bundled::component("acme").expect("acme"))
         .expect("load");
 
     let mut connectors = BTreeMap::new();

@@ -120,20 +120,41 @@ impl ErrorCode {
     /// Whether the error is the caller's to fix (a rejected request) rather than a failure
     /// of a connector, the host or its database.
     pub fn is_rejection(self) -> bool {
-        !matches!(
-            self,
+        // Every code is named: a new one must be placed on one side or the other.
+        match self {
+            ErrorCode::InvalidRequest
+            | ErrorCode::Unauthenticated
+            | ErrorCode::Forbidden
+            | ErrorCode::NotFound
+            | ErrorCode::PayloadTooLarge
+            | ErrorCode::UnsupportedMediaType
+            | ErrorCode::InvalidComponent
+            | ErrorCode::InvalidConfig
+            | ErrorCode::GithubAppNotConfigured
+            | ErrorCode::InvalidArguments
+            | ErrorCode::Cycle
+            | ErrorCode::HasChildren
+            | ErrorCode::ConnectorInUse
+            | ErrorCode::RotationBreaksBindings
+            | ErrorCode::SlugConflict
+            | ErrorCode::StateChanged
+            | ErrorCode::ToolNotGranted
+            | ErrorCode::UnknownTool
+            | ErrorCode::InvalidSignature
+            | ErrorCode::RequestTimeout
+            | ErrorCode::MethodNotAllowed => true,
             ErrorCode::ToolFailed
-                | ErrorCode::ConnectorTrapped
-                | ErrorCode::ConnectorTimeout
-                | ErrorCode::DeliveryFailed
-                | ErrorCode::IntrospectionFailed
-                | ErrorCode::ContextConflict
-                | ErrorCode::ContextInvalid
-                | ErrorCode::ContextFailed
-                | ErrorCode::StoreUnavailable
-                | ErrorCode::HostBusy
-                | ErrorCode::Internal
-        )
+            | ErrorCode::ConnectorTrapped
+            | ErrorCode::ConnectorTimeout
+            | ErrorCode::DeliveryFailed
+            | ErrorCode::IntrospectionFailed
+            | ErrorCode::ContextConflict
+            | ErrorCode::ContextInvalid
+            | ErrorCode::ContextFailed
+            | ErrorCode::StoreUnavailable
+            | ErrorCode::HostBusy
+            | ErrorCode::Internal => false,
+        }
     }
 }
 

@@ -10,6 +10,7 @@
 
 #![deny(missing_docs)]
 
+pub mod bundled;
 pub mod connector;
 pub mod error;
 pub mod ids;

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use super::client::{Body, Client};
 use super::inspect::{local_registry, prepare, read_component};
 use super::{print_json, read_json_arg, CliError};
-use crate::registry::SchemaViolation;
+use connector_core::registry::SchemaViolation;
 use connector_runtime::{wit, Caller, GuestError, OutboundPolicy, Sandbox};
 
 pub(crate) const HELP: &str = "\

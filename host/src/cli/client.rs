@@ -11,7 +11,7 @@ use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
 
 use super::{CliError, RemoteArgs};
-use crate::config::{ENV_DATA_DIR, ENV_OPERATOR_TOKEN};
+use connector_core::config::{ENV_DATA_DIR, ENV_OPERATOR_TOKEN};
 
 /// Base path of the HTTP API.
 const API_BASE: [&str; 2] = ["api", "v1"];
@@ -170,12 +170,12 @@ impl Client {
         let response = request.send().map_err(|e| self.transport_error(&e))?;
         let status = response.status();
         let body =
-            crate::remote_answer::read_at_most_blocking(response, self.max_answer).map_err(|e| {
+            connector_remote_answer::read_at_most_blocking(response, self.max_answer).map_err(|e| {
                 CliError::failed(match e {
-                    crate::remote_answer::AnswerError::TooLarge { limit } => format!(
+                    connector_remote_answer::AnswerError::TooLarge { limit } => format!(
                         "the answer of {method} {url} is larger than {}, more than this command reads; \
                          ask for less (a smaller --limit), or check that --url names a connector host",
-                        crate::remote_answer::size(limit)
+                        connector_remote_answer::size(limit)
                     ),
                     e => format!("reading the answer of {method} {url} failed: {e}"),
                 })
@@ -405,7 +405,7 @@ mod tests {
 
     #[test]
     fn an_endless_answer_is_refused_past_the_limit() {
-        let (url, _) = crate::remote_answer::endless::start("application/json");
+        let (url, _) = connector_remote_answer::endless::start("application/json");
         let mut client = client_of(&url);
         client.max_answer = 4 * 1024 * 1024;
         let started = std::time::Instant::now();

@@ -148,7 +148,7 @@ struct Session {
 
 /// One load: validate, describe or diff, and optionally call (locally, or live).
 async fn reload(
-    registry: &crate::registry::ConnectorRegistry,
+    registry: &connector_core::registry::ConnectorRegistry,
     args: &DevArgs,
     session: &Session,
     last_good: &mut Option<Connector>,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::CliError;
-use crate::registry::{ConnectorRegistry, InstallError, InstalledConnector};
+use connector_core::registry::{ConnectorRegistry, InstallError, InstalledConnector};
 use connector_runtime::{ConnectorRuntime, GuestLimits, RuntimeOptions};
 
 pub(crate) const HELP: &str = "\

@@ -1,6 +1,6 @@
 //! `connector-host mcp --agent A`: an agent's tools as a local (stdio) MCP server,
-//! answered in this process from the host's data (`--local`, see [`crate::mcp::local`]) or
-//! bridged to a running host's `/mcp/agents/{A}` (see [`crate::mcp::stdio`]).
+//! answered in this process from the host's data (`--local`, see [`crate::stdio::local`]) or
+//! bridged to a running host's `/mcp/agents/{A}` (see [`crate::stdio`]).
 //!
 //! The bridge stays the default: `--url` (and `$CONNECTOR_HOST_URL`, and the default URL)
 //! keep meaning what they meant, and a process only opens the data directory when asked
@@ -13,8 +13,10 @@ use reqwest::Url;
 
 use super::client::{parse_base_url, resolve_token};
 use super::{CliError, RemoteArgs};
-use crate::config::{HostConfig, ServeFlags, ENV_DATA_DIR, ENV_OPERATOR_TOKEN, ENV_PREFIX};
-use crate::mcp::stdio::{self, BridgeConfig};
+use crate::stdio::{self, BridgeConfig};
+use connector_core::config::{
+    HostConfig, ServeFlags, ENV_DATA_DIR, ENV_OPERATOR_TOKEN, ENV_PREFIX,
+};
 
 /// The environment variable holding the agent's token.
 pub const ENV_AGENT_TOKEN: &str = "CONNECTOR_HOST_AGENT_TOKEN";
@@ -164,7 +166,7 @@ fn run_local(args: McpArgs) -> Result<(), CliError> {
 /// An SQLite database must exist already: opening it would create an empty host, which
 /// has no agent to serve and is never the one a client meant.
 fn check_database(config: &HostConfig) -> Result<(), CliError> {
-    let Some(file) = crate::mcp::local::sqlite_file(config) else {
+    let Some(file) = crate::stdio::local::sqlite_file(config) else {
         return Ok(());
     };
     if file.is_file() {

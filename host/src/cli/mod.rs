@@ -37,7 +37,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use serde_json::Value;
 
-use crate::config::ServeFlags;
+use connector_core::config::ServeFlags;
 
 /// Where operator commands look for the host unless told otherwise.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:8787";

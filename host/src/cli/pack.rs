@@ -1,5 +1,5 @@
 //! `connector-host pack TOOL.yaml -o TOOL.wasm`: compiles a declarative tool manifest into
-//! a connector component (see [`crate::pack`]).
+//! a connector component (see [`connector_pack`]).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -8,7 +8,7 @@ use clap::Args;
 use sha2::{Digest, Sha256};
 
 use super::CliError;
-use crate::pack::{pack_file, PackError, PackErrorKind, PackOptions, Packed};
+use connector_pack::{pack_file, PackError, PackErrorKind, PackOptions, Packed};
 
 pub(crate) const HELP: &str = "\
 Reads a `commonagents.info/v1beta2/tool` manifest, checks it, and writes an ordinary connector
@@ -210,7 +210,13 @@ mod tests {
     use std::path::Path;
 
     use super::{run, PackArgs};
-    use crate::pack::tests::{slot_plan, GITHUB_FILE};
+
+    const GITHUB_FILE: &str = include_str!("../../pack/fixtures/github.yaml");
+
+    fn slot_plan(component: &[u8]) -> serde_json::Value {
+        let plan = declarative_plan::embedded(component).expect("the component has a filled slot");
+        serde_json::from_slice(plan).expect("the slot holds JSON")
+    }
 
     #[test]
     fn the_cli_writes_the_component_whole_or_not_at_all() {

@@ -347,6 +347,19 @@ pub fn embed(interpreter: &[u8], plan: &[u8]) -> Result<Vec<u8>, EmbedError> {
     Ok(out)
 }
 
+/// The plan bytes [`embed`] wrote into `component`; `None` when it has no filled slot.
+pub fn embedded(component: &[u8]) -> Option<&[u8]> {
+    let at = component
+        .windows(SLOT_MAGIC.len())
+        .position(|w| w == SLOT_MAGIC)?;
+    let len_at = at + SLOT_MAGIC.len();
+    let len = component.get(len_at..len_at + 4)?;
+    let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+    (len > 0)
+        .then(|| component.get(len_at + 4..len_at + 4 + len))
+        .flatten()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,6 +381,8 @@ mod tests {
         assert_eq!(&out[at + 4..at + 11], b"{\"a\":1}");
         assert_eq!(out[at + 11], SLOT_FILL);
         assert!(out.ends_with(b"suffix"));
+        assert_eq!(embedded(&out), Some(&b"{\"a\":1}"[..]));
+        assert_eq!(embedded(&fake_interpreter()), None);
     }
 
     #[test]

@@ -1,0 +1,1072 @@
+//! The operator console (CONTRACT §7): web pages at `/console` for what the HTTP API
+//! does — units as a tree with their bindings, a unit's or agent's **Tools** view,
+//! binding forms generated from a connector's `configSchema`, agents and their tokens,
+//! connectors with their tools, webhook deliveries with a retry button, and a unit's
+//! inbox, live.
+//!
+//! Why it is built this way:
+//! - **A view, not a second host.** Every handler authenticates, parses a form, calls one
+//!   [`Host`] method (the same the HTTP API calls) and renders the answer. Rules — what
+//!   a bind grants, what an agent inherits, what a secret is — live in the host only.
+//! - **Server-rendered HTML from templates compiled into the binary** (`maud`: checked
+//!   at compile time, every interpolated string escaped, no build tool for `cargo
+//!   build`). Every page works without scripts; the one script (`assets/console.js`,
+//!   served from this origin) only adds the live inbox and small conveniences. The CSS
+//!   and script are `include_str!`ed, so the binary serves everything the page loads and
+//!   the Content-Security-Policy can forbid any other origin.
+//! - **Sessions, not the token in the browser.** Signing in with the operator token
+//!   starts a server-side session ([`session`]); the browser holds only an `HttpOnly`,
+//!   `SameSite=Strict` cookie. Every state-changing request carries the session's CSRF
+//!   token, and one whose `Origin` or `Sec-Fetch-Site` says it comes from elsewhere is
+//!   refused before that.
+//!
+//! When it runs: mounted by [`connector_http::server::router`] next to the API, inside the same
+//! host-name check and replica catch-up. What it may touch: the [`Host`] methods and its
+//! own session table; never the store, the operator token (beyond checking it at
+//! sign-in) or a secret config value (binding configs are shown with every write-only
+//! value masked, at any depth, by [`form::masked`]; a mask sent back keeps the stored
+//! value). Wrong operator tokens at sign-in are braked per remote address
+//! ([`session::SignInBrake`]), never the right one.
+
+pub mod form;
+pub mod pages;
+pub mod session;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, Multipart, Path, Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Form, Router};
+use futures::StreamExt;
+use maud::Markup;
+use serde::Deserialize;
+
+use connector_core::host::{Host, Message};
+use connector_http::PeerOf;
+use connector_model::error::{ErrorCode, HostError};
+use connector_model::records::Subject;
+use pages::{href, notice};
+use session::{Session, Sessions};
+
+/// The Content-Security-Policy of every console response: nothing from other origins,
+/// no inline script or style, no framing, forms post only here.
+pub const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
+     connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+const CSS: &str = include_str!("assets/console.css");
+const JS: &str = include_str!("assets/console.js");
+
+/// Largest component the upload form takes (as `POST /api/v1/connectors`).
+const MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
+/// Deliveries listed per connector.
+const DELIVERIES_SHOWN: u32 = 100;
+/// Messages per inbox page.
+const INBOX_PAGE: u32 = 100;
+
+/// The console's routes, to be nested at `/console`. Each call has its own session
+/// table: sessions belong to this process (a restart signs operators out).
+pub fn routes() -> Router<Host> {
+    let sessions = Arc::new(Sessions::default());
+    Router::new()
+        .route("/", get(home))
+        .route("/assets/console.css", get(css))
+        .route("/assets/console.js", get(js))
+        .route("/sign-in", get(sign_in_form).post(sign_in))
+        .route("/sign-out", post(sign_out))
+        .route("/units", get(units).post(put_unit))
+        .route("/units/{unit}", get(unit))
+        .route("/units/{unit}/tools", get(unit_tools))
+        .route("/units/{unit}/delete", post(delete_unit))
+        .route("/units/{unit}/bind", get(bind_form_query))
+        .route("/units/{unit}/bind/{slug}", get(bind_form).post(bind))
+        .route("/units/{unit}/unbind/{slug}", post(unbind))
+        .route("/units/{unit}/inbox", get(inbox))
+        .route("/units/{unit}/inbox/stream", get(inbox_stream))
+        .route("/agents", get(agents).post(put_agent))
+        .route("/agents/{agent}", get(agent))
+        .route("/agents/{agent}/tools", get(agent_tools))
+        .route("/agents/{agent}/tokens", post(mint_token))
+        .route("/agents/{agent}/tokens/revoke", post(revoke_tokens))
+        .route("/agents/{agent}/delete", post(delete_agent))
+        .route(
+            "/connectors",
+            get(connectors)
+                .post(upload)
+                .layer(DefaultBodyLimit::max(MAX_UPLOAD_BYTES + 64 * 1024)),
+        )
+        .route("/connectors/{slug}", get(connector))
+        .route("/connectors/{slug}/deliveries", get(deliveries))
+        .route(
+            "/connectors/{slug}/deliveries/{delivery}/retry",
+            post(retry_delivery),
+        )
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn(same_origin_posts))
+        .layer(axum::middleware::map_response(security_headers))
+        .layer(Extension(sessions))
+        .layer(Extension(Arc::new(session::SignInBrake::default())))
+}
+
+// ----- responses ---------------------------------------------------------------------
+
+/// An HTML page with `status`.
+fn html(status: StatusCode, markup: Markup) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        markup.into_string(),
+    )
+        .into_response()
+}
+
+fn see_other(location: &str) -> Response {
+    (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response()
+}
+
+/// A host error as an HTML page with the status the API would answer.
+fn error_response(csrf: Option<&str>, e: &HostError) -> Response {
+    let status = connector_http::status_of(e.code);
+    let title = match e.code {
+        ErrorCode::NotFound => "Not found",
+        ErrorCode::InvalidRequest => "Invalid request",
+        _ if status.is_server_error() => "The host could not do that",
+        _ => "Refused",
+    };
+    html(status, pages::error_page(csrf, title, &e.message))
+}
+
+async fn security_headers(mut response: Response) -> Response {
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    h.entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Refuses a state-changing request whose browser says it comes from another site or
+/// origin, before anything else of it is read.
+async fn same_origin_posts(request: Request, next: Next) -> Response {
+    if let Some(why) = session::cross_site_refusal(request.method(), request.headers()) {
+        return html(
+            StatusCode::FORBIDDEN,
+            pages::error_page(
+                None,
+                "Cross-site request refused",
+                &format!("{why}; submit the form from the console itself."),
+            ),
+        );
+    }
+    next.run(request).await
+}
+
+async fn not_found() -> Response {
+    html(
+        StatusCode::NOT_FOUND,
+        pages::error_page(None, "Not found", "There is no console page here."),
+    )
+}
+
+async fn method_not_allowed(method: Method) -> Response {
+    let mut response = html(
+        StatusCode::METHOD_NOT_ALLOWED,
+        pages::error_page(
+            None,
+            "Method not allowed",
+            &format!(
+                "this console page does not take {method}; follow the console's own links and forms"
+            ),
+        ),
+    );
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD, POST"));
+    response
+}
+
+async fn css() -> Response {
+    asset("text/css; charset=utf-8", CSS)
+}
+
+async fn js() -> Response {
+    asset("text/javascript; charset=utf-8", JS)
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+// ----- sessions ----------------------------------------------------------------------
+
+/// A signed-in request. A request without a live session is sent to the sign-in page
+/// (a `GET`) or refused (anything else).
+pub struct SignedIn(Session);
+
+impl axum::extract::FromRequestParts<Host> for SignedIn {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &Host,
+    ) -> Result<Self, Response> {
+        let sessions = parts
+            .extensions
+            .get::<Arc<Sessions>>()
+            .cloned()
+            .ok_or_else(|| {
+                html(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    pages::error_page(
+                        None,
+                        "Console unavailable",
+                        "the console has no session table",
+                    ),
+                )
+            })?;
+        match session::cookie_id(&parts.headers).and_then(|id| sessions.get(id)) {
+            Some(s) => Ok(SignedIn(s)),
+            None if parts.method == Method::GET || parts.method == Method::HEAD => {
+                Err(see_other("/console/sign-in"))
+            }
+            None => Err(html(
+                StatusCode::UNAUTHORIZED,
+                pages::sign_in(Some("Your session has ended (or you never signed in): sign in again, then repeat what you were doing.")),
+            )),
+        }
+    }
+}
+
+impl SignedIn {
+    fn csrf(&self) -> &str {
+        &self.0.csrf
+    }
+
+    /// Checks the CSRF token a form sent: `403` when it is not this session's.
+    fn check(&self, sent: Option<&str>) -> Result<(), Box<Response>> {
+        if self.0.csrf_matches(sent.unwrap_or("")) {
+            Ok(())
+        } else {
+            Err(Box::new(html(
+                StatusCode::FORBIDDEN,
+                pages::error_page(
+                    Some(self.csrf()),
+                    "Request refused",
+                    "the form's CSRF token is missing or is not this session's; reload the page and submit it again",
+                ),
+            )))
+        }
+    }
+}
+
+/// A submitted form as its (name, value) pairs, in order.
+struct Fields(Vec<(String, String)>);
+
+impl Fields {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The trimmed, non-empty value of `name`.
+    fn text(&self, name: &str) -> Option<&str> {
+        self.get(name).map(str::trim).filter(|v| !v.is_empty())
+    }
+}
+
+/// Reads an urlencoded form, answering `400` (as a page) when it is not one.
+type FormResult = Result<Form<Vec<(String, String)>>, axum::extract::rejection::FormRejection>;
+
+fn fields(s: &SignedIn, form: FormResult) -> Result<Fields, Box<Response>> {
+    match form {
+        Ok(Form(pairs)) => {
+            let f = Fields(pairs);
+            s.check(f.get("csrf"))?;
+            Ok(f)
+        }
+        Err(e) => Err(Box::new(html(
+            StatusCode::BAD_REQUEST,
+            pages::error_page(Some(s.csrf()), "Invalid form", &e.body_text()),
+        ))),
+    }
+}
+
+async fn home(Extension(sessions): Extension<Arc<Sessions>>, headers: HeaderMap) -> Response {
+    match session::cookie_id(&headers).and_then(|id| sessions.get(id)) {
+        Some(_) => see_other("/console/units"),
+        None => see_other("/console/sign-in"),
+    }
+}
+
+async fn sign_in_form() -> Response {
+    html(StatusCode::OK, pages::sign_in(None))
+}
+
+#[derive(Deserialize)]
+struct SignInForm {
+    #[serde(default)]
+    token: String,
+}
+
+async fn sign_in(
+    State(host): State<Host>,
+    Extension(sessions): Extension<Arc<Sessions>>,
+    Extension(brake): Extension<Arc<session::SignInBrake>>,
+    PeerOf(peer): PeerOf,
+    request_headers: HeaderMap,
+    uri: axum::http::Uri,
+    form: Result<Form<SignInForm>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    // A braked address waits for its turn before its token is looked at, so hanging up
+    // early tells a guesser nothing; the right token then signs in all the same.
+    let turn = brake.turn(peer);
+    if let Some(turn) = turn {
+        tokio::time::sleep_until(tokio::time::Instant::from_std(turn)).await;
+    }
+    let token = form.map(|Form(f)| f.token).unwrap_or_default();
+    if token.is_empty() || !host.is_operator_token(token.trim()) {
+        let braked_for = brake.failed(peer);
+        let from = peer.map_or_else(|| "an unknown address".to_string(), |p| p.to_string());
+        if turn.is_none() {
+            if braked_for.is_some() {
+                tracing::warn!(
+                    "console sign-in refused: wrong operator token; sign-ins from {from} are \
+                     braked after too many wrong tokens"
+                );
+            } else {
+                tracing::info!("console sign-in refused: wrong operator token from {from}");
+            }
+            return html(
+                StatusCode::UNAUTHORIZED,
+                pages::sign_in(Some("That is not the operator token.")),
+            );
+        }
+        tracing::warn!(
+            "console sign-in refused: another wrong operator token from {from}, which is braked"
+        );
+        let seconds = braked_for
+            .map_or(1, |d| d.as_secs_f64().ceil() as u64)
+            .max(1);
+        let mut response = html(
+            StatusCode::TOO_MANY_REQUESTS,
+            pages::sign_in(Some(&format!(
+                "That is not the operator token either. Too many wrong tokens came from your \
+                 address lately, so its sign-ins are answered one at a time, {} seconds apart, \
+                 for the next {seconds} seconds; the right token still signs in.",
+                session::SIGN_IN_REFILL.as_secs()
+            ))),
+        );
+        if let Ok(v) = HeaderValue::from_str(&seconds.to_string()) {
+            response.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return response;
+    }
+    let (id, _) = sessions.start();
+    let secure = session::over_tls(&request_headers, &uri);
+    let mut response = see_other("/console/units");
+    if let Ok(v) = HeaderValue::from_str(&session::set_cookie(&id, secure)) {
+        response.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    response
+}
+
+async fn sign_out(
+    s: SignedIn,
+    Extension(sessions): Extension<Arc<Sessions>>,
+    request_headers: HeaderMap,
+    uri: axum::http::Uri,
+    form: FormResult,
+) -> Response {
+    if let Err(r) = fields(&s, form) {
+        return *r;
+    }
+    if let Some(id) = session::cookie_id(&request_headers) {
+        sessions.end(id);
+    }
+    let mut response = see_other("/console/sign-in");
+    let secure = session::over_tls(&request_headers, &uri);
+    if let Ok(v) = HeaderValue::from_str(&session::clear_cookie(secure)) {
+        response.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    response
+}
+
+// ----- units -------------------------------------------------------------------------
+
+fn units_page(host: &Host, s: &SignedIn, status: StatusCode) -> Response {
+    let list = host.list_units();
+    let mut bound: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for b in host.all_bindings() {
+        bound.entry(b.unit_id).or_default().push(b.connector);
+    }
+    for slugs in bound.values_mut() {
+        slugs.sort();
+    }
+    html(status, pages::units(s.csrf(), &list, &bound))
+}
+
+async fn units(State(host): State<Host>, s: SignedIn) -> Response {
+    units_page(&host, &s, StatusCode::OK)
+}
+
+async fn put_unit(State(host): State<Host>, s: SignedIn, form: FormResult) -> Response {
+    let f = match fields(&s, form) {
+        Ok(f) => f,
+        Err(r) => return *r,
+    };
+    let id = f.text("id").unwrap_or("");
+    match host
+        .put_unit(id, f.text("parent"), f.text("displayName"))
+        .await
+    {
+        Ok(_) => see_other(&href(&["units", id])),
+        Err(e) => error_response(Some(s.csrf()), &e),
+    }
+}
+
+fn unit_page(host: &Host, s: &SignedIn, id: &str, message: Option<Markup>) -> Response {
+    let view = match host.unit(id) {
+        Ok(v) => v,
+        Err(e) => return error_response(Some(s.csrf()), &e),
+    };
+    let all_units = host.list_units();
+    let agents = host.list_agents();
+    let connectors = host.list_connectors();
+    let overview = pages::UnitOverview {
+        id: &view.id,
+        parent: view.parent.as_deref(),
+        display_name: view.display_name.as_deref(),
+        children: all_units
+            .iter()
+            .filter(|u| u.parent.as_deref() == Some(id))
+            .map(|u| u.id.as_str())
+            .collect(),
+        bindings: &view.bindings,
+        connectors: &connectors,
+        agents: agents
+            .iter()
+            .filter(|a| a.units.iter().any(|u| u == id))
+            .map(|a| a.id.as_str())
+            .collect(),
+    };
+    html(StatusCode::OK, pages::unit(s.csrf(), &overview, message))
+}
+
+async fn unit(State(host): State<Host>, s: SignedIn, Path(id): Path<String>) -> Response {
+    unit_page(&host, &s, &id, None)
+}
+
+async fn unit_tools(State(host): State<Host>, s: SignedIn, Path(id): Path<String>) -> Response {
+    match tools_page(&host, s.csrf(), &Subject::Unit(id)) {
+        Ok(page) => html(StatusCode::OK, page),
+        Err(e) => error_response(Some(s.csrf()), &e),
+    }
+}
+
+/// The Tools page of a unit or agent (what `/console/{units,agents}/{id}/tools` shows).
+pub fn tools_page(host: &Host, csrf: &str, subject: &Subject) -> Result<Markup, HostError> {
+    match subject {
+        Subject::Unit(id) => {
+            connector_model::ids::check_id("unit", id)?;
+            host.unit(id)?;
+            let tools = host.effective_tools(subject)?;
+            Ok(pages::unit_tools(csrf, id, &tools))
+        }
+        Subject::Agent(id) => {
+            connector_model::ids::check_id("agent", id)?;
+            let tools = host.effective_tools(subject)?;
+            Ok(pages::agent_tools(csrf, id, &tools))
+        }
+    }
+}
+
+async fn delete_unit(
+    State(host): State<Host>,
+    s: SignedIn,
+    Path(id): Path<String>,
+    form: FormResult,
+) -> Response {
+    if let Err(r) = fields(&s, form) {
+        return *r;
+    }
+    match host.delete_unit(&id).await {
+        Ok(()) => see_other("/console/units"),
+        Err(e) => unit_page(&host, &s, &id, Some(notice("error", &e.message))),
+    }
+}
+
+#[derive(Deserialize)]
+struct ConnectorQuery {
+    #[serde(default)]
+    connector: String,
+}
+
+async fn bind_form_query(
+    s: SignedIn,
+    Path(unit): Path<String>,
+    query: Result<Query<ConnectorQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    match query {
+        Ok(Query(q)) if !q.connector.is_empty() => {
+            see_other(&href(&["units", &unit, "bind", &q.connector]))
+        }
+        _ => html(
+            StatusCode::BAD_REQUEST,
+            pages::error_page(
+                Some(s.csrf()),
+                "Invalid request",
+                "choose a connector to bind",
+            ),
+        ),
+    }
+}
+
+async fn bind_form(
+    State(host): State<Host>,
+    s: SignedIn,
+    Path((unit, slug)): Path<(String, String)>,
+) -> Response {
+    let connector = match host.connector(&slug) {
+        Ok(c) => c,
+        Err(e) => return error_response(Some(s.csrf()), &e),
+    };
+    if let Err(e) = host.bindings(&unit) {
+        return error_response(Some(s.csrf()), &e);
+    }
+    let current = shown_config(&host, &unit, &slug, &connector.info().config_schema);
+    html(
+        StatusCode::OK,
+        pages::bind_form(
+            s.csrf(),
+            &unit,
+            connector.info(),
+            current.as_ref(),
+            None,
+            &[],
+        ),
+    )
+}
+
+/// The stored config of `unit`'s binding of `slug` (to hand back to the host, never to
+/// render).
+fn stored_config(host: &Host, unit: &str, slug: &str) -> Option<serde_json::Value> {
+    host.all_bindings()
+        .into_iter()
+        .find(|b| b.unit_id == unit && b.connector == slug)
+        .map(|b| b.config)
+}
+
+/// The config of `unit`'s binding of `slug` as the form shows it: every write-only
+/// value, at any depth, masked.
+fn shown_config(
+    host: &Host,
+    unit: &str,
+    slug: &str,
+    schema: &serde_json::Value,
+) -> Option<serde_json::Value> {
+    stored_config(host, unit, slug).map(|c| form::masked(schema, &c))
+}
+
+async fn bind(
+    State(host): State<Host>,
+    s: SignedIn,
+    Path((unit, slug)): Path<(String, String)>,
+    form: FormResult,
+) -> Response {
+    let f = match fields(&s, form) {
+        Ok(f) => f,
+        Err(r) => return *r,
+    };
+    let connector = match host.connector(&slug) {
+        Ok(c) => c,
+        Err(e) => return error_response(Some(s.csrf()), &e),
+    };
+    let info = connector.info();
+    // A secret left empty (or sent back as the mask) keeps the stored value: read from
+    // the stored binding here and handed straight back to the host, never rendered.
+    let stored = stored_config(&host, &unit, &slug);
+    let masked = stored
+        .as_ref()
+        .map(|c| form::masked(&info.config_schema, c));
+    let config = match form::config_from_form(&info.config_schema, &f.0, stored.as_ref()) {
+        Ok(c) => c,
+        Err(errors) => {
+            return html(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                pages::bind_form(s.csrf(), &unit, info, masked.as_ref(), Some(&f.0), &errors),
+            )
+        }
+    };
+    match host.bind(&unit, &slug, config).await {
+        Ok(_) => see_other(&href(&["units", &unit])),
+        Err(e) if e.code == ErrorCode::InvalidConfig => {
+            let errors = form::errors_from_details(e.details.as_ref(), &e.message);
+            html(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                pages::bind_form(s.csrf(), &unit, info, masked.as_ref(), Some(&f.0), &errors),
+            )
+        }
+        Err(e) => error_response(Some(s.csrf()), &e),
+    }
+}
+
+async fn unbind(
+    State(host): State<Host>,
+    s: SignedIn,
+    Path((unit, slug)): Path<(String, String)>,
+    form: FormResult,
+) -> Response {
+    if let Err(r) = fields(&s, form) {
+        return *r;
+    }
+    match host.unbind(&unit, &slug).await {
+        Ok(()) => see_other(&href(&["units", &unit, "tools"])),
+        Err(e) => error_response(Some(s.csrf()), &e),
+    }
+}
+
+#[derive(Deserialize)]
+struct AfterQuery {
+    #[serde(default)]
+    after: Option<String>,
+}
+
+async fn inbox(
+    State(host): State<Host>,
+    s: SignedIn,
+    Path(unit): Path<String>,
+    query: Result<Query<AfterQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let after = query.ok().and_then(|Query(q)| q.after);
+    if let Err(e) = host.unit(&unit) {
+        return error_response(Some(s.csrf()), &e);
+    }
+    match host
+        .messages(&unit, after.as_deref(), Some(INBOX_PAGE))
+        .await
+    {
+        Ok(page) => {
+            let more = page.messages.len() as u32 >= INBOX_PAGE;
+            html(
+                StatusCode::OK,
+                pages::inbox(
+                    s.csrf(),
+                    &unit,
+                    &page.messages,
+                    &page.next,
+                    after.as_deref(),
+                    more,
+                ),
+            )
+        }
+        Err(e) => error_response(Some(s.csrf()), &e),
+    }
+}
+
+/// The unit's message stream (the API's SSE stream), for the inbox page's script: one
+/// event per message, its data the row's cells as JSON. The stream ends, sending nothing
+/// more, once its session has ended (sign-out or expiry).
+async fn inbox_stream(
+    State(host): State<Host>,
+    _: SignedIn,
+    Extension(sessions): Extension<Arc<Sessions>>,
+    Path(unit): Path<String>,
+    headers: HeaderMap,
+    query: Result<Query<AfterQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| query.ok().and_then(|Query(q)| q.after));
+    let stream = match host.subscribe(&unit, after.as_deref()) {
+        Ok(s) => s,
+        Err(e) => return error_response(None, &e),
+    };
+    // The extractor found this cookie's session live.
+    let id = session::cookie_id(&headers).unwrap_or_default().to_string();
+    let live = move |_: &Message| std::future::ready(sessions.is_live(&id));
+    let events = stream.take_while(live).map(|m| {
+        let data = serde_json::json!({
+            "receivedAt": m.received_at,
+            "connector": m.connector,
+            "kind": m.kind,
+            "threadKey": m.thread_key,
+            "deliveryId": m.delivery_id,
+            "payload": connector_model::ids::truncate(&m.payload.to_string(), 400),
+        });
+        Ok::<_, std::convert::Infallible>(
+            Event::default()
+                .id(m.cursor.to_string())
+                .data(data.to_string()),
+        )
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+// ----- agents ------------------------------------------------------------------------
+
+async fn agents(State(host): State<Host>, s: SignedIn) -> Response {
+    html(
+        StatusCode::OK,
+        pages::agents(s.csrf(), &host.list_agents(), &host.list_units()),
+    )
+}
+
+async fn put_agent(State(host): State<Host>, s: SignedIn, form: FormResult) -> Response {
+    let f = match fields(&s, form) {
+        Ok(f) => f,
+        Err(r) => return *r,
+    };
+    let id = f.text("id").unwrap_or("");
+    let units: Vec<String> = f
+        .get("units")
+        .unwrap_or("")
+        .split([',', ' ', '\n'])
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_string)
+        .collect();
+    match host.put_agent(id, &units, f.text("displayName")).await {
+        Ok(_) => see_other(&href(&["agents", id])),
+        Err(e) => error_response(Some(s.csrf()), &e),
+    }
+}
+
+fn agent_page(
+    host: &Host,
+    s: &SignedIn,
+    id: &str,
+    minted: Option<(&str, &str)>,
+    message: Option<Markup>,
+) -> Response {
+    match host.agent(id) {
+        Ok(a) => html(
+            StatusCode::OK,
+            pages::agent(
+                s.csrf(),
+                &a.id,
+                a.display_name.as_deref(),
+                &a.units,
+                &a.effective_tools,
+                minted,
+                message,
+            ),
+        ),
+        Err(e) => error_response(Some(s.csrf()), &e),
+    }
+}
+
+async fn agent(State(host): State<Host>, s: SignedIn, Path(id): Path<String>) -> Response {
+    agent_page(&host, &s, &id, None, None)
+}
+
+async fn agent_tools(State(host): State<Host>, s: SignedIn, Path(id): Path<String>) -> Response {
+    if let Err(e) = host.agent(&id) {
+        return error_response(Some(s.csrf()), &e);
+    }
+    match tools_page(&host, s.csrf(), &Subject::Agent(id)) {
+        Ok(page) => html(StatusCode::OK, page),
+        Err(e) => error_response(Some(s.csrf()), &e),
+    }
+}
+
+async fn mint_token(
+    State(host): State<Host>,
+    s: SignedIn,
+    Path(id): Path<String>,
+    form: FormResult,
+) -> Response {
+    let f = match fields(&s, form) {
+        Ok(f) => f,
+        Err(r) => return *r,
+    };
+    let ttl = match f.text("ttlSeconds").map(str::parse::<u64>) {
+        None => None,
+        Some(Ok(n)) => Some(n),
+        Some(Err(_)) => {
+            return agent_page(
+                &host,
+                &s,
+                &id,
+                None,
+                Some(notice(
+                    "error",
+                    "The lifetime must be a whole number of seconds.",
+                )),
+            )
+        }
+    };
+    match host.issue_agent_token(&id, ttl) {
+        // Answered directly (not redirected), with no-store: the token is shown once.
+        Ok(issued) => agent_page(
+            &host,
+            &s,
+            &id,
+            Some((&issued.token, &issued.expires_at)),
+            None,
+        ),
+        Err(e) => error_response(Some(s.csrf()), &e),
+    }
+}
+
+async fn revoke_tokens(
+    State(host): State<Host>,
+    s: SignedIn,
+    Path(id): Path<String>,
+    form: FormResult,
+) -> Response {
+    if let Err(r) = fields(&s, form) {
+        return *r;
+    }
+    match host.revoke_agent_tokens(&id).await {
+        Ok(()) => agent_page(
+            &host,
+            &s,
+            &id,
+            None,
+            Some(notice(
+                "ok",
+                "Every token minted for this agent so far is revoked.",
+            )),
+        ),
+        Err(e) => error_response(Some(s.csrf()), &e),
+    }
+}
+
+async fn delete_agent(
+    State(host): State<Host>,
+    s: SignedIn,
+    Path(id): Path<String>,
+    form: FormResult,
+) -> Response {
+    if let Err(r) = fields(&s, form) {
+        return *r;
+    }
+    match host.delete_agent(&id).await {
+        Ok(()) => see_other("/console/agents"),
+        Err(e) => error_response(Some(s.csrf()), &e),
+    }
+}
+
+// ----- connectors ----------------------------------------------------------------------
+
+async fn connectors(State(host): State<Host>, s: SignedIn) -> Response {
+    html(
+        StatusCode::OK,
+        pages::connectors(s.csrf(), &host.list_connectors(), None),
+    )
+}
+
+async fn connector(State(host): State<Host>, s: SignedIn, Path(slug): Path<String>) -> Response {
+    match host.connector(&slug) {
+        Ok(c) => {
+            let mut bound_on: Vec<String> = host
+                .all_bindings()
+                .into_iter()
+                .filter(|b| b.connector == slug)
+                .map(|b| b.unit_id)
+                .collect();
+            bound_on.sort();
+            html(
+                StatusCode::OK,
+                pages::connector(s.csrf(), c.info(), &bound_on),
+            )
+        }
+        Err(e) => error_response(Some(s.csrf()), &e),
+    }
+}
+
+async fn upload(State(host): State<Host>, s: SignedIn, multipart: Multipart) -> Response {
+    let upload = match read_upload(&s, multipart).await {
+        Ok(u) => u,
+        Err(UploadError::Csrf(r)) => return *r,
+        Err(UploadError::Unreadable(message)) => {
+            return html(
+                StatusCode::BAD_REQUEST,
+                pages::error_page(Some(s.csrf()), "Upload refused", &message),
+            )
+        }
+    };
+    let Some(bytes) = upload.component.filter(|b| !b.is_empty()) else {
+        return html(
+            StatusCode::BAD_REQUEST,
+            pages::error_page(
+                Some(s.csrf()),
+                "Upload refused",
+                "choose a .wasm component file to upload",
+            ),
+        );
+    };
+    match host.install_connector(&bytes, upload.force).await {
+        Ok(installed) => {
+            let what = match installed.written {
+                connector_core::host::Written::Created => "Installed",
+                connector_core::host::Written::Updated => "Rotated",
+            };
+            let text = format!(
+                "{what} `{}` version {} ({}).",
+                installed.connector.slug, installed.connector.version, installed.connector.digest
+            );
+            html(
+                StatusCode::OK,
+                pages::connectors(s.csrf(), &host.list_connectors(), Some(notice("ok", &text))),
+            )
+        }
+        Err(e) if e.code == ErrorCode::RotationBreaksBindings => html(
+            StatusCode::CONFLICT,
+            pages::rotation_refused(s.csrf(), &e.message, e.details.as_ref()),
+        ),
+        Err(e) => html(
+            connector_http::status_of(e.code),
+            pages::connectors(
+                s.csrf(),
+                &host.list_connectors(),
+                Some(notice("error", &format!("Upload refused: {}", e.message))),
+            ),
+        ),
+    }
+}
+
+struct Upload {
+    force: bool,
+    component: Option<bytes::Bytes>,
+}
+
+enum UploadError {
+    /// The form's CSRF token is missing or wrong (the answer to send).
+    Csrf(Box<Response>),
+    /// The body is not a readable form (why).
+    Unreadable(String),
+}
+
+/// Reads the upload form. The component's bytes are read only after the session's CSRF
+/// token, which the form sends first, has been checked.
+async fn read_upload(s: &SignedIn, mut multipart: Multipart) -> Result<Upload, UploadError> {
+    let mut upload = Upload {
+        force: false,
+        component: None,
+    };
+    let mut token_checked = false;
+    let unreadable = |e: axum::extract::multipart::MultipartError| {
+        UploadError::Unreadable(format!(
+            "the upload could not be read ({}); components are limited to {} MiB",
+            e.body_text(),
+            MAX_UPLOAD_BYTES / (1024 * 1024)
+        ))
+    };
+    let refused = |why: &str| {
+        UploadError::Csrf(Box::new(html(
+            StatusCode::FORBIDDEN,
+            pages::error_page(Some(s.csrf()), "Request refused", why),
+        )))
+    };
+    while let Some(field) = multipart.next_field().await.map_err(unreadable)? {
+        match field.name() {
+            Some("csrf") => {
+                let token = field.text().await.map_err(unreadable)?;
+                s.check(Some(&token)).map_err(UploadError::Csrf)?;
+                token_checked = true;
+            }
+            Some("force") => upload.force = field.text().await.map_err(unreadable)? == "true",
+            Some("component") => {
+                if !token_checked {
+                    return Err(refused(
+                        "the form's CSRF token must come before the component; reload the page and upload again",
+                    ));
+                }
+                upload.component = Some(field.bytes().await.map_err(unreadable)?);
+            }
+            _ => {}
+        }
+    }
+    if !token_checked {
+        return Err(refused(
+            "the form's CSRF token is missing; reload the page and upload again",
+        ));
+    }
+    Ok(upload)
+}
+
+async fn deliveries_page(
+    host: &Host,
+    s: &SignedIn,
+    slug: &str,
+    status: StatusCode,
+    message: Option<Markup>,
+) -> Response {
+    if let Err(e) = host.connector(slug) {
+        return error_response(Some(s.csrf()), &e);
+    }
+    match host.deliveries(slug, DELIVERIES_SHOWN).await {
+        Ok(list) => html(status, pages::deliveries(s.csrf(), slug, &list, message)),
+        Err(e) => error_response(Some(s.csrf()), &e),
+    }
+}
+
+async fn deliveries(State(host): State<Host>, s: SignedIn, Path(slug): Path<String>) -> Response {
+    deliveries_page(&host, &s, &slug, StatusCode::OK, None).await
+}
+
+async fn retry_delivery(
+    State(host): State<Host>,
+    s: SignedIn,
+    Path((slug, delivery)): Path<(String, String)>,
+    form: FormResult,
+) -> Response {
+    if let Err(r) = fields(&s, form) {
+        return *r;
+    }
+    let (status, message) = match host.retry_delivery(&slug, &delivery).await {
+        Ok(outcome) => (
+            StatusCode::OK,
+            notice(
+                "ok",
+                &format!(
+                    "Delivery {delivery}: {}; routed to {}.",
+                    outcome.status.as_str(),
+                    if outcome.routed_to.is_empty() {
+                        "no unit".to_string()
+                    } else {
+                        outcome.routed_to.join(", ")
+                    }
+                ),
+            ),
+        ),
+        Err(e) => (
+            connector_http::status_of(e.code),
+            notice(
+                "error",
+                &format!("Delivery {delivery} failed again: {}", e.message),
+            ),
+        ),
+    };
+    deliveries_page(&host, &s, &slug, status, Some(message)).await
+}

@@ -1,0 +1,659 @@
+//! The connector catalog: installing, rotating and removing connectors, and building the
+//! sandbox every guest call runs in.
+//!
+//! Policy is decided here from operator data only: a connector's outbound hosts are what
+//! its manifest declares narrowed by the operator's settings of its slug, its secrets are
+//! the operator's secrets its binding names, and the GitHub App installations it may mint
+//! tokens for are the ones its binding's routing keys name. Nothing a guest returns at
+//! call time widens a sandbox.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use crate::capabilities::Capabilities;
+use crate::config::HostConfig;
+use crate::grants::Directory;
+use crate::registry::{
+    ComponentLoader, InstallError, InstalledConnector, LoadFailure, SchemaViolation,
+};
+use crate::state::{PreparedConnectors, State, StateChange};
+use connector_model::connector::Connector;
+use connector_model::error::{ErrorCode, HostError, HostResult};
+use connector_model::ids::{now_rfc3339, truncate};
+use connector_model::provenance::connector_provenance;
+use connector_model::records::{BindingRecord, ConnectorRecord, GrantRecord, Snapshot, Subject};
+use connector_runtime::{ConnectorRuntime, GuestError, LoadError, OutboundPolicy, Sandbox};
+
+/// Whether a write created something or replaced it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    Created,
+    Updated,
+}
+
+impl Written {
+    /// `Created` when there was nothing before, else `Updated`.
+    pub(crate) fn from_existing<T>(existing: Option<T>) -> Self {
+        if existing.is_some() {
+            Written::Updated
+        } else {
+            Written::Created
+        }
+    }
+}
+
+/// A binding's config as a connector version accepted it.
+pub(crate) struct CheckedBinding {
+    /// The digest of the version that checked it.
+    pub digest: String,
+    /// What its `bind` returned.
+    pub routing_keys: Vec<String>,
+}
+
+/// The result of installing a component.
+#[derive(Debug, Clone)]
+pub struct Installed {
+    pub connector: Connector,
+    pub written: Written,
+}
+
+/// How [`Catalog::prepare_stored`] prepares a connector it has not prepared yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Preparing {
+    /// Load and describe it now (at start-up).
+    Now,
+    /// From the description stored with it, its component loaded in the background (a
+    /// replica catching up).
+    Described,
+}
+
+/// How long loading a described connector's component ahead of its first call may take.
+const PRELOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// How many bindings a rotation asks the new version's `bind` about at once.
+const BIND_CHECKS_AT_ONCE: usize = 4;
+/// How many rounds of binding checks a rotation makes while bindings keep changing.
+const ROTATION_ATTEMPTS: u32 = 5;
+
+/// What a new version's `bind` said of a binding: its routing keys, or why it refuses it
+/// (the details the refusal reports).
+type BindVerdict = Result<Vec<String>, Value>;
+/// Verdicts by unit id, each with the config it judged.
+type BindVerdicts = BTreeMap<String, (Value, BindVerdict)>;
+
+/// An install or rotation prepared by [`Catalog::prepare_install`], not yet written.
+pub(crate) struct PendingInstall {
+    prepared: Arc<InstalledConnector>,
+    component: Arc<[u8]>,
+    bundled: bool,
+    policy: Arc<OutboundPolicy>,
+    /// What the new version said of the bindings it checked so far.
+    verdicts: BindVerdicts,
+    force: bool,
+}
+
+/// Installed connectors and the sandboxes their calls run in.
+pub(crate) struct Catalog {
+    config: Arc<HostConfig>,
+    runtime: Arc<ConnectorRuntime>,
+    state: Arc<State>,
+}
+
+impl Catalog {
+    pub(crate) fn new(
+        config: Arc<HostConfig>,
+        runtime: Arc<ConnectorRuntime>,
+        state: Arc<State>,
+    ) -> Self {
+        Self {
+            config,
+            runtime,
+            state,
+        }
+    }
+
+    /// The sandbox runtime.
+    pub(crate) fn runtime(&self) -> &Arc<ConnectorRuntime> {
+        &self.runtime
+    }
+
+    /// Every installed connector, sorted by slug.
+    pub(crate) fn list(&self) -> Vec<Connector> {
+        self.state
+            .registry()
+            .list()
+            .iter()
+            .map(|c| c.info().clone())
+            .collect()
+    }
+
+    /// One installed connector.
+    pub(crate) fn get(&self, slug: &str) -> HostResult<Arc<InstalledConnector>> {
+        self.state.registry().get(slug).ok_or_else(|| {
+            HostError::not_found(format!(
+                "no connector `{}` is installed",
+                truncate(slug, 80)
+            ))
+        })
+    }
+
+    /// What the operator grants connector `info` (see [`crate::capabilities`]).
+    fn capabilities<'c>(&'c self, info: &'c Connector) -> Capabilities<'c> {
+        Capabilities::new(
+            info,
+            self.config.settings_of(&info.slug),
+            self.config.ships(&info.slug, &info.digest),
+        )
+    }
+
+    /// The outbound policy of a connector: what it declares, narrowed by the operator's
+    /// settings of its slug.
+    fn policy_of(&self, info: &Connector) -> Arc<OutboundPolicy> {
+        self.capabilities(info).outbound()
+    }
+
+    /// The sandbox a call of connector `slug` runs in on behalf of `binding` (if any):
+    /// what the operator grants it (see [`crate::capabilities`]). A connector that is not
+    /// installed gets nothing.
+    pub(crate) fn sandbox(&self, slug: &str, binding: Option<&BindingRecord>) -> Sandbox {
+        match self.state.registry().get(slug) {
+            Some(installed) => self
+                .capabilities(installed.info())
+                .sandbox(binding, self.state.policy(slug)),
+            None => Sandbox::isolated(slug),
+        }
+    }
+
+    /// Checks a binding's config against connector `slug` as installed now (its schema,
+    /// then its own `bind`) and returns the routing keys `bind` gave, with the digest of
+    /// the version that gave them: the write must find that version still installed.
+    pub(crate) async fn check_binding(
+        &self,
+        slug: &str,
+        config: &Value,
+    ) -> HostResult<CheckedBinding> {
+        let connector = self.get(slug)?;
+        if let Err(v) = connector.check_config(config) {
+            return Err(HostError::new(
+                ErrorCode::InvalidConfig,
+                format!("the configuration does not match the configSchema of `{slug}`"),
+            )
+            .with_details(json!({"violations": violations_json(&v)})));
+        }
+        let sandbox = self.sandbox(slug, None);
+        let bound = match connector
+            .component(self.runtime.limits().call_timeout)
+            .await
+        {
+            Ok(component) => {
+                self.runtime
+                    .bind(component, &sandbox, &config.to_string())
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        let keys = match bound {
+            Ok(Ok(keys)) => keys,
+            Ok(Err(msg)) => {
+                return Err(HostError::new(
+                    ErrorCode::InvalidConfig,
+                    format!("connector `{slug}` refused the configuration: {msg}"),
+                )
+                .with_details(json!({"connector": msg})))
+            }
+            Err(e) => return Err(guest_error(e)),
+        };
+        // Decided from the operator's config, not from the keys the guest returned.
+        let names_installation =
+            !crate::capabilities::installation_ids(&connector.info().config_schema, config)
+                .is_empty();
+        if self.config.github_app.is_none() && names_installation {
+            return Err(HostError::new(ErrorCode::GithubAppNotConfigured,
+                "this binding names a GitHub App installation, but no GitHub App is configured on this host (set github_app.app_id and github_app.private_key_path, or use patSecret)",
+            ));
+        }
+        Ok(CheckedBinding {
+            digest: connector.info().digest.clone(),
+            routing_keys: keys,
+        })
+    }
+
+    /// The connectors `snapshot` stores, ready to serve: one already installed with the
+    /// same digest (or prepared by an `earlier` attempt) is reused. Any other is, with
+    /// [`Preparing::Described`] and a description stored with it, put in place from that
+    /// description, its component loaded in the background and on first use (see
+    /// [`InstalledConnector::described`]): a replica catching up with another's install
+    /// compiles nothing before serving. Otherwise (at start-up, or a connector stored
+    /// without a description) it is loaded now: read back from the compiled-component
+    /// cache by its digest or, on a miss, read from the store and compiled, off the async
+    /// threads, and described. A stored connector that does not load on this host is
+    /// logged and left out. Runs before the write lock is taken.
+    pub(crate) async fn prepare_stored(
+        &self,
+        snapshot: &Snapshot,
+        earlier: PreparedConnectors,
+        preparing: Preparing,
+    ) -> PreparedConnectors {
+        let registry = self.state.registry();
+        let mut ready = Vec::with_capacity(snapshot.connectors.len());
+        for record in &snapshot.connectors {
+            let same = |c: &Arc<InstalledConnector>| {
+                c.slug() == record.slug && c.info().digest == record.digest
+            };
+            let reused = registry
+                .get(&record.slug)
+                .filter(same)
+                .or_else(|| earlier.iter().map(|(c, _)| c).find(|c| same(c)).cloned());
+            let described = match (reused.is_none(), preparing) {
+                (true, Preparing::Described) => self.described(record),
+                _ => None,
+            };
+            let connector = match (reused, described) {
+                (Some(connector), _) | (None, Some(connector)) => connector,
+                (None, None) => match self.prepare_record(record).await {
+                    Ok(prepared) => Arc::new(prepared),
+                    Err(e) => {
+                        tracing::error!(slug = %record.slug, error = %e, "a stored connector does not load on this host; it stays stored but is not available here");
+                        continue;
+                    }
+                },
+            };
+            let policy = self.policy_of(connector.info());
+            ready.push((connector, policy));
+        }
+        ready
+    }
+
+    /// A stored connector put in place from its stored description, its component loading
+    /// in the background; `None` when it has no usable description.
+    fn described(&self, record: &ConnectorRecord) -> Option<Arc<InstalledConnector>> {
+        let info: Connector = serde_json::from_value(record.manifest.clone()?).ok()?;
+        if info.slug != record.slug
+            || info.digest != record.digest
+            || info.tool_namespace != record.namespace
+        {
+            return None;
+        }
+        let connector = Arc::new(InstalledConnector::described(info, self.loader(record)).ok()?);
+        let preload = Arc::clone(&connector);
+        let within = self.runtime.limits().call_timeout.max(PRELOAD_WAIT);
+        tokio::spawn(async move {
+            let _ = preload.component(within).await;
+        });
+        Some(connector)
+    }
+
+    /// Loads the component of stored connector `record`: from the compiled-component cache
+    /// by its digest, else from its stored bytes (compiled off the async threads).
+    fn loader(&self, record: &ConnectorRecord) -> ComponentLoader {
+        let state = Arc::downgrade(&self.state);
+        let runtime = Arc::clone(&self.runtime);
+        let (slug, digest) = (record.slug.clone(), record.digest.clone());
+        Arc::new(move || {
+            let (state, runtime) = (state.clone(), Arc::clone(&runtime));
+            let (slug, digest) = (slug.clone(), digest.clone());
+            Box::pin(async move {
+                let lasting = |e: LoadError| LoadFailure {
+                    message: e.to_string(),
+                    lasting: true,
+                };
+                if let Some(cached) = runtime.load_cached(&digest).await {
+                    return cached.map_err(lasting);
+                }
+                let state = state.upgrade().ok_or_else(|| LoadFailure {
+                    message: "the host is shutting down".into(),
+                    lasting: false,
+                })?;
+                let bytes = state
+                    .stored_component(&slug, &digest)
+                    .await
+                    .map_err(|e| LoadFailure {
+                        message: e.to_string(),
+                        lasting: false,
+                    })?
+                    .ok_or_else(|| LoadFailure {
+                        message: format!("its component ({digest}) is no longer stored"),
+                        lasting: true,
+                    })?;
+                runtime
+                    .load_off_thread(Arc::from(bytes), Some(&digest))
+                    .await
+                    .map_err(lasting)
+            })
+        })
+    }
+
+    /// Prepares one stored connector now: from the cache by digest, else from its stored
+    /// bytes.
+    async fn prepare_record(&self, record: &ConnectorRecord) -> Result<InstalledConnector, String> {
+        let registry = self.state.registry();
+        if let Some(cached) = registry.prepare_cached(&record.digest).await {
+            return cached.map_err(|e| e.to_string());
+        }
+        let bytes = self
+            .state
+            .stored_component(&record.slug, &record.digest)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| {
+                format!(
+                    "its component ({}) is no longer stored (replaced meanwhile)",
+                    record.digest
+                )
+            })?;
+        registry
+            .prepare_known(Arc::from(bytes), &record.digest)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Prepares an install (a new slug) or a rotation of an installed one (same slug, new
+    /// digest): the component is compiled off the async threads (or read back from the
+    /// cache) and describes itself. [`Catalog::finish_install`] then writes it.
+    ///
+    /// `bundled` is the digest of a connector bundled into the host (known from the
+    /// build, so its bytes are not hashed again); `None` for an operator's component.
+    pub(crate) async fn prepare_install(
+        &self,
+        bytes: Arc<[u8]>,
+        bundled: Option<&str>,
+        force: bool,
+    ) -> HostResult<PendingInstall> {
+        let registry = self.state.registry();
+        let prepared = match bundled {
+            Some(digest) => registry.prepare_known(bytes.clone(), digest).await,
+            None => registry.prepare(&bytes).await,
+        }
+        .map_err(install_error)?;
+        let policy = self.policy_of(prepared.info());
+        Ok(PendingInstall {
+            prepared: Arc::new(prepared),
+            component: bytes,
+            bundled: bundled.is_some(),
+            policy,
+            verdicts: BindVerdicts::new(),
+            force,
+        })
+    }
+
+    /// Writes a prepared install or rotation. A rotation keeps bindings, re-checks each
+    /// binding's config against the new connector (its schema, then its own `bind`) and
+    /// refuses with `409 rotation_breaks_bindings` if any fails, unless `force` (then the
+    /// failing bindings are unbound).
+    ///
+    /// Nothing slow runs under the write lock: the guest's `bind` runs for each binding
+    /// (a few at once, each under the call deadline) before the lock is taken. Under the
+    /// lock the rotation checks that every binding is still the one it checked; bindings
+    /// added or changed meanwhile are checked in another round, up to
+    /// [`ROTATION_ATTEMPTS`] (then `409 state_changed`). What was checked is kept in
+    /// `pending`, so a caller that refreshes after a `409 state_changed` from another
+    /// replica's write and calls again checks only what changed.
+    pub(crate) async fn finish_install(
+        &self,
+        pending: &mut PendingInstall,
+    ) -> HostResult<Installed> {
+        let registry = self.state.registry();
+        let slug = pending.prepared.info().slug.clone();
+        for _ in 0..ROTATION_ATTEMPTS {
+            let previous = registry
+                .check_conflicts(pending.prepared.info())
+                .map_err(install_error)?;
+            let unchanged = previous
+                .as_ref()
+                .is_some_and(|p| p.info().digest == pending.prepared.info().digest);
+            if !unchanged {
+                self.check_bindings(&pending.prepared, &pending.policy, &mut pending.verdicts)
+                    .await;
+            }
+            let plan = &*pending;
+            if let Some(installed) = self.state.write(|| self.plan_install(plan)).await? {
+                return Ok(installed);
+            }
+        }
+        Err(HostError::new(
+            ErrorCode::StateChanged,
+            format!(
+                "the bindings of `{slug}` kept changing while the new version checked them ({ROTATION_ATTEMPTS} rounds); nothing was installed: try again"
+            ),
+        ))
+    }
+
+    /// Asks the new version about every binding of its slug whose config it has not
+    /// checked yet (a few at once).
+    async fn check_bindings(
+        &self,
+        prepared: &InstalledConnector,
+        policy: &Arc<OutboundPolicy>,
+        verdicts: &mut BindVerdicts,
+    ) {
+        use futures::StreamExt;
+        let unchecked: Vec<BindingRecord> = self
+            .state
+            .directory()
+            .bindings_of_connector(&prepared.info().slug)
+            .filter(|b| {
+                verdicts
+                    .get(&b.unit_id)
+                    .is_none_or(|(config, _)| *config != b.config)
+            })
+            .cloned()
+            .collect();
+        let checked: Vec<(BindingRecord, BindVerdict)> = futures::stream::iter(unchecked)
+            .map(|b| async move {
+                let verdict = self.bind_verdict(prepared, policy, &b).await;
+                (b, verdict)
+            })
+            .buffer_unordered(BIND_CHECKS_AT_ONCE)
+            .collect()
+            .await;
+        for (b, verdict) in checked {
+            verdicts.insert(b.unit_id, (b.config, verdict));
+        }
+    }
+
+    /// What the new version says of binding `b`: its routing keys, or why it refuses it.
+    async fn bind_verdict(
+        &self,
+        prepared: &InstalledConnector,
+        policy: &Arc<OutboundPolicy>,
+        b: &BindingRecord,
+    ) -> BindVerdict {
+        if let Err(v) = prepared.check_config(&b.config) {
+            return Err(json!({"unitId": b.unit_id, "violations": violations_json(&v)}));
+        }
+        let sandbox = self
+            .capabilities(prepared.info())
+            .sandbox(Some(b), policy.clone());
+        let bound = match prepared.component(self.runtime.limits().call_timeout).await {
+            Ok(component) => {
+                self.runtime
+                    .bind(component, &sandbox, &b.config.to_string())
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        match bound {
+            Ok(Ok(keys)) => Ok(keys),
+            Ok(Err(msg)) => Err(json!({"unitId": b.unit_id, "message": msg})),
+            Err(e) => Err(json!({"unitId": b.unit_id, "message": e.to_string()})),
+        }
+    }
+
+    /// Decides an install or rotation under the write lock: conflicts with installed
+    /// connectors, and every binding of the slug as the new version judged it. `None`
+    /// (and nothing written) when a binding is not the one that was checked.
+    fn plan_install(
+        &self,
+        pending: &PendingInstall,
+    ) -> HostResult<(StateChange, Option<Installed>)> {
+        let PendingInstall {
+            prepared,
+            component,
+            bundled,
+            policy,
+            verdicts,
+            force,
+        } = pending;
+        let previous = self
+            .state
+            .registry()
+            .check_conflicts(prepared.info())
+            .map_err(install_error)?;
+        let slug = prepared.info().slug.clone();
+        if let Some(previous) = &previous {
+            if previous.info().digest == prepared.info().digest {
+                let unchanged = Installed {
+                    connector: previous.info().clone(),
+                    written: Written::Updated,
+                };
+                return Ok((StateChange::Nothing, Some(unchanged)));
+            }
+        }
+        let dir = self.state.directory();
+        let mut kept = Vec::new();
+        let mut broken = Vec::new();
+        for b in dir.bindings_of_connector(&slug) {
+            match verdicts.get(&b.unit_id) {
+                Some((config, verdict)) if *config == b.config => match verdict {
+                    Ok(keys) => kept.push(BindingRecord {
+                        routing_keys: keys.clone(),
+                        ..b.clone()
+                    }),
+                    Err(why) => broken.push((b.clone(), why.clone())),
+                },
+                // Bound or re-configured since it was checked: check it first.
+                _ => return Ok((StateChange::Nothing, None)),
+            }
+        }
+        if !broken.is_empty() && !*force {
+            return Err(HostError::new(ErrorCode::RotationBreaksBindings,
+                format!(
+                    "the new version of `{slug}` rejects the configuration of {} existing binding(s); fix them or install with ?force=true to unbind them",
+                    broken.len()
+                ),
+            )
+            .with_details(json!({"bindings": broken.iter().map(|(_, why)| why.clone()).collect::<Vec<_>>()})));
+        }
+        let record = ConnectorRecord {
+            slug: slug.clone(),
+            namespace: prepared.info().tool_namespace.clone(),
+            digest: prepared.info().digest.clone(),
+            bundled: *bundled,
+            installed_at: now_rfc3339(),
+            manifest: serde_json::to_value(prepared.info()).ok(),
+        };
+        let namespace = record.namespace.clone();
+        let kept: Vec<(BindingRecord, GrantRecord)> = kept
+            .into_iter()
+            .map(|b| {
+                let grant = binding_grant(&dir, &b.unit_id, &slug, &namespace);
+                (b, grant)
+            })
+            .collect();
+        let removed: Vec<String> = broken.iter().map(|(b, _)| b.unit_id.clone()).collect();
+        let installed = Installed {
+            connector: prepared.info().clone(),
+            written: Written::from_existing(previous.as_ref()),
+        };
+        // Connector, re-derived grants, dropped and re-keyed bindings: one transaction.
+        let change = StateChange::InstallConnector {
+            record,
+            component: component.clone(),
+            prepared: prepared.clone(),
+            policy: policy.clone(),
+            kept,
+            removed,
+        };
+        Ok((change, Some(installed)))
+    }
+
+    /// Removes a connector; while bound it is refused (`409 connector_in_use`) unless
+    /// `force`, which unbinds it everywhere first.
+    pub(crate) async fn remove(&self, slug: &str, force: bool) -> HostResult<()> {
+        self.state
+            .write(|| {
+                self.get(slug)?;
+                let bound: Vec<String> = self
+                    .state
+                    .directory()
+                    .bindings_of_connector(slug)
+                    .map(|b| b.unit_id.clone())
+                    .collect();
+                if !bound.is_empty() && !force {
+                    return Err(HostError::new(ErrorCode::ConnectorInUse,
+                        format!("connector `{slug}` is bound to {} unit(s); unbind it first or delete with ?force=true", bound.len()),
+                    )
+                    .with_details(json!({"units": bound})));
+                }
+                Ok((StateChange::RemoveConnector(slug.to_string()), ()))
+            })
+            .await
+    }
+}
+
+/// The `<namespace>.*` grant a binding of `slug` on `unit` carries (keeping the creation
+/// time of the one it replaces).
+pub(crate) fn binding_grant(
+    dir: &Directory,
+    unit: &str,
+    slug: &str,
+    namespace: &str,
+) -> GrantRecord {
+    let provenance = connector_provenance(slug);
+    let existing = dir
+        .grants_of(&Subject::Unit(unit.to_string()))
+        .iter()
+        .find(|g| g.provenance == provenance)
+        .map(|g| g.created_at.clone());
+    GrantRecord {
+        subject: Subject::Unit(unit.to_string()),
+        tool: format!("{namespace}.*"),
+        namespace: namespace.to_string(),
+        provenance,
+        created_at: existing.unwrap_or_else(now_rfc3339),
+    }
+}
+
+pub(crate) fn violations_json(v: &[SchemaViolation]) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// A guest failure as the contract's error (`504 connector_timeout` or `502 connector_trapped`).
+pub(crate) fn guest_error(err: GuestError) -> HostError {
+    HostError::new(err.code(), err.to_string())
+}
+
+fn install_error(err: InstallError) -> HostError {
+    if let InstallError::SlugConflict { other, .. } = &err {
+        let details = json!({"rule": err.rule(), "conflictsWith": other});
+        return HostError::new(ErrorCode::SlugConflict, err.to_string()).with_details(details);
+    }
+    let mut details = json!({"rule": err.rule()});
+    if let Some(id) = err.offending_id() {
+        details["id"] = Value::String(id.to_string());
+    }
+    HostError::new(ErrorCode::InvalidComponent, err.to_string()).with_details(details)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_binding_grant_keeps_the_time_of_the_one_it_replaces() {
+        let mut dir = Directory::default();
+        let first = binding_grant(&dir, "u", "acme", "acme");
+        assert_eq!(first.tool, "acme.*");
+        assert_eq!(first.provenance, "connector:acme");
+        let old = GrantRecord {
+            created_at: "2020-01-01T00:00:00Z".into(),
+            ..first
+        };
+        dir.put_grant(old);
+        let again = binding_grant(&dir, "u", "acme", "acme2");
+        assert_eq!(again.created_at, "2020-01-01T00:00:00Z");
+        assert_eq!(again.tool, "acme2.*");
+    }
+}

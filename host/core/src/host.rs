@@ -1,0 +1,392 @@
+//! [`Host`]: everything the host does, as a Rust API.
+//!
+//! The HTTP API, the CLI and an embedding platform all go through this one type. It owns
+//! nothing itself: [`crate::startup`] opens the host's parts in order, and each call goes
+//! to the part that owns the rule.
+//!
+//! | part | owns |
+//! |---|---|
+//! | `State` | what is served from memory, and the one write path |
+//! | `Catalog` | installed connectors, install and rotation, sandboxes |
+//! | `DirectoryService` | units, agents, bindings, grants, image tools |
+//! | `ToolDispatcher` | tool calls, platform tools, call metrics |
+//! | `Webhooks` | webhook ingest and the delivery worker |
+//! | `Inbox` | units' inboxes |
+//! | `ReplicaSync` | keeping memory in step with a shared database |
+//! | `Credentials` | the operator token and agent tokens |
+
+use std::sync::Arc;
+
+use futures::Stream;
+use serde_json::Value;
+
+pub use crate::auth::IssuedToken;
+pub use crate::catalog::{Installed, Written};
+use crate::config::HostConfig;
+pub use crate::context::RuntimeContext;
+pub use crate::directory::{
+    mask_secrets, AgentSummary, AgentView, BindingView, GrantView, UnitView,
+};
+pub use crate::dispatch::{Metrics, PlatformToolHandler};
+use crate::grants::ResolvedTools;
+pub use crate::inbox::{Message, MessagePage};
+use crate::registry::InstalledConnector;
+pub use crate::startup::{open_store, StartupReport};
+use crate::startup::{Parts, Role};
+pub use crate::webhooks::{DeliveryView, WebhookOutcome};
+use connector_model::connector::{Connector, ToolInfo};
+use connector_model::error::HostResult;
+use connector_model::records::{BindingRecord, DeliveryRecord, Subject, UnitRecord};
+use connector_runtime::{ConnectorRuntime, Sandbox};
+use connector_store::Store;
+
+/// The connector host. Cheap to clone; all clones share one state.
+#[derive(Clone)]
+pub struct Host {
+    parts: Arc<Parts>,
+}
+
+impl Host {
+    /// Opens a host on `config`: the store, the runtime, the bundled connectors, the
+    /// connectors directory and everything persisted.
+    pub async fn open(config: HostConfig) -> anyhow::Result<(Host, StartupReport)> {
+        let store = open_store(&config).await?;
+        Self::open_with_store(config, store).await
+    }
+
+    /// Like [`Host::open`] with a store of the caller's choosing.
+    pub async fn open_with_store(
+        config: HostConfig,
+        store: Arc<dyn Store>,
+    ) -> anyhow::Result<(Host, StartupReport)> {
+        let (parts, report) = Parts::open(config, store, Role::Server).await?;
+        Ok((Host { parts }, report))
+    }
+
+    /// Opens a host that only serves tools beside a running `serve` on the same database
+    /// (`connector-host mcp --local`): it writes nothing at start, starts no webhook work,
+    /// and catches up with the other process's writes before each request, SQLite
+    /// included.
+    pub async fn open_tool_server(mut config: HostConfig) -> anyhow::Result<Host> {
+        // It listens nowhere, so it accepts no operator token: one only it knows, rather
+        // than reading (or creating) the server's `operator-token` file.
+        if config.operator_token.is_none() {
+            config.operator_token = Some(crate::auth::random_secret(32));
+        }
+        let store = open_store(&config).await?;
+        let (parts, _) = Parts::open(config, store, Role::ToolServer).await?;
+        Ok(Host { parts })
+    }
+
+    // ----- configuration, credentials, replicas ----------------------------------------
+
+    /// The configuration in force.
+    pub fn config(&self) -> &HostConfig {
+        &self.parts.config
+    }
+
+    /// The sandbox runtime.
+    pub fn runtime(&self) -> &Arc<ConnectorRuntime> {
+        self.parts.catalog.runtime()
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.parts.store
+    }
+
+    /// Counters for `/metrics`.
+    pub fn metrics(&self) -> &Metrics {
+        self.parts.tools.metrics()
+    }
+
+    /// Whether `token` is the operator token (constant time).
+    pub fn is_operator_token(&self, token: &str) -> bool {
+        self.parts.credentials.is_operator(token)
+    }
+
+    /// The agent an agent token was issued for.
+    /// Only while the agent exists and has not had its tokens revoked since.
+    pub fn agent_of_token(&self, token: &str) -> Option<String> {
+        let (agent, epoch) = self.parts.credentials.agent_of(token)?;
+        self.parts
+            .directory
+            .has_token_epoch(&agent, &epoch)
+            .then_some(agent)
+    }
+
+    /// Issues an agent token (default one hour, at most 30 days).
+    pub fn issue_agent_token(&self, id: &str, ttl_seconds: Option<u64>) -> HostResult<IssuedToken> {
+        let epoch = self.parts.directory.token_epoch(id)?;
+        self.parts.credentials.issue(id, &epoch, ttl_seconds)
+    }
+
+    /// Revokes every token minted for agent `id` so far, on every replica.
+    pub async fn revoke_agent_tokens(&self, id: &str) -> HostResult<()> {
+        self.parts.directory.revoke_agent_tokens(id).await
+    }
+
+    /// Brings this replica's in-memory state up to date with the shared database: every
+    /// change committed (through any replica) before this call started is visible after
+    /// it returns. A no-op on a store only this process writes.
+    pub async fn refresh(&self) -> HostResult<()> {
+        self.parts.replicas.refresh().await
+    }
+
+    // ----- connectors ---------------------------------------------------------------
+
+    /// Installs a component (a new slug) or rotates an installed one (same slug, new
+    /// digest); see [`Catalog::install`].
+    pub async fn install_connector(&self, bytes: &[u8], force: bool) -> HostResult<Installed> {
+        self.parts.install(Arc::from(bytes), None, force).await
+    }
+
+    /// Every installed connector, sorted by slug.
+    pub fn list_connectors(&self) -> Vec<Connector> {
+        self.parts.catalog.list()
+    }
+
+    /// One installed connector.
+    pub fn connector(&self, slug: &str) -> HostResult<Arc<InstalledConnector>> {
+        self.parts.catalog.get(slug)
+    }
+
+    /// Removes a connector; while bound it is refused (`409 connector_in_use`) unless
+    /// `force`, which unbinds it everywhere first.
+    pub async fn remove_connector(&self, slug: &str, force: bool) -> HostResult<()> {
+        self.parts.catalog.remove(slug, force).await
+    }
+
+    /// The sandbox a call of connector `slug` runs in on behalf of `binding` (if any).
+    pub fn sandbox(&self, slug: &str, binding: Option<&BindingRecord>) -> Sandbox {
+        self.parts.catalog.sandbox(slug, binding)
+    }
+
+    // ----- units, agents, bindings, grants --------------------------------------------
+
+    /// Creates or updates a unit.
+    pub async fn put_unit(
+        &self,
+        id: &str,
+        parent: Option<&str>,
+        display_name: Option<&str>,
+    ) -> HostResult<(UnitView, Written)> {
+        self.parts
+            .directory
+            .put_unit(id, parent, display_name)
+            .await
+    }
+
+    /// A unit with its bindings and effective tools.
+    pub fn unit(&self, id: &str) -> HostResult<UnitView> {
+        self.parts.directory.unit(id)
+    }
+
+    /// Deletes a unit with its bindings, grants and agent memberships; refused while it
+    /// has children (`409 has_children`).
+    pub async fn delete_unit(&self, id: &str) -> HostResult<()> {
+        self.parts.directory.delete_unit(id).await
+    }
+
+    /// Creates or updates an agent (`units`: first = primary).
+    pub async fn put_agent(
+        &self,
+        id: &str,
+        units: &[String],
+        display_name: Option<&str>,
+    ) -> HostResult<(AgentView, Written)> {
+        self.parts
+            .directory
+            .put_agent(id, units, display_name)
+            .await
+    }
+
+    /// An agent with its effective tools.
+    pub fn agent(&self, id: &str) -> HostResult<AgentView> {
+        self.parts.directory.agent(id)
+    }
+
+    /// Deletes an agent with its explicit grants and image tools.
+    pub async fn delete_agent(&self, id: &str) -> HostResult<()> {
+        self.parts.directory.delete_agent(id).await
+    }
+
+    /// Binds a connector to a unit (or replaces the binding's config).
+    pub async fn bind(
+        &self,
+        unit: &str,
+        slug: &str,
+        config: Value,
+    ) -> HostResult<(BindingView, Written)> {
+        self.parts.directory.bind(unit, slug, config).await
+    }
+
+    /// The bindings of a unit.
+    pub fn bindings(&self, unit: &str) -> HostResult<Vec<BindingView>> {
+        self.parts.directory.bindings(unit)
+    }
+
+    /// Every binding of every unit.
+    pub fn all_bindings(&self) -> Vec<BindingRecord> {
+        self.parts.directory.all_bindings()
+    }
+
+    /// Every unit, sorted by id: what an operator browses.
+    pub fn list_units(&self) -> Vec<UnitRecord> {
+        self.parts.directory.list_units()
+    }
+
+    /// Every agent (without tools or token state), sorted by id.
+    pub fn list_agents(&self) -> Vec<AgentSummary> {
+        self.parts.directory.list_agents()
+    }
+
+    /// Unbinds: deletes the binding and exactly its grants in one transaction.
+    pub async fn unbind(&self, unit: &str, slug: &str) -> HostResult<()> {
+        self.parts.directory.unbind(unit, slug).await
+    }
+
+    /// The effective tools of a unit or agent.
+    pub fn effective_tools(&self, subject: &Subject) -> HostResult<Arc<ResolvedTools>> {
+        self.parts.state.effective_tools(subject)
+    }
+
+    /// Changes each time any subject's effective tools may have changed (a bind, a
+    /// grant, a rotation, a change another replica made): wait on it, then compare
+    /// [`Host::effective_tools`] with what you last saw.
+    pub fn watch_tools(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.parts.state.watch_tools()
+    }
+
+    /// Grants a tool id or a whole namespace to a subject explicitly.
+    pub async fn grant(&self, subject: Subject, tool_or_namespace: &str) -> HostResult<GrantView> {
+        self.parts.directory.grant(subject, tool_or_namespace).await
+    }
+
+    /// Revokes an explicit grant.
+    pub async fn revoke(&self, subject: Subject, tool_or_namespace: &str) -> HostResult<()> {
+        self.parts
+            .directory
+            .revoke(subject, tool_or_namespace)
+            .await
+    }
+
+    /// Stores the tools an agent's image declares.
+    pub async fn put_image_tools(
+        &self,
+        agent: &str,
+        digest: &str,
+        tools: Value,
+    ) -> HostResult<Value> {
+        self.parts
+            .directory
+            .put_image_tools(agent, digest, tools)
+            .await
+    }
+
+    /// Fetches `GET {url}/a2a/tools` from an agent's image and stores the tools.
+    pub async fn introspect_image_tools(&self, agent: &str, url: &str) -> HostResult<Value> {
+        self.parts
+            .directory
+            .introspect_image_tools(agent, url)
+            .await
+    }
+
+    /// The env vars and files the container of `agent` starts with.
+    pub async fn runtime_context(&self, agent: &str) -> HostResult<RuntimeContext> {
+        crate::context::build(&self.parts.state, &self.parts.catalog, agent).await
+    }
+
+    // ----- tool calls ---------------------------------------------------------------
+
+    /// Registers a platform tool (`sv.*`) every subject gets.
+    pub fn register_platform_tool(
+        &self,
+        info: ToolInfo,
+        handler: Arc<dyn PlatformToolHandler>,
+    ) -> HostResult<()> {
+        self.parts.tools.register_platform_tool(info, handler)
+    }
+
+    /// Calls a tool on behalf of an agent: its structured result and content blocks.
+    pub async fn call_tool(
+        &self,
+        agent: &str,
+        tool: &str,
+        arguments: Value,
+    ) -> HostResult<crate::ToolOutput> {
+        self.parts.tools.call_tool(agent, tool, arguments).await
+    }
+
+    // ----- webhooks and inboxes -------------------------------------------------------
+
+    /// Admits a webhook delivery's body to be read (see `Webhooks::admit`): refuses one
+    /// whose slug, headers or size cannot lead to a delivery before any of it is
+    /// buffered; its body is then read within its sender's share of the reading budget
+    /// (`peer`: the sender's remote address as `crate::http::Peer::addr` gives it, an
+    /// IPv6 one by its /64; `None` when unknown). Hold the admission until the body is
+    /// handled.
+    pub fn admit_webhook(
+        &self,
+        slug: &str,
+        headers: &http::HeaderMap,
+        peer: Option<std::net::IpAddr>,
+    ) -> HostResult<crate::webhooks::BodyAdmission> {
+        self.parts.webhooks.admit(slug, headers, peer)
+    }
+
+    /// Receives one webhook delivery for connector `slug`.
+    pub async fn receive_webhook(
+        &self,
+        slug: &str,
+        headers: &http::HeaderMap,
+        body: &[u8],
+    ) -> HostResult<WebhookOutcome> {
+        self.parts.webhooks.receive(slug, headers, body).await
+    }
+
+    /// Retries one stored delivery now.
+    pub async fn retry_delivery(
+        &self,
+        slug: &str,
+        delivery_id: &str,
+    ) -> HostResult<WebhookOutcome> {
+        self.parts.webhooks.retry(slug, delivery_id).await
+    }
+
+    /// What the operator sees of one delivery.
+    pub async fn delivery(&self, slug: &str, delivery_id: &str) -> HostResult<DeliveryView> {
+        self.parts.webhooks.delivery(slug, delivery_id).await
+    }
+
+    /// The deliveries stored for connector `slug`, newest first, at most `limit`, without
+    /// their bodies.
+    pub async fn deliveries(&self, slug: &str, limit: u32) -> HostResult<Vec<DeliveryRecord>> {
+        Ok(self.parts.store.deliveries_of(slug, limit).await?)
+    }
+
+    /// Deletes finished deliveries older than the de-duplication window.
+    pub async fn prune_deliveries(&self) -> HostResult<u64> {
+        self.parts.webhooks.prune().await
+    }
+
+    /// A page of a unit's inbox after `cursor`.
+    pub async fn messages(
+        &self,
+        unit: &str,
+        cursor: Option<&str>,
+        limit: Option<u32>,
+    ) -> HostResult<MessagePage> {
+        self.parts.inbox.page(unit, cursor, limit).await
+    }
+
+    /// A live subscription to a unit's inbox: every message after `cursor`, each exactly
+    /// once, in order.
+    pub fn subscribe(
+        &self,
+        unit: &str,
+        cursor: Option<&str>,
+    ) -> HostResult<impl Stream<Item = Message> + Send + 'static> {
+        self.parts.inbox.subscribe(unit, cursor)
+    }
+}

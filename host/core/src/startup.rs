@@ -1,0 +1,280 @@
+//! Start-up: opens the host's parts in dependency order and brings them to the stored
+//! state — credentials, the state and its connectors (stored, bundled, then the
+//! connectors directory), left-over webhook deliveries — then starts the background work
+//! (the shared-state refresh and the delivery sweep), which stops when the parts are
+//! dropped.
+
+use std::sync::Arc;
+
+use crate::auth::{read_or_create_secret, Credentials};
+use crate::catalog::{Catalog, Installed, Preparing};
+use crate::config::HostConfig;
+use crate::directory::DirectoryService;
+use crate::dispatch::ToolDispatcher;
+use crate::inbox::Inbox;
+use crate::registry::ConnectorRegistry;
+use crate::replicas::ReplicaSync;
+use crate::state::State;
+use crate::webhooks::Webhooks;
+use connector_model::error::{ErrorCode, HostResult};
+use connector_model::records::Snapshot;
+use connector_runtime::{ConnectorRuntime, RuntimeOptions};
+use connector_store::Store;
+
+/// What `Host::open` reports about start-up.
+#[derive(Debug, Clone)]
+pub struct StartupReport {
+    /// The operator token when it was generated now (print it once), else `None`.
+    pub generated_operator_token: Option<String>,
+}
+
+/// Opens the store named by the configuration's database URL (CONTRACT §2):
+/// `postgres://…` / `postgresql://…` for PostgreSQL (with the `postgres` feature),
+/// otherwise SQLite ([`connector_store::open_store`]). Error messages never repeat the
+/// URL (it may carry a password).
+pub async fn open_store(config: &HostConfig) -> anyhow::Result<Arc<dyn Store>> {
+    let url = config.database_url();
+    let opened = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        open_postgres(&url).await
+    } else {
+        tokio::task::spawn_blocking(move || connector_store::open_store(&url))
+            .await
+            .map_err(|e| {
+                connector_store::StoreError::Unavailable(format!(
+                    "opening the database did not finish: {e}"
+                ))
+            })
+            .and_then(|opened| opened)
+    };
+    opened.map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))
+}
+
+#[cfg(feature = "postgres")]
+async fn open_postgres(url: &str) -> connector_store::StoreResult<Arc<dyn Store>> {
+    Ok(Arc::new(
+        connector_store_postgres::PostgresStore::connect(url).await?,
+    ))
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn open_postgres(_url: &str) -> connector_store::StoreResult<Arc<dyn Store>> {
+    Err(connector_store::StoreError::Unavailable(
+        "this build of connector-host has no PostgreSQL support: build it with the `postgres` feature".into(),
+    ))
+}
+
+/// What a host process does besides serving from its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    /// `serve`, or a platform embedding the host: installs the bundled and directory
+    /// connectors, resumes and sweeps webhook deliveries.
+    #[default]
+    Server,
+    /// Serves tools beside a [`Role::Server`] on the same database: adopts the stored
+    /// connectors as they are, writes nothing at start, starts no webhook work, and
+    /// checks for other processes' writes before each request (and in the background)
+    /// whatever the store, SQLite included.
+    ToolServer,
+}
+
+/// The parts of one host, each owning its concern.
+pub(crate) struct Parts {
+    pub(crate) config: Arc<HostConfig>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) state: Arc<State>,
+    pub(crate) catalog: Arc<Catalog>,
+    pub(crate) directory: DirectoryService,
+    pub(crate) tools: ToolDispatcher,
+    pub(crate) inbox: Arc<Inbox>,
+    pub(crate) webhooks: Arc<Webhooks>,
+    pub(crate) replicas: Arc<ReplicaSync>,
+    pub(crate) credentials: Credentials,
+}
+
+impl Parts {
+    /// Opens every part on `config` and `store`, installs what is stored, bundled and in
+    /// the connectors directory, resumes left-over deliveries and starts the background
+    /// work.
+    pub(crate) async fn open(
+        config: HostConfig,
+        store: Arc<dyn Store>,
+        role: Role,
+    ) -> anyhow::Result<(Arc<Parts>, StartupReport)> {
+        let config = Arc::new(config);
+        std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot create the data directory {}: {e}",
+                config.data_dir.display()
+            )
+        })?;
+        // The App key is read and proven at start-up: a bad key fails here, not at first use.
+        let github_app = match &config.github_app {
+            Some(settings) => Some(Arc::new(
+                crate::github_app::GithubApp::new(settings)
+                    .map_err(|e| anyhow::anyhow!("github_app: {e}"))?,
+            )),
+            None => None,
+        };
+        let runtime = Arc::new(ConnectorRuntime::new(RuntimeOptions {
+            limits: config.limits,
+            cache_dir: Some(config.data_dir.join("compiled")),
+            installation_tokens: github_app
+                .map(|app| app as Arc<dyn connector_runtime::InstallationTokens>),
+        })?);
+        let (credentials, generated_operator_token) =
+            Credentials::open(&config, store.as_ref()).await?;
+        let replica_path = config.data_dir.join("replica-id");
+        let (replica_id, _) = read_or_create_secret(&replica_path).map_err(|e| {
+            anyhow::anyhow!("cannot read or create {}: {e}", replica_path.display())
+        })?;
+
+        let snapshot = store
+            .load()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot load the stored state: {e}"))?;
+        // Every write below is checked against the state just loaded (and kept current
+        // by `refresh`): on a shared database, one racing another replica's is refused.
+        store.refuse_stale_writes();
+        let registry = ConnectorRegistry::new(runtime.clone());
+        let state = Arc::new(State::new(store.clone(), registry, &snapshot));
+        store.applied(snapshot.version);
+        let catalog = Arc::new(Catalog::new(config.clone(), runtime, state.clone()));
+        let replicas = Arc::new(ReplicaSync::new(
+            store.clone(),
+            state.clone(),
+            catalog.clone(),
+            replica_id,
+            snapshot.version,
+            store.is_shared() || role == Role::ToolServer,
+        ));
+        let inbox = Arc::new(Inbox::new(store.clone(), state.clone()));
+        let http = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(10))
+            .build()
+            .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))?;
+        let parts = Parts {
+            directory: DirectoryService::new(state.clone(), catalog.clone(), http),
+            tools: ToolDispatcher::new(state.clone(), catalog.clone()),
+            webhooks: Arc::new(Webhooks::new(
+                config.clone(),
+                store.clone(),
+                state.clone(),
+                catalog.clone(),
+                inbox.clone(),
+                replicas.clone(),
+            )),
+            config,
+            store,
+            state,
+            catalog,
+            inbox,
+            replicas,
+            credentials,
+        };
+        let parts = Arc::new(parts);
+        if role == Role::ToolServer {
+            // The server beside it installs, rotates and delivers; this process serves
+            // what is stored.
+            parts.adopt_stored(&snapshot).await;
+            parts.replicas.spawn_background_refresh();
+            return Ok((
+                parts,
+                StartupReport {
+                    generated_operator_token,
+                },
+            ));
+        }
+        parts.install_at_start(&snapshot).await?;
+        // Deliveries stored but not routed when the previous process stopped.
+        parts
+            .webhooks
+            .resume()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot read stored webhook deliveries: {e}"))?;
+        parts.replicas.spawn_background_refresh();
+        parts.webhooks.spawn_sweeper();
+        Ok((
+            parts,
+            StartupReport {
+                generated_operator_token,
+            },
+        ))
+    }
+
+    /// Puts the connectors `snapshot` stores in place (those that load on this host).
+    async fn adopt_stored(&self, snapshot: &Snapshot) {
+        let ready = self
+            .catalog
+            .prepare_stored(snapshot, Vec::new(), Preparing::Now)
+            .await;
+        self.state.install_stored(ready);
+    }
+
+    /// Installs, in order: the connectors `snapshot` stores, the bundled connectors
+    /// (unless the operator installed their own version of that slug), then the
+    /// connectors directory's.
+    async fn install_at_start(&self, snapshot: &Snapshot) -> anyhow::Result<()> {
+        self.adopt_stored(snapshot).await;
+        for bundled in self.config.bundled.clone() {
+            let name = bundled.name;
+            let stored = snapshot.connectors.iter().find(|c| c.slug == name);
+            if stored.is_some_and(|c| !c.bundled) {
+                continue;
+            }
+            // Stored by an earlier start and adopted above: installing it again would
+            // load and describe it once more only to find the same digest, and write
+            // nothing. (A stored copy damaged since is found when its compiled code is
+            // not in the cache: adopting it then fails its digest, and this install
+            // writes the binary's copy again.)
+            let adopted = self.state.registry().get(name);
+            if adopted.is_some_and(|c| c.info().digest == bundled.digest) {
+                continue;
+            }
+            self.install(Arc::from(bundled.bytes), Some(bundled.digest), true)
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!("bundled connector `{name}` failed to install: {e}")
+                })?;
+        }
+        let Some(dir) = self.config.connectors_dir.clone() else {
+            return Ok(());
+        };
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .map_err(|e| anyhow::anyhow!("cannot read connectors_dir {}: {e}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
+            .collect();
+        files.sort();
+        for file in files {
+            let bytes = std::fs::read(&file)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+            self.install(Arc::from(bytes), None, true)
+                .await
+                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Installs or rotates a component. On a shared database another replica's write
+    /// landing meanwhile refuses the write (`409 state_changed`): the state is refreshed
+    /// and the write tried again (what the new version already checked is kept), a few
+    /// times. Replicas starting together race for the same rows this way too.
+    pub(crate) async fn install(
+        &self,
+        bytes: Arc<[u8]>,
+        bundled: Option<&str>,
+        force: bool,
+    ) -> HostResult<Installed> {
+        let mut pending = self.catalog.prepare_install(bytes, bundled, force).await?;
+        let mut attempt = 0;
+        loop {
+            match self.catalog.finish_install(&mut pending).await {
+                Err(e) if e.code == ErrorCode::StateChanged && attempt < 10 => {
+                    attempt += 1;
+                    self.replicas.refresh().await?;
+                }
+                other => return other,
+            }
+        }
+    }
+}

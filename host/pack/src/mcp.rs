@@ -1,0 +1,416 @@
+//! Tool discovery on a remote MCP server at pack time: a small Streamable HTTP client.
+//!
+//! `initialize`, `notifications/initialized`, `tools/list` (paged by `nextCursor`), then
+//! `DELETE` of the session. Every request is a POST of one JSON-RPC message with
+//! `Accept: application/json, text/event-stream`; the answer is either a JSON body or a
+//! Server-Sent Events stream whose `data:` lines carry the response (read only until the
+//! response arrives). `Mcp-Session-Id` from `initialize` is sent back on every later
+//! request, with `MCP-Protocol-Version`. Each request has a 10 s budget and reads at
+//! most 16 MiB of answer, and every failure names the server's URL.
+
+use std::io::{BufRead, BufReader, Read};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// The protocol revision pack asks for (the one the interpreter speaks too).
+pub(crate) const PROTOCOL_VERSION: &str = "2025-06-18";
+/// The budget of one request.
+const TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest response pack reads.
+const MAX_RESPONSE: u64 = 16 * 1024 * 1024;
+/// The most `tools/list` pages pack follows.
+const MAX_PAGES: usize = 1000;
+
+/// One tool of the server.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ServerTool {
+    pub name: String,
+    pub description: Option<String>,
+    /// Its `inputSchema` (an object schema).
+    pub input_schema: Value,
+    /// Its `annotations` (MCP `ToolAnnotations`), or null.
+    pub annotations: Value,
+}
+
+/// Lists the tools of the server at `url`, sending `headers` with every request.
+///
+/// Runs on a thread of its own: the blocking client must not live inside an async
+/// runtime, and a caller of `pack` may be in one.
+pub(crate) fn discover(url: &str, headers: &[(String, String)]) -> Result<Vec<ServerTool>, String> {
+    let url = url.to_string();
+    let headers = headers.to_vec();
+    std::thread::spawn(move || discover_here(&url, &headers))
+        .join()
+        .unwrap_or_else(|_| Err("the MCP discovery thread panicked".into()))
+}
+
+fn discover_here(url: &str, headers: &[(String, String)]) -> Result<Vec<ServerTool>, String> {
+    let client = reqwest::blocking::Client::builder()
+        .timeout(TIMEOUT)
+        .connect_timeout(TIMEOUT)
+        .build()
+        .map_err(|e| format!("could not start an HTTP client: {e}"))?;
+    let mut session = Session {
+        client,
+        url: url.to_string(),
+        headers: headers.to_vec(),
+        session_id: None,
+        protocol: None,
+        next_id: 1,
+    };
+    let result = session.list_tools();
+    session.close();
+    result
+}
+
+struct Session {
+    client: reqwest::blocking::Client,
+    url: String,
+    headers: Vec<(String, String)>,
+    session_id: Option<String>,
+    protocol: Option<String>,
+    next_id: u64,
+}
+
+impl Session {
+    fn list_tools(&mut self) -> Result<Vec<ServerTool>, String> {
+        let init = self.request(
+            "initialize",
+            json!({
+                "protocolVersion": PROTOCOL_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "connector-host-pack", "version": env!("CARGO_PKG_VERSION")},
+            }),
+        )?;
+        let version = init
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or(PROTOCOL_VERSION);
+        self.protocol = Some(version.to_string());
+        if init.pointer("/capabilities/tools").is_none() {
+            return Err(format!(
+                "the MCP server at {} does not offer tools (no `tools` capability)",
+                self.url
+            ));
+        }
+        self.notify("notifications/initialized")?;
+
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        let mut seen = Vec::new();
+        for _ in 0..MAX_PAGES {
+            let params = match &cursor {
+                Some(c) => json!({"cursor": c}),
+                None => json!({}),
+            };
+            let page = self.request("tools/list", params)?;
+            let list = page.get("tools").and_then(Value::as_array).ok_or_else(|| {
+                format!(
+                    "the MCP server at {} answered tools/list without a `tools` list",
+                    self.url
+                )
+            })?;
+            for tool in list {
+                tools.push(server_tool(tool).map_err(|e| {
+                    format!(
+                        "the MCP server at {} listed a malformed tool: {e}",
+                        self.url
+                    )
+                })?);
+            }
+            match page.get("nextCursor").and_then(Value::as_str) {
+                Some(next) if !next.is_empty() => {
+                    if seen.iter().any(|c| c == next) {
+                        return Err(format!(
+                            "the MCP server at {} repeats the tools/list cursor `{next}`",
+                            self.url
+                        ));
+                    }
+                    seen.push(next.to_string());
+                    cursor = Some(next.to_string());
+                }
+                _ => return Ok(tools),
+            }
+        }
+        Err(format!(
+            "the MCP server at {} has more than {MAX_PAGES} pages of tools",
+            self.url
+        ))
+    }
+
+    fn post(&self, body: &Value) -> reqwest::blocking::RequestBuilder {
+        let mut request = self
+            .client
+            .post(&self.url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .body(body.to_string());
+        if let Some(id) = &self.session_id {
+            request = request.header("Mcp-Session-Id", id);
+        }
+        if let Some(version) = &self.protocol {
+            request = request.header("MCP-Protocol-Version", version);
+        }
+        for (name, value) in &self.headers {
+            request = request.header(name, value);
+        }
+        request
+    }
+
+    fn send(
+        &self,
+        method: &str,
+        request: reqwest::blocking::RequestBuilder,
+    ) -> Result<reqwest::blocking::Response, String> {
+        let response = request.send().map_err(|e| {
+            format!(
+                "could not reach the MCP server at {} ({method}): {}",
+                self.url,
+                chain(&e)
+            )
+        })?;
+        let status = response.status();
+        if !status.is_success() {
+            let mut excerpt = String::new();
+            let _ = response.take(2048).read_to_string(&mut excerpt);
+            return Err(format!(
+                "the MCP server at {} answered {method} with HTTP {status}{}",
+                self.url,
+                if excerpt.trim().is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", excerpt.trim())
+                }
+            ));
+        }
+        Ok(response)
+    }
+
+    /// Sends a request and returns its `result`.
+    fn request(&mut self, method: &str, params: Value) -> Result<Value, String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let response = self.send(method, self.post(&body))?;
+        if let Some(session) = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+        {
+            if self.session_id.is_none() {
+                self.session_id = Some(session.to_string());
+            }
+        }
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        let message = if content_type.starts_with("text/event-stream") {
+            read_sse(response, id).map_err(|e| self.bad(method, &e))?
+        } else if content_type.starts_with("application/json") {
+            let body = connector_remote_answer::read_at_most_blocking(response, MAX_RESPONSE)
+                .map_err(|e| self.bad(method, &e.to_string()))?;
+            let value: Value = serde_json::from_slice(&body)
+                .map_err(|e| self.bad(method, &format!("the answer is not JSON: {e}")))?;
+            find_response(value, id)
+                .ok_or_else(|| self.bad(method, "no response to the request"))?
+        } else {
+            return Err(self.bad(
+                method,
+                &format!(
+                    "unexpected Content-Type `{content_type}` (expected application/json or \
+                     text/event-stream)"
+                ),
+            ));
+        };
+        if let Some(error) = message.get("error") {
+            return Err(format!(
+                "the MCP server at {} answered {method} with error {}: {}",
+                self.url,
+                error.get("code").map_or("?".to_string(), Value::to_string),
+                error.get("message").and_then(Value::as_str).unwrap_or("")
+            ));
+        }
+        message
+            .get("result")
+            .cloned()
+            .ok_or_else(|| self.bad(method, "a response with neither `result` nor `error`"))
+    }
+
+    fn notify(&mut self, method: &str) -> Result<(), String> {
+        let body = json!({"jsonrpc": "2.0", "method": method});
+        self.send(method, self.post(&body)).map(drop)
+    }
+
+    /// Ends the session (servers that do not support it answer 405: fine).
+    fn close(&mut self) {
+        if let Some(id) = self.session_id.take() {
+            let mut request = self.client.delete(&self.url).header("Mcp-Session-Id", id);
+            if let Some(version) = &self.protocol {
+                request = request.header("MCP-Protocol-Version", version);
+            }
+            for (name, value) in &self.headers {
+                request = request.header(name, value);
+            }
+            let _ = request.send();
+        }
+    }
+
+    fn bad(&self, method: &str, what: &str) -> String {
+        format!(
+            "the MCP server at {} gave a malformed answer to {method}: {what}",
+            self.url
+        )
+    }
+}
+
+/// The error and its causes, on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let t = s.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// The JSON-RPC response with `id` in a message or a batch.
+fn find_response(value: Value, id: u64) -> Option<Value> {
+    match value {
+        Value::Array(items) => items.into_iter().find_map(|v| find_response(v, id)),
+        v if v.get("id").and_then(Value::as_u64) == Some(id)
+            && (v.get("result").is_some() || v.get("error").is_some()) =>
+        {
+            Some(v)
+        }
+        _ => None,
+    }
+}
+
+/// Reads Server-Sent Events until the response to `id` arrives, at most
+/// [`MAX_RESPONSE`] bytes of them.
+fn read_sse(response: impl Read, id: u64) -> Result<Value, String> {
+    read_sse_at_most(response, id, MAX_RESPONSE)
+}
+
+fn read_sse_at_most(response: impl Read, id: u64, limit: u64) -> Result<Value, String> {
+    let mut reader = BufReader::new(response.take(limit));
+    let mut data = String::new();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let read = reader
+            .read_line(&mut line)
+            .map_err(|e| format!("could not read the event stream: {e}"))?;
+        if read == 0 {
+            break;
+        }
+        let line = line.strip_suffix('\n').unwrap_or(&line);
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if line.is_empty() {
+            if !data.is_empty() {
+                if let Ok(value) = serde_json::from_str::<Value>(&data) {
+                    if let Some(found) = find_response(value, id) {
+                        return Ok(found);
+                    }
+                }
+                data.clear();
+            }
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("data:") {
+            if !data.is_empty() {
+                data.push('\n');
+            }
+            data.push_str(rest.strip_prefix(' ').unwrap_or(rest));
+        }
+    }
+    if !data.is_empty() {
+        if let Ok(value) = serde_json::from_str::<Value>(&data) {
+            if let Some(found) = find_response(value, id) {
+                return Ok(found);
+            }
+        }
+    }
+    if reader.into_inner().limit() == 0 {
+        return Err(format!(
+            "the event stream passed {} without the response",
+            connector_remote_answer::size(limit)
+        ));
+    }
+    Err("the event stream ended without the response".into())
+}
+
+fn server_tool(tool: &Value) -> Result<ServerTool, String> {
+    let name = tool
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or("a tool without a `name`")?
+        .to_string();
+    let input_schema = match tool.get("inputSchema") {
+        Some(s @ Value::Object(_)) => s.clone(),
+        None | Some(Value::Null) => json!({"type": "object"}),
+        Some(other) => {
+            return Err(format!(
+                "tool `{name}` has an inputSchema that is not an object: {other}"
+            ))
+        }
+    };
+    Ok(ServerTool {
+        description: tool
+            .get("description")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        annotations: tool.get("annotations").cloned().unwrap_or(Value::Null),
+        input_schema,
+        name,
+    })
+}
+
+/// A server tool's name as a tool id segment: lower case, `[a-z0-9_]`.
+pub(crate) fn normalise(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_lowercase() || c.is_ascii_digit() {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sse_streams_yield_the_matching_response() {
+        let stream =
+            "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}\n\n\
+                      : comment\ndata: {\"jsonrpc\":\"2.0\",\n\
+                      data: \"id\":3,\"result\":{\"ok\":true}}\n\nid: 9\n";
+        let found = read_sse(stream.as_bytes(), 3).expect("found");
+        assert_eq!(found["result"]["ok"], true);
+        assert_eq!(
+            read_sse(stream.as_bytes(), 4).expect_err("no answer to 4"),
+            "the event stream ended without the response"
+        );
+        let comments = ": keep-alive\n".repeat(1000);
+        assert_eq!(
+            read_sse_at_most(comments.as_bytes(), 3, 4096).expect_err("too long"),
+            "the event stream passed 4 KiB without the response"
+        );
+        assert_eq!(normalise("Get-Weather.v2"), "get_weather_v2");
+    }
+}
