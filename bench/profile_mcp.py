@@ -12,15 +12,21 @@ under `wrk -t2 -c32` twice:
   1. without perf: the server's CPU time (utime + stime from /proc) over wrk's requests:
      the server CPU µs one request costs;
   2. with `perf record -e cpu-clock -F FREQ --call-graph dwarf` on the server process: where
-     that time goes, by symbol (self time), grouped into buckets (kernel, HTTP server,
-     MCP/JSON, auth, dispatch and grants, schema checks, sandbox, allocator, tokio, ...).
+     that time goes. The release build has no debug info, but its symbols and unwind tables
+     (.eh_frame) are enough for perf to walk the stacks.
 
-It prints, per bucket, the share of samples and the µs per request that share is (share x
-CPU per request), for each target side by side, then the difference MCP - healthz. Inclusive
-figures of a few anchor frames (the sandbox's instantiate and call, the schema check, the
-MCP handler) come from `perf report --children`. The perf data stays under --out for
-`perf report -i FILE` by hand. The buckets are a regular expression per symbol below: a
-symbol matching none is `other`.
+Each sample is given to a component by walking its stack from the innermost frame outwards:
+the first frame that belongs to a component (COMPONENTS below, a regular expression per
+component over the symbol) decides. So a `memcpy` or an allocation made by serde_json counts
+as JSON, one made by the MCP layer counts as MCP, and generic std/core frames go to whoever
+called them. A sample inside the kernel counts as the sandbox's when the sandbox is on its
+user stack (its memory reset: madvise, page faults), else as network and scheduling.
+
+It prints, per component, the share of samples and the µs per request that share is (share x
+CPU per request) for each target side by side, then the difference MCP - healthz; then each
+target's top symbols by self time, and the allocator's self time (malloc, free, memcpy,
+memset: spread over every component above). The perf data stays under --out for
+`perf report -i FILE` by hand.
 """
 
 import argparse
@@ -34,29 +40,25 @@ import secrets
 
 import peers_table as pt
 
-BUCKETS = [  # (bucket, regular expression on the symbol), first match wins
-    ("kernel", r"^\[k\]"),
+COMPONENTS = [  # (component, regular expression on a frame's symbol), first match wins
     ("sandbox: wasmtime and the guest", r"wasmtime|cranelift|wasm\[|wasm-function|"
-     r"connector_runtime|wit_bindgen|<wasm|component::func|fiber|mprotect|madvise|"
-     r"memory_image|InstancePre|instantiate"),
-    ("schema checks (jsonschema)", r"jsonschema|referencing|fancy_regex|regex"),
-    ("JSON (serde_json)", r"serde_json|serde::|ryu|itoa"),
-    ("MCP handler", r"connector_host::mcp"),
-    ("auth (agent token)", r"connector_host::auth|hmac|sha2|subtle|jsonwebtoken|base64"),
-    ("dispatch, grants, state", r"connector_host::(dispatch|grants|state|directory|catalog|"
-     r"host|capabilities)|connector_model"),
-    ("HTTP server (hyper, axum, our edge)", r"hyper|axum|tower|http::|httparse|"
-     r"connector_host::(server|http|api)|h1::"),
-    ("allocator", r"mi_|mimalloc|_mi_|malloc|free|realloc|memcpy|memmove|memset"),
-    ("tokio", r"tokio|parking_lot|futures|std::sync|std::thread"),
+     r"connector_runtime|wit_bindgen|wasi|fiber"),
+    ("schema checks (jsonschema)", r"jsonschema|referencing"),
+    ("JSON (serde_json)", r"serde_json|serde::|serde_core"),
+    ("auth (agent token)", r"connector_host::(auth|http::auth)|jsonwebtoken|hmac|sha2|"
+     r"subtle"),
+    ("MCP layer (connector_host::mcp)", r"connector_host::mcp"),
+    ("tool call path (dispatch, grants, registry, outputs)",
+     r"connector_host::(dispatch|grants|state|directory|catalog|registry|host|capabilities|"
+     r"replicas|audit)|connector_model"),
+    ("HTTP server (hyper, axum, tower, our edge)", r"hyper|axum|tower|httparse|h1::|"
+     r"connector_host::(server|http|console|config)|^http::"),
+    ("tokio runtime and I/O (tokio, mio)", r"tokio|mio::"),
 ]
-
-ANCHORS = [  # (label, substring of a frame, inclusive)
-    ("the MCP stateless handler", "connector_host::mcp::stateless::serve"),
-    ("the tool call (dispatch and sandbox)", "connector_host::dispatch"),
-    ("sandbox instantiate", "instantiate"),
-    ("schema checks", "jsonschema"),
-]
+KERNEL_SANDBOX = "sandbox, in the kernel (memory reset: madvise, page faults)"
+KERNEL = "kernel: network and scheduling"
+UNATTRIBUTED = "unattributed (no component on the stack)"
+ALLOCATOR = r"^(_?mi_|mi_|malloc|free|realloc|calloc|__mem(cpy|move|set)|__rust_(alloc|dealloc|realloc))"
 
 
 def log(msg):
@@ -69,26 +71,60 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def report(data, children):
+def top_symbols(data):
+    """(self share %, symbol) from `perf report`, highest first."""
     cmd = ["perf", "report", "-i", data, "--stdio", "--sort", "sym", "-g", "none",
-           "--percent-limit", "0", "--children" if children else "--no-children"]
+           "--percent-limit", "0", "--no-children"]
     out = subprocess.run(cmd, capture_output=True, text=True, errors="replace").stdout
     rows = []
     for line in out.splitlines():
-        m = re.match(r"^\s+([\d.]+)%\s+(?:([\d.]+)%\s+)?\[(.)\]\s+(.*)$", line)
+        m = re.match(r"^\s+([\d.]+)%\s+\[(.)\]\s+(.*)$", line)
         if m:
-            rows.append((float(m.group(1)), f"[{m.group(3)}] {m.group(4).strip()}"))
-    return rows
+            rows.append((float(m.group(1)), f"[{m.group(2)}] {m.group(3).strip()}"))
+    return sorted(rows, reverse=True)
 
 
-def bucket_of(symbol):
-    if symbol.startswith("[k]"):
-        return "kernel"
-    name = symbol[4:]
-    for bucket, pattern in BUCKETS[1:]:
-        if re.search(pattern, name):
-            return bucket
-    return "other"
+def stacks(data):
+    """Every sample's stack as [(symbol, dso)], innermost frame first."""
+    out = subprocess.run(["perf", "script", "--no-inline", "-i", data, "-F", "ip,sym,dso"],
+                         capture_output=True, text=True, errors="replace").stdout
+    stack = []
+    for line in out.splitlines():
+        line = line.strip()
+        if not line:
+            if stack:
+                yield stack
+            stack = []
+            continue
+        m = re.match(r"^[0-9a-f]+\s+(.*)\s+\(([^()]*)\)$", line)
+        if m:
+            stack.append((m.group(1), m.group(2)))
+    if stack:
+        yield stack
+
+
+def component_of(stack):
+    if stack and "kernel" in stack[0][1]:
+        user = [sym for sym, dso in stack if "kernel" not in dso]
+        return KERNEL_SANDBOX if any(re.search(COMPONENTS[0][1], s) for s in user) else KERNEL
+    for sym, _ in stack:
+        for component, pattern in COMPONENTS:
+            if re.search(pattern, sym):
+                return component
+    return UNATTRIBUTED
+
+
+def attribute(data):
+    """({component: share %}, allocator self share %, samples)."""
+    counts, alloc, total = {}, 0, 0
+    for stack in stacks(data):
+        total += 1
+        c = component_of(stack)
+        counts[c] = counts.get(c, 0) + 1
+        if re.search(ALLOCATOR, stack[0][0]):
+            alloc += 1
+    total = max(total, 1)
+    return {c: n / total * 100 for c, n in counts.items()}, alloc / total * 100, total
 
 
 def main():
@@ -141,55 +177,51 @@ def main():
                             perf_data, "--", "sleep", str(a.seconds)], check=True,
                            stdout=subprocess.DEVNULL)
             wrk.wait()
-            results[name] = (per_request, r, report(perf_data, False),
-                             report(perf_data, True))
+            results[name] = (per_request, r, attribute(perf_data), top_symbols(perf_data))
     finally:
         host.stop()
 
     names = list(results)
-    print(f"\n# bench/profile_mcp.py: server CPU per request, by bucket (self time), "
-          f"wrk -t2 -c32 -d{a.seconds}s; perf cpu-clock {a.freq} Hz, dwarf call graphs")
-    header = "| bucket | " + " | ".join(f"{n} % | {n} µs" for n in names)
+    print(f"\n# bench/profile_mcp.py: server CPU per request by component, wrk -t2 -c32 "
+          f"-d{a.seconds}s; perf cpu-clock {a.freq} Hz, dwarf call graphs; load average "
+          f"{pt_loadavg()}")
+    header = "| component | " + " | ".join(f"{n} % | {n} µs" for n in names)
     if len(names) == 2:
         header += f" | {names[1]} - {names[0]} µs"
     print(header + " |")
     print("|---" * (1 + 2 * len(names) + (1 if len(names) == 2 else 0)) + "|")
-    per_bucket = {}
-    for n in names:
-        per_request, _, flat, _ = results[n]
-        total = sum(p for p, _ in flat) or 1
-        sums = {}
-        for p, sym in flat:
-            sums[bucket_of(sym)] = sums.get(bucket_of(sym), 0) + p
-        per_bucket[n] = {b: (s / total * 100, s / total * per_request) for b, s in sums.items()}
-    order = [b for b, _ in BUCKETS] + ["other"]
-    for b in order:
+    order = [c for c, _ in COMPONENTS] + [KERNEL_SANDBOX, KERNEL, UNATTRIBUTED]
+    us = {n: {c: results[n][2][0].get(c, 0) / 100 * results[n][0] for c in order}
+          for n in names}
+    for c in order:
         cells = []
         for n in names:
-            pct, us = per_bucket[n].get(b, (0, 0))
-            cells += [f"{pct:.1f}", f"{us:.1f}"]
+            cells += [f"{results[n][2][0].get(c, 0):.1f}", f"{us[n][c]:.1f}"]
         if len(names) == 2:
-            cells.append(f"{per_bucket[names[1]].get(b, (0, 0))[1] - per_bucket[names[0]].get(b, (0, 0))[1]:+.1f}")
-        print(f"| {b} | " + " | ".join(cells) + " |")
+            cells.append(f"{us[names[1]][c] - us[names[0]][c]:+.1f}")
+        print(f"| {c} | " + " | ".join(cells) + " |")
     cells = []
     for n in names:
         cells += ["100", f"{results[n][0]:.1f}"]
     if len(names) == 2:
         cells.append(f"{results[names[1]][0] - results[names[0]][0]:+.1f}")
     print("| total | " + " | ".join(cells) + " |")
-
     for n in names:
-        per_request, r, flat, children = results[n]
-        total = sum(p for p, _ in flat) or 1
-        print(f"\n## {n}: {r['rate']:,.0f}/s, server CPU {per_request:.1f} µs per request; "
-              f"top symbols (self)")
-        for p, sym in sorted(flat, reverse=True)[:25]:
-            print(f"  {p / total * 100:5.1f}%  {p / total * per_request:5.2f} µs  "
-                  f"{bucket_of(sym):<36} {sym[:110]}")
-        print(f"  inclusive (perf report --children):")
-        for label, needle in ANCHORS:
-            best = max((p for p, sym in children if needle in sym), default=0.0)
-            print(f"  {best:5.1f}%  {best / 100 * per_request:5.2f} µs  {label} ({needle})")
+        per_request, r, (_, alloc, samples), top = results[n]
+        print(f"\n## {n}: {r['rate']:,.0f}/s, p50 {r['p50_us'] / 1000:.2f} ms, server CPU "
+              f"{per_request:.1f} µs per request; {samples} samples; allocator and memcpy "
+              f"self time {alloc:.1f}% = {alloc / 100 * per_request:.1f} µs (inside the "
+              f"components above); top symbols (self):")
+        for p, sym in top[:20]:
+            print(f"  {p:5.1f}%  {p / 100 * per_request:5.2f} µs  {sym[:120]}")
+
+
+def pt_loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "unknown"
 
 
 def write_request(request):

@@ -33,8 +33,9 @@ Runs, from the workspace root, on this machine, one after the other:
               then drives this host's MCP endpoint for that row too; over stdio: p50 against
               `connector-host mcp --local`; with bench/peers/wassette-echo, the echo tool in
               the component shape wassette runs); this host's HTTP tool-call API against
-              the native rmcp echo and against its own /healthz (diagnostic rows, no
-              target); durable signed ~8 KiB GitHub deliveries. Rows: each ratio with both
+              its own /healthz; durable signed ~8 KiB GitHub deliveries; and, as diagnostic
+              rows without a target ("info"), the HTTP API against the native rmcp echo and
+              the MCP endpoint against /healthz. Rows: each ratio with both
               servers' calls/s and p50, the target and the verdict; under the table every
               server's own figures (per round, p50, p99, version). wassette is "not run"
               when its binary is absent.
