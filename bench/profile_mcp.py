@@ -20,7 +20,8 @@ the first frame that belongs to a component (COMPONENTS below, a regular express
 component over the symbol) decides. So a `memcpy` or an allocation made by serde_json counts
 as JSON, one made by the MCP layer counts as MCP, and generic std/core frames go to whoever
 called them. A sample inside the kernel counts as the sandbox's when the sandbox is on its
-user stack (its memory reset: madvise, page faults), else as network and scheduling.
+user stack (its memory reset: madvise, page faults), else as network and scheduling; one
+whose innermost frame has no symbol is JIT-compiled guest code.
 
 It prints, per component, the share of samples and the µs per request that share is (share x
 CPU per request) for each target side by side, then the difference MCP - healthz; then each
@@ -57,6 +58,7 @@ COMPONENTS = [  # (component, regular expression on a frame's symbol), first mat
 ]
 KERNEL_SANDBOX = "sandbox, in the kernel (memory reset: madvise, page faults)"
 KERNEL = "kernel: network and scheduling"
+JIT = "sandbox: JIT-compiled guest code and trampolines (no symbols)"
 UNATTRIBUTED = "unattributed (no component on the stack)"
 ALLOCATOR = r"^(_?mi_|mi_|malloc|free|realloc|calloc|__mem(cpy|move|set)|__rust_(alloc|dealloc|realloc))"
 
@@ -107,6 +109,10 @@ def component_of(stack):
     if stack and "kernel" in stack[0][1]:
         user = [sym for sym, dso in stack if "kernel" not in dso]
         return KERNEL_SANDBOX if any(re.search(COMPONENTS[0][1], s) for s in user) else KERNEL
+    if stack and stack[0][0] == "[unknown]":
+        # Code perf has no symbol for: in this process, the guest's machine code (Cranelift
+        # writes it to anonymous memory; healthz, which runs no guest, has none of it).
+        return JIT
     for sym, _ in stack:
         for component, pattern in COMPONENTS:
             if re.search(pattern, sym):
@@ -190,7 +196,7 @@ def main():
         header += f" | {names[1]} - {names[0]} µs"
     print(header + " |")
     print("|---" * (1 + 2 * len(names) + (1 if len(names) == 2 else 0)) + "|")
-    order = [c for c, _ in COMPONENTS] + [KERNEL_SANDBOX, KERNEL, UNATTRIBUTED]
+    order = [c for c, _ in COMPONENTS] + [JIT, KERNEL_SANDBOX, KERNEL, UNATTRIBUTED]
     us = {n: {c: results[n][2][0].get(c, 0) / 100 * results[n][0] for c in order}
           for n in names}
     for c in order:
