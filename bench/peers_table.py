@@ -32,7 +32,9 @@ Servers, each started here on 127.0.0.1 and answering the same echo tool:
 Every HTTP figure is `wrk -t2 -cCONNS -dSECONDS` with bench/peers/wrk_request.lua (every
 answer checked for its status and its echoed text) or, for wassette's HTTP+SSE row,
 bench/peers/mcp-load with as many workers and threads, the servers idle but for the one
-measured, in alternating rounds; per server the median over rounds of calls/s and of p50.
+measured, in alternating rounds; per server the median over rounds of calls/s and of p50,
+and of the server process's own CPU per answer (user + system from /proc, all its threads),
+which moves far less with the machine's load than calls/s do.
 """
 
 import json
@@ -215,6 +217,13 @@ def wrk(target, threads, conns, seconds, run_id):
     r = {k: float(v) for k, v in (kv.split("=", 1) for kv in line.split()[1:])}
     r["rate"] = r["requests"] / max(r["duration_us"] / 1e6, 1e-9)
     return r
+
+
+def cpu_seconds(pid):
+    """The CPU time (user + system, all threads) process pid has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def version_of_python_mcp(python):
@@ -415,7 +424,7 @@ def peers_rows(table, opts, target_dir, run):
         "python": ("this host's MCP vs the official Python SDK server, calls/s", "≥ 25×"),
         "typescript": ("this host's MCP vs the official TypeScript SDK 1.x server, calls/s",
                        "≥ 15×"),
-        "wassette": ("this host's MCP vs wassette (Streamable HTTP), calls/s", "≥ 2×"),
+        "wassette": ("this host's MCP vs wassette over HTTP, calls/s", "≥ 2×"),
         "wassette-stdio": ("MCP stdio p50: `mcp --local` vs wassette --stdio", "≤ 0.7×"),
         "http": ("this host's HTTP tool-call API vs its own /healthz (outside wrk)", "≥ 0.33×"),
         "http-rmcp": ("this host's HTTP tool-call API vs the native rmcp echo, calls/s", "-"),
@@ -615,6 +624,7 @@ def peers_rows(table, opts, target_dir, run):
             return
 
         order = list(targets)
+        pid_of = {s.base: s.proc.pid for s in servers}
         log(f"\n[peers] warm-up, 2 s each: {', '.join(order)}")
         for key in order:
             wrk(targets[key], opts.threads, opts.conns, 2, f"warm-{key}-{secrets.token_hex(4)}")
@@ -624,11 +634,18 @@ def peers_rows(table, opts, target_dir, run):
             log(f"\n[peers] round {i + 1} of {opts.rounds}: {', '.join(turn)}")
             for key in turn:
                 t = targets[key]
+                pid = pid_of.get(t.base)
+                before = cpu_seconds(pid) if pid else None
                 r = wrk(t, opts.threads, opts.conns, opts.seconds,
                         f"r{i}-{key}-{secrets.token_hex(4)}")
+                # The server's own CPU per answer: unlike calls/s, it hardly moves with what
+                # else the machine runs.
+                if before is not None:
+                    r["cpu_us"] = (cpu_seconds(pid) - before) / max(r["requests"], 1) * 1e6
                 t.runs.append(r)
+                cpu = f"  server CPU {r['cpu_us']:.1f} µs/call" if "cpu_us" in r else ""
                 log(f"  {t.label:<48} {r['rate']:>10,.0f}/s  p50 {fmt_ms(r['p50_us'])}  "
-                    f"p99 {fmt_ms(r['p99_us'])}  errors {r['errors']:.0f}  "
+                    f"p99 {fmt_ms(r['p99_us'])}{cpu}  errors {r['errors']:.0f}  "
                     f"unexpected {r['unexpected']:.0f}")
 
         # ----- stdio: connector-host mcp --local vs wassette --stdio -------------------------
@@ -664,10 +681,20 @@ def peers_rows(table, opts, target_dir, run):
 
     # ----- the table ------------------------------------------------------------------------
     def summary(t):
-        return f"{fmt_rate(t.median('rate'))}, p50 {fmt_ms(t.median('p50_us'))}"
+        cpu = f", {t.median('cpu_us'):.0f} µs CPU" if all("cpu_us" in r for r in t.runs) \
+            else ""
+        return f"{fmt_rate(t.median('rate'))}, p50 {fmt_ms(t.median('p50_us'))}{cpu}"
 
     def bad(t):
         return sum(r["errors"] + r["unexpected"] for r in t.runs)
+
+    def per_round(a, b):
+        """a's calls/s over b's, round by round: how far one round's ratio is from another's
+        says how much the machine's load moved while they ran."""
+        if len(a.runs) < 2:
+            return ""
+        return "; per round " + ", ".join(f"{x['rate'] / max(y['rate'], 1e-9):.2f}"
+                                          for x, y in zip(a.runs, b.runs))
 
     host_t = targets["host"]
     for key in ("rmcp", "python", "typescript", "wassette"):
@@ -685,8 +712,8 @@ def peers_rows(table, opts, target_dir, run):
             continue
         ratio = ours.median("rate") / max(peer.median("rate"), 1e-9)
         goal = {"rmcp": 1.5, "python": 25, "typescript": 15, "wassette": 2}[key]
-        table.add(figure, f"{summary(ours)} vs {summary(peer)} = {ratio:.2f}× "
-                  f"({peer.version}; {peer.label}"
+        table.add(figure, f"{summary(ours)} vs {summary(peer)} = {ratio:.2f}×"
+                  f"{per_round(ours, peer)} ({peer.version}; {peer.label}"
                   f"{'; both through mcp-load' if peer.load is not None else ''})", target,
                   ratio >= goal and bad(ours) == 0 and bad(peer) == 0, command)
     if "wassette" not in opts.skip:
@@ -703,8 +730,8 @@ def peers_rows(table, opts, target_dir, run):
     if "http" in targets and "healthz" in targets:
         h, z = targets["http"], targets["healthz"]
         ratio = h.median("rate") / max(z.median("rate"), 1e-9)
-        table.add(figure, f"{summary(h)} vs {summary(z)} = {ratio:.2f}×", target,
-                  ratio >= 0.33 and bad(h) == 0 and bad(z) == 0, command)
+        table.add(figure, f"{summary(h)} vs {summary(z)} = {ratio:.2f}×{per_round(h, z)}",
+                  target, ratio >= 0.33 and bad(h) == 0 and bad(z) == 0, command)
     else:
         table.not_run(figure, target, unavailable.get("http") or unavailable.get("healthz"),
                       command)
@@ -715,7 +742,7 @@ def peers_rows(table, opts, target_dir, run):
             x, y = targets[a], targets[b]
             failed = bad(x) + bad(y)
             table.info(rows[key][0], f"{summary(x)} vs {summary(y)} = "
-                       f"{x.median('rate') / max(y.median('rate'), 1e-9):.2f}×"
+                       f"{x.median('rate') / max(y.median('rate'), 1e-9):.2f}×{per_round(x, y)}"
                        f"{f'; {failed:.0f} failed answers' if failed else ''}", command)
 
     if "webhooks" not in opts.skip:
@@ -731,11 +758,15 @@ def peers_rows(table, opts, target_dir, run):
 
     # Every server's own figures, under the table.
     table.notes.append(f"peers: wrk -t{opts.threads} -c{opts.conns} -d{opts.seconds}s, "
-                       f"{rounds}, alternating; calls/s per round, median p50/p99")
+                       f"{rounds}, alternating; calls/s per round, median p50/p99, the "
+                       f"server process's CPU (user + system, /proc) per answer per round")
     for t in targets.values():
         per_round = ", ".join(f"{r['rate']:,.0f}" for r in t.runs)
+        cpu = ""
+        if all("cpu_us" in r for r in t.runs):
+            cpu = "; server CPU per call " + ", ".join(f"{r['cpu_us']:.1f}" for r in t.runs) + " µs"
         table.notes.append(
             f"  {t.label} [{t.version}]: {per_round} /s; p50 {fmt_ms(t.median('p50_us'))}, "
-            f"p99 {fmt_ms(t.median('p99_us'))}; failed answers {bad(t):.0f}")
+            f"p99 {fmt_ms(t.median('p99_us'))}{cpu}; failed answers {bad(t):.0f}")
     for k, v in stdio.items():
         table.notes.append(f"  stdio {k}: p50 per round " + ", ".join(f"{x:.0f} µs" for x in v))

@@ -36,7 +36,9 @@ Runs, from the workspace root, on this machine, one after the other:
               its own /healthz; durable signed ~8 KiB GitHub deliveries; and, as diagnostic
               rows without a target ("info"), the HTTP API against the native rmcp echo and
               the MCP endpoint against /healthz. Rows: each ratio with both
-              servers' calls/s and p50, the target and the verdict; under the table every
+              servers' calls/s, p50 and server CPU per call (from /proc: it moves far less
+              with the machine's load than calls/s), the ratio round by round, the target
+              and the verdict; under the table every
               server's own figures (per round, p50, p99, version). wassette is "not run"
               when its binary is absent.
             What it needs beyond the repository (wrk, the Python venv with `mcp`, Node and
