@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Every headline performance figure of the host, with its target and met/missed, in one run.
 
-    python3 bench/table.py [--skip runtime,http,replicas,stdio,declarative] [--rounds N]
+    python3 bench/table.py [--skip runtime,http,replicas,stdio,declarative,peers] [--rounds N]
+                           [--peer-rounds N] [--peer-seconds S] [--conns N] [--wassette PATH]
+                           [--skip-peer rmcp,python,typescript,wassette,webhooks]
 
 Runs, from the workspace root, on this machine, one after the other:
 
@@ -16,6 +18,35 @@ Runs, from the workspace root, on this machine, one after the other:
   declarative  cargo bench -p integration-tests --bench declarative   (a packed
             `stateless_http` call against a hand-written Rust connector doing the same
             request, and the packed component's size)
+  peers     this host against the MCP servers a user would pick instead, side by side in
+            one run, one outside load generator for all (`wrk -t2 -c32` with
+            bench/peers/wrk_request.lua, every answer checked), --peer-rounds alternating
+            rounds of --peer-seconds per server (bench/peers_table.py):
+              this host's MCP endpoint (`tools/call` of acme.echo at 2026-07-28, stateless,
+              agent token, fresh sandbox) against a native echo on the official Rust SDK
+              (bench/peers/rmcp-echo, rmcp 3.11, stateless, JSON answers), the official
+              Python SDK server (bench/peers/python_echo_server.py: MCPServer,
+              stateless_http, json_response), the official TypeScript SDK 1.x server
+              (bench/peers/ts_echo_server.mjs: server + transport per request) and wassette
+              (over HTTP: Streamable HTTP through wrk where its source has it, else its
+              HTTP+SSE transport, which wrk cannot time, through bench/peers/mcp-load, which
+              then drives this host's MCP endpoint for that row too; over stdio: p50 against
+              `connector-host mcp --local`; with bench/peers/wassette-echo, the echo tool in
+              the component shape wassette runs); this host's HTTP tool-call API against
+              its own /healthz; durable signed ~8 KiB GitHub deliveries; and, as diagnostic
+              rows without a target ("info"), the HTTP API against the native rmcp echo and
+              the MCP endpoint against /healthz. Rows: each ratio with both
+              servers' calls/s, p50 and server CPU per call (from /proc: it moves far less
+              with the machine's load than calls/s), the ratio round by round, the target
+              and the verdict; under the table every
+              server's own figures (per round, p50, p99, version). wassette is "not run"
+              when its binary is absent.
+            What it needs beyond the repository (wrk, the Python venv with `mcp`, Node and
+            the TypeScript SDK under target/, the rmcp echo binary, mcp-load, the echo
+            component, wassette built from source outside the repository) comes from one
+            command:
+              bench/peers/setup.sh [--wassette-src GIT_DIR] [--wassette-ref REF]
+            (see its --help); a missing piece makes its rows "not run", with the command.
 
 The benches' own output streams to stderr as they run (they take minutes); the table goes to
 stdout at the end. Every figure is this machine's, measured in this run: the machine's load
@@ -35,6 +66,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+
+import peers_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
@@ -81,9 +114,14 @@ def loadavg():
 class Table:
     def __init__(self):
         self.rows = []
+        self.notes = []
 
     def add(self, figure, measured, target, met, command):
         self.rows.append((figure, measured, target, "met" if met else "MISSED", command))
+
+    def info(self, figure, measured, command):
+        """A diagnostic figure with no target of its own."""
+        self.rows.append((figure, measured, "-", "info", command))
 
     def not_run(self, figure, target, why, command):
         self.rows.append((figure, f"not run: {why}", target, "-", command))
@@ -94,6 +132,10 @@ class Table:
             print("| " + " | ".join(c.ljust(widths[j]) for j, c in enumerate(row)) + " |")
             if i == 0:
                 print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+        if self.notes:
+            print()
+            for note in self.notes:
+                print(note)
 
     @staticmethod
     def header():
@@ -114,8 +156,8 @@ def runtime_rows(table):
     since = time.time()
     run(cmd, parse=False)
     fresh = criterion_median_ns("echo", "acme_echo_fresh_instance", since) / 1000
-    table.add("fresh-sandbox acme.echo in-process, median", f"{fresh:.2f} µs", "≤ 8 µs",
-              fresh <= 8, "--bench runtime echo/acme_echo_fresh_instance")
+    table.add("fresh-sandbox acme.echo in-process, median", f"{fresh:.2f} µs", "≤ 7 µs",
+              fresh <= 7, "--bench runtime echo/acme_echo_fresh_instance")
     load = criterion_median_ns("load", "from_disk_cache", since) / 1e6
     hashing = criterion_median_ns("load", "from_disk_cache_hashing_the_bytes", since) / 1e6
     table.add("component load from the on-disk cache, median",
@@ -129,8 +171,8 @@ def http_rows(table):
     echo, calls, hooks = r["http.echo"], r["http.tool_calls"], r["webhooks.sqlite"]
     ratio = calls["rate"] / max(echo["rate"], 1e-9)
     table.add("HTTP tool calls vs plain axum echo, 32 conns",
-              f"{calls['rate']:,.0f}/s vs {echo['rate']:,.0f}/s = {ratio:.2f}×", "≥ 0.6×",
-              ratio >= 0.6 and calls["errors"] == 0, "--bench http_load (2 vs 1)")
+              f"{calls['rate']:,.0f}/s vs {echo['rate']:,.0f}/s = {ratio:.2f}×", "≥ 0.5×",
+              ratio >= 0.5 and calls["errors"] == 0, "--bench http_load (2 vs 1)")
     p99 = hooks["p99_us"] / 1000
     table.add("durable signed 8 KiB webhooks, SQLite",
               f"{hooks['rate']:,.0f}/s, p99 {p99:.1f} ms", "≥ 8,000/s, p99 ≤ 20 ms",
@@ -140,7 +182,7 @@ def http_rows(table):
 
 def replicas_rows(table):
     cmd = ["cargo", "bench", "-p", "integration-tests", "--bench", "replicas"]
-    pg_target, ratio_target = "≥ 3,000/s", "≥ 0.9×"
+    pg_target, ratio_target = "≥ 3,000/s", "≥ 0.8×"
     try:
         run(["cargo", "build", "--release", "-p", "connector-host"], parse=False)
         r = run(cmd)
@@ -159,7 +201,7 @@ def replicas_rows(table):
     ratio = pgc["rate"] / max(sqc["rate"], 1e-9)
     table.add("HTTP tool calls, PostgreSQL vs SQLite",
               f"{pgc['rate']:,.0f}/s vs {sqc['rate']:,.0f}/s = {ratio:.2f}×", ratio_target,
-              ratio >= 0.9, "--bench replicas")
+              ratio >= 0.8, "--bench replicas")
 
 
 def declarative_rows(table):
@@ -266,20 +308,48 @@ def stdio_rows(table, bench_dir, rounds):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__.split("\n\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--skip", default="", help="comma-separated parts to leave out: "
-                    "runtime, http, replicas, stdio, declarative")
+                    "runtime, http, replicas, stdio, declarative, peers")
     ap.add_argument("--rounds", type=int, default=3, help="stdio rounds (default 3)")
+    ap.add_argument("--peer-rounds", type=int, default=3,
+                    help="peers: alternating rounds (default 3)")
+    ap.add_argument("--peer-seconds", type=int, default=5,
+                    help="peers: seconds of wrk per server and round (default 5)")
+    ap.add_argument("--conns", type=int, default=32,
+                    help="peers: wrk connections (default 32; threads: 2)")
+    ap.add_argument("--stdio-calls", type=int, default=2000,
+                    help="peers: stdio calls per server and round (default 2000)")
+    ap.add_argument("--skip-peer", default="", help="peers: comma-separated servers to "
+                    f"leave out: {', '.join(peers_table.ALL_PEERS)}")
+    default_wassette = os.environ.get("WASSETTE") or os.path.join(
+        os.environ.get("PEER_BUILDS", os.path.join(os.path.dirname(ROOT), "peer-builds")),
+        "bin", "wassette")
+    ap.add_argument("--wassette", default=default_wassette,
+                    help="peers: the wassette binary (default $WASSETTE, else "
+                    "$PEER_BUILDS/bin/wassette as bench/peers/setup.sh builds it: "
+                    f"{default_wassette})")
     a = ap.parse_args()
     skip = {s.strip() for s in a.skip.split(",") if s.strip()}
-    unknown = skip - {"runtime", "http", "replicas", "stdio", "declarative"}
+    unknown = skip - {"runtime", "http", "replicas", "stdio", "declarative", "peers"}
     if unknown:
         ap.error(f"unknown part(s) to skip: {', '.join(sorted(unknown))}")
+    skip_peer = {s.strip() for s in a.skip_peer.split(",") if s.strip()}
+    if skip_peer - set(peers_table.ALL_PEERS):
+        ap.error(f"unknown peer(s): {', '.join(sorted(skip_peer - set(peers_table.ALL_PEERS)))}")
+    if min(a.rounds, a.peer_rounds, a.peer_seconds, a.conns, a.stdio_calls) < 1:
+        ap.error("--rounds, --peer-rounds, --peer-seconds, --conns and --stdio-calls must be >= 1")
+    peer_opts = argparse.Namespace(rounds=a.peer_rounds, seconds=a.peer_seconds,
+                                   conns=a.conns, threads=2, wassette=a.wassette,
+                                   stdio_n=a.stdio_calls, skip=skip_peer)
     started, load_before = time.time(), loadavg()
     table = Table()
     parts = [("runtime", runtime_rows), ("http", http_rows), ("replicas", replicas_rows),
              ("stdio", lambda t: stdio_rows(t, os.path.join(ROOT, "bench"), a.rounds)),
-             ("declarative", declarative_rows)]
+             ("declarative", declarative_rows),
+             ("peers", lambda t: peers_table.peers_rows(t, peer_opts, TARGET, run))]
     for name, part in parts:
         if name in skip:
             continue
