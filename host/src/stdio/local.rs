@@ -34,41 +34,8 @@
 //!
 //! # Cost
 //!
-//! Measured 2026-11-23 on 2 shared cores (load 3–4.5 from other builds), release,
-//! `python3 bench/table.py --skip runtime,http,replicas --rounds 5` (an agent with `acme`
-//! bound, `mcp_stdio_bench.py --tool acme.echo`, n = 2000, all four interleaved): p50
-//! local 214–256 µs (median 220), bridge 323–380 µs (328), the Python floor server
-//! 96–101 µs (100), a do-nothing Rust stdio server 69–70 µs: local is 2.2× the floor
-//! (the bridge 3.3×), the target (≤ 1.0×) missed. Where the difference goes:
-//!
-//! - About half is the answer's length on the client's side: the bench reads its pipe
-//!   unbuffered, one `read(2)` per byte (~0.8 µs each). Our `tools/call` answer (text
-//!   content, `structuredContent`, `isError`; the HTTP endpoint's bytes) is 149 bytes,
-//!   the floor's 87: the same floor answering our 149 bytes measures 143–150 µs, and the
-//!   client spends 120–135 µs of CPU per call against either, 78 µs against the plain
-//!   floor. A `ping` through the whole local path (36-byte answer) is 73–79 µs p50.
-//! - The rest is server CPU: 100 µs per `tools/call` (`perf stat`, 6000 − 1000 calls)
-//!   against the floor's 43 µs; 32 µs per `ping`. Of the `tools/call` CPU (`perf record`,
-//!   dwarf call graphs): the tool call in `Host::call_tool` (a fresh sandbox:
-//!   instantiate, run, tear down, argument and output checks) 35 %, waiting in
-//!   `epoll_wait` 16 %, the stdio loop (read, classify, write) 14 %, the endpoint's own
-//!   work (authentication, parse, session, serialise) 9 %, the `CommitWatch` 7 %.
-//!
-//! Steps that paid, in order: the commit watch (before it every message ran the full
-//! check on the blocking pool: 268–332 µs), calling the handlers rather than the router
-//! with its layers (226–273 → 215–221 µs), one stdin buffer instead of a zeroed 64 KiB
-//! array per read (217–222 → 211–212 µs, same run). Tried and dropped: a smaller or no
-//! resident linear memory for the sandbox (`linear_memory_keep_resident` 64 KiB or 0:
-//! 239–245 µs, slower).
-//!
-//! Measured again 2026-11-25 (after the cheaper fresh sandbox, cached load and
-//! allocator), three interleaved rounds, n = 2000: local 136–155 µs p50, the Python
-//! floor 105–115 µs (1.3×): the target (≤ 1.0×) is still missed. A do-nothing Rust
-//! stdio server answering like the floor (76 bytes of compact JSON for a one-digit id;
-//! the floor's spaced JSON is 87) measures 91–104 µs, and 119–121 µs answering our
-//! `acme.echo` answer instead (141 bytes for a one-digit id): our
-//! answer's length alone puts us at 1.1× the floor, before any work is done; the work
-//! (refresh, authentication, a fresh sandbox, serialisation) is the remaining 20–35 µs.
+//! Where a message's time goes against the Python floor, and which steps paid:
+//! `docs/decisions/2026-11-23-mcp-local-cost.md`.
 //!
 //! # What it does not do
 //!

@@ -1,8 +1,8 @@
 //! MCP (CONTRACT.md §5): each agent's effective tools as an MCP server, over Streamable
 //! HTTP at `/mcp/agents/{agentId}` ([`router`]), and over stdio through `connector-host
-//! mcp` ([`stdio`]): bridged to a running host, or answered in its own process by the same
-//! handlers on the host's data ([`local`]), at the stateless revision `2026-07-28` and the
-//! session revisions before it.
+//! mcp` (the binary's `stdio` module): bridged to a running host, or answered in its own
+//! process by these same handlers on the host's data (`stdio::local`), at the stateless
+//! revision `2026-07-28` and the session revisions before it.
 //!
 //! # Two eras on one endpoint
 //!
@@ -56,50 +56,8 @@
 //!   shutdown would otherwise wait on them forever; `connector-host serve` calls it on
 //!   Ctrl-C / SIGTERM.
 //!
-//! # Why hand-written rather than `rmcp`
-//!
-//! The official Rust SDK (`rmcp` 3.9.0, the current release; `transport-streamable-http-
-//! server`) was the preferred option. Measured and read against what this endpoint must
-//! do, writing the protocol ourselves (about 1,200 lines with docs, server side) is the
-//! better trade here:
-//!
-//! 1. **Cost per call** (the target: MCP `tools/call` ≤ 1.2× the plain HTTP tool-call
-//!    path). A probe with rmcp 3.9.0 (an echo tool, no sandbox) against a plain axum
-//!    handler doing the same JSON-RPC work, same process, same hyper client, 2 cores:
-//!    sequential p50 119 µs (rmcp, session mode) and 85 µs (rmcp, stateless JSON mode)
-//!    versus 35–89 µs; with 32 connections ~31,000 and ~39,000 calls/s versus
-//!    ~96,000 calls/s, i.e. rmcp adds ~20 µs of server work per call. An `acme.echo`
-//!    call over HTTP costs ~26 µs (38,700 calls/s in `benches/mcp_load.rs`), so rmcp
-//!    would put MCP near 1.8× the HTTP path (an estimate across the two runs; the probe
-//!    is a scratch crate outside the workspace, described in the issue note). In session
-//!    mode rmcp answers every POST as an SSE stream (a priming event, then the message)
-//!    routed through a per-session worker task and channels;
-//!    behind `axum::serve` without `TCP_NODELAY` (as `connector-host serve` runs) those
-//!    split writes meet Nagle and delayed ACKs: p50 44 ms per call. Here `tools/call` is
-//!    one handler (parse, a read-locked session lookup, `Host::call_tool`, one
-//!    serialisation, one `application/json` write): `benches/mcp_load.rs` measures it at
-//!    0.98× (sequential p50) and 1.05× (cost per call, 32 connections) of the HTTP path.
-//! 2. **Error mapping the contract fixes.** rmcp answers a body that is not JSON with
-//!    `415` and a plain-text body, a batch with `415` ("unrecognized JSON-RPC message"),
-//!    an unknown session with plain-text `404`. Ours are JSON-RPC errors with the codes
-//!    of §5 (`-32700`, `-32600`, `-32002`, `-32602` with pointers), and `401`/`403` come
-//!    from the host's own token rules.
-//! 3. **Per-agent sessions.** rmcp builds a session's handler from a factory that sees no
-//!    request; the agent (from the path) and the token would be re-derived per message
-//!    from the request parts it injects, and a session opened under `/mcp/agents/a`
-//!    would answer under `/mcp/agents/b` unless its session manager were wrapped. Here a
-//!    session is bound to its agent at `initialize`.
-//! 4. **The live surface** needs a stream per session fed by our watcher; with rmcp that
-//!    means keeping each session's `Peer` and sending through its worker. Here it is one
-//!    channel per session.
-//! 5. **Weight.** rmcp brings rmcp-macros, pastey, uuid, sse-stream, tokio-stream and
-//!    tokio-util's codecs (and a draft-revision lifecycle we do not speak) for what is
-//!    four methods here; axum, serde_json and tokio are already in the tree.
-//!
-//! What rmcp would have given us for free, interoperability, is tested against a client
-//! nobody here wrote: the official MCP Python SDK drives this endpoint and the stdio
-//! bridge in `tests/mcp.rs` (`tests/mcp/client_check.py`). If the contract grows to
-//! resources, prompts, sampling or elicitation, revisit this choice.
+//! Why the protocol is written here rather than on the official Rust SDK (`rmcp`), with
+//! the measurements: `docs/decisions/2026-11-22-mcp-server-hand-written.md`.
 
 mod access;
 pub mod http;
