@@ -89,7 +89,6 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
@@ -110,6 +109,8 @@ const TOKEN_RENEW_AFTER: Duration = Duration::from_secs(24 * 3600);
 pub struct Local {
     host: Host,
     agent: String,
+    /// The endpoint served: the agent's tools, named as asked.
+    endpoint: super::Endpoint,
     /// The endpoint's sessions (this process's own: a session lives in the process that
     /// opened it, as with any host).
     sessions: Arc<super::session::Sessions>,
@@ -120,8 +121,12 @@ pub struct Local {
 
 impl Local {
     /// Opens the host's state on `config` as a tool server and checks that `agent`
-    /// exists.
-    pub async fn open(config: HostConfig, agent: &str) -> Result<Local, String> {
+    /// exists; its tools are named as `naming` says.
+    pub async fn open(
+        config: HostConfig,
+        agent: &str,
+        naming: super::Naming,
+    ) -> Result<Local, String> {
         connector_model::ids::check_id("agent", agent).map_err(|e| e.message)?;
         let data_dir = config.data_dir.clone();
         // Opened before the host loads its state: nothing committed in between can be
@@ -144,6 +149,10 @@ impl Local {
             sessions: Arc::new(super::session::Sessions::new(host.clone())),
             host,
             agent: agent.to_string(),
+            endpoint: super::Endpoint {
+                agent: agent.into(),
+                naming,
+            },
             auth: Mutex::new((auth, Instant::now())),
             watch,
         })
@@ -232,11 +241,13 @@ impl Local {
         auth: HeaderValue,
     ) -> Response {
         headers.insert(header::AUTHORIZATION, auth);
-        let (state, agent) = (State(self.sessions.clone()), Path(self.agent.clone()));
+        let (sessions, endpoint) = (&self.sessions, &self.endpoint);
         match method {
-            Method::POST => super::http::post(state, agent, headers, Body::from(body)).await,
-            Method::GET => super::http::get(state, agent, headers).await,
-            Method::DELETE => super::http::delete(state, agent, headers).await,
+            Method::POST => {
+                super::http::post_to(sessions, endpoint, headers, Body::from(body)).await
+            }
+            Method::GET => super::http::get_from(sessions, endpoint, headers).await,
+            Method::DELETE => super::http::delete_at(sessions, endpoint, headers).await,
             _ => rpc_error(
                 StatusCode::METHOD_NOT_ALLOWED,
                 INTERNAL_ERROR,

@@ -105,6 +105,8 @@ mod access;
 mod http;
 pub mod jsonrpc;
 pub mod local;
+pub mod names;
+pub mod resources;
 pub mod session;
 mod stateless;
 #[cfg(feature = "cli")]
@@ -119,6 +121,25 @@ use axum::Router;
 use crate::host::Host;
 
 pub use http::{SESSION_HEADER, VERSION_HEADER};
+pub use names::Naming;
+
+/// What one endpoint URL serves: an agent's tools, named as [`Naming`] says
+/// (`/mcp/agents/{agentId}[/namespaces/{namespace}][?toolNames=flat]`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    pub agent: Arc<str>,
+    pub naming: Naming,
+}
+
+impl Endpoint {
+    /// All of `agent`'s tools by canonical id.
+    pub fn canonical(agent: &str) -> Endpoint {
+        Endpoint {
+            agent: agent.into(),
+            naming: Naming::default(),
+        }
+    }
+}
 
 /// The stateless revision: no sessions, each request carries its version in `_meta`.
 pub const STATELESS_VERSION: &str = "2026-07-28";
@@ -165,6 +186,12 @@ pub fn router<S: Clone + Send + Sync + 'static>(host: Host) -> Router<S> {
         .route(
             "/mcp/agents/{agent}",
             post(http::post).get(http::get).delete(http::delete),
+        )
+        .route(
+            "/mcp/agents/{agent}/namespaces/{namespace}",
+            post(http::namespace_post)
+                .get(http::namespace_get)
+                .delete(http::namespace_delete),
         )
         .with_state(sessions)
         .route(

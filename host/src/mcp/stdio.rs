@@ -61,9 +61,13 @@ pub fn run(config: BridgeConfig) -> Result<(), String> {
 /// Serves agent `agent`'s tools on this process's stdin/stdout from the host's data named
 /// by `config`, opened here beside any running `serve` (see [`super::local`]), until
 /// stdin ends.
-pub fn run_local(config: crate::config::HostConfig, agent: String) -> Result<(), String> {
+pub fn run_local(
+    config: crate::config::HostConfig,
+    agent: String,
+    naming: super::Naming,
+) -> Result<(), String> {
     serve_stdio(async move {
-        let local = super::local::Local::open(config, &agent).await?;
+        let local = super::local::Local::open(config, &agent, naming).await?;
         Ok(Bridge::local(local))
     })
 }
