@@ -428,8 +428,10 @@ pub async fn serve(
         "resources/templates/list" => {
             complete(&id, super::resources::templates(), Some(DISCOVER_TTL_MS))
         }
+        // A unit's inbox grows at any time: not to be reused (`ttlMs: 0`), and the
+        // agent's own (`private`).
         "resources/read" => match super::resources::read(host, agent, params.as_ref()).await {
-            Ok(contents) => complete(&id, contents, None),
+            Ok(contents) => complete(&id, contents, Some(0)),
             Err((code, message, data)) => json_response(
                 StatusCode::OK,
                 jsonrpc::error(&id, code, &message, (!data.is_null()).then_some(&data)),
