@@ -249,10 +249,9 @@ impl MessageWatch {
         }
         loop {
             let woke = if self.poll {
-                match tokio::time::timeout(SHARED_INBOX_POLL, self.live.recv()).await {
-                    Err(_) => None,
-                    Ok(woke) => Some(woke),
-                }
+                tokio::time::timeout(SHARED_INBOX_POLL, self.live.recv())
+                    .await
+                    .ok()
             } else {
                 Some(self.live.recv().await)
             };

@@ -54,14 +54,14 @@ fn endpoint_of(
     agent: &str,
     namespace: Option<&str>,
     query: &EndpointQuery,
-) -> Result<Endpoint, Response> {
+) -> Result<Endpoint, Rejection> {
     let flat = Naming::style(query.tool_names.as_deref()).map_err(|m| {
-        rpc_error(
+        Box::new(rpc_error(
             StatusCode::BAD_REQUEST,
             &Value::Null,
             INVALID_REQUEST,
             &format!("Bad Request: {m}"),
-        )
+        ))
     })?;
     Ok(Endpoint {
         agent: agent.into(),
@@ -301,7 +301,7 @@ pub async fn post(
 ) -> Response {
     match endpoint_of(&agent, None, &query) {
         Ok(endpoint) => post_to(&sessions, &endpoint, headers, body).await,
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
@@ -316,7 +316,7 @@ pub async fn namespace_post(
 ) -> Response {
     match endpoint_of(&agent, Some(&namespace), &query) {
         Ok(endpoint) => post_to(&sessions, &endpoint, headers, body).await,
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
@@ -755,7 +755,7 @@ pub async fn get(
 ) -> Response {
     match endpoint_of(&agent, None, &query) {
         Ok(endpoint) => get_from(&sessions, &endpoint, headers).await,
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
@@ -768,7 +768,7 @@ pub async fn namespace_get(
 ) -> Response {
     match endpoint_of(&agent, Some(&namespace), &query) {
         Ok(endpoint) => get_from(&sessions, &endpoint, headers).await,
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
@@ -849,7 +849,7 @@ pub async fn delete(
 ) -> Response {
     match endpoint_of(&agent, None, &query) {
         Ok(endpoint) => delete_at(&sessions, &endpoint, headers).await,
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
@@ -862,7 +862,7 @@ pub async fn namespace_delete(
 ) -> Response {
     match endpoint_of(&agent, Some(&namespace), &query) {
         Ok(endpoint) => delete_at(&sessions, &endpoint, headers).await,
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 

@@ -443,10 +443,9 @@ pub async fn serve(
                 .and_then(|p| p.get("name"))
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            let tool = match tools::canonical_id(host, agent, &endpoint.naming, tool) {
-                Ok(id) => id,
-                Err(_) => String::new(),
-            };
+            // An ambiguous name has no schema to check here: `tools/call` refuses it.
+            let tool =
+                tools::canonical_id(host, agent, &endpoint.naming, tool).unwrap_or_default();
             if let Ok(list) = host.effective_tools(&Subject::Agent(agent.to_string())) {
                 if let Some(tool) = list.get(&tool) {
                     let arguments = params.as_ref().and_then(|p| p.get("arguments"));
