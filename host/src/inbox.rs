@@ -116,6 +116,7 @@ impl Inbox {
             store: self.store.clone(),
             poll: self.others_write,
             seen,
+            found: Default::default(),
         })
     }
 
@@ -231,23 +232,24 @@ pub struct MessageWatch {
     live: tokio::sync::broadcast::Receiver<Arc<MessageRecord>>,
     store: Arc<dyn Store>,
     poll: bool,
-    /// Per unit watched: the newest cursor already reported.
+    /// Per unit watched: the newest cursor already seen.
     seen: HashMap<String, i64>,
+    /// Units with messages found but not reported yet.
+    found: std::collections::BTreeSet<String>,
 }
 
 impl MessageWatch {
-    /// The units watched.
-    pub fn units(&self) -> impl Iterator<Item = &str> {
-        self.seen.keys().map(String::as_str)
-    }
-
     /// Waits until one or more watched units received a message newer than any reported
     /// before, and names them (sorted). Pending forever when nothing is watched.
+    /// Cancel-safe: what a dropped call had found is kept for the next one.
     pub async fn next(&mut self) -> Vec<String> {
         if self.seen.is_empty() {
             return std::future::pending().await;
         }
         loop {
+            if !self.found.is_empty() {
+                return std::mem::take(&mut self.found).into_iter().collect();
+            }
             let woke = if self.poll {
                 tokio::time::timeout(SHARED_INBOX_POLL, self.live.recv())
                     .await
@@ -255,7 +257,6 @@ impl MessageWatch {
             } else {
                 Some(self.live.recv().await)
             };
-            let mut changed = std::collections::BTreeSet::new();
             let mut reread = woke.is_none();
             let mut woke = woke;
             // Take everything already waiting, so one burst is one answer.
@@ -265,7 +266,7 @@ impl MessageWatch {
                         if let Some(seen) = self.seen.get_mut(&m.unit_id) {
                             if m.seq > *seen {
                                 *seen = m.seq;
-                                changed.insert(m.unit_id.clone());
+                                self.found.insert(m.unit_id.clone());
                             }
                         }
                     }
@@ -282,18 +283,18 @@ impl MessageWatch {
                 }
             }
             if reread {
-                for (unit, seen) in self.seen.iter_mut() {
+                let units: Vec<String> = self.seen.keys().cloned().collect();
+                for unit in units {
                     // A failed read is retried at the next round.
-                    if let Ok(last) = self.store.last_message_cursor(unit).await {
-                        if last > *seen {
-                            *seen = last;
-                            changed.insert(unit.clone());
+                    if let Ok(last) = self.store.last_message_cursor(&unit).await {
+                        if let Some(seen) = self.seen.get_mut(&unit) {
+                            if last > *seen {
+                                *seen = last;
+                                self.found.insert(unit);
+                            }
                         }
                     }
                 }
-            }
-            if !changed.is_empty() {
-                return changed.into_iter().collect();
             }
         }
     }

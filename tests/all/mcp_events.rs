@@ -258,6 +258,46 @@ async fn subscriptions_listen_carries_resource_updates_at_2026_07_28() {
     assert_eq!(ids, [&json!("st-2")]);
 }
 
+/// The agent's unit list changing is `notifications/resources/list_changed`, on a listen
+/// stream that asked for it and on a session's stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joining_a_unit_changes_the_resource_list() {
+    let h = events_host().await;
+    let token = h.agent_token("ada").await;
+    let stateless = Stateless::new(&h.url, "ada", &token);
+    let (mut stream, _) = stateless
+        .listen(json!({"resourcesListChanged": true}))
+        .await;
+    let ack = stream.next(Duration::from_secs(5)).await.expect("ack");
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"resourcesListChanged": true})
+    );
+    let session = Mcp::open(&h.url, "ada", &token, "2025-11-25").await;
+    let mut session_stream = session.stream().await;
+    h.agent("ada", &["u1", "u2"]).await;
+    for (what, s) in [("listen", &mut stream), ("session", &mut session_stream)] {
+        next_notification(
+            s,
+            "notifications/resources/list_changed",
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_or_else(|| panic!("{what}: no resources/list_changed"));
+    }
+    let list = stateless.rpc("resources/list", json!({})).await;
+    let uris: Vec<&str> = list["result"]["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .map(|r| r["uri"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(uris, [U1, U2]);
+    // Now u2's inbox is ada's to read.
+    let read = stateless.rpc("resources/read", json!({"uri": U2})).await;
+    assert!(read.get("result").is_some(), "{read}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flat_names_reach_the_same_tools_and_collisions_are_left_out() {
     let h = crate::mcp::setup().await;
