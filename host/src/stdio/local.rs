@@ -212,10 +212,13 @@ impl Local {
         let (sessions, endpoint) = (&self.sessions, &self.endpoint);
         match method {
             Method::POST => {
-                connector_http::mcp::http::post_to(sessions, endpoint, headers, Body::from(body)).await
+                connector_http::mcp::http::post_to(sessions, endpoint, headers, Body::from(body))
+                    .await
             }
             Method::GET => connector_http::mcp::http::get_from(sessions, endpoint, headers).await,
-            Method::DELETE => connector_http::mcp::http::delete_at(sessions, endpoint, headers).await,
+            Method::DELETE => {
+                connector_http::mcp::http::delete_at(sessions, endpoint, headers).await
+            }
             _ => rpc_error(
                 StatusCode::METHOD_NOT_ALLOWED,
                 INTERNAL_ERROR,
