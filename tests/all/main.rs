@@ -19,6 +19,7 @@ mod github;
 mod github_app;
 mod layout;
 mod mcp;
+mod mcp_events;
 mod mcp_local;
 mod mcp_stateless;
 mod postgres_cluster;

@@ -29,7 +29,7 @@ pub use crate::directory::{
 };
 pub use crate::dispatch::{Metrics, PlatformToolHandler};
 use crate::grants::ResolvedTools;
-pub use crate::inbox::{Message, MessagePage};
+pub use crate::inbox::{Message, MessagePage, MessageWatch};
 use crate::registry::InstalledConnector;
 pub use crate::startup::{open_store, StartupReport};
 use crate::startup::{Parts, Role};
@@ -388,5 +388,11 @@ impl Host {
         cursor: Option<&str>,
     ) -> HostResult<impl Stream<Item = Message> + Send + 'static> {
         self.parts.inbox.subscribe(unit, cursor)
+    }
+
+    /// Watches the inboxes of `units` for messages stored from now on (here, or by
+    /// another replica): what MCP resource subscriptions are pushed from.
+    pub async fn watch_messages(&self, units: Vec<String>) -> HostResult<MessageWatch> {
+        self.parts.inbox.watch(units).await
     }
 }

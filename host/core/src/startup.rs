@@ -139,15 +139,16 @@ impl Parts {
         let state = Arc::new(State::new(store.clone(), registry, &snapshot));
         store.applied(snapshot.version);
         let catalog = Arc::new(Catalog::new(config.clone(), runtime, state.clone()));
+        let others_write = store.is_shared() || role == Role::ToolServer;
         let replicas = Arc::new(ReplicaSync::new(
             store.clone(),
             state.clone(),
             catalog.clone(),
             replica_id,
             snapshot.version,
-            store.is_shared() || role == Role::ToolServer,
+            others_write,
         ));
-        let inbox = Arc::new(Inbox::new(store.clone(), state.clone()));
+        let inbox = Arc::new(Inbox::new(store.clone(), state.clone(), others_write));
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(10))
             .build()

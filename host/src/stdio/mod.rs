@@ -63,9 +63,13 @@ pub fn run(config: BridgeConfig) -> Result<(), String> {
 /// Serves agent `agent`'s tools on this process's stdin/stdout from the host's data named
 /// by `config`, opened here beside any running `serve` (see [`local`]), until
 /// stdin ends.
-pub fn run_local(config: connector_core::config::HostConfig, agent: String) -> Result<(), String> {
+pub fn run_local(
+    config: connector_core::config::HostConfig,
+    agent: String,
+    naming: connector_http::mcp::Naming,
+) -> Result<(), String> {
     serve_stdio(async move {
-        let local = local::Local::open(config, &agent).await?;
+        let local = local::Local::open(config, &agent, naming).await?;
         Ok(Bridge::local(local))
     })
 }

@@ -18,7 +18,24 @@
 //!   when it is unknown, ended, or another agent's). `MCP-Protocol-Version`, when sent,
 //!   must name a supported revision (`400` otherwise). `GET` opens the session's
 //!   server→client SSE stream; `DELETE` ends the session (`204`). Methods: `initialize`,
-//!   `ping`, `tools/list`, `tools/call`; anything else is `-32601`.
+//!   `ping`, `tools/list`, `tools/call`, `resources/list`, `resources/templates/list`,
+//!   `resources/read`, `resources/subscribe`, `resources/unsubscribe`; anything else is
+//!   `-32601`.
+//!
+//! # Three endpoint forms ([`Endpoint`], [`names`])
+//!
+//! `/mcp/agents/{agentId}` names tools by canonical id; `?toolNames=flat` writes each `.`
+//! as `__` (the model APIs' function names refuse dots); `/namespaces/{ns}` serves one
+//! namespace's tools by bare name. A session belongs to the endpoint that opened it. The
+//! mapping happens at the edge: `tools/list` shows presented names, `tools/call` maps the
+//! name back among the agent's effective tools, errors quote the presented name.
+//!
+//! # Events ([`resources`])
+//!
+//! The agent's units' inboxes are the resources `spring://units/{unitId}/messages`:
+//! listed, read by cursor, and subscribed to (sessions: `resources/subscribe`, pushed on
+//! the GET stream; 2026-07-28: `resourceSubscriptions` of `subscriptions/listen`), pushed
+//! from the inbox's commit signal ([`Host::watch_messages`]).
 //!
 //! # What both do
 //!
@@ -33,7 +50,8 @@
 //! - `tools/call` runs `Host::call_tool` (the same grant and schema checks as
 //!   `POST /agents/{id}/tool-calls`): a result becomes `content` (its JSON text) plus
 //!   `structuredContent` (the result when it is an object, else `{"result": value}`);
-//!   `tool_not_granted` → `-32002`; `unknown_tool` → `-32602`; `invalid_arguments` → a
+//!   `tool_not_granted` → `-32002` (`-32602` with `data.code` at 2026-07-28, which
+//!   retired `-32002`); `unknown_tool` → `-32602`; `invalid_arguments` → a
 //!   result with `isError: true` naming each violation from `2025-11-25` on (SEP-1303),
 //!   `-32602` with `data.violations` before; the connector's own failure (`tool_failed`,
 //!   `connector_trapped`, `connector_timeout`) → a result with `isError: true`.
@@ -62,6 +80,8 @@
 mod access;
 pub mod http;
 pub mod jsonrpc;
+pub mod names;
+pub mod resources;
 pub mod session;
 pub mod stateless;
 pub mod tools;
@@ -74,6 +94,25 @@ use axum::Router;
 use connector_core::host::Host;
 
 pub use http::{SESSION_HEADER, VERSION_HEADER};
+pub use names::Naming;
+
+/// What one endpoint URL serves: an agent's tools, named as [`Naming`] says
+/// (`/mcp/agents/{agentId}[/namespaces/{namespace}][?toolNames=flat]`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    pub agent: Arc<str>,
+    pub naming: Naming,
+}
+
+impl Endpoint {
+    /// All of `agent`'s tools by canonical id.
+    pub fn canonical(agent: &str) -> Endpoint {
+        Endpoint {
+            agent: agent.into(),
+            naming: Naming::default(),
+        }
+    }
+}
 
 /// The stateless revision: no sessions, each request carries its version in `_meta`.
 pub const STATELESS_VERSION: &str = "2026-07-28";
@@ -120,6 +159,12 @@ pub fn router<S: Clone + Send + Sync + 'static>(host: Host) -> Router<S> {
         .route(
             "/mcp/agents/{agent}",
             post(http::post).get(http::get).delete(http::delete),
+        )
+        .route(
+            "/mcp/agents/{agent}/namespaces/{namespace}",
+            post(http::namespace_post)
+                .get(http::namespace_get)
+                .delete(http::namespace_delete),
         )
         .with_state(sessions)
         .route(
