@@ -25,10 +25,7 @@ use crate::{authorize, read_limited, Access, BodyError};
 use connector_model::error::{ErrorCode, HostError};
 use connector_model::records::Subject;
 
-/// `Mcp-Session-Id`.
-pub const SESSION_HEADER: &str = "mcp-session-id";
-/// `MCP-Protocol-Version`.
-pub const VERSION_HEADER: &str = "mcp-protocol-version";
+pub use connector_mcp_protocol::revision::{SESSION_HEADER, VERSION_HEADER};
 /// Methods this server answers; anything else is `-32601`, with or without a session.
 const METHODS: [&str; 9] = [
     "initialize",

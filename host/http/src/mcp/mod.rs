@@ -79,7 +79,6 @@
 
 mod access;
 pub mod http;
-pub mod jsonrpc;
 pub mod names;
 pub mod resources;
 pub mod session;
@@ -93,7 +92,11 @@ use axum::Router;
 
 use connector_core::host::Host;
 
-pub use http::{SESSION_HEADER, VERSION_HEADER};
+pub use connector_mcp_protocol::jsonrpc;
+pub use connector_mcp_protocol::revision::{
+    negotiate, BATCH_VERSION, SESSION_HEADER, SESSION_VERSIONS, STATELESS_VERSION,
+    SUPPORTED_VERSIONS, VERSION_HEADER,
+};
 pub use names::Naming;
 
 /// What one endpoint URL serves: an agent's tools, named as [`Naming`] says
@@ -114,27 +117,8 @@ impl Endpoint {
     }
 }
 
-/// The stateless revision: no sessions, each request carries its version in `_meta`.
-pub const STATELESS_VERSION: &str = "2026-07-28";
-/// Revisions served through `initialize` sessions, newest first.
-pub const SESSION_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
-/// Every revision the endpoint speaks, newest first.
-pub const SUPPORTED_VERSIONS: [&str; 4] =
-    [STATELESS_VERSION, "2025-11-25", "2025-06-18", "2025-03-26"];
-/// The one revision with JSON-RPC batches.
-pub const BATCH_VERSION: &str = "2025-03-26";
 /// Largest POST body.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
-
-/// The revision to answer `initialize` with: the client's when it is a session revision,
-/// else the newest session revision.
-pub fn negotiate(requested: &str) -> &'static str {
-    SESSION_VERSIONS
-        .iter()
-        .find(|v| **v == requested)
-        .copied()
-        .unwrap_or(SESSION_VERSIONS[0])
-}
 
 static STREAMS_END: std::sync::LazyLock<tokio::sync::watch::Sender<bool>> =
     std::sync::LazyLock::new(|| tokio::sync::watch::channel(false).0);
@@ -172,21 +156,4 @@ pub fn router<S: Clone + Send + Sync + 'static>(host: Host) -> Router<S> {
             axum::routing::get(access::metadata),
         )
         .layer(axum::middleware::from_fn_with_state(host, access::cors))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn negotiation_prefers_the_clients_revision() {
-        for v in SESSION_VERSIONS {
-            assert_eq!(negotiate(v), v);
-        }
-        // The stateless revision has no `initialize`: a session gets the newest that has.
-        assert_eq!(negotiate(STATELESS_VERSION), "2025-11-25");
-        assert_eq!(negotiate("2024-11-05"), "2025-11-25");
-        assert_eq!(negotiate("2099-01-01"), "2025-11-25");
-        assert_eq!(negotiate(""), "2025-11-25");
-    }
 }
