@@ -22,7 +22,7 @@ use serde_json::Value;
 
 pub use crate::auth::IssuedToken;
 pub use crate::bundled::bundled_component;
-pub use crate::catalog::{Installed, Written};
+pub use crate::catalog::{InstallOptions, Installed, Written};
 use crate::config::HostConfig;
 pub use crate::context::RuntimeContext;
 pub use crate::directory::{
@@ -32,6 +32,7 @@ pub use crate::dispatch::{Metrics, PlatformToolHandler};
 use crate::grants::ResolvedTools;
 pub use crate::inbox::{Message, MessagePage};
 use crate::registry::InstalledConnector;
+pub use crate::sources::ComponentSource;
 pub use crate::startup::{open_store, StartupReport};
 use crate::startup::{Parts, Role};
 pub use crate::webhooks::{DeliveryView, WebhookOutcome};
@@ -137,9 +138,27 @@ impl Host {
     // ----- connectors ---------------------------------------------------------------
 
     /// Installs a component (a new slug) or rotates an installed one (same slug, new
-    /// digest); see [`Catalog::install`].
+    /// digest), from uploaded bytes; see [`Host::install_from`].
     pub async fn install_connector(&self, bytes: &[u8], force: bool) -> HostResult<Installed> {
-        self.parts.install(Arc::from(bytes), None, force).await
+        let source = ComponentSource::Upload(Arc::from(bytes));
+        self.install_from(
+            source,
+            InstallOptions {
+                force,
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
+    /// Installs or rotates from uploaded bytes or an OCI registry (CONTRACT.md §10),
+    /// under the signature policy and the tool-definition pin.
+    pub async fn install_from(
+        &self,
+        source: ComponentSource,
+        options: InstallOptions,
+    ) -> HostResult<Installed> {
+        self.parts.install_from(source, options).await
     }
 
     /// Every installed connector, sorted by slug.

@@ -27,8 +27,10 @@ pub mod registry;
 mod remote_answer;
 pub mod replicas;
 pub mod server;
+pub mod sources;
 mod startup;
 mod state;
+pub mod trust;
 pub mod webhooks;
 
 pub use connector_model::error::{ErrorCode, HostError, HostResult};

@@ -280,7 +280,7 @@ async fn pull_within(
     let signature = if keys.is_empty() {
         SignatureCheck::NotChecked
     } else {
-        check_signatures(&client, reference, &manifest_digest, keys).await?
+        check_signatures(&client, &auth, reference, &manifest_digest, keys).await?
     };
     Ok(PulledComponent {
         bytes,
@@ -329,10 +329,18 @@ async fn read_layer(
     let mut bytes = Vec::with_capacity(declared.min(16 * 1024 * 1024) as usize);
     let mut hasher = Sha256::new();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| DistributionError::Registry {
-            registry: reference.registry().to_string(),
-            message: format!("reading the component layer failed: {e}"),
-        })?;
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            // `oci-client` checks the digest at the end of the stream too: the bytes are
+            // all here, and the check below names the mismatch.
+            Err(_) if bytes.len() as u64 == declared => break,
+            Err(e) => {
+                return Err(DistributionError::Registry {
+                    registry: reference.registry().to_string(),
+                    message: format!("reading the component layer failed: {e}"),
+                })
+            }
+        };
         if bytes.len() as u64 + chunk.len() as u64 > declared {
             return Err(DistributionError::Artifact(format!(
                 "the registry sent more than the {declared} bytes the manifest of {reference} declares for its layer"
@@ -359,15 +367,13 @@ async fn read_layer(
 /// The signatures stored under `sha256-<hex>.sig` beside `manifest_digest`.
 async fn check_signatures(
     client: &Client,
+    auth: &RegistryAuth,
     reference: &OciReference,
     manifest_digest: &str,
     keys: &[TrustedKey],
 ) -> Result<SignatureCheck, DistributionError> {
     let sig_ref = signature_reference(reference, manifest_digest)?;
-    let manifest = match client
-        .pull_image_manifest(&sig_ref, &RegistryAuth::Anonymous)
-        .await
-    {
+    let manifest = match client.pull_image_manifest(&sig_ref, auth).await {
         Ok((manifest, _)) => manifest,
         Err(e) if is_not_found(&e) => return Ok(SignatureCheck::Unsigned),
         Err(e) => return Err(registry_error(reference, e)),
@@ -515,7 +521,7 @@ pub async fn push(
     };
     let manifest_digest = push_manifest(&client, image, &manifest, reference).await?;
     let signature_tag = match signer {
-        Some(key) => Some(push_signature(&client, reference, &manifest_digest, key).await?),
+        Some(key) => Some(push_signature(&client, &auth, reference, &manifest_digest, key).await?),
         None => None,
     };
     Ok(Pushed {
@@ -528,6 +534,7 @@ pub async fn push(
 /// Adds a cosign signature of `manifest_digest` to the `sha256-<hex>.sig` manifest.
 async fn push_signature(
     client: &Client,
+    auth: &RegistryAuth,
     reference: &OciReference,
     manifest_digest: &str,
     key: &SignatureKey,
@@ -537,10 +544,7 @@ async fn push_signature(
     let signature = signature::sign(key, &payload);
     let payload_digest = sha256(&payload);
     push_blob(client, reference, payload.clone(), &payload_digest).await?;
-    let mut layers = match client
-        .pull_image_manifest(&sig_ref, &RegistryAuth::Anonymous)
-        .await
-    {
+    let mut layers = match client.pull_image_manifest(&sig_ref, auth).await {
         Ok((existing, _)) => existing.layers,
         Err(e) if is_not_found(&e) => Vec::new(),
         Err(e) => return Err(registry_error(reference, e)),

@@ -820,7 +820,7 @@ impl StateStore for SqliteStore {
     async fn load(&self) -> StoreResult<Snapshot> {
         // A write transaction too: it gives one consistent view (the version included), and
         // the single connection is serialised anyway.
-        self.write("load", |tx| load_snapshot(tx)).await
+        self.write("load", load_snapshot).await
     }
 
     async fn component(&self, slug: &str, digest: &str) -> StoreResult<Option<Vec<u8>>> {
