@@ -32,7 +32,7 @@ pub use crate::dispatch::{Metrics, PlatformToolHandler};
 use crate::grants::ResolvedTools;
 pub use crate::inbox::{Message, MessagePage};
 use crate::registry::InstalledConnector;
-pub use crate::sources::ComponentSource;
+pub use crate::sources::{ComponentSource, InstallRequest};
 pub use crate::startup::{open_store, StartupReport};
 use crate::startup::{Parts, Role};
 pub use crate::webhooks::{DeliveryView, WebhookOutcome};
@@ -137,28 +137,14 @@ impl Host {
 
     // ----- connectors ---------------------------------------------------------------
 
-    /// Installs a component (a new slug) or rotates an installed one (same slug, new
-    /// digest), from uploaded bytes; see [`Host::install_from`].
+    /// Installs (new slug) or rotates (same slug) uploaded bytes; see [`Host::install`].
     pub async fn install_connector(&self, bytes: &[u8], force: bool) -> HostResult<Installed> {
-        let source = ComponentSource::Upload(Arc::from(bytes));
-        self.install_from(
-            source,
-            InstallOptions {
-                force,
-                ..Default::default()
-            },
-        )
-        .await
+        self.install(InstallRequest::upload(bytes, force)).await
     }
 
-    /// Installs or rotates from uploaded bytes or an OCI registry (CONTRACT.md §10),
-    /// under the signature policy and the tool-definition pin.
-    pub async fn install_from(
-        &self,
-        source: ComponentSource,
-        options: InstallOptions,
-    ) -> HostResult<Installed> {
-        self.parts.install_from(source, options).await
+    /// Installs or rotates from uploaded bytes or an OCI registry (CONTRACT.md §10).
+    pub async fn install(&self, request: InstallRequest) -> HostResult<Installed> {
+        self.parts.install_from(request).await
     }
 
     /// Every installed connector, sorted by slug.

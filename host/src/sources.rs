@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::catalog::Provenance;
+use crate::catalog::{InstallOptions, Provenance};
 use crate::config::HostConfig;
 use crate::trust::{check_signatures, Signatures};
 use connector_model::error::{HostError, HostResult};
@@ -20,6 +20,26 @@ pub enum ComponentSource {
     Upload(Arc<[u8]>),
     /// `oci://registry/repository:tag` or `…@sha256:<hex>`.
     Registry(String),
+}
+
+/// What to install, and how.
+#[derive(Debug, Clone)]
+pub struct InstallRequest {
+    pub source: ComponentSource,
+    pub options: InstallOptions,
+}
+
+impl InstallRequest {
+    /// Uploaded bytes, unbinding what the new version rejects when `force`.
+    pub fn upload(bytes: &[u8], force: bool) -> Self {
+        Self {
+            source: ComponentSource::Upload(Arc::from(bytes)),
+            options: InstallOptions {
+                force,
+                accept_tool_changes: false,
+            },
+        }
+    }
 }
 
 /// Fetches components and applies the signature policy.

@@ -14,7 +14,7 @@ use crate::dispatch::ToolDispatcher;
 use crate::inbox::Inbox;
 use crate::registry::ConnectorRegistry;
 use crate::replicas::ReplicaSync;
-use crate::sources::{ComponentSource, Sources};
+use crate::sources::{ComponentSource, InstallRequest, Sources};
 use crate::state::State;
 use crate::webhooks::Webhooks;
 use connector_model::error::{ErrorCode, HostResult};
@@ -265,7 +265,10 @@ impl Parts {
                 accept_tool_changes: true,
             };
             let installed = self
-                .install_from(ComponentSource::Upload(Arc::from(bytes)), options)
+                .install_from(InstallRequest {
+                    source: ComponentSource::Upload(Arc::from(bytes)),
+                    options,
+                })
                 .await
                 .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
             if !installed.tool_changes.is_empty() {
@@ -277,13 +280,9 @@ impl Parts {
 
     /// Installs or rotates the component `source` names (uploaded bytes or a registry
     /// reference), under the signature policy.
-    pub(crate) async fn install_from(
-        &self,
-        source: ComponentSource,
-        options: InstallOptions,
-    ) -> HostResult<Installed> {
-        let (bytes, provenance) = self.sources.fetch(source).await?;
-        self.install(bytes, None, provenance, options).await
+    pub(crate) async fn install_from(&self, request: InstallRequest) -> HostResult<Installed> {
+        let (bytes, provenance) = self.sources.fetch(request.source).await?;
+        self.install(bytes, None, provenance, request.options).await
     }
 
     /// Installs or rotates a component. On a shared database another replica's write

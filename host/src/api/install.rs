@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{ok, read_body, written_status, ApiResult};
-use crate::host::{ComponentSource, Host, InstallOptions, Installed};
+use crate::host::{ComponentSource, Host, InstallOptions, InstallRequest, Installed};
 use crate::http::{ApiError, Operator};
 use crate::sources::MAX_COMPONENT_BYTES;
 use connector_model::error::{ErrorCode, HostError};
@@ -77,7 +77,7 @@ pub(super) async fn install_connector(
             "send the component's bytes with Content-Type: application/wasm, or {\"source\": \"oci://…\"} with Content-Type: application/json",
         )));
     };
-    let installed = host.install_from(source, options).await?;
+    let installed = host.install(InstallRequest { source, options }).await?;
     ok(written_status(installed.written), &answer(&installed))
 }
 

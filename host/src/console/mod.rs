@@ -932,7 +932,10 @@ async fn upload(State(host): State<Host>, s: SignedIn, multipart: Multipart) -> 
         accept_tool_changes: upload.accept,
     };
     let source = crate::host::ComponentSource::Upload(bytes.to_vec().into());
-    installed_page(&host, &s, host.install_from(source, options).await, None)
+    let installed = host
+        .install(crate::host::InstallRequest { source, options })
+        .await;
+    installed_page(&host, &s, installed, None)
 }
 
 /// Installs or rotates from an OCI reference (the form of [`trust::pull_form`]).
@@ -946,12 +949,11 @@ async fn pull(State(host): State<Host>, s: SignedIn, form: FormResult) -> Respon
         force: f.get("force") == Some("true"),
         accept_tool_changes: f.get("accept") == Some("true"),
     };
-    let pulled = host
-        .install_from(
-            crate::host::ComponentSource::Registry(source.clone()),
-            options,
-        )
-        .await;
+    let request = crate::host::InstallRequest {
+        source: crate::host::ComponentSource::Registry(source.clone()),
+        options,
+    };
+    let pulled = host.install(request).await;
     installed_page(&host, &s, pulled, Some(&source))
 }
 
