@@ -43,7 +43,12 @@ actions:
 "#;
 
 /// Packs the rotor connector with these descriptions into `dir/<name>.wasm`.
-async fn rotor(dir: &Path, name: &str, connector: &str, tool: &str) -> std::path::PathBuf {
+pub(crate) async fn rotor(
+    dir: &Path,
+    name: &str,
+    connector: &str,
+    tool: &str,
+) -> std::path::PathBuf {
     let yaml = dir.join(format!("{name}.yaml"));
     std::fs::write(
         &yaml,
