@@ -111,8 +111,10 @@ pub(crate) fn check_pinned(
     .with_details(json!({"toolChanges": changes})))
 }
 
-/// What the signatures of a component to install say.
+/// What the signatures of a component to install say. (Without the `oci` feature every
+/// component is an upload, and has none.)
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(not(feature = "oci"), allow(dead_code))]
 pub(crate) enum Signatures {
     /// Signed by this trusted key.
     SignedBy(String),
