@@ -21,6 +21,7 @@ mod layout;
 mod mcp;
 mod mcp_local;
 mod mcp_stateless;
+mod oci;
 mod postgres_cluster;
 mod replicas;
 mod restart;
