@@ -166,7 +166,7 @@ impl Sources {
     #[cfg(not(feature = "oci"))]
     async fn pull(&self, _reference: &str) -> HostResult<(Arc<[u8]>, Provenance)> {
         Err(HostError::invalid_request(
-            "this build of connector-host cannot pull from OCI registries: build it with the `oci` feature",
+            "this build cannot pull from OCI registries: build connector-core with its `oci` feature (the connector-host binary has it)",
         ))
     }
 }
