@@ -22,6 +22,7 @@ mod mcp;
 mod mcp_events;
 mod mcp_local;
 mod mcp_stateless;
+mod oci;
 mod postgres_cluster;
 mod replicas;
 mod restart;

@@ -11,3 +11,4 @@ pub mod fake_echo;
 pub mod fake_github;
 pub mod harness;
 pub mod postgres;
+pub mod registry;
