@@ -22,6 +22,7 @@ pub mod context;
 pub mod dev;
 pub mod inspect;
 pub mod live;
+mod local_cache;
 pub mod mcp;
 pub mod messages;
 pub mod new;
