@@ -26,6 +26,7 @@ mod local_cache;
 pub mod mcp;
 pub mod messages;
 pub mod new;
+pub(crate) mod new_lang;
 pub mod pack;
 pub mod serve;
 pub mod tools;

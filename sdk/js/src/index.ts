@@ -256,6 +256,14 @@ export function connector<ConfigSchema extends AnyObject = z.ZodObject<{}>>(
   return { spec: spec as unknown as ConnectorSpec<AnyObject> };
 }
 
+/**
+ * A configuration field holding a GitHub App installation id: the host mints
+ * installation tokens only for ids in fields so marked (`"x-github-installation": true`).
+ */
+export function githubInstallationId() {
+  return z.number().int().positive().meta({ "x-github-installation": true });
+}
+
 /** Writes one line to the host's log, tagged with the connector and the call. */
 export function log(level: host.LogLevel, message: string): void {
   host.log(level, message);

@@ -2,7 +2,7 @@
 // tests/all/languages.rs, including what a hostile connector would try: fetching any URL,
 // reading any secret, minting a token for any installation, looping and hogging memory.
 // tests/guests/probe-py is the same connector in Python.
-import { connector, content, githubInstallationToken, result, secret, tool, ToolError, z } from "@spring/connector";
+import { connector, content, githubInstallationId, githubInstallationToken, result, secret, tool, ToolError, z } from "@spring/connector";
 
 // A 1x1 PNG.
 const PNG = Uint8Array.from(
@@ -18,7 +18,7 @@ export default connector({
   version: "0.1.0",
   config: z.object({
     routes: z.array(z.string()).optional(),
-    installationId: z.number().int().optional(),
+    installationId: githubInstallationId().optional(),
     secret: z.string().optional(),
     mute: z.array(z.string()).optional().describe("Message kinds this binding does not want."),
   }),
@@ -36,7 +36,7 @@ export default connector({
       },
     }),
     tool({
-      name: "secret",
+      name: "secret_value",
       description: "Reads a secret by name.",
       input: z.object({ name: z.string() }),
       run: ({ name }) => ({ value: secret(name) ?? null }),
