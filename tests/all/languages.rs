@@ -8,7 +8,8 @@
 //!   its binding names; gets an installation token for its binding's installation and
 //!   none for another (the hostile case); translates and filters a webhook; returns
 //!   content blocks and structured output checked against its output schema; and a
-//!   looping tool is stopped at the deadline, a memory hog at its limit.
+//!   looping tool is stopped at the deadline, a memory hog at its own limit
+//!   (`connectors.<slug>.memory_mib`).
 //!
 //! The components are built by `integration_tests::languages` (and kept under
 //! target/langs/). Every host here shares one compiled-component cache, so each
@@ -31,6 +32,8 @@ use crate::mcp::Mcp;
 const APP_ID: &str = "1012345";
 const OWN_INSTALLATION: u64 = 48213907;
 const FOREIGN_INSTALLATION: u64 = 4242;
+/// The probe's own memory bound (`connectors.<slug>.memory_mib`), above the default 64.
+const PROBE_MEMORY_MIB: u64 = 96;
 const WEBHOOK_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const PNG_B64: &str =
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVQI12P4z8AAAAMBAQAY3Y2wAAAAAElFTkSuQmCC";
@@ -159,6 +162,7 @@ async fn probe_host(lang: Lang) -> Option<(TestHost, FakeGithub)> {
             webhook_secrets: vec![WEBHOOK_SECRET.into()],
             ..ConnectorSettings::default()
         };
+        settings.memory_mib = Some(PROBE_MEMORY_MIB);
         settings.secrets.insert("pat".into(), "ghp_yours".into());
         settings
             .secrets
@@ -320,6 +324,11 @@ async fn probe_keeps_the_rules(lang: Lang) {
     assert_eq!((s, error_code(&b)), (504, "connector_timeout"), "{b}");
     let (s, b) = call("hog", json!({})).await;
     assert_eq!((s, error_code(&b)), (502, "connector_trapped"), "{b}");
+    assert!(
+        b.to_string()
+            .contains(&format!("memory limit of {PROBE_MEMORY_MIB} MiB")),
+        "the connector's own memory_mib applies: {b}"
+    );
     let (s, b) = call("secret_value", json!({"name": "pat"})).await;
     assert_eq!(s, 200, "{b}");
 }

@@ -126,6 +126,9 @@ pub struct Sandbox {
     pub secrets: Arc<BTreeMap<String, String>>,
     /// Whose share of the host the call counts against.
     pub caller: Caller,
+    /// This connector's linear-memory bound, when the operator set one
+    /// (`connectors.<slug>.memory_mib`); `None`: the runtime's `memory_bytes`.
+    pub memory_bytes: Option<usize>,
 }
 
 impl Sandbox {
@@ -137,6 +140,7 @@ impl Sandbox {
             installations: Arc::from(Vec::new()),
             secrets: Arc::new(BTreeMap::new()),
             caller: Caller::Host,
+            memory_bytes: None,
         }
     }
 
@@ -464,7 +468,7 @@ impl ConnectorRuntime {
             .total_tables(slots * 8)
             .total_stacks(slots)
             .max_memories_per_component(4)
-            .max_memory_size(limits.memory_bytes)
+            .max_memory_size(limits.instance_memory_bytes())
             .linear_memory_keep_resident(256 * 1024)
             .table_keep_resident(16 * 1024)
             .async_stack_keep_resident(64 * 1024)
@@ -740,7 +744,11 @@ impl ConnectorRuntime {
                 connections: Arc::new(tokio::sync::Semaphore::new(outbound::CONNECTIONS_PER_CALL)),
             },
             limiter: MemoryLimiter {
-                limit: self.limits.memory_bytes,
+                // Never above the slot size the pool was built with.
+                limit: sandbox
+                    .memory_bytes
+                    .unwrap_or(self.limits.memory_bytes)
+                    .min(self.limits.instance_memory_bytes()),
                 exceeded: false,
                 budget: self.share.memory_budget(admitted, deadline),
             },
@@ -839,7 +847,7 @@ impl ConnectorRuntime {
         let state = store.data();
         if state.limiter.exceeded {
             return GuestError::MemoryExceeded {
-                limit_bytes: self.limits.memory_bytes,
+                limit_bytes: state.limiter.limit,
             };
         }
         // wasmtime's error when a transfer out of the guest passes the hostcall fuel set

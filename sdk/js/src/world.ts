@@ -22,6 +22,17 @@ type WitContent =
     }
   | { tag: "resource"; val: { uri: string; mimeType?: string; contents: { tag: "text"; val: string } | { tag: "blob"; val: Uint8Array } } };
 
+/**
+ * Whether `e` is the engine running out of memory (SpiderMonkey throws the string
+ * "out of memory" when the host refuses to grow the instance's memory past its limit).
+ * It is rethrown, so the instance traps and the host reports the memory limit, as for a
+ * connector in any language, instead of a tool error.
+ */
+function outOfMemory(e: unknown): boolean {
+  const text = typeof e === "string" ? e : e instanceof Error ? e.message : "";
+  return /^out of memory$/i.test(text);
+}
+
 /** Makes an export answer `err(value)`. */
 function err(value: unknown): never {
   throw { payload: value };
@@ -157,6 +168,7 @@ export function exportsOf(connector: Connector) {
           content: answer.content.map(block),
         };
       } catch (e) {
+        if (outOfMemory(e)) throw e;
         const kind = e instanceof ToolError ? e.kind : "failed";
         return err({ tag: kind, val: reason(e) });
       }

@@ -89,6 +89,10 @@ class WitWorld(wit_world.WitWorld):
             return wit.ToolOutput(structured=structured, content=[_block(b) for b in answer.content])
         except ToolError as e:
             raise Err(_ERRORS.get(e.kind, wit.ToolError_Failed)(e.message))
+        except MemoryError:
+            # The host refused to grow memory past the limit: the instance traps and the
+            # host reports the memory limit, as for a connector in any language.
+            raise
         except Exception as e:
             raise Err(wit.ToolError_Failed(_reason(e)))
 
