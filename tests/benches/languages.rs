@@ -36,7 +36,7 @@ fn main() {
         .expect("tokio");
     let mut builds: Vec<(&str, Vec<u8>, Option<PathBuf>)> = vec![(
         "rust",
-        connector_host::host::bundled_component("acme")
+        connector_bundled::component("acme")
             .expect("acme is bundled")
             .to_vec(),
         None,
@@ -76,6 +76,7 @@ async fn measure(name: &str, bytes: Vec<u8>, path: Option<PathBuf>) {
     let (host, _) = Host::open(HostConfig {
         data_dir: data.path().to_path_buf(),
         operator_token: Some("bench".into()),
+        bundled: connector_bundled::components(),
         ..HostConfig::default()
     })
     .await
