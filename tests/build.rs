@@ -33,6 +33,7 @@ fn specs() -> Vec<GuestSpec> {
             .output_name("hostile-prefix-lookalike"),
         GuestSpec::new("no-exports"),
         GuestSpec::new("rich"),
+        GuestSpec::new("conformance"),
         GuestSpec::new("native-http"),
     ];
     for feature in BAD_MANIFEST_FEATURES {

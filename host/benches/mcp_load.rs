@@ -24,6 +24,11 @@
 //! `200 {"result": {"message":"hi"}}`, MCP `200` with `"isError":false`). The ratio is
 //! MCP / HTTP: of the p50 latency for the sequential runs, and of the cost per call (HTTP
 //! calls/s over MCP calls/s) for the concurrent ones.
+//!
+//! Name mapping: the same two MCP paths run again on `/mcp/agents/a1?toolNames=flat`
+//! (calling `acme__echo`, mapped back to `acme.echo` among the agent's effective tools),
+//! and their ratio to the canonical endpoint is printed (flat / canonical: what the
+//! mapping costs, expected within noise).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,6 +52,8 @@ const MCP_BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params"
 const STATELESS_BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"acme.echo","arguments":{"message":"hi"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"mcp_load","version":"0"},"io.modelcontextprotocol/clientCapabilities":{}}}}"#;
 const VERSION: &str = "2025-11-25";
 const STATELESS_VERSION: &str = "2026-07-28";
+const FLAT_MCP_BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"acme__echo","arguments":{"message":"hi"}}}"#;
+const FLAT_STATELESS_BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"acme__echo","arguments":{"message":"hi"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"mcp_load","version":"0"},"io.modelcontextprotocol/clientCapabilities":{}}}}"#;
 /// The target ratio MCP / HTTP.
 const TARGET: f64 = 1.1;
 
@@ -107,14 +114,35 @@ fn main() -> anyhow::Result<()> {
     })?;
     let bearer = HeaderValue::from_str(&format!("Bearer {agent_token}"))?;
 
-    // ----- MCP sessions (one per connection) -------------------------------------------
-    let sessions: Vec<HeaderValue> = client.block_on(async {
+    // ----- MCP sessions (one per connection), on the canonical and the flat endpoint ------
+    let open_sessions =
+        |path: &'static str| client.block_on(open_sessions(addr, path, &agent_token, conns));
+    let sessions = Arc::new(open_sessions("/mcp/agents/a1")?);
+    let flat_sessions = Arc::new(open_sessions("/mcp/agents/a1?toolNames=flat")?);
+    run_all(
+        &client,
+        addr,
+        bearer,
+        sessions,
+        flat_sessions,
+        (conns, max_requests, max_time, rounds),
+    )
+}
+
+/// `conns` sessions opened on `path`.
+async fn open_sessions(
+    addr: std::net::SocketAddr,
+    path: &str,
+    agent_token: &str,
+    conns: usize,
+) -> anyhow::Result<Vec<HeaderValue>> {
+    {
         let http = reqwest::Client::new();
         let mut out = Vec::with_capacity(conns);
         for _ in 0..conns {
             let r = http
-                .post(format!("http://{addr}/mcp/agents/a1"))
-                .bearer_auth(&agent_token)
+                .post(format!("http://{addr}{path}"))
+                .bearer_auth(agent_token)
                 .json(
                     &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
                     "protocolVersion": VERSION, "capabilities": {},
@@ -130,8 +158,8 @@ fn main() -> anyhow::Result<()> {
             if body["result"]["protocolVersion"] != VERSION {
                 bail!("initialize answered {body}");
             }
-            http.post(format!("http://{addr}/mcp/agents/a1"))
-                .bearer_auth(&agent_token)
+            http.post(format!("http://{addr}{path}"))
+                .bearer_auth(agent_token)
                 .header("mcp-session-id", session.clone())
                 .header("mcp-protocol-version", VERSION)
                 .json(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
@@ -140,9 +168,62 @@ fn main() -> anyhow::Result<()> {
             out.push(session);
         }
         anyhow::Ok(out)
-    })?;
-    let sessions = Arc::new(sessions);
+    }
+}
 
+/// A session request maker: `body` to `path`, each connection in its own session.
+fn session_maker(
+    bearer: &HeaderValue,
+    sessions: &Arc<Vec<HeaderValue>>,
+    path: &'static str,
+    body: &'static str,
+) -> Make {
+    let bearer = bearer.clone();
+    let sessions = sessions.clone();
+    Arc::new(move |a: Attempt| {
+        let conn = a.conn;
+        Request::post(path)
+            .header(http::header::HOST, "127.0.0.1")
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::ACCEPT, "application/json, text/event-stream")
+            .header(http::header::AUTHORIZATION, bearer.clone())
+            .header("mcp-session-id", sessions[conn % sessions.len()].clone())
+            .header("mcp-protocol-version", VERSION)
+            .body(Full::new(Bytes::from_static(body.as_bytes())))
+            .unwrap_or_default()
+    })
+}
+
+/// A stateless request maker: `body` (calling `name`) to `path`.
+fn stateless_maker(
+    bearer: &HeaderValue,
+    path: &'static str,
+    name: &'static str,
+    body: &'static str,
+) -> Make {
+    let bearer = bearer.clone();
+    Arc::new(move |_| {
+        Request::post(path)
+            .header(http::header::HOST, "127.0.0.1")
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::ACCEPT, "application/json, text/event-stream")
+            .header(http::header::AUTHORIZATION, bearer.clone())
+            .header("mcp-protocol-version", STATELESS_VERSION)
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", name)
+            .body(Full::new(Bytes::from_static(body.as_bytes())))
+            .unwrap_or_default()
+    })
+}
+
+fn run_all(
+    client: &tokio::runtime::Runtime,
+    addr: std::net::SocketAddr,
+    bearer: HeaderValue,
+    sessions: Arc<Vec<HeaderValue>>,
+    flat_sessions: Arc<Vec<HeaderValue>>,
+    (conns, max_requests, max_time, rounds): (usize, u64, Duration, u64),
+) -> anyhow::Result<()> {
     let http_make: Make = {
         let bearer = bearer.clone();
         Arc::new(move |_| {
@@ -154,38 +235,20 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or_default()
         })
     };
-    let mcp_make: Make = {
-        let bearer = bearer.clone();
-        let sessions = sessions.clone();
-        Arc::new(move |a: Attempt| {
-            let conn = a.conn;
-            Request::post("/mcp/agents/a1")
-                .header(http::header::HOST, "127.0.0.1")
-                .header(http::header::CONTENT_TYPE, "application/json")
-                .header(http::header::ACCEPT, "application/json, text/event-stream")
-                .header(http::header::AUTHORIZATION, bearer.clone())
-                .header("mcp-session-id", sessions[conn % sessions.len()].clone())
-                .header("mcp-protocol-version", VERSION)
-                .body(Full::new(Bytes::from_static(MCP_BODY.as_bytes())))
-                .unwrap_or_default()
-        })
-    };
-
-    let stateless_make: Make = {
-        let bearer = bearer.clone();
-        Arc::new(move |_| {
-            Request::post("/mcp/agents/a1")
-                .header(http::header::HOST, "127.0.0.1")
-                .header(http::header::CONTENT_TYPE, "application/json")
-                .header(http::header::ACCEPT, "application/json, text/event-stream")
-                .header(http::header::AUTHORIZATION, bearer.clone())
-                .header("mcp-protocol-version", STATELESS_VERSION)
-                .header("mcp-method", "tools/call")
-                .header("mcp-name", "acme.echo")
-                .body(Full::new(Bytes::from_static(STATELESS_BODY.as_bytes())))
-                .unwrap_or_default()
-        })
-    };
+    let mcp_make = session_maker(&bearer, &sessions, "/mcp/agents/a1", MCP_BODY);
+    let stateless_make = stateless_maker(&bearer, "/mcp/agents/a1", "acme.echo", STATELESS_BODY);
+    let flat_mcp_make = session_maker(
+        &bearer,
+        &flat_sessions,
+        "/mcp/agents/a1?toolNames=flat",
+        FLAT_MCP_BODY,
+    );
+    let flat_stateless_make = stateless_maker(
+        &bearer,
+        "/mcp/agents/a1?toolNames=flat",
+        "acme__echo",
+        FLAT_STATELESS_BODY,
+    );
 
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!("# mcp_load: cargo bench -p connector-host --bench mcp_load");
@@ -215,6 +278,12 @@ fn main() -> anyhow::Result<()> {
     let _ = client.block_on(loadgen::http(
         &[addr],
         warm,
+        flat_mcp_make.clone(),
+        check_mcp,
+    ));
+    let _ = client.block_on(loadgen::http(
+        &[addr],
+        warm,
         stateless_make.clone(),
         check_mcp,
     ));
@@ -231,8 +300,32 @@ fn main() -> anyhow::Result<()> {
         ("HTTP tool-calls, concurrent", par, &http_make, check_http),
         ("MCP session, concurrent", par, &mcp_make, check_mcp),
         ("MCP stateless, concurrent", par, &stateless_make, check_mcp),
+        (
+            "MCP session flat, sequential",
+            seq,
+            &flat_mcp_make,
+            check_mcp,
+        ),
+        (
+            "MCP stateless flat, sequential",
+            seq,
+            &flat_stateless_make,
+            check_mcp,
+        ),
+        (
+            "MCP session flat, concurrent",
+            par,
+            &flat_mcp_make,
+            check_mcp,
+        ),
+        (
+            "MCP stateless flat, concurrent",
+            par,
+            &flat_stateless_make,
+            check_mcp,
+        ),
     ];
-    let mut totals: [Run; 6] = Default::default();
+    let mut totals: [Run; 10] = Default::default();
     for round in 1..=rounds {
         println!("\nround {round}");
         for (i, (label, limits, make, check)) in runs.iter().enumerate() {
@@ -262,6 +355,16 @@ fn main() -> anyhow::Result<()> {
         println!(
             "  {name:<10} concurrent cost per call (HTTP calls/s ÷ MCP calls/s) {par_ratio:.3} ({})   p50 {par_p50:.3}",
             verdict(par_ratio)
+        );
+    }
+    println!("\nname mapping: flat / canonical (expected within noise)");
+    for (name, canonical_seq, canonical_par, flat_seq, flat_par) in
+        [("session", 1, 4, 6, 8), ("stateless", 2, 5, 7, 9)]
+    {
+        let seq_ratio = p50(&totals[flat_seq]) / p50(&totals[canonical_seq]).max(1e-12);
+        let par_ratio = totals[canonical_par].rate() / totals[flat_par].rate().max(1e-9);
+        println!(
+            "  {name:<10} sequential p50 {seq_ratio:.3}   concurrent cost per call {par_ratio:.3}"
         );
     }
     let errors: u64 = totals.iter().map(|r| r.errors).sum();

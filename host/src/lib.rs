@@ -12,7 +12,7 @@ pub mod stdio;
 
 pub use connector_console as console;
 pub use connector_core::{
-    auth, config, context, github_app, grants, host, registry, replicas, webhooks,
+    auth, config, context, github_app, grants, host, registry, replicas, sources, trust, webhooks,
 };
 pub use connector_core::{ContentBlock, ErrorCode, Host, HostError, HostResult, ToolOutput};
 pub use connector_http::{api, mcp};

@@ -34,6 +34,8 @@ fn help_lists_every_command() {
         "mcp",
         "new",
         "dev",
+        "push",
+        "keygen",
     ] {
         assert!(
             top.contains(command),

@@ -1217,3 +1217,77 @@ async fn the_live_inbox_stops_at_sign_out() {
     );
     assert!(ended.is_ok(), "the stream ends once its session has");
 }
+
+/// A rotation that changes pinned tool definitions shows them side by side and asks to
+/// accept them; accepting rotates and says what changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_with_pinned_tool_changes_shows_them_and_asks_to_accept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let v1 = crate::oci::rotor(dir.path(), "c1", "Rotor.", "Reads the status.").await;
+    let v2 = crate::oci::rotor(
+        dir.path(),
+        "c2",
+        "Rotor.",
+        "Reads the status, then <b>acts</b>.",
+    )
+    .await;
+    let h = TestHost::start_with(|c| c.trust.pin_tool_definitions = true).await;
+    h.install(v1.to_str().expect("path")).await;
+    let mut c = Console::new(&h.url);
+    c.sign_in().await;
+    let csrf = c.csrf().await;
+    let component = std::fs::read(&v2).expect("v2");
+    let upload = |accept: bool| {
+        let mut body = format!(
+            "--B0undary\r\nContent-Disposition: form-data; name=\"csrf\"\r\n\r\n{csrf}\r\n"
+        );
+        if accept {
+            body.push_str(
+                "--B0undary\r\nContent-Disposition: form-data; name=\"accept\"\r\n\r\ntrue\r\n",
+            );
+        }
+        body.push_str(
+            "--B0undary\r\nContent-Disposition: form-data; name=\"component\"; filename=\"c2.wasm\"\r\n\
+             Content-Type: application/wasm\r\n\r\n",
+        );
+        let mut body = body.into_bytes();
+        body.extend_from_slice(&component);
+        body.extend_from_slice(b"\r\n--B0undary--\r\n");
+        c.http
+            .post(format!("{}/console/connectors", c.base))
+            .header("cookie", c.cookie.clone().unwrap_or_default())
+            .header("content-type", "multipart/form-data; boundary=B0undary")
+            .body(body)
+            .send()
+    };
+    let r = upload(false).await.expect("upload");
+    assert_eq!(r.status(), 409);
+    let page = r.text().await.unwrap_or_default();
+    assert!(page.contains("Tool definitions changed"), "{page}");
+    for shown in [
+        "rotor.status",
+        "description",
+        "Reads the status.",
+        "Reads the status, then &lt;b&gt;acts&lt;/b&gt;.",
+        "name=\"accept\" value=\"true\"",
+    ] {
+        assert!(
+            page.contains(shown),
+            "`{shown}` missing from the page: {page}"
+        );
+    }
+    let (_, still) = h.op(Method::GET, "/api/v1/connectors/rotor", None).await;
+    assert_eq!(still["tools"][0]["description"], "Reads the status.");
+
+    let r = upload(true).await.expect("upload");
+    assert_eq!(r.status(), 200);
+    let page = r.text().await.unwrap_or_default();
+    assert!(page.contains("with these tool changes"), "{page}");
+    let (_, now) = h.op(Method::GET, "/api/v1/connectors/rotor", None).await;
+    assert_eq!(
+        now["tools"][0]["description"],
+        "Reads the status, then <b>acts</b>."
+    );
+    let (_, page) = c.get("/console/connectors/rotor").await;
+    assert!(page.contains("Source") && page.contains("upload"), "{page}");
+}

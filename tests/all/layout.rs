@@ -29,7 +29,7 @@ fn dependency_names(package: &str, args: &[&str]) -> BTreeSet<String> {
 }
 
 /// What only the `connector-host` binary (or one of the edges) may compile.
-const NOT_IN_THE_CORE: [&str; 10] = [
+const NOT_IN_THE_CORE: [&str; 13] = [
     "clap",
     "tracing-subscriber",
     "tokio-postgres",
@@ -40,6 +40,9 @@ const NOT_IN_THE_CORE: [&str; 10] = [
     "connector-bundled",
     "connector-guest-build",
     "connector-console",
+    "connector-distribution",
+    "oci-client",
+    "scrypt",
 ];
 
 #[test]
@@ -54,9 +57,11 @@ fn the_core_compiles_no_edge_cli_postgres_or_guest_build() {
     }
     assert!(core.contains("wasmtime") && core.contains("rusqlite"));
     assert!(core.len() < full.len(), "{} vs {}", core.len(), full.len());
-    // PostgreSQL is the core's one optional backend.
+    // PostgreSQL and registries are the core's optional parts.
     let shared = dependency_names("connector-core", &["--features", "postgres"]);
     assert!(shared.contains("tokio-postgres"));
+    let registries = dependency_names("connector-core", &["--features", "oci"]);
+    assert!(registries.contains("oci-client"));
 }
 
 #[test]

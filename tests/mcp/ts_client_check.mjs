@@ -144,13 +144,20 @@ async function leg(kind, mode) {
     const bad = await client.callTool({ name: 'acme.echo', arguments: { message: 5 } });
     check(bad.isError && bad.content[0].text.includes('/message'), `${name}: invalid ${JSON.stringify(bad)}`);
     let refused;
+    let refusedData;
     try {
       await client.callTool({ name: 'hostile.counter', arguments: {} });
     } catch (e) {
       refused = e.code;
+      refusedData = e.data;
     }
-    check(refused === -32002, `${name}: an unbound connector's tool gave ${refused}`);
-    log(`${name}: revision ${version ?? '(not reported by this SDK over stdio)'}; list, call, invalid arguments and -32002 as expected`);
+    // 2026-07-28 retired -32002: invalid params, with data.code saying why.
+    if (expected === '2026-07-28') {
+      check(refused === -32602 && refusedData?.code === 'tool_not_granted', `${name}: an unbound connector's tool gave ${refused} ${JSON.stringify(refusedData)}`);
+    } else {
+      check(refused === -32002, `${name}: an unbound connector's tool gave ${refused}`);
+    }
+    log(`${name}: revision ${version ?? '(not reported by this SDK over stdio)'}; list, call, invalid arguments and the not-granted error as expected`);
     await richChecks(name, client);
 
     const subscription = version === '2026-07-28' ? await client.listen({ toolsListChanged: true }) : undefined;

@@ -363,6 +363,22 @@ impl ServerProcess {
         .await
     }
 
+    /// Like [`Self::start_with_config`], with the server's stderr (its log) written to
+    /// `log`.
+    pub async fn start_with_config_logging_to(
+        data_dir: &Path,
+        env: &[(&str, &str)],
+        toml: &str,
+        log: std::fs::File,
+    ) -> ServerProcess {
+        let file = data_dir.join("host.toml");
+        std::fs::write(&file, toml).expect("write host.toml");
+        Self::start_command(data_dir, env, |cmd| {
+            cmd.arg("--config").arg(&file).stderr(log);
+        })
+        .await
+    }
+
     async fn start_command(
         data_dir: &Path,
         env: &[(&str, &str)],

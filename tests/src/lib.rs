@@ -12,3 +12,4 @@ pub mod fake_github;
 pub mod harness;
 pub mod languages;
 pub mod postgres;
+pub mod registry;

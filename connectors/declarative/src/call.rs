@@ -4,6 +4,8 @@
 //! What this module returns may still hold secret values an API echoed back: the caller
 //! passes it through [`crate::redact::Redactor`] before it leaves the component.
 
+use connector_mcp_protocol::client::{self, BodyKind, ClientSession, Failure};
+use connector_mcp_protocol::revision;
 use connector_sdk::http::{self, HttpError, Request, Response};
 use connector_sdk::{Content, ResourceContents, ResourceLink, ToolError, ToolOutput};
 use declarative_plan::{Backend, HttpRequest, McpCall, Root, Tool};
@@ -21,9 +23,6 @@ fn default_header(headers: &mut Vec<(String, String)>, name: &str, value: &str) 
         headers.push((name.into(), value.into()));
     }
 }
-
-/// The MCP revision the interpreter speaks to remote servers.
-const MCP_PROTOCOL_VERSION: &str = "2025-06-18";
 
 fn render_error(tool: &Tool, e: RenderError) -> ToolError {
     match e {
@@ -120,22 +119,17 @@ pub fn http_output(response: Response) -> Result<ToolOutput, ToolError> {
 struct McpSession {
     url: String,
     headers: Vec<(String, String)>,
-    session: Option<String>,
-    protocol: Option<String>,
-    next_id: u64,
+    mcp: ClientSession,
 }
 
 impl McpSession {
     fn post(&mut self, message: &Value) -> Result<Response, ToolError> {
         let mut request = Request::post(self.url.clone())
             .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream");
+            .header("accept", client::ACCEPT);
         request.headers.extend(self.headers.iter().cloned());
-        if let Some(session) = &self.session {
-            request = request.header("mcp-session-id", session.clone());
-        }
-        if let Some(protocol) = &self.protocol {
-            request = request.header("mcp-protocol-version", protocol.clone());
+        for (name, value) in self.mcp.headers() {
+            request = request.header(name, value);
         }
         let request = request
             .json(message)
@@ -145,11 +139,13 @@ impl McpSession {
 
     /// Sends a request and returns its JSON-RPC result.
     fn request(&mut self, method: &str, params: Value) -> Result<Value, ToolError> {
-        self.next_id += 1;
-        let id = self.next_id;
-        let response = self.post(&json!({
-            "jsonrpc": "2.0", "id": id, "method": method, "params": params
-        }))?;
+        let (id, message) = self.mcp.request(method, params);
+        self.exchange(method, id, &message)
+    }
+
+    /// Sends request `id` (`message`) and returns its JSON-RPC result.
+    fn exchange(&mut self, method: &str, id: u64, message: &Value) -> Result<Value, ToolError> {
+        let response = self.post(message)?;
         if !response.is_success() {
             let message = format!(
                 "the MCP server answered `{method}` with HTTP {}: {}",
@@ -162,74 +158,49 @@ impl McpSession {
                 ToolError::Failed(message)
             });
         }
-        if let Some(session) = response.header("mcp-session-id") {
-            self.session = Some(session.to_owned());
-        }
-        let answer = find_response(&response, id).ok_or_else(|| {
+        self.mcp
+            .adopt_session_id(response.header(revision::SESSION_HEADER));
+        let kind = BodyKind::of(response.header("content-type").unwrap_or(""));
+        // Anything but an event stream is read as JSON (servers that omit the type).
+        let kind = if kind == BodyKind::EventStream {
+            kind
+        } else {
+            BodyKind::Json
+        };
+        let answer = client::response_in(kind, &response.body, id).ok_or_else(|| {
             ToolError::Failed(format!(
                 "the MCP server sent no answer to `{method}` (request {id})"
             ))
         })?;
-        if let Some(error) = answer.get("error") {
-            let message = error
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("no message");
-            return Err(ToolError::Failed(format!(
-                "the MCP server refused `{method}`: {message}"
-            )));
-        }
-        answer
-            .get("result")
-            .cloned()
-            .ok_or_else(|| ToolError::Failed(format!("the MCP answer to `{method}` has no result")))
+        client::outcome(answer).map_err(|failure| match failure {
+            Failure::Error { message, .. } => ToolError::Failed(format!(
+                "the MCP server refused `{method}`: {}",
+                if message.is_empty() {
+                    "no message"
+                } else {
+                    &message
+                }
+            )),
+            Failure::Malformed => {
+                ToolError::Failed(format!("the MCP answer to `{method}` has no result"))
+            }
+        })
     }
 
     fn close(&mut self) {
-        let Some(session) = self.session.take() else {
+        if !self.mcp.has_session_id() {
             return;
-        };
-        let mut request = Request::delete(self.url.clone()).header("mcp-session-id", session);
+        }
+        let mut request = Request::delete(self.url.clone());
+        for (name, value) in self.mcp.headers() {
+            request = request.header(name, value);
+        }
+        self.mcp.end();
         request.headers.extend(self.headers.iter().cloned());
         // The session ends with this call either way; a server that keeps it is not our
         // failure to report.
         let _ = http::request(request);
     }
-}
-
-/// The JSON-RPC response with `id` in a JSON or SSE body.
-fn find_response(response: &Response, id: u64) -> Option<Value> {
-    let is_sse = response
-        .header("content-type")
-        .is_some_and(|t| t.trim_start().starts_with("text/event-stream"));
-    let matches = |v: &Value| v.get("id").and_then(Value::as_u64) == Some(id);
-    if !is_sse {
-        let value: Value = serde_json::from_slice(&response.body).ok()?;
-        return match value {
-            Value::Array(items) => items.into_iter().find(|v| matches(v)),
-            v => matches(&v).then_some(v),
-        };
-    }
-    let text = response.text();
-    let mut data = String::new();
-    for line in text.lines().chain(std::iter::once("")) {
-        if line.is_empty() {
-            if !data.is_empty() {
-                if let Ok(value) = serde_json::from_str::<Value>(&data) {
-                    if matches(&value) {
-                        return Some(value);
-                    }
-                }
-                data.clear();
-            }
-        } else if let Some(rest) = line.strip_prefix("data:") {
-            if !data.is_empty() {
-                data.push('\n');
-            }
-            data.push_str(rest.strip_prefix(' ').unwrap_or(rest));
-        }
-    }
-    None
 }
 
 fn run_mcp(tool: &Tool, call: &McpCall, scope: &Scope) -> Result<ToolOutput, ToolError> {
@@ -251,28 +222,16 @@ fn run_mcp(tool: &Tool, call: &McpCall, scope: &Scope) -> Result<ToolOutput, Too
     let mut session = McpSession {
         url,
         headers,
-        session: None,
-        protocol: None,
-        next_id: 0,
+        mcp: ClientSession::new(),
     };
     let result = (|| {
-        let init = session.request(
-            "initialize",
-            json!({
-                "protocolVersion": MCP_PROTOCOL_VERSION,
-                "capabilities": {},
-                "clientInfo": {"name": "connector-host-declarative", "version": env!("CARGO_PKG_VERSION")}
-            }),
-        )?;
-        session.protocol = Some(
-            init.get("protocolVersion")
-                .and_then(Value::as_str)
-                .unwrap_or(MCP_PROTOCOL_VERSION)
-                .to_owned(),
-        );
-        let initialized = session.post(&json!({
-            "jsonrpc": "2.0", "method": "notifications/initialized"
-        }))?;
+        let (id, message) = session
+            .mcp
+            .initialize("connector-host-declarative", env!("CARGO_PKG_VERSION"));
+        let init = session.exchange("initialize", id, &message)?;
+        session.mcp.adopt_initialize(&init);
+        let initialized =
+            session.post(&ClientSession::notification("notifications/initialized"))?;
         if !initialized.is_success() {
             return Err(ToolError::Failed(format!(
                 "the MCP server refused `notifications/initialized` with HTTP {}",
@@ -411,28 +370,6 @@ mod tests {
             panic!("stays a failure");
         };
         assert!(m.len() < ERROR_EXCERPT_BYTES + 32, "{}", m.len());
-    }
-
-    #[test]
-    fn mcp_answers_are_found_in_json_and_in_sse() {
-        let sse = response(
-            200,
-            "text/event-stream",
-            "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\n\
-             data: {\"jsonrpc\":\"2.0\",\"id\":2,\n\
-             data: \"result\":{\"ok\":true}}\n\n",
-        );
-        assert_eq!(
-            find_response(&sse, 2),
-            Some(json!({"jsonrpc": "2.0", "id": 2, "result": {"ok": true}}))
-        );
-        assert_eq!(find_response(&sse, 3), None);
-        let plain = response(
-            200,
-            "application/json",
-            "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}",
-        );
-        assert!(find_response(&plain, 1).is_some());
     }
 
     #[test]

@@ -61,6 +61,8 @@ pub fn chain(
             config_schema: json!({}),
             webhook: None,
             allowed_hosts: vec![],
+            source: connector_model::connector::SOURCE_UPLOAD.to_string(),
+            signed_by: None,
         };
         let installed = InstalledConnector::from_parts(info, component.clone()).expect("valid");
         connectors.insert(ns, Arc::new(installed));

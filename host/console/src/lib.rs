@@ -31,6 +31,7 @@
 pub mod form;
 pub mod pages;
 pub mod session;
+mod trust;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -98,6 +99,7 @@ pub fn routes() -> Router<Host> {
                 .post(upload)
                 .layer(DefaultBodyLimit::max(MAX_UPLOAD_BYTES + 64 * 1024)),
         )
+        .route("/connectors/pull", post(pull))
         .route("/connectors/{slug}", get(connector))
         .route("/connectors/{slug}/deliveries", get(deliveries))
         .route(
@@ -925,15 +927,89 @@ async fn upload(State(host): State<Host>, s: SignedIn, multipart: Multipart) -> 
             ),
         );
     };
-    match host.install_connector(&bytes, upload.force).await {
+    let options = connector_core::host::InstallOptions {
+        force: upload.force,
+        accept_tool_changes: upload.accept,
+    };
+    let source = connector_core::host::ComponentSource::Upload(bytes.to_vec().into());
+    let installed = host
+        .install(connector_core::host::InstallRequest { source, options })
+        .await;
+    installed_page(&host, &s, installed, None)
+}
+
+/// Installs or rotates from an OCI reference (the form of [`trust::pull_form`]).
+async fn pull(State(host): State<Host>, s: SignedIn, form: FormResult) -> Response {
+    let f = match fields(&s, form) {
+        Ok(f) => f,
+        Err(r) => return *r,
+    };
+    let source = f.get("source").unwrap_or("").trim().to_string();
+    let options = connector_core::host::InstallOptions {
+        force: f.get("force") == Some("true"),
+        accept_tool_changes: f.get("accept") == Some("true"),
+    };
+    let request = connector_core::host::InstallRequest {
+        source: connector_core::host::ComponentSource::Registry(source.clone()),
+        options,
+    };
+    let pulled = host.install(request).await;
+    installed_page(&host, &s, pulled, Some(&source))
+}
+
+/// The page after an install or rotation: what happened, with the tool changes it made,
+/// or why it was refused.
+fn installed_page(
+    host: &Host,
+    s: &SignedIn,
+    result: connector_model::error::HostResult<connector_core::host::Installed>,
+    source: Option<&str>,
+) -> Response {
+    match result {
+        Err(e) if e.code == ErrorCode::ToolDefinitionsChanged => html(
+            StatusCode::CONFLICT,
+            trust::tool_changes_refused(s.csrf(), &e.message, e.details.as_ref(), source),
+        ),
+        Ok(installed) if !installed.tool_changes.is_empty() => {
+            let text = format!(
+                "Rotated `{}` to version {} ({}), from {}, with these tool changes:",
+                installed.connector.slug,
+                installed.connector.version,
+                installed.connector.digest,
+                installed.connector.source
+            );
+            let changes: Vec<serde_json::Value> = installed
+                .tool_changes
+                .iter()
+                .filter_map(|c| serde_json::to_value(c).ok())
+                .collect();
+            let message = maud::html! { (notice("ok", &text)) (trust::changes_table(&changes)) };
+            html(
+                StatusCode::OK,
+                pages::connectors(s.csrf(), &host.list_connectors(), Some(message)),
+            )
+        }
+        other => upload_answer(host, s, other),
+    }
+}
+
+fn upload_answer(
+    host: &Host,
+    s: &SignedIn,
+    result: connector_model::error::HostResult<connector_core::host::Installed>,
+) -> Response {
+    match result {
         Ok(installed) => {
             let what = match installed.written {
                 connector_core::host::Written::Created => "Installed",
                 connector_core::host::Written::Updated => "Rotated",
             };
             let text = format!(
-                "{what} `{}` version {} ({}).",
-                installed.connector.slug, installed.connector.version, installed.connector.digest
+                "{what} `{}` version {} ({}), from {}.",
+                installed.connector.slug,
+                installed.connector.version,
+                installed.connector.digest,
+                installed.connector.source
             );
             html(
                 StatusCode::OK,
@@ -957,6 +1033,7 @@ async fn upload(State(host): State<Host>, s: SignedIn, multipart: Multipart) -> 
 
 struct Upload {
     force: bool,
+    accept: bool,
     component: Option<bytes::Bytes>,
 }
 
@@ -972,6 +1049,7 @@ enum UploadError {
 async fn read_upload(s: &SignedIn, mut multipart: Multipart) -> Result<Upload, UploadError> {
     let mut upload = Upload {
         force: false,
+        accept: false,
         component: None,
     };
     let mut token_checked = false;
@@ -996,6 +1074,7 @@ async fn read_upload(s: &SignedIn, mut multipart: Multipart) -> Result<Upload, U
                 token_checked = true;
             }
             Some("force") => upload.force = field.text().await.map_err(unreadable)? == "true",
+            Some("accept") => upload.accept = field.text().await.map_err(unreadable)? == "true",
             Some("component") => {
                 if !token_checked {
                     return Err(refused(

@@ -88,7 +88,7 @@ pub fn page(title: &str, csrf: Option<&str>, section: Section, body: Markup) -> 
 }
 
 /// The hidden CSRF field every state-changing form carries.
-fn csrf_field(csrf: &str) -> Markup {
+pub(super) fn csrf_field(csrf: &str) -> Markup {
     html! { input type="hidden" name="csrf" value=(csrf); }
 }
 
@@ -841,6 +841,8 @@ pub fn connectors(csrf: &str, list: &[Connector], message: Option<Markup>) -> Ma
             }
             h2 { "Upload a component" }
             (upload_form(csrf, false))
+            h2 { "Install from an OCI registry" }
+            (super::trust::pull_form(csrf, "", false))
         },
     )
 }
@@ -927,6 +929,10 @@ pub fn connector(csrf: &str, c: &Connector, bound_on: &[String]) -> Markup {
                 dt { "Tool namespace" } dd { code { (c.tool_namespace) ".*" } }
                 dt { "Version" } dd { (c.version) }
                 dt { "Digest" } dd { code.digest { (c.digest) } }
+                dt { "Source" } dd { code { (c.source) } }
+                dt { "Signed by" } dd {
+                    @match &c.signed_by { Some(key) => code.digest { (key) }, None => "no trusted signature" }
+                }
                 dt { "World" } dd { code { (c.world) } }
                 dt { "Allowed hosts" } dd {
                     @if c.allowed_hosts.is_empty() { "none (no outbound HTTP)" }
@@ -1143,6 +1149,8 @@ mod tests {
             config_schema: schema,
             webhook: None,
             allowed_hosts: Vec::new(),
+            source: connector_model::connector::SOURCE_UPLOAD.to_string(),
+            signed_by: None,
         };
         let sent = vec![
             (

@@ -176,6 +176,8 @@ mod tests {
             config_schema: schema,
             webhook: None,
             allowed_hosts: vec!["api.github.com".into()],
+            source: connector_model::connector::SOURCE_UPLOAD.to_string(),
+            signed_by: None,
         }
     }
 

@@ -19,7 +19,8 @@ use crate::registry::{
     ComponentLoader, InstallError, InstalledConnector, LoadFailure, SchemaViolation,
 };
 use crate::state::{PreparedConnectors, State, StateChange};
-use connector_model::connector::Connector;
+use crate::trust::{check_pinned, tool_changes, ToolChange};
+use connector_model::connector::{Connector, SOURCE_BUNDLED, SOURCE_UPLOAD};
 use connector_model::error::{ErrorCode, HostError, HostResult};
 use connector_model::ids::{now_rfc3339, truncate};
 use connector_model::provenance::connector_provenance;
@@ -57,6 +58,36 @@ pub(crate) struct CheckedBinding {
 pub struct Installed {
     pub connector: Connector,
     pub written: Written,
+    /// What a rotation changed in the tools' definitions (empty for a new install, and
+    /// when only code changed).
+    pub tool_changes: Vec<ToolChange>,
+}
+
+/// How an install or rotation was asked for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InstallOptions {
+    /// Unbind the bindings the new version rejects instead of refusing the rotation.
+    pub force: bool,
+    /// Accept changed tool definitions where `trust.pin_tool_definitions` pins them.
+    pub accept_tool_changes: bool,
+}
+
+/// Where a component comes from, and who signed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Provenance {
+    /// `upload`, `bundled`, or the OCI reference pinned to its manifest digest.
+    pub source: String,
+    /// The trusted key whose signature covers it.
+    pub signed_by: Option<String>,
+}
+
+impl Provenance {
+    pub(crate) fn upload() -> Self {
+        Self {
+            source: SOURCE_UPLOAD.to_string(),
+            signed_by: None,
+        }
+    }
 }
 
 /// How [`Catalog::prepare_stored`] prepares a connector it has not prepared yet.
@@ -91,7 +122,7 @@ pub(crate) struct PendingInstall {
     policy: Arc<OutboundPolicy>,
     /// What the new version said of the bindings it checked so far.
     verdicts: BindVerdicts,
-    force: bool,
+    options: InstallOptions,
 }
 
 /// Installed connectors and the sandboxes their calls run in.
@@ -269,7 +300,10 @@ impl Catalog {
     /// A stored connector put in place from its stored description, its component loading
     /// in the background; `None` when it has no usable description.
     fn described(&self, record: &ConnectorRecord) -> Option<Arc<InstalledConnector>> {
-        let info: Connector = serde_json::from_value(record.manifest.clone()?).ok()?;
+        let mut info: Connector = serde_json::from_value(record.manifest.clone()?).ok()?;
+        if record.bundled {
+            info.source = SOURCE_BUNDLED.to_string();
+        }
         if info.slug != record.slug
             || info.digest != record.digest
             || info.tool_namespace != record.namespace
@@ -328,6 +362,24 @@ impl Catalog {
     /// Prepares one stored connector now: from the cache by digest, else from its stored
     /// bytes.
     async fn prepare_record(&self, record: &ConnectorRecord) -> Result<InstalledConnector, String> {
+        let mut prepared = self.prepare_record_component(record).await?;
+        let stored: Option<Connector> = record
+            .manifest
+            .clone()
+            .and_then(|m| serde_json::from_value(m).ok());
+        match stored {
+            _ if record.bundled => prepared.set_provenance(SOURCE_BUNDLED.to_string(), None),
+            Some(info) => prepared.set_provenance(info.source, info.signed_by),
+            None => {}
+        }
+        Ok(prepared)
+    }
+
+    /// The component of stored connector `record`, described.
+    async fn prepare_record_component(
+        &self,
+        record: &ConnectorRecord,
+    ) -> Result<InstalledConnector, String> {
         let registry = self.state.registry();
         if let Some(cached) = registry.prepare_cached(&record.digest).await {
             return cached.map_err(|e| e.to_string());
@@ -359,14 +411,19 @@ impl Catalog {
         &self,
         bytes: Arc<[u8]>,
         bundled: Option<&str>,
-        force: bool,
+        provenance: Provenance,
+        options: InstallOptions,
     ) -> HostResult<PendingInstall> {
         let registry = self.state.registry();
-        let prepared = match bundled {
+        let mut prepared = match bundled {
             Some(digest) => registry.prepare_known(bytes.clone(), digest).await,
             None => registry.prepare(&bytes).await,
         }
         .map_err(install_error)?;
+        match bundled {
+            Some(_) => prepared.set_provenance(SOURCE_BUNDLED.to_string(), None),
+            None => prepared.set_provenance(provenance.source, provenance.signed_by),
+        }
         let policy = self.policy_of(prepared.info());
         Ok(PendingInstall {
             prepared: Arc::new(prepared),
@@ -374,7 +431,7 @@ impl Catalog {
             bundled: bundled.is_some(),
             policy,
             verdicts: BindVerdicts::new(),
-            force,
+            options,
         })
     }
 
@@ -403,6 +460,16 @@ impl Catalog {
             let unchanged = previous
                 .as_ref()
                 .is_some_and(|p| p.info().digest == pending.prepared.info().digest);
+            if let Some(previous) = previous.as_ref().filter(|_| !unchanged) {
+                // Refused before any binding is asked: the pin does not need the guest.
+                let changes = tool_changes(previous.info(), pending.prepared.info());
+                check_pinned(
+                    &self.config.trust,
+                    &slug,
+                    &changes,
+                    pending.options.accept_tool_changes,
+                )?;
+            }
             if !unchanged {
                 self.check_bindings(&pending.prepared, &pending.policy, &mut pending.verdicts)
                     .await;
@@ -494,8 +561,9 @@ impl Catalog {
             bundled,
             policy,
             verdicts,
-            force,
+            options,
         } = pending;
+        let force = &options.force;
         let previous = self
             .state
             .registry()
@@ -507,10 +575,21 @@ impl Catalog {
                 let unchanged = Installed {
                     connector: previous.info().clone(),
                     written: Written::Updated,
+                    tool_changes: Vec::new(),
                 };
                 return Ok((StateChange::Nothing, Some(unchanged)));
             }
         }
+        let changes = match &previous {
+            Some(previous) => tool_changes(previous.info(), prepared.info()),
+            None => Vec::new(),
+        };
+        check_pinned(
+            &self.config.trust,
+            &slug,
+            &changes,
+            options.accept_tool_changes,
+        )?;
         let dir = self.state.directory();
         let mut kept = Vec::new();
         let mut broken = Vec::new();
@@ -556,6 +635,7 @@ impl Catalog {
         let installed = Installed {
             connector: prepared.info().clone(),
             written: Written::from_existing(previous.as_ref()),
+            tool_changes: changes,
         };
         // Connector, re-derived grants, dropped and re-keyed bindings: one transaction.
         let change = StateChange::InstallConnector {

@@ -74,6 +74,32 @@ pub struct HostConfig {
     /// the environment never sets them). Empty by default: an embedder ships its own or
     /// none.
     pub bundled: Vec<BundledComponent>,
+    /// Signatures and pinned tool definitions (`trust.*`, CONTRACT.md §10).
+    pub trust: TrustSettings,
+    /// OCI registries by `host[:port]` as references name them (`registries.*`).
+    pub registries: BTreeMap<String, RegistrySettings>,
+}
+
+/// `trust.*`: whose signatures count, and what a rotation may change.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustSettings {
+    /// PEM public keys (cosign format) whose signatures the host accepts.
+    pub keys: Vec<PathBuf>,
+    /// Every component but the bundled ones must carry a valid signature.
+    pub require_signatures: bool,
+    /// A rotation that changes a tool's definition needs `acceptToolChanges`.
+    pub pin_tool_definitions: bool,
+}
+
+/// `registries.<host>`: how to reach one OCI registry. Holds the name of the variable
+/// with the password, never the password.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegistrySettings {
+    pub username: Option<String>,
+    /// The environment variable holding the password.
+    pub password_env: Option<String>,
+    /// Plain HTTP is allowed (a loopback registry is reached over HTTP anyway).
+    pub insecure: bool,
 }
 
 /// The HTTP server's bounds on its clients (`server.*`).
@@ -131,6 +157,8 @@ impl Default for HostConfig {
             allowed_host_names: None,
             server: ServerLimits::default(),
             cors_origins: Vec::new(),
+            trust: TrustSettings::default(),
+            registries: BTreeMap::new(),
             bundled: Vec::new(),
         }
     }
@@ -300,6 +328,8 @@ impl fmt::Debug for HostConfig {
             .field("allowed_host_names", &self.allowed_host_names)
             .field("server", &self.server)
             .field("cors_origins", &self.cors_origins)
+            .field("trust", &self.trust)
+            .field("registries", &self.registries)
             .field(
                 "bundled",
                 &self.bundled.iter().map(|c| c.name).collect::<Vec<_>>(),
@@ -358,6 +388,10 @@ pub const ENV_MAX_CONNECTIONS: &str = "CONNECTOR_HOST_MAX_CONNECTIONS";
 pub const ENV_MAX_CONNECTIONS_PER_PEER: &str = "CONNECTOR_HOST_MAX_CONNECTIONS_PER_PEER";
 /// `server.cors_origins` (comma-separated).
 pub const ENV_CORS_ORIGINS: &str = "CONNECTOR_HOST_CORS_ORIGINS";
+/// `trust.keys` (comma-separated paths).
+pub const ENV_TRUST_KEYS: &str = "CONNECTOR_HOST_TRUST_KEYS";
+/// `trust.require_signatures`.
+pub const ENV_REQUIRE_SIGNATURES: &str = "CONNECTOR_HOST_REQUIRE_SIGNATURES";
 
 /// The host name of a `Host` header value (`[::1]:80` → `[::1]`, `a.example:8080` →
 /// `a.example`), without a trailing dot; compare it ignoring ASCII case.
@@ -395,6 +429,8 @@ const KNOWN_ENV: &[&str] = &[
     ENV_MAX_CONNECTIONS,
     ENV_MAX_CONNECTIONS_PER_PEER,
     ENV_CORS_ORIGINS,
+    ENV_TRUST_KEYS,
+    ENV_REQUIRE_SIGNATURES,
 ];
 
 /// A whole-number setting: its TOML key and variable, its range, and where it goes.
@@ -601,6 +637,30 @@ struct FileConfig {
     github_app: Option<FileGithubApp>,
     #[serde(default)]
     server: FileServer,
+    #[serde(default)]
+    trust: FileTrust,
+    #[serde(default)]
+    registries: BTreeMap<String, FileRegistry>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTrust {
+    #[serde(default)]
+    keys: Vec<PathBuf>,
+    #[serde(default)]
+    require_signatures: bool,
+    #[serde(default)]
+    pin_tool_definitions: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRegistry {
+    username: Option<String>,
+    password_env: Option<String>,
+    #[serde(default)]
+    insecure: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -815,6 +875,35 @@ fn apply_file(
     github: &mut GithubParts,
 ) -> Result<(), ConfigError> {
     let origin = Origin::File(path);
+    config.trust = TrustSettings {
+        keys: file.trust.keys.clone(),
+        require_signatures: file.trust.require_signatures,
+        pin_tool_definitions: file.trust.pin_tool_definitions,
+    };
+    for (host, registry) in &file.registries {
+        if host.is_empty() || host.contains(['/', ' ', '@']) {
+            return Err(invalid(
+                origin.name(&format!("registries.{host}")),
+                "a registry as references name it: `host` or `host:port` (TOML: [registries.\"127.0.0.1:5000\"])",
+                None,
+            ));
+        }
+        if registry.username.is_some() != registry.password_env.is_some() {
+            return Err(invalid(
+                origin.name(&format!("registries.{host}")),
+                "both `username` and `password_env` (the variable holding the password), or neither",
+                None,
+            ));
+        }
+        config.registries.insert(
+            host.clone(),
+            RegistrySettings {
+                username: registry.username.clone(),
+                password_env: registry.password_env.clone(),
+                insecure: registry.insecure,
+            },
+        );
+    }
     if let Some(origins) = &file.server.cors_origins {
         config.cors_origins = parse_origins(
             origin.name("server.cors_origins"),
@@ -934,6 +1023,27 @@ fn apply_env(
 ) -> Result<(), ConfigError> {
     let var = |name: &str| env.get(name).map(String::as_str);
     let origin = Origin::Env;
+    if let Some(v) = var(ENV_TRUST_KEYS) {
+        config.trust.keys = v
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+            .collect();
+    }
+    if let Some(v) = var(ENV_REQUIRE_SIGNATURES) {
+        config.trust.require_signatures = match v.trim() {
+            "true" | "1" => true,
+            "false" | "0" => false,
+            other => {
+                return Err(invalid(
+                    origin.name(ENV_REQUIRE_SIGNATURES),
+                    "true or false",
+                    Some(other),
+                ))
+            }
+        };
+    }
     if let Some(v) = var(ENV_CORS_ORIGINS) {
         config.cors_origins = parse_origins(origin.name(ENV_CORS_ORIGINS), v.split(','))?;
     }

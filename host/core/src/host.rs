@@ -21,7 +21,7 @@ use futures::Stream;
 use serde_json::Value;
 
 pub use crate::auth::IssuedToken;
-pub use crate::catalog::{Installed, Written};
+pub use crate::catalog::{InstallOptions, Installed, Written};
 use crate::config::HostConfig;
 pub use crate::context::RuntimeContext;
 pub use crate::directory::{
@@ -29,8 +29,9 @@ pub use crate::directory::{
 };
 pub use crate::dispatch::{Metrics, PlatformToolHandler};
 use crate::grants::ResolvedTools;
-pub use crate::inbox::{Message, MessagePage};
+pub use crate::inbox::{Message, MessagePage, MessageWatch};
 use crate::registry::InstalledConnector;
+pub use crate::sources::{ComponentSource, InstallRequest};
 pub use crate::startup::{open_store, StartupReport};
 use crate::startup::{Parts, Role};
 pub use crate::webhooks::{DeliveryView, WebhookOutcome};
@@ -135,10 +136,14 @@ impl Host {
 
     // ----- connectors ---------------------------------------------------------------
 
-    /// Installs a component (a new slug) or rotates an installed one (same slug, new
-    /// digest); see [`Catalog::install`].
+    /// Installs (new slug) or rotates (same slug) uploaded bytes; see [`Host::install`].
     pub async fn install_connector(&self, bytes: &[u8], force: bool) -> HostResult<Installed> {
-        self.parts.install(Arc::from(bytes), None, force).await
+        self.install(InstallRequest::upload(bytes, force)).await
+    }
+
+    /// Installs or rotates from uploaded bytes or an OCI registry (CONTRACT.md §10).
+    pub async fn install(&self, request: InstallRequest) -> HostResult<Installed> {
+        self.parts.install_from(request).await
     }
 
     /// Every installed connector, sorted by slug.
@@ -388,5 +393,11 @@ impl Host {
         cursor: Option<&str>,
     ) -> HostResult<impl Stream<Item = Message> + Send + 'static> {
         self.parts.inbox.subscribe(unit, cursor)
+    }
+
+    /// Watches the inboxes of `units` for messages stored from now on (here, or by
+    /// another replica): what MCP resource subscriptions are pushed from.
+    pub async fn watch_messages(&self, units: Vec<String>) -> HostResult<MessageWatch> {
+        self.parts.inbox.watch(units).await
     }
 }

@@ -8,6 +8,7 @@
 //! by a cursor that has already moved past it. So nothing stored before the subscription
 //! began is missed, nothing is seen twice, and the order is the cursor order.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -81,15 +82,42 @@ pub(crate) struct Inbox {
     state: Arc<State>,
     /// Messages stored on this replica, as they are stored.
     live: tokio::sync::broadcast::Sender<Arc<MessageRecord>>,
+    /// Whether others append to the store too (other replicas, or `serve` beside a tool
+    /// server): then watchers also re-read it.
+    others_write: bool,
 }
 
 impl Inbox {
-    pub(crate) fn new(store: Arc<dyn Store>, state: Arc<State>) -> Self {
+    /// `others_write`: messages may be stored by other processes (a shared database, or
+    /// a tool server beside `serve`), so live readers also poll the store.
+    pub(crate) fn new(store: Arc<dyn Store>, state: Arc<State>, others_write: bool) -> Self {
         Self {
             store,
             state,
             live: tokio::sync::broadcast::channel(4096).0,
+            others_write,
         }
+    }
+
+    /// Watches the inboxes of `units` from now on: [`MessageWatch::next`] names the units
+    /// that received messages since it last answered. It wakes on the same commit signal
+    /// as [`Inbox::subscribe`] (at once for messages stored by this process) and, when
+    /// others write too, re-reads the store at least every [`SHARED_INBOX_POLL`].
+    pub(crate) async fn watch(&self, units: Vec<String>) -> HostResult<MessageWatch> {
+        // Subscribe before reading where each inbox ends, so nothing falls between.
+        let live = self.live.subscribe();
+        let mut seen = HashMap::with_capacity(units.len());
+        for unit in units {
+            let last = self.store.last_message_cursor(&unit).await?;
+            seen.insert(unit, last);
+        }
+        Ok(MessageWatch {
+            live,
+            store: self.store.clone(),
+            poll: self.others_write,
+            seen,
+            found: Default::default(),
+        })
     }
 
     /// Tells live subscribers on this replica about messages just stored.
@@ -148,7 +176,7 @@ impl Inbox {
         // (read again on a local message and at least every `SHARED_INBOX_POLL`), since a
         // message from this replica may carry a larger cursor than one another replica
         // committed just before it.
-        let shared = store.is_shared();
+        let shared = self.others_write;
         let unit = unit.to_string();
         Ok(async_stream(move |tx| async move {
             let mut last = after;
@@ -196,6 +224,79 @@ impl Inbox {
                 {}
             }
         }))
+    }
+}
+
+/// Watches some units' inboxes for new messages ([`Inbox::watch`]).
+pub struct MessageWatch {
+    live: tokio::sync::broadcast::Receiver<Arc<MessageRecord>>,
+    store: Arc<dyn Store>,
+    poll: bool,
+    /// Per unit watched: the newest cursor already seen.
+    seen: HashMap<String, i64>,
+    /// Units with messages found but not reported yet.
+    found: std::collections::BTreeSet<String>,
+}
+
+impl MessageWatch {
+    /// Waits until one or more watched units received a message newer than any reported
+    /// before, and names them (sorted). Pending forever when nothing is watched.
+    /// Cancel-safe: what a dropped call had found is kept for the next one.
+    pub async fn next(&mut self) -> Vec<String> {
+        if self.seen.is_empty() {
+            return std::future::pending().await;
+        }
+        loop {
+            if !self.found.is_empty() {
+                return std::mem::take(&mut self.found).into_iter().collect();
+            }
+            let woke = if self.poll {
+                tokio::time::timeout(SHARED_INBOX_POLL, self.live.recv())
+                    .await
+                    .ok()
+            } else {
+                Some(self.live.recv().await)
+            };
+            let mut reread = woke.is_none();
+            let mut woke = woke;
+            // Take everything already waiting, so one burst is one answer.
+            loop {
+                match woke.take() {
+                    Some(Ok(m)) => {
+                        if let Some(seen) = self.seen.get_mut(&m.unit_id) {
+                            if m.seq > *seen {
+                                *seen = m.seq;
+                                self.found.insert(m.unit_id.clone());
+                            }
+                        }
+                    }
+                    Some(Err(RecvError::Lagged(_))) => reread = true,
+                    Some(Err(RecvError::Closed)) => return std::future::pending().await,
+                    None => {}
+                }
+                match self.live.try_recv() {
+                    Ok(m) => woke = Some(Ok(m)),
+                    Err(tokio::sync::broadcast::error::TryRecvError::Lagged(n)) => {
+                        woke = Some(Err(RecvError::Lagged(n)))
+                    }
+                    Err(_) => break,
+                }
+            }
+            if reread {
+                let units: Vec<String> = self.seen.keys().cloned().collect();
+                for unit in units {
+                    // A failed read is retried at the next round.
+                    if let Ok(last) = self.store.last_message_cursor(&unit).await {
+                        if let Some(seen) = self.seen.get_mut(&unit) {
+                            if last > *seen {
+                                *seen = last;
+                                self.found.insert(unit);
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -21,8 +21,10 @@ pub mod host;
 mod inbox;
 pub mod registry;
 pub mod replicas;
+pub mod sources;
 mod startup;
 mod state;
+pub mod trust;
 pub mod webhooks;
 
 pub use connector_model::error::{ErrorCode, HostError, HostResult};

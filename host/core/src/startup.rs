@@ -7,13 +7,14 @@
 use std::sync::Arc;
 
 use crate::auth::{read_or_create_secret, Credentials};
-use crate::catalog::{Catalog, Installed, Preparing};
+use crate::catalog::{Catalog, InstallOptions, Installed, Preparing, Provenance};
 use crate::config::HostConfig;
 use crate::directory::DirectoryService;
 use crate::dispatch::ToolDispatcher;
 use crate::inbox::Inbox;
 use crate::registry::ConnectorRegistry;
 use crate::replicas::ReplicaSync;
+use crate::sources::{ComponentSource, InstallRequest, Sources};
 use crate::state::State;
 use crate::webhooks::Webhooks;
 use connector_model::error::{ErrorCode, HostResult};
@@ -89,6 +90,7 @@ pub(crate) struct Parts {
     pub(crate) webhooks: Arc<Webhooks>,
     pub(crate) replicas: Arc<ReplicaSync>,
     pub(crate) credentials: Credentials,
+    pub(crate) sources: Sources,
 }
 
 impl Parts {
@@ -123,6 +125,7 @@ impl Parts {
         })?);
         let (credentials, generated_operator_token) =
             Credentials::open(&config, store.as_ref()).await?;
+        let sources = Sources::open(config.clone())?;
         let replica_path = config.data_dir.join("replica-id");
         let (replica_id, _) = read_or_create_secret(&replica_path).map_err(|e| {
             anyhow::anyhow!("cannot read or create {}: {e}", replica_path.display())
@@ -139,15 +142,16 @@ impl Parts {
         let state = Arc::new(State::new(store.clone(), registry, &snapshot));
         store.applied(snapshot.version);
         let catalog = Arc::new(Catalog::new(config.clone(), runtime, state.clone()));
+        let others_write = store.is_shared() || role == Role::ToolServer;
         let replicas = Arc::new(ReplicaSync::new(
             store.clone(),
             state.clone(),
             catalog.clone(),
             replica_id,
             snapshot.version,
-            store.is_shared() || role == Role::ToolServer,
+            others_write,
         ));
-        let inbox = Arc::new(Inbox::new(store.clone(), state.clone()));
+        let inbox = Arc::new(Inbox::new(store.clone(), state.clone(), others_write));
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(10))
             .build()
@@ -170,6 +174,7 @@ impl Parts {
             inbox,
             replicas,
             credentials,
+            sources,
         };
         let parts = Arc::new(parts);
         if role == Role::ToolServer {
@@ -230,11 +235,18 @@ impl Parts {
             if adopted.is_some_and(|c| c.info().digest == bundled.digest) {
                 continue;
             }
-            self.install(Arc::from(bundled.bytes), Some(bundled.digest), true)
-                .await
-                .map_err(|e| {
-                    anyhow::anyhow!("bundled connector `{name}` failed to install: {e}")
-                })?;
+            let options = InstallOptions {
+                force: true,
+                accept_tool_changes: true,
+            };
+            self.install(
+                Arc::from(bundled.bytes),
+                Some(bundled.digest),
+                Provenance::upload(),
+                options,
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("bundled connector `{name}` failed to install: {e}"))?;
         }
         let Some(dir) = self.config.connectors_dir.clone() else {
             return Ok(());
@@ -248,11 +260,30 @@ impl Parts {
         for file in files {
             let bytes = std::fs::read(&file)
                 .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
-            self.install(Arc::from(bytes), None, true)
+            // The operator placed it there: its tool changes are accepted (and reported).
+            let options = InstallOptions {
+                force: true,
+                accept_tool_changes: true,
+            };
+            let installed = self
+                .install_from(InstallRequest {
+                    source: ComponentSource::Upload(Arc::from(bytes)),
+                    options,
+                })
                 .await
                 .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            if !installed.tool_changes.is_empty() {
+                tracing::warn!(file = %file.display(), slug = %installed.connector.slug, changes = %serde_json::to_string(&installed.tool_changes).unwrap_or_default(), "a connector from connectors_dir changed its tool definitions");
+            }
         }
         Ok(())
+    }
+
+    /// Installs or rotates the component `source` names (uploaded bytes or a registry
+    /// reference), under the signature policy.
+    pub(crate) async fn install_from(&self, request: InstallRequest) -> HostResult<Installed> {
+        let (bytes, provenance) = self.sources.fetch(request.source).await?;
+        self.install(bytes, None, provenance, request.options).await
     }
 
     /// Installs or rotates a component. On a shared database another replica's write
@@ -263,9 +294,13 @@ impl Parts {
         &self,
         bytes: Arc<[u8]>,
         bundled: Option<&str>,
-        force: bool,
+        provenance: Provenance,
+        options: InstallOptions,
     ) -> HostResult<Installed> {
-        let mut pending = self.catalog.prepare_install(bytes, bundled, force).await?;
+        let mut pending = self
+            .catalog
+            .prepare_install(bytes, bundled, provenance, options)
+            .await?;
         let mut attempt = 0;
         loop {
             match self.catalog.finish_install(&mut pending).await {

@@ -13,7 +13,10 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
     match code {
         ErrorCode::InvalidRequest => StatusCode::BAD_REQUEST,
         ErrorCode::Unauthenticated | ErrorCode::InvalidSignature => StatusCode::UNAUTHORIZED,
-        ErrorCode::Forbidden | ErrorCode::ToolNotGranted => StatusCode::FORBIDDEN,
+        ErrorCode::Forbidden
+        | ErrorCode::ToolNotGranted
+        | ErrorCode::SignatureRequired
+        | ErrorCode::SignatureInvalid => StatusCode::FORBIDDEN,
         ErrorCode::NotFound | ErrorCode::UnknownTool => StatusCode::NOT_FOUND,
         ErrorCode::Cycle
         | ErrorCode::InvalidComponent
@@ -24,6 +27,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | ErrorCode::ConnectorInUse
         | ErrorCode::RotationBreaksBindings
         | ErrorCode::SlugConflict
+        | ErrorCode::ToolDefinitionsChanged
         | ErrorCode::StateChanged => StatusCode::CONFLICT,
         ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -31,6 +35,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | ErrorCode::ConnectorTrapped
         | ErrorCode::DeliveryFailed
         | ErrorCode::IntrospectionFailed
+        | ErrorCode::RegistryFailed
         | ErrorCode::ContextFailed => StatusCode::BAD_GATEWAY,
         ErrorCode::ConnectorTimeout => StatusCode::GATEWAY_TIMEOUT,
         ErrorCode::StoreUnavailable | ErrorCode::HostBusy => StatusCode::SERVICE_UNAVAILABLE,

@@ -68,6 +68,24 @@ pub struct Connector {
     pub webhook: Option<WebhookInfo>,
     /// Outbound hosts the component declares (the operator may narrow them).
     pub allowed_hosts: Vec<String>,
+    /// Where the installed component came from: `"upload"`, `"bundled"`, or the OCI
+    /// reference pinned to its manifest digest (`oci://registry/repo@sha256:…`). Set by
+    /// the install, not by the component.
+    #[serde(default = "upload_source")]
+    pub source: String,
+    /// `sha256:<hex>` of the DER SubjectPublicKeyInfo of the trusted key whose signature
+    /// covers it, if any.
+    #[serde(default)]
+    pub signed_by: Option<String>,
+}
+
+/// [`Connector::source`] of a component uploaded as bytes.
+pub const SOURCE_UPLOAD: &str = "upload";
+/// [`Connector::source`] of a connector bundled into the host.
+pub const SOURCE_BUNDLED: &str = "bundled";
+
+fn upload_source() -> String {
+    SOURCE_UPLOAD.to_string()
 }
 
 /// The contract's `Tool` object.

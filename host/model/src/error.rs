@@ -42,6 +42,14 @@ pub enum ErrorCode {
     SlugConflict,
     /// A write that raced another replica's: nothing was written.
     StateChanged,
+    /// A component without any signature where the operator requires one.
+    SignatureRequired,
+    /// A component whose signatures verify with none of the trusted keys.
+    SignatureInvalid,
+    /// A rotation that changes tool definitions pinned by the operator.
+    ToolDefinitionsChanged,
+    /// An OCI registry could not be reached, refused, or does not have the component.
+    RegistryFailed,
     /// The tool exists but is not granted to the caller.
     ToolNotGranted,
     /// No such tool.
@@ -101,6 +109,10 @@ impl ErrorCode {
             ErrorCode::RotationBreaksBindings => "rotation_breaks_bindings",
             ErrorCode::SlugConflict => "slug_conflict",
             ErrorCode::StateChanged => "state_changed",
+            ErrorCode::SignatureRequired => "signature_required",
+            ErrorCode::SignatureInvalid => "signature_invalid",
+            ErrorCode::ToolDefinitionsChanged => "tool_definitions_changed",
+            ErrorCode::RegistryFailed => "registry_failed",
             ErrorCode::ToolNotGranted => "tool_not_granted",
             ErrorCode::UnknownTool => "unknown_tool",
             ErrorCode::ToolFailed => "tool_failed",
@@ -142,12 +154,16 @@ impl ErrorCode {
             | ErrorCode::UnknownTool
             | ErrorCode::InvalidSignature
             | ErrorCode::RequestTimeout
-            | ErrorCode::MethodNotAllowed => true,
+            | ErrorCode::MethodNotAllowed
+            | ErrorCode::SignatureRequired
+            | ErrorCode::SignatureInvalid
+            | ErrorCode::ToolDefinitionsChanged => true,
             ErrorCode::ToolFailed
             | ErrorCode::ConnectorTrapped
             | ErrorCode::ConnectorTimeout
             | ErrorCode::DeliveryFailed
             | ErrorCode::IntrospectionFailed
+            | ErrorCode::RegistryFailed
             | ErrorCode::ContextConflict
             | ErrorCode::ContextInvalid
             | ErrorCode::ContextFailed

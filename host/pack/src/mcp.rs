@@ -8,13 +8,12 @@
 //! request, with `MCP-Protocol-Version`. Each request has a 10 s budget and reads at
 //! most 16 MiB of answer, and every failure names the server's URL.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::time::Duration;
 
+use connector_mcp_protocol::client::{self, BodyKind, ClientSession, Failure};
+use connector_mcp_protocol::sse::EventStreamDecoder;
 use serde_json::{json, Value};
-
-/// The protocol revision pack asks for (the one the interpreter speaks too).
-pub(crate) const PROTOCOL_VERSION: &str = "2025-06-18";
 /// The budget of one request.
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest response pack reads.
@@ -55,9 +54,7 @@ fn discover_here(url: &str, headers: &[(String, String)]) -> Result<Vec<ServerTo
         client,
         url: url.to_string(),
         headers: headers.to_vec(),
-        session_id: None,
-        protocol: None,
-        next_id: 1,
+        mcp: ClientSession::new(),
     };
     let result = session.list_tools();
     session.close();
@@ -68,26 +65,16 @@ struct Session {
     client: reqwest::blocking::Client,
     url: String,
     headers: Vec<(String, String)>,
-    session_id: Option<String>,
-    protocol: Option<String>,
-    next_id: u64,
+    mcp: ClientSession,
 }
 
 impl Session {
     fn list_tools(&mut self) -> Result<Vec<ServerTool>, String> {
-        let init = self.request(
-            "initialize",
-            json!({
-                "protocolVersion": PROTOCOL_VERSION,
-                "capabilities": {},
-                "clientInfo": {"name": "connector-host-pack", "version": env!("CARGO_PKG_VERSION")},
-            }),
-        )?;
-        let version = init
-            .get("protocolVersion")
-            .and_then(Value::as_str)
-            .unwrap_or(PROTOCOL_VERSION);
-        self.protocol = Some(version.to_string());
+        let (id, message) = self
+            .mcp
+            .initialize("connector-host-pack", env!("CARGO_PKG_VERSION"));
+        let init = self.exchange("initialize", id, &message)?;
+        self.mcp.adopt_initialize(&init);
         if init.pointer("/capabilities/tools").is_none() {
             return Err(format!(
                 "the MCP server at {} does not offer tools (no `tools` capability)",
@@ -144,13 +131,10 @@ impl Session {
             .client
             .post(&self.url)
             .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream")
+            .header("Accept", client::ACCEPT)
             .body(body.to_string());
-        if let Some(id) = &self.session_id {
-            request = request.header("Mcp-Session-Id", id);
-        }
-        if let Some(version) = &self.protocol {
-            request = request.header("MCP-Protocol-Version", version);
+        for (name, value) in self.mcp.headers() {
+            request = request.header(name, value);
         }
         for (name, value) in &self.headers {
             request = request.header(name, value);
@@ -189,73 +173,76 @@ impl Session {
 
     /// Sends a request and returns its `result`.
     fn request(&mut self, method: &str, params: Value) -> Result<Value, String> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let response = self.send(method, self.post(&body))?;
-        if let Some(session) = response
-            .headers()
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-        {
-            if self.session_id.is_none() {
-                self.session_id = Some(session.to_string());
-            }
-        }
+        let (id, message) = self.mcp.request(method, params);
+        self.exchange(method, id, &message)
+    }
+
+    /// Sends request `id` (`message`) and returns its `result`.
+    fn exchange(&mut self, method: &str, id: u64, message: &Value) -> Result<Value, String> {
+        let response = self.send(method, self.post(message))?;
+        self.mcp.adopt_session_id(
+            response
+                .headers()
+                .get(connector_mcp_protocol::revision::SESSION_HEADER)
+                .and_then(|v| v.to_str().ok()),
+        );
         let content_type = response
             .headers()
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_ascii_lowercase();
-        let message = if content_type.starts_with("text/event-stream") {
-            read_sse(response, id).map_err(|e| self.bad(method, &e))?
-        } else if content_type.starts_with("application/json") {
-            let body = connector_remote_answer::read_at_most_blocking(response, MAX_RESPONSE)
-                .map_err(|e| self.bad(method, &e.to_string()))?;
-            let value: Value = serde_json::from_slice(&body)
-                .map_err(|e| self.bad(method, &format!("the answer is not JSON: {e}")))?;
-            find_response(value, id)
-                .ok_or_else(|| self.bad(method, "no response to the request"))?
-        } else {
-            return Err(self.bad(
-                method,
-                &format!(
-                    "unexpected Content-Type `{content_type}` (expected application/json or \
-                     text/event-stream)"
-                ),
-            ));
+        let message = match BodyKind::of(&content_type) {
+            BodyKind::EventStream => read_sse(response, id).map_err(|e| self.bad(method, &e))?,
+            BodyKind::Json => {
+                let body = connector_remote_answer::read_at_most_blocking(response, MAX_RESPONSE)
+                    .map_err(|e| self.bad(method, &e.to_string()))?;
+                let value: Value = serde_json::from_slice(&body)
+                    .map_err(|e| self.bad(method, &format!("the answer is not JSON: {e}")))?;
+                client::find_response(value, id)
+                    .ok_or_else(|| self.bad(method, "no response to the request"))?
+            }
+            BodyKind::Other => {
+                return Err(self.bad(
+                    method,
+                    &format!(
+                        "unexpected Content-Type `{content_type}` (expected application/json or \
+                         text/event-stream)"
+                    ),
+                ))
+            }
         };
-        if let Some(error) = message.get("error") {
-            return Err(format!(
-                "the MCP server at {} answered {method} with error {}: {}",
+        client::outcome(message).map_err(|failure| match failure {
+            Failure::Error { code, message } => format!(
+                "the MCP server at {} answered {method} with error {}: {message}",
                 self.url,
-                error.get("code").map_or("?".to_string(), Value::to_string),
-                error.get("message").and_then(Value::as_str).unwrap_or("")
-            ));
-        }
-        message
-            .get("result")
-            .cloned()
-            .ok_or_else(|| self.bad(method, "a response with neither `result` nor `error`"))
+                if code.is_null() {
+                    "?".to_string()
+                } else {
+                    code.to_string()
+                },
+            ),
+            Failure::Malformed => self.bad(method, "a response with neither `result` nor `error`"),
+        })
     }
 
     fn notify(&mut self, method: &str) -> Result<(), String> {
-        let body = json!({"jsonrpc": "2.0", "method": method});
-        self.send(method, self.post(&body)).map(drop)
+        self.send(method, self.post(&ClientSession::notification(method)))
+            .map(drop)
     }
 
     /// Ends the session (servers that do not support it answer 405: fine).
     fn close(&mut self) {
-        if let Some(id) = self.session_id.take() {
-            let mut request = self.client.delete(&self.url).header("Mcp-Session-Id", id);
-            if let Some(version) = &self.protocol {
-                request = request.header("MCP-Protocol-Version", version);
+        if self.mcp.has_session_id() {
+            let mut request = self.client.delete(&self.url);
+            for (name, value) in self.mcp.headers() {
+                request = request.header(name, value);
             }
             for (name, value) in &self.headers {
                 request = request.header(name, value);
             }
             let _ = request.send();
+            self.mcp.end();
         }
     }
 
@@ -282,19 +269,6 @@ fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// The JSON-RPC response with `id` in a message or a batch.
-fn find_response(value: Value, id: u64) -> Option<Value> {
-    match value {
-        Value::Array(items) => items.into_iter().find_map(|v| find_response(v, id)),
-        v if v.get("id").and_then(Value::as_u64) == Some(id)
-            && (v.get("result").is_some() || v.get("error").is_some()) =>
-        {
-            Some(v)
-        }
-        _ => None,
-    }
-}
-
 /// Reads Server-Sent Events until the response to `id` arrives, at most
 /// [`MAX_RESPONSE`] bytes of them.
 fn read_sse(response: impl Read, id: u64) -> Result<Value, String> {
@@ -302,45 +276,29 @@ fn read_sse(response: impl Read, id: u64) -> Result<Value, String> {
 }
 
 fn read_sse_at_most(response: impl Read, id: u64, limit: u64) -> Result<Value, String> {
-    let mut reader = BufReader::new(response.take(limit));
-    let mut data = String::new();
-    let mut line = String::new();
+    let mut response = response.take(limit);
+    let mut decoder = EventStreamDecoder::new(usize::try_from(limit).unwrap_or(usize::MAX));
+    let found = |data: Vec<u8>| {
+        serde_json::from_slice(&data)
+            .ok()
+            .and_then(|value| client::find_response(value, id))
+    };
+    let mut chunk = vec![0u8; 16 * 1024];
     loop {
-        line.clear();
-        let read = reader
-            .read_line(&mut line)
+        let read = response
+            .read(&mut chunk)
             .map_err(|e| format!("could not read the event stream: {e}"))?;
         if read == 0 {
             break;
         }
-        let line = line.strip_suffix('\n').unwrap_or(&line);
-        let line = line.strip_suffix('\r').unwrap_or(line);
-        if line.is_empty() {
-            if !data.is_empty() {
-                if let Ok(value) = serde_json::from_str::<Value>(&data) {
-                    if let Some(found) = find_response(value, id) {
-                        return Ok(found);
-                    }
-                }
-                data.clear();
-            }
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("data:") {
-            if !data.is_empty() {
-                data.push('\n');
-            }
-            data.push_str(rest.strip_prefix(' ').unwrap_or(rest));
+        if let Some(message) = decoder.feed(&chunk[..read]).into_iter().find_map(found) {
+            return Ok(message);
         }
     }
-    if !data.is_empty() {
-        if let Ok(value) = serde_json::from_str::<Value>(&data) {
-            if let Some(found) = find_response(value, id) {
-                return Ok(found);
-            }
-        }
+    if let Some(message) = decoder.finish().and_then(found) {
+        return Ok(message);
     }
-    if reader.into_inner().limit() == 0 {
+    if response.limit() == 0 {
         return Err(format!(
             "the event stream passed {} without the response",
             connector_remote_answer::size(limit)

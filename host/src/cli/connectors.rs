@@ -14,9 +14,10 @@ pub enum ConnectorsCommand {
     List,
     /// Show one connector: tools, config schema, webhook scheme, allowed hosts
     Get(SlugArg),
-    /// Install a component, or rotate the one with the same slug (bindings stay)
+    /// Install a component (a file or an OCI reference), or rotate the one with the same
+    /// slug (bindings stay)
     #[command(
-        after_help = "Example:\n  connector-host connectors install target/wasm32-wasip2/release/acme.wasm\n\nCheck a component first, without a host: connector-host inspect FILE.wasm"
+        after_help = "Examples:\n  connector-host connectors install target/wasm32-wasip2/release/acme.wasm\n  connector-host connectors install oci://127.0.0.1:5000/acme/echo:v1\n  connector-host connectors install oci://REGISTRY/REPOSITORY@sha256:DIGEST --accept-tool-changes\n\nThe answer lists the rotation's toolChanges. Check a component first, without a host: connector-host inspect FILE.wasm"
     )]
     Install(InstallArgs),
     /// Remove a connector (refused while bound, unless --force)
@@ -34,9 +35,16 @@ pub struct SlugArg {
 /// `connectors install`.
 #[derive(Debug, Args)]
 pub struct InstallArgs {
-    /// The component (`.wasm`).
-    #[arg(value_name = "FILE.wasm")]
+    /// The component: a `.wasm` file, or oci://<registry>/<repository>:<tag> (or
+    /// @sha256:<digest>) for the host to pull.
+    #[arg(value_name = "FILE.wasm|oci://…")]
     pub file: PathBuf,
+    /// Accept changed tool definitions (where the host pins them).
+    #[arg(long)]
+    pub accept_tool_changes: bool,
+    /// Unbind the bindings the new version rejects instead of refusing the rotation.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `connectors remove`.
@@ -56,10 +64,22 @@ pub fn run(client: &Client, command: ConnectorsCommand) -> Result<(), CliError> 
         ConnectorsCommand::List => client.get(&["connectors"], &[])?.print(""),
         ConnectorsCommand::Get(args) => client.get(&["connectors", &args.slug], &[])?.print(""),
         ConnectorsCommand::Install(args) => {
-            let bytes = std::fs::read(&args.file).map_err(|e| {
-                CliError::usage(format!("could not read {}: {e}", args.file.display()))
-            })?;
-            client.post(&["connectors"], Body::Wasm(bytes))?.print("");
+            let body = match args.file.to_str().filter(|f| f.starts_with("oci://")) {
+                Some(reference) => Body::Json(serde_json::json!({"source": reference})),
+                None => Body::Wasm(std::fs::read(&args.file).map_err(|e| {
+                    CliError::usage(format!("could not read {}: {e}", args.file.display()))
+                })?),
+            };
+            let mut query = Vec::new();
+            if args.accept_tool_changes {
+                query.push(("acceptToolChanges", "true".to_string()));
+            }
+            if args.force {
+                query.push(("force", "true".to_string()));
+            }
+            client
+                .send(reqwest::Method::POST, &["connectors"], &query, body)?
+                .print("");
         }
         ConnectorsCommand::Remove(args) => {
             let query = if args.force {

@@ -519,6 +519,8 @@ mod tests {
             config_schema: json!({"type": "object", "properties": {}}),
             webhook: None,
             allowed_hosts: vec![],
+            source: connector_model::connector::SOURCE_UPLOAD.to_string(),
+            signed_by: None,
         }
     }
 

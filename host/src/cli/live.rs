@@ -86,6 +86,12 @@ impl Round<'_> {
                     indent(&e.message)
                 ));
             }
+            Err(e) if e.message.starts_with("tool_definitions_changed") => {
+                return Err(format!(
+                    "live: {base} pins tool definitions and the new version changes them (the previous version stays; accept with `connector-host connectors install FILE.wasm --accept-tool-changes`):\n{}",
+                    indent(&e.message)
+                ));
+            }
             Err(e) => {
                 return Err(format!(
                     "live: installing into {base} failed:\n{}",
@@ -109,6 +115,20 @@ impl Round<'_> {
             info["version"].as_str().unwrap_or("?"),
             info["digest"].as_str().unwrap_or("?"),
         ));
+        for change in info["toolChanges"].as_array().into_iter().flatten() {
+            let side = |v: &Value| match v {
+                Value::Null => "-".to_string(),
+                Value::String(s) => format!("{s:?}"),
+                other => other.to_string(),
+            };
+            lines.push(format!(
+                "live:   tool change {} {}: {} -> {}",
+                change["tool"].as_str().unwrap_or("?"),
+                change["field"].as_str().unwrap_or("?"),
+                side(&change["before"]),
+                side(&change["after"]),
+            ));
+        }
 
         let created = self.ensure_unit().map_err(|e| self.failed("unit", &e))?;
         let agent = self.ensure_agent().map_err(|e| self.failed("agent", &e))?;

@@ -76,6 +76,16 @@ pub struct McpArgs {
     /// The host's TOML configuration file, as given to `serve --config` (implies --local).
     #[arg(long, value_name = "FILE", help_heading = LOCAL)]
     pub config: Option<PathBuf>,
+
+    /// How tools are named: `canonical` (acme.echo) or `flat` (acme__echo: every name
+    /// matches the model APIs' ^[a-zA-Z0-9_-]{1,64}$; calls by it reach the same tool).
+    #[arg(long, value_name = "STYLE", default_value = "canonical", value_parser = ["canonical", "flat"])]
+    pub tool_names: String,
+
+    /// Serve only this namespace's tools, by bare name (`echo` for acme.echo), as the
+    /// endpoint /mcp/agents/AGENT/namespaces/NAMESPACE does.
+    #[arg(long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
 }
 
 impl McpArgs {
@@ -88,12 +98,24 @@ impl McpArgs {
 /// The endpoint `base/mcp/agents/<agent>` (the agent id escaped; any path prefix of
 /// `base` kept).
 pub fn endpoint(base: &Url, agent: &str) -> Url {
+    named_endpoint(base, agent, None, false)
+}
+
+/// The endpoint of `agent`'s tools, of one `namespace` (`.../namespaces/<ns>`) or all, with
+/// flat names (`?toolNames=flat`) or canonical ones.
+pub fn named_endpoint(base: &Url, agent: &str, namespace: Option<&str>, flat: bool) -> Url {
     let mut url = base.clone();
     url.set_query(None);
     url.set_fragment(None);
     if let Ok(mut path) = url.path_segments_mut() {
         path.pop_if_empty();
         path.extend(["mcp", "agents", agent]);
+        if let Some(ns) = namespace {
+            path.extend(["namespaces", ns]);
+        }
+    }
+    if flat {
+        url.set_query(Some("toolNames=flat"));
     }
     url
 }
@@ -136,7 +158,12 @@ pub fn run(remote: &RemoteArgs, args: McpArgs) -> Result<(), CliError> {
         ));
     }
     stdio::run(BridgeConfig {
-        endpoint: endpoint(&base, &args.agent),
+        endpoint: named_endpoint(
+            &base,
+            &args.agent,
+            args.namespace.as_deref(),
+            args.tool_names == "flat",
+        ),
         token,
     })
     .map_err(CliError::failed)
@@ -160,7 +187,11 @@ fn run_local(args: McpArgs) -> Result<(), CliError> {
     let config = HostConfig::load(args.config.as_deref(), env, &flags)
         .map_err(|e| CliError::usage(e.to_string()))?;
     check_database(&config)?;
-    stdio::run_local(config, args.agent).map_err(CliError::failed)
+    let naming = crate::mcp::Naming {
+        namespace: args.namespace.map(Into::into),
+        flat: args.tool_names == "flat",
+    };
+    stdio::run_local(config, args.agent, naming).map_err(CliError::failed)
 }
 
 /// An SQLite database must exist already: opening it would create an empty host, which
@@ -196,6 +227,10 @@ mod tests {
         assert_eq!(
             endpoint(&base, "a.b").as_str(),
             "https://h.example/hosts/one/mcp/agents/a.b"
+        );
+        assert_eq!(
+            named_endpoint(&base, "ada", Some("acme"), true).as_str(),
+            "https://h.example/hosts/one/mcp/agents/ada/namespaces/acme?toolNames=flat"
         );
     }
 

@@ -28,6 +28,7 @@ pub mod messages;
 pub mod new;
 pub(crate) mod new_lang;
 pub mod pack;
+pub mod registry;
 pub mod serve;
 pub mod tools;
 pub mod units;
@@ -132,6 +133,14 @@ pub enum Command {
     /// connector component
     #[command(after_help = pack::HELP)]
     Pack(pack::PackArgs),
+
+    /// Publish a component to an OCI registry, optionally with a cosign signature
+    #[command(after_help = registry::PUSH_HELP)]
+    Push(registry::PushArgs),
+
+    /// Make an ECDSA P-256 key pair in cosign's formats (for `push --sign` and trust.keys)
+    #[command(after_help = registry::KEYGEN_HELP)]
+    Keygen(registry::KeygenArgs),
 
     /// Watch a component file: re-validate and print manifest changes on every rebuild
     /// (with --live: keep a running host in step)
@@ -276,6 +285,8 @@ pub fn run_remote(remote: &RemoteArgs, command: Command) -> Result<(), CliError>
         | Command::Inspect(_)
         | Command::New(_)
         | Command::Pack(_)
+        | Command::Push(_)
+        | Command::Keygen(_)
         | Command::Dev(_) => Err(CliError::usage(
             "this command does not talk to a running host",
         )),

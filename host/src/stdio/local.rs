@@ -56,7 +56,6 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
@@ -77,6 +76,8 @@ const TOKEN_RENEW_AFTER: Duration = Duration::from_secs(24 * 3600);
 pub struct Local {
     host: Host,
     agent: String,
+    /// The endpoint served: the agent's tools, named as asked.
+    endpoint: connector_http::mcp::Endpoint,
     /// The endpoint's sessions (this process's own: a session lives in the process that
     /// opened it, as with any host).
     sessions: Arc<connector_http::mcp::session::Sessions>,
@@ -87,8 +88,12 @@ pub struct Local {
 
 impl Local {
     /// Opens the host's state on `config` as a tool server and checks that `agent`
-    /// exists.
-    pub async fn open(mut config: HostConfig, agent: &str) -> Result<Local, String> {
+    /// exists; its tools are named as `naming` says.
+    pub async fn open(
+        mut config: HostConfig,
+        agent: &str,
+        naming: connector_http::mcp::Naming,
+    ) -> Result<Local, String> {
         connector_model::ids::check_id("agent", agent).map_err(|e| e.message)?;
         config.bundled = connector_bundled::components();
         let data_dir = config.data_dir.clone();
@@ -112,6 +117,10 @@ impl Local {
             sessions: Arc::new(connector_http::mcp::session::Sessions::new(host.clone())),
             host,
             agent: agent.to_string(),
+            endpoint: connector_http::mcp::Endpoint {
+                agent: agent.into(),
+                naming,
+            },
             auth: Mutex::new((auth, Instant::now())),
             watch,
         })
@@ -200,13 +209,16 @@ impl Local {
         auth: HeaderValue,
     ) -> Response {
         headers.insert(header::AUTHORIZATION, auth);
-        let (state, agent) = (State(self.sessions.clone()), Path(self.agent.clone()));
+        let (sessions, endpoint) = (&self.sessions, &self.endpoint);
         match method {
             Method::POST => {
-                connector_http::mcp::http::post(state, agent, headers, Body::from(body)).await
+                connector_http::mcp::http::post_to(sessions, endpoint, headers, Body::from(body))
+                    .await
             }
-            Method::GET => connector_http::mcp::http::get(state, agent, headers).await,
-            Method::DELETE => connector_http::mcp::http::delete(state, agent, headers).await,
+            Method::GET => connector_http::mcp::http::get_from(sessions, endpoint, headers).await,
+            Method::DELETE => {
+                connector_http::mcp::http::delete_at(sessions, endpoint, headers).await
+            }
             _ => rpc_error(
                 StatusCode::METHOD_NOT_ALLOWED,
                 INTERNAL_ERROR,

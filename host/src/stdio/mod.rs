@@ -43,8 +43,10 @@ use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYP
 use reqwest::{StatusCode, Url};
 use serde_json::{json, Value};
 
-use connector_http::mcp::jsonrpc::{HEADER_MISMATCH, INTERNAL_ERROR, PARSE_ERROR};
-use connector_http::mcp::{SESSION_HEADER, VERSION_HEADER};
+use connector_mcp_protocol::client::{self, BodyKind};
+use connector_mcp_protocol::jsonrpc::{HEADER_MISMATCH, INTERNAL_ERROR, PARSE_ERROR};
+use connector_mcp_protocol::revision::{SESSION_HEADER, VERSION_HEADER};
+use connector_mcp_protocol::sse::EventStreamDecoder;
 
 /// Where the bridge forwards to.
 #[derive(Debug, Clone)]
@@ -63,9 +65,13 @@ pub fn run(config: BridgeConfig) -> Result<(), String> {
 /// Serves agent `agent`'s tools on this process's stdin/stdout from the host's data named
 /// by `config`, opened here beside any running `serve` (see [`local`]), until
 /// stdin ends.
-pub fn run_local(config: connector_core::config::HostConfig, agent: String) -> Result<(), String> {
+pub fn run_local(
+    config: connector_core::config::HostConfig,
+    agent: String,
+    naming: connector_http::mcp::Naming,
+) -> Result<(), String> {
     serve_stdio(async move {
-        let local = local::Local::open(config, &agent).await?;
+        let local = local::Local::open(config, &agent, naming).await?;
         Ok(Bridge::local(local))
     })
 }
@@ -551,10 +557,7 @@ impl Bridge {
     fn headers(&self, state: &SessionState) -> HeaderMap {
         let mut h = HeaderMap::with_capacity(5);
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        h.insert(
-            ACCEPT,
-            HeaderValue::from_static("application/json, text/event-stream"),
-        );
+        h.insert(ACCEPT, HeaderValue::from_static(client::ACCEPT));
         if let Some(auth) = &self.auth {
             h.insert(AUTHORIZATION, auth.clone());
         }
@@ -919,17 +922,19 @@ impl Bridge {
         sink: &mut (dyn FnMut(&[u8]) + Send),
     ) {
         let status = response.status();
-        let is_sse = response
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| ct.starts_with("text/event-stream"));
-        if is_sse {
-            let mut parser = SseParser::default();
+        let kind = BodyKind::of(
+            response
+                .headers()
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or(""),
+        );
+        if kind == BodyKind::EventStream {
+            let mut parser = EventStreamDecoder::new(MAX_ANSWER_BYTES);
             let mut answered = false;
             while let Some(chunk) = response.chunk().await {
                 for event in parser.feed(&chunk) {
-                    answered |= is_answer(&event);
+                    answered |= client::is_answer(&event);
                     sink(&event);
                 }
                 if answered {
@@ -951,11 +956,7 @@ impl Bridge {
             }
             return;
         }
-        let is_json = response
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| ct.starts_with("application/json"));
+        let is_json = kind == BodyKind::Json;
         let Ok(body) = response.bytes().await else {
             match id {
                 Some(id) => emit_error(id, INTERNAL_ERROR, TOO_LARGE),
@@ -1022,12 +1023,12 @@ impl Bridge {
             match self.send(reqwest::Method::GET, Bytes::new(), headers).await {
                 Ok(mut response) if response.status().is_success() => {
                     delay = Duration::from_millis(250);
-                    let mut parser = SseParser::default();
+                    let mut parser = EventStreamDecoder::new(MAX_ANSWER_BYTES);
                     while let Some(chunk) = response.chunk().await {
                         for event in parser.feed(&chunk) {
                             emit(&event);
                         }
-                        if let Some(id) = parser.last_id.take() {
+                        if let Some(id) = parser.take_last_event_id() {
                             last_event_id = Some(id);
                         }
                         if parser.overflowed() {
@@ -1257,12 +1258,6 @@ impl Answer {
     }
 }
 
-/// Whether an SSE message is an answer (a result or error), which ends a POST's stream.
-fn is_answer(message: &[u8]) -> bool {
-    serde_json::from_slice::<Value>(message)
-        .is_ok_and(|v| v.get("result").is_some() || v.get("error").is_some())
-}
-
 /// The largest answer, or event of an answer stream, the bridge reads: far above a tool
 /// result at the host's output limits, and a bound on what a server at the endpoint that
 /// streams without end can make this process hold.
@@ -1275,139 +1270,9 @@ const TOO_LARGE: &str = "the host's answer is larger than the 64 MiB the bridge 
 #[derive(Debug)]
 struct TooLarge;
 
-/// An incremental `text/event-stream` parser yielding the data of `message` events; an
-/// unfinished line or event past [`MAX_ANSWER_BYTES`] ends the stream
-/// ([`SseParser::overflowed`]).
-#[derive(Default)]
-struct SseParser {
-    buffer: Vec<u8>,
-    /// How much of `buffer` holds no line ending.
-    scanned: usize,
-    data: Vec<u8>,
-    event: Option<String>,
-    last_id: Option<String>,
-}
-
-impl SseParser {
-    fn feed(&mut self, chunk: &[u8]) -> Vec<Vec<u8>> {
-        self.buffer.extend_from_slice(chunk);
-        let mut out = Vec::new();
-        // Where the current line starts, and where to look for its end: the part of an
-        // unfinished line already looked at is not scanned again.
-        let mut start = 0;
-        let mut from = self.scanned;
-        loop {
-            let Some(pos) = self.buffer[from..]
-                .iter()
-                .position(|b| *b == b'\n' || *b == b'\r')
-            else {
-                from = self.buffer.len();
-                break;
-            };
-            let end = from + pos;
-            let mut next = end + 1;
-            if self.buffer[end] == b'\r' {
-                if next == self.buffer.len() {
-                    from = end; // a CR at the end of a chunk: wait for a possible LF
-                    break;
-                }
-                if self.buffer[next] == b'\n' {
-                    next += 1;
-                }
-            }
-            let line = self.buffer[start..end].to_vec();
-            start = next;
-            from = next;
-            self.line(&line, &mut out);
-        }
-        self.buffer.drain(..start);
-        self.scanned = from - start;
-        out
-    }
-
-    /// Whether the unfinished line or event held is larger than [`MAX_ANSWER_BYTES`]:
-    /// the stream is then given up.
-    fn overflowed(&self) -> bool {
-        self.buffer.len() > MAX_ANSWER_BYTES || self.data.len() > MAX_ANSWER_BYTES
-    }
-
-    fn line(&mut self, line: &[u8], out: &mut Vec<Vec<u8>>) {
-        if line.is_empty() {
-            let data = std::mem::take(&mut self.data);
-            let event = self.event.take();
-            if !data.is_empty() && event.as_deref().is_none_or(|e| e == "message") {
-                out.push(data);
-            }
-            return;
-        }
-        if line[0] == b':' {
-            return;
-        }
-        let (field, value) = match line.iter().position(|b| *b == b':') {
-            Some(i) => {
-                let v = &line[i + 1..];
-                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
-            }
-            None => (line, &b""[..]),
-        };
-        match field {
-            b"data" => {
-                if !self.data.is_empty() {
-                    self.data.push(b'\n');
-                }
-                self.data.extend_from_slice(value);
-            }
-            b"event" => self.event = Some(String::from_utf8_lossy(value).into_owned()),
-            b"id" => self.last_id = Some(String::from_utf8_lossy(value).into_owned()),
-            _ => {}
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sse_events_across_chunks_and_line_endings() {
-        let mut p = SseParser::default();
-        assert!(p
-            .feed(b": keep-alive\n\nevent: message\nid: 1\nda")
-            .is_empty());
-        let out = p.feed(b"ta: {\"a\":1}\r\n\r\ndata: x\ndata: y\n\n");
-        assert_eq!(out, vec![b"{\"a\":1}".to_vec(), b"x\ny".to_vec()]);
-        assert_eq!(p.last_id.as_deref(), Some("1"));
-        let out = p.feed(b"event: other\ndata: z\n\ndata:w\r");
-        assert!(out.is_empty());
-        assert_eq!(p.feed(b"\r\n"), vec![b"w".to_vec()]);
-    }
-
-    #[test]
-    fn a_line_without_end_is_given_up_past_the_limit_in_linear_time() {
-        let mut p = SseParser::default();
-        let chunk = vec![b'x'; 64 * 1024];
-        let started = std::time::Instant::now();
-        let mut fed = 0;
-        while !p.overflowed() {
-            assert!(p.feed(&chunk).is_empty());
-            fed += chunk.len();
-            assert!(fed <= MAX_ANSWER_BYTES + chunk.len(), "never overflowed");
-        }
-        assert!(fed > MAX_ANSWER_BYTES);
-        // Each byte is looked at once (a rescan per chunk took minutes).
-        assert!(started.elapsed() < std::time::Duration::from_secs(20));
-
-        let mut p = SseParser::default();
-        for piece in [&b"data: {\"a\""[..], b":1", b"}\r", b"\n", b"\r\n"] {
-            let out = p.feed(piece);
-            if piece == b"\r\n" {
-                assert_eq!(out, vec![b"{\"a\":1}".to_vec()]);
-            } else {
-                assert!(out.is_empty());
-            }
-        }
-        assert!(!p.overflowed());
-    }
 
     #[test]
     fn kinds() {

@@ -1280,6 +1280,17 @@ impl InboxStore for PostgresStore {
             .map_err(db)?;
         found.iter().map(|r| rows::message(&Pg(r))).collect()
     }
+
+    async fn last_message_cursor(&self, unit_id: &str) -> StoreResult<i64> {
+        let db = |e| map_err("last_message_cursor", e);
+        let conn = self.conn("last_message_cursor").await?;
+        let stmt = conn
+            .prepare_cached("SELECT COALESCE(MAX(seq), 0)::BIGINT FROM messages WHERE unit_id = $1")
+            .await
+            .map_err(db)?;
+        let row = conn.query_one(&stmt, &[&unit_id]).await.map_err(db)?;
+        row.try_get::<_, i64>(0).map_err(db)
+    }
 }
 
 #[async_trait]

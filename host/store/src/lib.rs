@@ -271,6 +271,20 @@ pub trait InboxStore: Send + Sync + 'static {
         after: i64,
         limit: u32,
     ) -> StoreResult<Vec<MessageRecord>>;
+
+    /// The cursor of a unit's newest message, `0` when it has none: where a watcher that
+    /// only wants messages from now on starts.
+    async fn last_message_cursor(&self, unit_id: &str) -> StoreResult<i64> {
+        let mut after = 0;
+        loop {
+            let page = self.messages(unit_id, after, 500).await?;
+            match page.last() {
+                Some(m) if page.len() == 500 => after = m.seq,
+                Some(m) => return Ok(m.seq),
+                None => return Ok(after),
+            }
+        }
+    }
 }
 
 /// Secrets the replicas of one database share (agent-token key, operator-token digest).

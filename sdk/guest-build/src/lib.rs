@@ -330,18 +330,24 @@ fn build_one(
         if msg["reason"] != "compiler-artifact" {
             continue;
         }
+        // Every crate of this workspace the guest is built from (the guest's own, and
+        // path dependencies such as a protocol crate it shares with the host).
+        if let Some(dir) = msg["manifest_path"]
+            .as_str()
+            .map(Path::new)
+            .filter(|p| p.starts_with(root))
+            .and_then(Path::parent)
+        {
+            if !rerun.iter().any(|seen| seen == dir) {
+                rerun.push(dir.to_path_buf());
+            }
+        }
         let kinds = msg["target"]["kind"]
             .as_array()
             .cloned()
             .unwrap_or_default();
         if !kinds.iter().any(|k| k == "cdylib" || k == "bin") {
             continue;
-        }
-        if let Some(dir) = msg["manifest_path"]
-            .as_str()
-            .and_then(|p| Path::new(p).parent())
-        {
-            rerun.push(dir.to_path_buf());
         }
         let files = msg["filenames"].as_array().cloned().unwrap_or_default();
         wasm.extend(

@@ -265,6 +265,8 @@ pub fn validate(manifest: wit::Manifest, digest: &str) -> Result<Connector, Mani
         config_schema,
         webhook,
         allowed_hosts: manifest.allowed_hosts,
+        source: connector_model::connector::SOURCE_UPLOAD.to_string(),
+        signed_by: None,
     })
 }
 

@@ -289,6 +289,13 @@ impl InstalledConnector {
         })
     }
 
+    /// Records where the component came from and who signed it (see
+    /// [`Connector::source`]).
+    pub fn set_provenance(&mut self, source: String, signed_by: Option<String>) {
+        self.info.source = source;
+        self.info.signed_by = signed_by;
+    }
+
     /// The contract's `Connector` object.
     pub fn info(&self) -> &Connector {
         &self.info

@@ -4,6 +4,8 @@
 //! serialise the answer. Every rule lives in the host, so the Rust API and the HTTP API
 //! cannot disagree.
 
+mod install;
+
 use crate::ApiError;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
@@ -32,9 +34,6 @@ fn ok<T: serde::Serialize>(status: StatusCode, body: &T) -> ApiResult {
     Ok((status, Json(body)).into_response())
 }
 
-/// Largest component accepted by `POST /connectors`.
-const MAX_COMPONENT_BYTES: usize = 64 * 1024 * 1024;
-
 /// The routes of CONTRACT §3, relative to `/api/v1` (the server nests them there).
 pub fn routes() -> Router<Host> {
     Router::new()
@@ -46,7 +45,10 @@ pub fn routes() -> Router<Host> {
         )
         .route("/units/{unit}/messages", get(list_messages))
         .route("/units/{unit}/messages/stream", get(stream_messages))
-        .route("/connectors", get(list_connectors).post(install_connector))
+        .route(
+            "/connectors",
+            get(list_connectors).post(install::install_connector),
+        )
         .route(
             "/connectors/{slug}",
             get(get_connector).delete(delete_connector),
@@ -118,32 +120,6 @@ async fn get_connector(
     Path(slug): Path<String>,
 ) -> ApiResult {
     ok(StatusCode::OK, host.connector(&slug)?.info())
-}
-
-async fn install_connector(
-    State(host): State<Host>,
-    _: Operator,
-    headers: HeaderMap,
-    query: Result<Query<ForceQuery>, axum::extract::rejection::QueryRejection>,
-    body: Body,
-) -> ApiResult {
-    let Query(query) = query.map_err(|e| HostError::invalid_request(e.body_text()))?;
-    let content_type = headers
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if !content_type.starts_with("application/wasm")
-        && !content_type.starts_with("application/octet-stream")
-    {
-        return Err(ApiError(HostError::new(
-            ErrorCode::UnsupportedMediaType,
-            "send the component's bytes with Content-Type: application/wasm",
-        )));
-    }
-    let force = query.force()?;
-    let body = read_body(&headers, body, MAX_COMPONENT_BYTES, "a component").await?;
-    let installed = host.install_connector(&body, force).await?;
-    ok(written_status(installed.written), &installed.connector)
 }
 
 async fn delete_connector(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -17,19 +17,85 @@ use super::jsonrpc::{
     self, classify, params_object, Incoming, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST,
     METHOD_NOT_FOUND, NOT_FOUND, PARSE_ERROR, UNAUTHORIZED,
 };
+use super::names::Naming;
 use super::session::{Session, Sessions};
 use super::tools::{self, CallOutcome, ToolsList};
-use super::{negotiate, BATCH_VERSION, MAX_BODY_BYTES, SUPPORTED_VERSIONS};
+use super::{negotiate, Endpoint, BATCH_VERSION, MAX_BODY_BYTES, SUPPORTED_VERSIONS};
 use crate::{authorize, read_limited, Access, BodyError};
 use connector_model::error::{ErrorCode, HostError};
 use connector_model::records::Subject;
 
-/// `Mcp-Session-Id`.
-pub const SESSION_HEADER: &str = "mcp-session-id";
-/// `MCP-Protocol-Version`.
-pub const VERSION_HEADER: &str = "mcp-protocol-version";
+pub use connector_mcp_protocol::revision::{SESSION_HEADER, VERSION_HEADER};
 /// Methods this server answers; anything else is `-32601`, with or without a session.
-const METHODS: [&str; 4] = ["initialize", "ping", "tools/list", "tools/call"];
+const METHODS: [&str; 9] = [
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+];
+
+/// The endpoint's query: `?toolNames=flat|canonical`.
+#[derive(serde::Deserialize, Default)]
+pub struct EndpointQuery {
+    #[serde(rename = "toolNames")]
+    tool_names: Option<String>,
+}
+
+/// The endpoint a request addressed, or `400` for a `toolNames` it does not know.
+fn endpoint_of(
+    agent: &str,
+    namespace: Option<&str>,
+    query: &EndpointQuery,
+) -> Result<Endpoint, Rejection> {
+    let flat = Naming::style(query.tool_names.as_deref()).map_err(|m| {
+        Box::new(rpc_error(
+            StatusCode::BAD_REQUEST,
+            &Value::Null,
+            INVALID_REQUEST,
+            &format!("Bad Request: {m}"),
+        ))
+    })?;
+    Ok(Endpoint {
+        agent: agent.into(),
+        naming: Naming {
+            namespace: namespace.map(Into::into),
+            flat,
+        },
+    })
+}
+
+/// On a namespace endpoint: `404` when the agent has no tool of that namespace (checked
+/// after authentication, so it tells a stranger nothing).
+fn check_namespace(sessions: &Sessions, endpoint: &Endpoint) -> Result<(), Rejection> {
+    let Some(namespace) = &endpoint.naming.namespace else {
+        return Ok(());
+    };
+    let subject = Subject::Agent(endpoint.agent.to_string());
+    let has = match sessions.host().effective_tools(&subject) {
+        Ok(tools) => endpoint.naming.has_tools(&tools),
+        // No such agent: answered as such by the request itself.
+        Err(_) => return Ok(()),
+    };
+    if has {
+        return Ok(());
+    }
+    Err(Box::new(rpc_error(
+        StatusCode::NOT_FOUND,
+        &Value::Null,
+        NOT_FOUND,
+        &format!(
+            "Not found: agent `{}` has no tool in namespace `{}`; its tools are listed at /mcp/agents/{}",
+            endpoint.agent,
+            connector_model::ids::truncate(namespace, 64),
+            endpoint.agent
+        ),
+    )))
+}
 
 type McpState = State<Arc<Sessions>>;
 /// A request refused before it reaches a method (boxed: a `Response` is large).
@@ -179,7 +245,7 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, Response> {
 fn session_of(
     sessions: &Sessions,
     headers: &HeaderMap,
-    agent: &str,
+    endpoint: &Endpoint,
     id: &Value,
 ) -> Result<Arc<Session>, Rejection> {
     let Some(raw) = headers.get(SESSION_HEADER) else {
@@ -193,7 +259,7 @@ fn session_of(
     let session = raw
         .to_str()
         .ok()
-        .and_then(|sid| sessions.get(sid, agent))
+        .and_then(|sid| sessions.get(sid, endpoint))
         .ok_or_else(|| {
             Box::new(rpc_error(
                 StatusCode::NOT_FOUND,
@@ -226,11 +292,43 @@ fn session_of(
 pub async fn post(
     State(sessions): McpState,
     Path(agent): Path<String>,
+    Query(query): Query<EndpointQuery>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if let Err(r) =
-        authenticate(&sessions, &headers, &agent).and_then(|()| check_origin(&sessions, &headers))
+    match endpoint_of(&agent, None, &query) {
+        Ok(endpoint) => post_to(&sessions, &endpoint, headers, body).await,
+        Err(r) => *r,
+    }
+}
+
+/// `POST /mcp/agents/{agentId}/namespaces/{namespace}`: as [`post`], one namespace's
+/// tools by bare name.
+pub async fn namespace_post(
+    State(sessions): McpState,
+    Path((agent, namespace)): Path<(String, String)>,
+    Query(query): Query<EndpointQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match endpoint_of(&agent, Some(&namespace), &query) {
+        Ok(endpoint) => post_to(&sessions, &endpoint, headers, body).await,
+        Err(r) => *r,
+    }
+}
+
+/// A POST to `endpoint`.
+pub async fn post_to(
+    sessions: &Arc<Sessions>,
+    endpoint: &Endpoint,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let sessions = sessions.clone();
+    let agent = &*endpoint.agent;
+    if let Err(r) = authenticate(&sessions, &headers, agent)
+        .and_then(|()| check_origin(&sessions, &headers))
+        .and_then(|()| check_namespace(&sessions, endpoint))
     {
         return *r;
     }
@@ -258,11 +356,11 @@ pub async fn post(
         }
     };
     match value {
-        Value::Array(items) => batch(&sessions, &agent, &headers, items).await,
+        Value::Array(items) => batch(&sessions, endpoint, &headers, items).await,
         single if super::stateless::wants(&headers, &single) => {
-            super::stateless::serve(&sessions, &agent, &headers, single).await
+            super::stateless::serve(&sessions, endpoint, &headers, single).await
         }
-        single => one(&sessions, &agent, &headers, single).await,
+        single => one(&sessions, endpoint, &headers, single).await,
     }
 }
 
@@ -276,7 +374,12 @@ pub(super) fn invalid_request(invalid: &jsonrpc::Invalid) -> Response {
     )
 }
 
-async fn one(sessions: &Arc<Sessions>, agent: &str, headers: &HeaderMap, value: Value) -> Response {
+async fn one(
+    sessions: &Arc<Sessions>,
+    endpoint: &Endpoint,
+    headers: &HeaderMap,
+    value: Value,
+) -> Response {
     let message = match classify(value) {
         Ok(m) => m,
         Err(invalid) => return invalid_request(&invalid),
@@ -284,14 +387,14 @@ async fn one(sessions: &Arc<Sessions>, agent: &str, headers: &HeaderMap, value: 
     match message {
         Incoming::Request { id, method, params } => {
             if method == "initialize" {
-                return initialize(sessions, agent, headers, &id, params);
+                return initialize(sessions, endpoint, headers, &id, params);
             }
             if !METHODS.contains(&method.as_str()) && !headers.contains_key(SESSION_HEADER) {
                 // No such method in any state: say so (clients probing for newer
                 // lifecycles, such as `server/discover`, fall back to `initialize`).
                 return json_response(StatusCode::OK, method_not_found(&id, &method));
             }
-            let session = match session_of(sessions, headers, agent, &id) {
+            let session = match session_of(sessions, headers, endpoint, &id) {
                 Ok(s) => s,
                 Err(r) => return *r,
             };
@@ -301,7 +404,7 @@ async fn one(sessions: &Arc<Sessions>, agent: &str, headers: &HeaderMap, value: 
             )
         }
         Incoming::Notification { .. } | Incoming::Response => {
-            match session_of(sessions, headers, agent, &Value::Null) {
+            match session_of(sessions, headers, endpoint, &Value::Null) {
                 // Notifications (`initialized`, `cancelled`, progress, ...) need no action
                 // here: a client abandoning a call closes its request, which drops the call.
                 Ok(_) => accepted(),
@@ -321,7 +424,7 @@ pub const MAX_BATCH: usize = 64;
 /// than [`MAX_BATCH`] messages.
 async fn batch(
     sessions: &Arc<Sessions>,
-    agent: &str,
+    endpoint: &Endpoint,
     headers: &HeaderMap,
     items: Vec<Value>,
 ) -> Response {
@@ -344,7 +447,7 @@ async fn batch(
             ),
         );
     }
-    let session = match session_of(sessions, headers, agent, &Value::Null) {
+    let session = match session_of(sessions, headers, endpoint, &Value::Null) {
         Ok(s) => s,
         Err(r) => return *r,
     };
@@ -413,7 +516,21 @@ struct InitializeResult<'a> {
 #[derive(Serialize)]
 struct Capabilities {
     tools: ListChanged,
+    resources: ResourceCapabilities,
 }
+
+/// `resources: {subscribe: true, listChanged: true}`: the units' inboxes.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct ResourceCapabilities {
+    subscribe: bool,
+    list_changed: bool,
+}
+
+pub(super) const RESOURCES: ResourceCapabilities = ResourceCapabilities {
+    subscribe: true,
+    list_changed: true,
+};
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -436,13 +553,14 @@ pub(super) const SERVER_INFO: ServerInfo = ServerInfo {
 
 fn initialize(
     sessions: &Arc<Sessions>,
-    agent: &str,
+    endpoint: &Endpoint,
     headers: &HeaderMap,
     id: &Value,
     params: Option<Value>,
 ) -> Response {
+    let agent = &*endpoint.agent;
     if let Some(sid) = headers.get(SESSION_HEADER) {
-        return match sid.to_str().ok().and_then(|s| sessions.get(s, agent)) {
+        return match sid.to_str().ok().and_then(|s| sessions.get(s, endpoint)) {
             Some(_) => rpc_error(
                 StatusCode::BAD_REQUEST,
                 id,
@@ -470,7 +588,7 @@ fn initialize(
         );
     };
     let version = negotiate(requested);
-    let session = match sessions.create(agent, version) {
+    let session = match sessions.create(endpoint, version) {
         Ok(s) => s,
         Err(e) if e.code == ErrorCode::InvalidRequest => {
             return rpc_error(StatusCode::BAD_REQUEST, id, INVALID_REQUEST, &e.message)
@@ -484,9 +602,10 @@ fn initialize(
             protocol_version: version,
             capabilities: Capabilities {
                 tools: ListChanged { list_changed: true },
+                resources: RESOURCES,
             },
             server_info: SERVER_INFO,
-            instructions: instructions(agent),
+            instructions: instructions(endpoint),
         },
     );
     let mut response = json_response(StatusCode::OK, body);
@@ -497,9 +616,23 @@ fn initialize(
 }
 
 /// What the server tells a model about this endpoint (`initialize`, `server/discover`).
-pub(super) fn instructions(agent: &str) -> String {
+pub(super) fn instructions(endpoint: &Endpoint) -> String {
+    let agent = &endpoint.agent;
+    let tools = match (&endpoint.naming.namespace, endpoint.naming.flat) {
+        (Some(ns), _) => {
+            format!("the tools of its connector namespace `{ns}`, named without the namespace")
+        }
+        (None, false) => {
+            "its connectors' tools (named <namespace>.<tool>) and the platform's sv.* tools"
+                .to_string()
+        }
+        (None, true) => {
+            "its connectors' tools (named <namespace>__<tool>) and the platform's sv__* tools"
+                .to_string()
+        }
+    };
     format!(
-        "The tools of agent `{agent}`: its connectors' tools (named <namespace>.<tool>) and the platform's sv.* tools. The set follows what the operator binds and grants; watch for notifications/tools/list_changed."
+        "Agent `{agent}`: {tools}. The set follows what the operator binds and grants; watch for notifications/tools/list_changed. The resources spring://units/<unitId>/messages are the agent's units' inboxes (webhook events): subscribe to hear of new messages, read with ?after=<next> for what came since the last read."
     )
 }
 
@@ -509,7 +642,7 @@ fn method_not_found(id: &Value, method: &str) -> Vec<u8> {
         id,
         METHOD_NOT_FOUND,
         &format!(
-            "Method not found: `{method}` (this server offers tools: tools/list, tools/call, ping)"
+            "Method not found: `{method}` (this server offers tools/list, tools/call, resources/list, resources/read, resources/subscribe, resources/unsubscribe, ping)"
         ),
         None,
     )
@@ -521,11 +654,15 @@ struct Empty {}
 /// Answers one request of an open session.
 async fn request(
     sessions: &Sessions,
-    session: &Session,
+    session: &Arc<Session>,
     id: &Value,
     method: &str,
     params: Option<Value>,
 ) -> Vec<u8> {
+    let host = sessions.host();
+    let refused = |(code, message, data): super::resources::Refusal| {
+        jsonrpc::error(id, code, &message, (!data.is_null()).then_some(&data))
+    };
     match method {
         "ping" => jsonrpc::result(id, Empty {}),
         "tools/list" => {
@@ -536,15 +673,40 @@ async fn request(
             if let Some(m) = tools::refused_cursor(Some(&params)) {
                 return jsonrpc::error(id, INVALID_PARAMS, m, None);
             }
-            match sessions
-                .host()
-                .effective_tools(&Subject::Agent(session.agent.to_string()))
-            {
-                Ok(tools) => jsonrpc::result(id, ToolsList(&tools)),
+            match host.effective_tools(&Subject::Agent(session.agent.to_string())) {
+                Ok(tools) => jsonrpc::result(id, ToolsList(&tools, &session.naming)),
                 Err(e) => host_error(id, e),
             }
         }
         "tools/call" => call(sessions, session, id, params).await,
+        "resources/list" => match super::resources::list(host, &session.agent) {
+            Ok(list) => jsonrpc::result(id, list),
+            Err(e) => host_error(id, e),
+        },
+        "resources/templates/list" => jsonrpc::result(id, super::resources::templates()),
+        "resources/read" => {
+            match super::resources::read(host, &session.agent, params.as_ref()).await {
+                Ok(contents) => jsonrpc::result(id, contents),
+                Err(r) => refused(r),
+            }
+        }
+        "resources/subscribe" | "resources/unsubscribe" => {
+            let checked = super::resources::uri_param(params.as_ref())
+                .and_then(|uri| super::resources::check(host, &session.agent, uri));
+            let unit = match checked {
+                Ok(parsed) => parsed.unit,
+                Err(r) => return refused(r),
+            };
+            let done = if method == "resources/subscribe" {
+                sessions.subscribe(session, unit).await
+            } else {
+                sessions.unsubscribe(session, &unit).await
+            };
+            match done {
+                Ok(()) => jsonrpc::result(id, Empty {}),
+                Err(e) => host_error(id, e),
+            }
+        }
         _ => method_not_found(id, method),
     }
 }
@@ -564,7 +726,15 @@ async fn call(
     id: &Value,
     params: Option<Value>,
 ) -> Vec<u8> {
-    match tools::call(sessions.host(), &session.agent, session.version, params).await {
+    match tools::call(
+        sessions.host(),
+        &session.agent,
+        &session.naming,
+        session.version,
+        params,
+    )
+    .await
+    {
         CallOutcome::Done(result) => jsonrpc::result(id, result),
         CallOutcome::Failed(failure) => jsonrpc::result(id, failure),
         CallOutcome::Rpc(code, message, data) => jsonrpc::error(id, code, &message, data.as_ref()),
@@ -577,20 +747,46 @@ async fn call(
 pub async fn get(
     State(sessions): McpState,
     Path(agent): Path<String>,
+    Query(query): Query<EndpointQuery>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) =
-        authenticate(&sessions, &headers, &agent).and_then(|()| check_origin(&sessions, &headers))
+    match endpoint_of(&agent, None, &query) {
+        Ok(endpoint) => get_from(&sessions, &endpoint, headers).await,
+        Err(r) => *r,
+    }
+}
+
+/// `GET /mcp/agents/{agentId}/namespaces/{namespace}`, as [`get`].
+pub async fn namespace_get(
+    State(sessions): McpState,
+    Path((agent, namespace)): Path<(String, String)>,
+    Query(query): Query<EndpointQuery>,
+    headers: HeaderMap,
+) -> Response {
+    match endpoint_of(&agent, Some(&namespace), &query) {
+        Ok(endpoint) => get_from(&sessions, &endpoint, headers).await,
+        Err(r) => *r,
+    }
+}
+
+/// A GET of `endpoint`'s session stream.
+pub async fn get_from(
+    sessions: &Arc<Sessions>,
+    endpoint: &Endpoint,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = authenticate(sessions, &headers, &endpoint.agent)
+        .and_then(|()| check_origin(sessions, &headers))
     {
         return *r;
     }
-    let session = match session_of(&sessions, &headers, &agent, &Value::Null) {
+    let session = match session_of(sessions, &headers, endpoint, &Value::Null) {
         Ok(s) => s,
         Err(r) => return *r,
     };
     let rx = session.open_stream();
     let ending = super::streams_ending();
-    let revoked = token_revoked(&sessions, &headers);
+    let revoked = token_revoked(sessions, &headers);
     let events = futures::stream::unfold(
         (rx, ending, revoked),
         |(mut rx, mut ending, mut revoked)| async move {
@@ -645,14 +841,40 @@ pub(super) fn token_revoked(
 pub async fn delete(
     State(sessions): McpState,
     Path(agent): Path<String>,
+    Query(query): Query<EndpointQuery>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) =
-        authenticate(&sessions, &headers, &agent).and_then(|()| check_origin(&sessions, &headers))
+    match endpoint_of(&agent, None, &query) {
+        Ok(endpoint) => delete_at(&sessions, &endpoint, headers).await,
+        Err(r) => *r,
+    }
+}
+
+/// `DELETE /mcp/agents/{agentId}/namespaces/{namespace}`, as [`delete`].
+pub async fn namespace_delete(
+    State(sessions): McpState,
+    Path((agent, namespace)): Path<(String, String)>,
+    Query(query): Query<EndpointQuery>,
+    headers: HeaderMap,
+) -> Response {
+    match endpoint_of(&agent, Some(&namespace), &query) {
+        Ok(endpoint) => delete_at(&sessions, &endpoint, headers).await,
+        Err(r) => *r,
+    }
+}
+
+/// A DELETE of `endpoint`'s session.
+pub async fn delete_at(
+    sessions: &Arc<Sessions>,
+    endpoint: &Endpoint,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = authenticate(sessions, &headers, &endpoint.agent)
+        .and_then(|()| check_origin(sessions, &headers))
     {
         return *r;
     }
-    match session_of(&sessions, &headers, &agent, &Value::Null) {
+    match session_of(sessions, &headers, endpoint, &Value::Null) {
         Ok(session) => {
             sessions.remove(&session.id);
             StatusCode::NO_CONTENT.into_response()

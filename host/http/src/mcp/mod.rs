@@ -18,7 +18,24 @@
 //!   when it is unknown, ended, or another agent's). `MCP-Protocol-Version`, when sent,
 //!   must name a supported revision (`400` otherwise). `GET` opens the session's
 //!   server→client SSE stream; `DELETE` ends the session (`204`). Methods: `initialize`,
-//!   `ping`, `tools/list`, `tools/call`; anything else is `-32601`.
+//!   `ping`, `tools/list`, `tools/call`, `resources/list`, `resources/templates/list`,
+//!   `resources/read`, `resources/subscribe`, `resources/unsubscribe`; anything else is
+//!   `-32601`.
+//!
+//! # Three endpoint forms ([`Endpoint`], [`names`])
+//!
+//! `/mcp/agents/{agentId}` names tools by canonical id; `?toolNames=flat` writes each `.`
+//! as `__` (the model APIs' function names refuse dots); `/namespaces/{ns}` serves one
+//! namespace's tools by bare name. A session belongs to the endpoint that opened it. The
+//! mapping happens at the edge: `tools/list` shows presented names, `tools/call` maps the
+//! name back among the agent's effective tools, errors quote the presented name.
+//!
+//! # Events ([`resources`])
+//!
+//! The agent's units' inboxes are the resources `spring://units/{unitId}/messages`:
+//! listed, read by cursor, and subscribed to (sessions: `resources/subscribe`, pushed on
+//! the GET stream; 2026-07-28: `resourceSubscriptions` of `subscriptions/listen`), pushed
+//! from the inbox's commit signal ([`Host::watch_messages`]).
 //!
 //! # What both do
 //!
@@ -33,7 +50,8 @@
 //! - `tools/call` runs `Host::call_tool` (the same grant and schema checks as
 //!   `POST /agents/{id}/tool-calls`): a result becomes `content` (its JSON text) plus
 //!   `structuredContent` (the result when it is an object, else `{"result": value}`);
-//!   `tool_not_granted` → `-32002`; `unknown_tool` → `-32602`; `invalid_arguments` → a
+//!   `tool_not_granted` → `-32002` (`-32602` with `data.code` at 2026-07-28, which
+//!   retired `-32002`); `unknown_tool` → `-32602`; `invalid_arguments` → a
 //!   result with `isError: true` naming each violation from `2025-11-25` on (SEP-1303),
 //!   `-32602` with `data.violations` before; the connector's own failure (`tool_failed`,
 //!   `connector_trapped`, `connector_timeout`) → a result with `isError: true`.
@@ -61,7 +79,8 @@
 
 mod access;
 pub mod http;
-pub mod jsonrpc;
+pub mod names;
+pub mod resources;
 pub mod session;
 pub mod stateless;
 pub mod tools;
@@ -73,29 +92,33 @@ use axum::Router;
 
 use connector_core::host::Host;
 
-pub use http::{SESSION_HEADER, VERSION_HEADER};
+pub use connector_mcp_protocol::jsonrpc;
+pub use connector_mcp_protocol::revision::{
+    negotiate, BATCH_VERSION, SESSION_HEADER, SESSION_VERSIONS, STATELESS_VERSION,
+    SUPPORTED_VERSIONS, VERSION_HEADER,
+};
+pub use names::Naming;
 
-/// The stateless revision: no sessions, each request carries its version in `_meta`.
-pub const STATELESS_VERSION: &str = "2026-07-28";
-/// Revisions served through `initialize` sessions, newest first.
-pub const SESSION_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
-/// Every revision the endpoint speaks, newest first.
-pub const SUPPORTED_VERSIONS: [&str; 4] =
-    [STATELESS_VERSION, "2025-11-25", "2025-06-18", "2025-03-26"];
-/// The one revision with JSON-RPC batches.
-pub const BATCH_VERSION: &str = "2025-03-26";
+/// What one endpoint URL serves: an agent's tools, named as [`Naming`] says
+/// (`/mcp/agents/{agentId}[/namespaces/{namespace}][?toolNames=flat]`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    pub agent: Arc<str>,
+    pub naming: Naming,
+}
+
+impl Endpoint {
+    /// All of `agent`'s tools by canonical id.
+    pub fn canonical(agent: &str) -> Endpoint {
+        Endpoint {
+            agent: agent.into(),
+            naming: Naming::default(),
+        }
+    }
+}
+
 /// Largest POST body.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
-
-/// The revision to answer `initialize` with: the client's when it is a session revision,
-/// else the newest session revision.
-pub fn negotiate(requested: &str) -> &'static str {
-    SESSION_VERSIONS
-        .iter()
-        .find(|v| **v == requested)
-        .copied()
-        .unwrap_or(SESSION_VERSIONS[0])
-}
 
 static STREAMS_END: std::sync::LazyLock<tokio::sync::watch::Sender<bool>> =
     std::sync::LazyLock::new(|| tokio::sync::watch::channel(false).0);
@@ -121,27 +144,16 @@ pub fn router<S: Clone + Send + Sync + 'static>(host: Host) -> Router<S> {
             "/mcp/agents/{agent}",
             post(http::post).get(http::get).delete(http::delete),
         )
+        .route(
+            "/mcp/agents/{agent}/namespaces/{namespace}",
+            post(http::namespace_post)
+                .get(http::namespace_get)
+                .delete(http::namespace_delete),
+        )
         .with_state(sessions)
         .route(
             &format!("{}/mcp/agents/{{agent}}", access::METADATA_PREFIX),
             axum::routing::get(access::metadata),
         )
         .layer(axum::middleware::from_fn_with_state(host, access::cors))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn negotiation_prefers_the_clients_revision() {
-        for v in SESSION_VERSIONS {
-            assert_eq!(negotiate(v), v);
-        }
-        // The stateless revision has no `initialize`: a session gets the newest that has.
-        assert_eq!(negotiate(STATELESS_VERSION), "2025-11-25");
-        assert_eq!(negotiate("2024-11-05"), "2025-11-25");
-        assert_eq!(negotiate("2099-01-01"), "2025-11-25");
-        assert_eq!(negotiate(""), "2025-11-25");
-    }
 }

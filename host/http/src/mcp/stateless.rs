@@ -37,7 +37,7 @@ use super::jsonrpc::{
 };
 use super::session::{Listener, Sessions, MAX_LISTENERS_PER_AGENT};
 use super::tools::{self, CallOutcome, ToolsList};
-use super::{SESSION_HEADER, STATELESS_VERSION};
+use super::{Endpoint, SESSION_HEADER, STATELESS_VERSION};
 use connector_model::error::ErrorCode;
 use connector_model::records::Subject;
 
@@ -236,14 +236,20 @@ fn check(
         }
         Some(_) => {}
     }
-    if method == "tools/call" {
-        let name = params.and_then(|p| p.get("name")).and_then(Value::as_str);
+    // `Mcp-Name` mirrors the tool's name, or the resource's URI.
+    let named = match method {
+        "tools/call" => Some("name"),
+        "resources/read" => Some("uri"),
+        _ => None,
+    };
+    if let Some(field) = named {
+        let name = params.and_then(|p| p.get(field)).and_then(Value::as_str);
         let header = header_text(headers, NAME_HEADER, id)?;
         match (header, name) {
             (None, Some(_)) => {
                 return Err(mismatch(
                     id,
-                    "the Mcp-Name header is required for tools/call",
+                    &format!("the Mcp-Name header is required for {method}"),
                 ))
             }
             (Some(raw), name) => {
@@ -252,14 +258,19 @@ fn check(
                     return Err(mismatch(
                         id,
                         &format!(
-                            "Mcp-Name header `{}` does not match the tool name `{}`",
+                            "Mcp-Name header `{}` does not match the {} `{}`",
                             shorten(raw),
+                            if field == "uri" {
+                                "resource URI"
+                            } else {
+                                "tool name"
+                            },
                             shorten(name.unwrap_or(""))
                         ),
                     ));
                 }
             }
-            // No name at all: `tools/call` answers that itself.
+            // No name at all: the method answers that itself.
             (None, None) => {}
         }
     }
@@ -352,13 +363,14 @@ fn check_mirrored_params(
     Ok(())
 }
 
-/// Answers one stateless POST (`message`, already parsed) for `agent`.
+/// Answers one stateless POST (`message`, already parsed) to `endpoint`.
 pub async fn serve(
     sessions: &Arc<Sessions>,
-    agent: &str,
+    endpoint: &Endpoint,
     headers: &HeaderMap,
     message: Value,
 ) -> Response {
+    let agent = &*endpoint.agent;
     let (id, method, params) =
         match classify(message) {
             Ok(Incoming::Request { id, method, params }) => (id, method, params),
@@ -381,8 +393,11 @@ pub async fn serve(
             &id,
             json!({
                 "supportedVersions": [STATELESS_VERSION],
-                "capabilities": { "tools": { "listChanged": true } },
-                "instructions": super::http::instructions(agent),
+                "capabilities": {
+                    "tools": { "listChanged": true },
+                    "resources": super::http::RESOURCES,
+                },
+                "instructions": super::http::instructions(endpoint),
             }),
             Some(DISCOVER_TTL_MS),
         ),
@@ -391,18 +406,48 @@ pub async fn serve(
                 return rpc_error(StatusCode::OK, &id, INVALID_PARAMS, m);
             }
             match host.effective_tools(&Subject::Agent(agent.to_string())) {
-                Ok(list) => complete(&id, ToolsList(&list), Some(TOOLS_TTL_MS)),
+                Ok(list) => {
+                    if !endpoint.naming.is_canonical() {
+                        // Logs what this naming leaves out, once per tool set.
+                        let _ = sessions.fingerprint(endpoint);
+                    }
+                    complete(&id, ToolsList(&list, &endpoint.naming), Some(TOOLS_TTL_MS))
+                }
                 Err(e) => not_found_or_internal(&id, e),
             }
         }
+        "resources/list" => {
+            if let Some(m) = tools::refused_cursor(params.as_ref()) {
+                return rpc_error(StatusCode::OK, &id, INVALID_PARAMS, m);
+            }
+            match super::resources::list(host, agent) {
+                Ok(list) => complete(&id, list, Some(TOOLS_TTL_MS)),
+                Err(e) => not_found_or_internal(&id, e),
+            }
+        }
+        "resources/templates/list" => {
+            complete(&id, super::resources::templates(), Some(DISCOVER_TTL_MS))
+        }
+        // A unit's inbox grows at any time: not to be reused (`ttlMs: 0`), and the
+        // agent's own (`private`).
+        "resources/read" => match super::resources::read(host, agent, params.as_ref()).await {
+            Ok(contents) => complete(&id, contents, Some(0)),
+            Err((code, message, data)) => json_response(
+                StatusCode::OK,
+                jsonrpc::error(&id, code, &message, (!data.is_null()).then_some(&data)),
+            ),
+        },
         "tools/call" => {
             let tool = params
                 .as_ref()
                 .and_then(|p| p.get("name"))
                 .and_then(Value::as_str)
                 .unwrap_or_default();
+            // An ambiguous name has no schema to check here: `tools/call` refuses it.
+            let tool =
+                tools::canonical_id(host, agent, &endpoint.naming, tool).unwrap_or_default();
             if let Ok(list) = host.effective_tools(&Subject::Agent(agent.to_string())) {
-                if let Some(tool) = list.get(tool) {
+                if let Some(tool) = list.get(&tool) {
                     let arguments = params.as_ref().and_then(|p| p.get("arguments"));
                     if let Err(refused) =
                         check_mirrored_params(&tool.info.input_schema, arguments, headers, &id)
@@ -411,15 +456,15 @@ pub async fn serve(
                     }
                 }
             }
-            call(host, agent, &id, params).await
+            call(host, endpoint, &id, params).await
         }
-        "subscriptions/listen" => listen(sessions, agent, headers, id, params),
+        "subscriptions/listen" => listen(sessions, endpoint, headers, id, params).await,
         _ => rpc_error(
             StatusCode::NOT_FOUND,
             &id,
             METHOD_NOT_FOUND,
             &format!(
-                "Method not found: `{}` (at {STATELESS_VERSION} this server offers server/discover, tools/list, tools/call, subscriptions/listen)",
+                "Method not found: `{}` (at {STATELESS_VERSION} this server offers server/discover, tools/list, tools/call, resources/list, resources/templates/list, resources/read, subscriptions/listen)",
                 shorten(&method)
             ),
         ),
@@ -429,11 +474,19 @@ pub async fn serve(
 /// `tools/call` at this revision.
 async fn call(
     host: &connector_core::host::Host,
-    agent: &str,
+    endpoint: &Endpoint,
     id: &Value,
     params: Option<Value>,
 ) -> Response {
-    match tools::call(host, agent, STATELESS_VERSION, params).await {
+    match tools::call(
+        host,
+        &endpoint.agent,
+        &endpoint.naming,
+        STATELESS_VERSION,
+        params,
+    )
+    .await
+    {
         CallOutcome::Done(result) => complete(id, result, None),
         CallOutcome::Failed(failure) => complete(id, failure, None),
         CallOutcome::Rpc(code, message, data) => json_response(
@@ -463,24 +516,67 @@ fn notification(method: &str, id: &Value, extra: Option<(&str, Value)>) -> Strin
     json!({"jsonrpc": "2.0", "method": method, "params": params}).to_string()
 }
 
-/// `subscriptions/listen`: an SSE stream that first acknowledges the filter (only
-/// `toolsListChanged` is offered: this server has no prompts or resources), then carries
-/// `notifications/tools/list_changed` each time the agent's tool list changes. It ends
-/// with a final result when the server shuts down, and without one when the token it was
-/// opened with stops being valid or the agent is deleted.
-fn listen(
+/// `subscriptions/listen`: an SSE stream that first acknowledges the filter (what of it
+/// this server offers: `toolsListChanged`, `resourcesListChanged`, and
+/// `resourceSubscriptions` naming the agent's units' inboxes; a URI the agent may not
+/// read refuses the whole request, `-32602`), then carries
+/// `notifications/tools/list_changed` each time the endpoint's tool list changes,
+/// `notifications/resources/list_changed` when the agent's units change, and
+/// `notifications/resources/updated` for each subscribed inbox that received messages.
+/// It ends with a final result when the server shuts down, and without one when the
+/// token it was opened with stops being valid or the agent is deleted.
+async fn listen(
     sessions: &Arc<Sessions>,
-    agent: &str,
+    endpoint: &Endpoint,
     headers: &HeaderMap,
     id: Value,
     params: Option<Value>,
 ) -> Response {
-    let tools_wanted = params
-        .as_ref()
-        .and_then(|p| p.get("notifications"))
-        .and_then(|n| n.get("toolsListChanged"))
-        .and_then(Value::as_bool)
-        == Some(true);
+    let agent = &*endpoint.agent;
+    let filter = params.as_ref().and_then(|p| p.get("notifications"));
+    let wants = |key: &str| filter.and_then(|n| n.get(key)).and_then(Value::as_bool) == Some(true);
+    let tools_wanted = wants("toolsListChanged");
+    let resources_wanted = wants("resourcesListChanged");
+    let mut uris: Vec<String> = Vec::new();
+    let mut units: Vec<String> = Vec::new();
+    match filter.and_then(|n| n.get("resourceSubscriptions")) {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(list)) => {
+            for uri in list {
+                let Some(uri) = uri.as_str() else {
+                    return rpc_error(
+                        StatusCode::OK,
+                        &id,
+                        INVALID_PARAMS,
+                        "Invalid params: `resourceSubscriptions` holds URIs (strings)",
+                    );
+                };
+                match super::resources::check(sessions.host(), agent, uri) {
+                    Ok(parsed) => {
+                        let base = super::resources::uri_of(&parsed.unit);
+                        if !units.contains(&parsed.unit) {
+                            units.push(parsed.unit);
+                            uris.push(base);
+                        }
+                    }
+                    Err((code, message, data)) => {
+                        return json_response(
+                            StatusCode::OK,
+                            jsonrpc::error(&id, code, &message, Some(&data)),
+                        )
+                    }
+                }
+            }
+        }
+        Some(_) => {
+            return rpc_error(
+                StatusCode::OK,
+                &id,
+                INVALID_PARAMS,
+                "Invalid params: `resourceSubscriptions` is a list of resource URIs",
+            )
+        }
+    }
     let Some(listener) = sessions.listen(agent) else {
         return rpc_error(
             StatusCode::TOO_MANY_REQUESTS,
@@ -491,15 +587,26 @@ fn listen(
             ),
         );
     };
-    // Watch first, then take the baseline: a change between the two is not missed.
+    // Watch first, then take the baselines: a change between the two is not missed.
     let changes = sessions.host().watch_tools();
-    let baseline = match sessions.fingerprint(agent) {
+    let messages = match sessions.host().watch_messages(units).await {
+        Ok(watch) => watch,
+        Err(e) => return not_found_or_internal(&id, e),
+    };
+    let baseline = match sessions.fingerprint(endpoint) {
         Ok(print) => print,
         Err(e) => return not_found_or_internal(&id, e),
     };
+    let resources_baseline = super::resources::fingerprint(sessions.host(), agent).unwrap_or(0);
     let mut acknowledged = Map::new();
     if tools_wanted {
         acknowledged.insert("toolsListChanged".into(), Value::Bool(true));
+    }
+    if resources_wanted {
+        acknowledged.insert("resourcesListChanged".into(), Value::Bool(true));
+    }
+    if !uris.is_empty() {
+        acknowledged.insert("resourceSubscriptions".into(), json!(uris));
     }
     let ack = notification(
         "notifications/subscriptions/acknowledged",
@@ -508,36 +615,43 @@ fn listen(
     );
     struct Listening {
         sessions: Arc<Sessions>,
-        agent: Arc<str>,
+        endpoint: Endpoint,
         id: Value,
         tools_wanted: bool,
+        resources_wanted: bool,
         known: u64,
+        known_resources: u64,
         changes: tokio::sync::watch::Receiver<u64>,
+        messages: connector_core::host::MessageWatch,
         ending: tokio::sync::watch::Receiver<bool>,
         revoked: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
-        ack: Option<String>,
+        /// Notifications to send before waiting again (the acknowledgement first).
+        queue: std::collections::VecDeque<String>,
         done: bool,
         /// Counts this stream against the agent until it ends.
         _listener: Listener,
     }
     let state = Listening {
         sessions: sessions.clone(),
-        agent: agent.into(),
+        endpoint: endpoint.clone(),
         id,
         tools_wanted,
+        resources_wanted,
         known: baseline,
+        known_resources: resources_baseline,
         changes,
+        messages,
         ending: super::streams_ending(),
         revoked: token_revoked(sessions, headers),
-        ack: Some(ack),
+        queue: [ack].into(),
         done: false,
         _listener: listener,
     };
     let events = futures::stream::unfold(state, |mut s| async move {
-        if let Some(ack) = s.ack.take() {
-            return Some((Ok::<_, Infallible>(Event::default().data(ack)), s));
-        }
         loop {
+            if let Some(note) = s.queue.pop_front() {
+                return Some((Ok::<_, Infallible>(Event::default().data(note)), s));
+            }
             if s.done {
                 return None;
             }
@@ -545,12 +659,14 @@ fn listen(
                 Ending,
                 Revoked,
                 Changed(bool),
+                Messages(Vec<String>),
             }
             let woken = tokio::select! {
                 biased;
                 _ = s.ending.wait_for(|end| *end) => Woken::Ending,
                 () = &mut s.revoked => Woken::Revoked,
                 changed = s.changes.changed() => Woken::Changed(changed.is_ok()),
+                units = s.messages.next() => Woken::Messages(units),
             };
             match woken {
                 Woken::Ending => {
@@ -566,13 +682,38 @@ fn listen(
                 Woken::Revoked | Woken::Changed(false) => return None,
                 Woken::Changed(true) => {
                     // The agent is gone: nothing left to listen to.
-                    let print = s.sessions.fingerprint(&s.agent).ok()?;
+                    let print = s.sessions.fingerprint(&s.endpoint).ok()?;
                     if print != s.known {
                         s.known = print;
                         if s.tools_wanted {
                             let note =
                                 notification("notifications/tools/list_changed", &s.id, None);
-                            return Some((Ok(Event::default().data(note)), s));
+                            s.queue.push_back(note);
+                        }
+                    }
+                    let host = s.sessions.host();
+                    let units = super::resources::fingerprint(host, &s.endpoint.agent)?;
+                    if units != s.known_resources {
+                        s.known_resources = units;
+                        if s.resources_wanted {
+                            let note =
+                                notification("notifications/resources/list_changed", &s.id, None);
+                            s.queue.push_back(note);
+                        }
+                    }
+                }
+                Woken::Messages(units) => {
+                    let host = s.sessions.host();
+                    for unit in units {
+                        let uri = super::resources::uri_of(&unit);
+                        // An agent that left the unit hears no more of it.
+                        if super::resources::check(host, &s.endpoint.agent, &uri).is_ok() {
+                            let note = notification(
+                                "notifications/resources/updated",
+                                &s.id,
+                                Some(("uri", Value::String(uri))),
+                            );
+                            s.queue.push_back(note);
                         }
                     }
                 }

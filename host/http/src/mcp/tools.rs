@@ -8,47 +8,56 @@ use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::jsonrpc;
+use super::names::{Naming, Resolved};
 use connector_core::grants::ResolvedTools;
 use connector_core::host::Host;
 use connector_model::connector::ToolInfo;
 use connector_model::error::{ErrorCode, HostError};
 use connector_model::tool_output::{ContentBlock, ToolOutput};
 
-/// The `tools/list` result of an effective tool set: `{"tools": [Tool]}`.
+/// The `tools/list` result of an effective tool set: `{"tools": [Tool]}`, named as the
+/// endpoint's [`Naming`] says (tools whose names collide there are left out).
 ///
 /// Every tier is listed, as the contract says (`tools/list` = the effective tools). Tools
 /// of the image tier run inside the agent's own container: a call of one through the host
 /// is answered with an error saying so.
-pub struct ToolsList<'a>(pub &'a ResolvedTools);
+pub struct ToolsList<'a>(pub &'a ResolvedTools, pub &'a Naming);
 
 impl Serialize for ToolsList<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        struct Tools<'a>(&'a ResolvedTools);
+        struct Tools<'a>(&'a ResolvedTools, &'a Naming);
         impl Serialize for Tools<'_> {
             fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 let mut seq = serializer.serialize_seq(None)?;
-                for tool in self.0.iter() {
-                    seq.serialize_element(&McpTool(tool.info))?;
+                if self.1.is_canonical() {
+                    for tool in self.0.iter() {
+                        seq.serialize_element(&McpTool(&tool.info.name, tool.info))?;
+                    }
+                } else {
+                    for (name, tool) in self.1.listing(self.0).tools {
+                        seq.serialize_element(&McpTool(&name, tool.info))?;
+                    }
                 }
                 seq.end()
             }
         }
         let mut map = serializer.serialize_map(Some(1))?;
-        map.serialize_entry("tools", &Tools(self.0))?;
+        map.serialize_entry("tools", &Tools(self.0, self.1))?;
         map.end()
     }
 }
 
-/// One MCP `Tool`: `{name, description, inputSchema, annotations, outputSchema?}`. The
+/// One MCP `Tool`: `{name, description, inputSchema, annotations, outputSchema?}`, under
+/// the name the endpoint shows. The
 /// contract's annotations already carry MCP's `ToolAnnotations` names (`readOnlyHint`,
 /// ...); an output schema is an object schema (checked at install).
-struct McpTool<'a>(&'a ToolInfo);
+struct McpTool<'a>(&'a str, &'a ToolInfo);
 
 impl Serialize for McpTool<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let info = self.0;
+        let info = self.1;
         let mut map = serializer.serialize_map(None)?;
-        map.serialize_entry("name", &info.name)?;
+        map.serialize_entry("name", self.0)?;
         map.serialize_entry("description", &info.description)?;
         map.serialize_entry("inputSchema", &InputSchema(&info.input_schema))?;
         map.serialize_entry("annotations", &info.annotations)?;
@@ -86,8 +95,9 @@ impl Serialize for InputSchema<'_> {
     }
 }
 
-/// A fingerprint of what `tools/list` shows for `tools`: equal fingerprints, same list.
-pub fn fingerprint(tools: &ResolvedTools) -> u64 {
+/// A fingerprint of what `tools/list` shows for `tools` under `naming`: equal
+/// fingerprints, same list.
+pub fn fingerprint(tools: &ResolvedTools, naming: &Naming) -> u64 {
     struct HashWriter(std::collections::hash_map::DefaultHasher);
     impl std::io::Write for HashWriter {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -100,7 +110,7 @@ pub fn fingerprint(tools: &ResolvedTools) -> u64 {
     }
     let mut w = HashWriter(Default::default());
     // Serialising into a hasher cannot fail.
-    let _ = serde_json::to_writer(&mut w, &ToolsList(tools));
+    let _ = serde_json::to_writer(&mut w, &ToolsList(tools, naming));
     w.0.finish()
 }
 
@@ -187,8 +197,12 @@ pub enum CallError {
 /// read and correct itself from (SEP-1303), rather than a protocol error.
 pub const ARGUMENT_ERRORS_AS_RESULTS: &str = "2025-11-25";
 
+/// The first revision without `-32002`: a tool that is not granted is `-32602` with
+/// `data.code: "tool_not_granted"` from here on.
+pub const NOT_GRANTED_AS_PARAMS: &str = "2026-07-28";
+
 /// Maps a host error to the MCP answer at protocol revision `version`: not granted →
-/// `-32002`; unknown tool → `-32602`; invalid arguments → a result with `isError` whose
+/// `-32002` (`-32602` from [`NOT_GRANTED_AS_PARAMS`] on); unknown tool → `-32602`; invalid arguments → a result with `isError` whose
 /// text names each violation from [`ARGUMENT_ERRORS_AS_RESULTS`] on, `-32602` (data lists
 /// the JSON pointers) before; a connector's own failure (`tool_failed`,
 /// `connector_trapped`, `connector_timeout`) → a result with `isError`; anything else →
@@ -212,6 +226,11 @@ pub fn call_error(err: HostError, version: &str) -> CallError {
                 }],
                 is_error: true,
             })
+        }
+        // 2026-07-28 retired `-32002`: not granted is invalid params there, told apart by
+        // `data.code`.
+        ErrorCode::ToolNotGranted | ErrorCode::NotFound if version >= NOT_GRANTED_AS_PARAMS => {
+            jsonrpc::INVALID_PARAMS
         }
         ErrorCode::ToolNotGranted | ErrorCode::NotFound => jsonrpc::NOT_GRANTED,
         ErrorCode::UnknownTool | ErrorCode::InvalidArguments | ErrorCode::InvalidRequest => {
@@ -259,9 +278,16 @@ pub enum CallOutcome {
     Rpc(i64, String, Option<Value>),
 }
 
-/// Runs `tools/call` with `params` for `agent` at protocol revision `version`: the same
-/// grant and schema checks as `POST /agents/{id}/tool-calls` (`Host::call_tool`).
-pub async fn call(host: &Host, agent: &str, version: &str, params: Option<Value>) -> CallOutcome {
+/// Runs `tools/call` with `params` for `agent` at protocol revision `version`, the tool
+/// named as `naming` shows it: the same grant and schema checks as
+/// `POST /agents/{id}/tool-calls` (`Host::call_tool`).
+pub async fn call(
+    host: &Host,
+    agent: &str,
+    naming: &Naming,
+    version: &str,
+    params: Option<Value>,
+) -> CallOutcome {
     let mut params = match jsonrpc::params_object(params) {
         Ok(p) => p,
         Err(m) => return CallOutcome::Rpc(jsonrpc::INVALID_PARAMS, m.into(), None),
@@ -277,10 +303,15 @@ pub async fn call(host: &Host, agent: &str, version: &str, params: Option<Value>
         None | Some(Value::Null) => Value::Object(Map::new()),
         Some(v) => v,
     };
-    match host.call_tool(agent, &name, arguments).await {
+    let id = match canonical_id(host, agent, naming, &name) {
+        Ok(id) => id,
+        Err(outcome) => return outcome,
+    };
+    match host.call_tool(agent, &id, arguments).await {
         Ok(output) => CallOutcome::Done(CallResult::success(output, version)),
         Err(e) => match call_error(e, version) {
             CallError::Rpc(code, message, data) => {
+                let message = naming.message(message, &id, &name);
                 let message = if code == jsonrpc::NOT_GRANTED || code == jsonrpc::INVALID_PARAMS {
                     message
                 } else {
@@ -290,6 +321,36 @@ pub async fn call(host: &Host, agent: &str, version: &str, params: Option<Value>
             }
             CallError::Result(failure) => CallOutcome::Failed(failure),
         },
+    }
+}
+
+/// The id a call by `name` reaches under `naming`; a name several tools present is
+/// `-32602` naming them.
+pub fn canonical_id(
+    host: &Host,
+    agent: &str,
+    naming: &Naming,
+    name: &str,
+) -> Result<String, CallOutcome> {
+    if naming.is_canonical() {
+        return Ok(name.to_string());
+    }
+    let subject = connector_model::records::Subject::Agent(agent.to_string());
+    let Ok(tools) = host.effective_tools(&subject) else {
+        // The agent is gone: the call answers that itself.
+        return Ok(naming.guess(name));
+    };
+    match naming.resolve(&tools, name) {
+        Resolved::Tool(id) => Ok(id),
+        Resolved::Ambiguous(ids) => Err(CallOutcome::Rpc(
+            jsonrpc::INVALID_PARAMS,
+            format!(
+                "Invalid params: the tool name `{}` is ambiguous here ({} share it), so it is not offered; use the canonical ids on /mcp/agents/{agent}",
+                connector_model::ids::truncate(name, 100),
+                ids.join(", ")
+            ),
+            Some(serde_json::json!({"code": "unknown_tool", "details": {"candidates": ids}})),
+        )),
     }
 }
 
@@ -418,6 +479,12 @@ mod tests {
             call_error(e(ErrorCode::ToolNotGranted), "2025-11-25"),
             CallError::Rpc(-32002, _, _)
         ));
+        let CallError::Rpc(code, _, data) = call_error(e(ErrorCode::ToolNotGranted), "2026-07-28")
+        else {
+            panic!("not granted is an rpc error at 2026-07-28")
+        };
+        assert_eq!(code, -32602);
+        assert_eq!(data["code"], "tool_not_granted");
         assert!(matches!(
             call_error(e(ErrorCode::UnknownTool), "2025-11-25"),
             CallError::Rpc(-32602, _, _)

@@ -1320,6 +1320,23 @@ impl InboxStore for SqliteStore {
             StoreError::Unavailable(format!("messages: the database task did not finish: {e}"))
         })?
     }
+
+    async fn last_message_cursor(&self, unit_id: &str) -> StoreResult<i64> {
+        let unit_id = unit_id.to_owned();
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            let conn = inner.conn.lock();
+            conn.prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE unit_id = ?1")
+                .and_then(|mut s| s.query_row(params![unit_id], |r| r.get::<_, i64>(0)))
+                .map_err(|e| map_err("last_message_cursor", e))
+        })
+        .await
+        .map_err(|e| {
+            StoreError::Unavailable(format!(
+                "last_message_cursor: the database task did not finish: {e}"
+            ))
+        })?
+    }
 }
 
 #[async_trait]

@@ -33,12 +33,18 @@ pub const UNSUPPORTED_VERSION: i64 = -32022;
 pub enum Incoming {
     /// A request: it gets exactly one answer.
     Request {
+        /// Its id (a string or a number), which the answer repeats.
         id: Value,
+        /// What is asked.
         method: String,
+        /// Its `params`, as sent.
         params: Option<Value>,
     },
     /// A notification: no answer.
-    Notification { method: String },
+    Notification {
+        /// What is notified.
+        method: String,
+    },
     /// A client's answer to a server request (we send none, so these are dropped).
     Response,
 }
@@ -47,7 +53,9 @@ pub enum Incoming {
 /// none could be read) and a sentence.
 #[derive(Debug)]
 pub struct Invalid {
+    /// The id to answer with.
     pub id: Value,
+    /// What is wrong, as the error's message.
     pub message: &'static str,
 }
 
