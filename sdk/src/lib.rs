@@ -1,9 +1,9 @@
 //! Write connectors for `connector-host` as WebAssembly components.
 //!
 //! A connector is a component exporting the `spring:connector/connector` world
-//! (`wit/connector.wit`). This crate hides the wit-bindgen plumbing: an author implements
-//! one trait, [`Connector`], and invokes one macro, [`export!`]. Build the crate as a
-//! `cdylib` for `wasm32-wasip2`.
+//! (`wit/connector.wit`, `spring:connector@0.3.0`). This crate hides the wit-bindgen
+//! plumbing: an author implements one trait, [`Connector`], and invokes one macro,
+//! [`export!`]. Build the crate as a `cdylib` for `wasm32-wasip2`.
 //!
 //! The host runs every operation in a **fresh instance**, so nothing survives between
 //! calls and [`Connector::manifest`] is rebuilt on each one. It is cheap to rebuild: tool
@@ -314,7 +314,7 @@ pub mod __private {
     }
 
     impl<C: Connector> Guest for Adapter<C> {
-        fn describe() -> wit::Manifest {
+        fn describe_connector() -> wit::Manifest {
             let manifest = C::manifest();
             if !manifest.unchecked {
                 if let Err(e) = manifest.validate() {
@@ -326,7 +326,7 @@ pub mod __private {
             manifest_to_wit(manifest)
         }
 
-        fn bind(config: String) -> Result<Vec<String>, String> {
+        fn validate_binding(config: String) -> Result<Vec<String>, String> {
             let config: Value = serde_json::from_str(&config)
                 .map_err(|e| format!("the configuration is not valid JSON: {e}"))?;
             C::bind(&config)
@@ -363,7 +363,7 @@ pub mod __private {
             Ok(messages.into_iter().map(message_to_wit).collect())
         }
 
-        fn accept(binding: wit::Binding, message: wit::Message) -> bool {
+        fn accepts_message(binding: wit::Binding, message: wit::Message) -> bool {
             match (binding_from_wit(binding), message_from_wit(message)) {
                 (Ok(binding), Ok(message)) => C::accept(&binding, &message),
                 (Err(e), _) | (_, Err(e)) => {

@@ -327,7 +327,7 @@ fn ctx(config: &str) -> wit::CallContext {
 
 #[test]
 fn describe_emits_the_wit_manifest() {
-    let m = T::describe();
+    let m = T::describe_connector();
     assert_eq!(m.slug, "test");
     assert_eq!(m.tool_namespace, None);
     assert_eq!(m.display_name, "Test");
@@ -371,7 +371,7 @@ fn describe_panics_on_an_invalid_manifest() {
             Manifest::new("broken").tool(echo_tool("other.echo"))
         }
     }
-    let panic = std::panic::catch_unwind(Adapter::<Broken>::describe).unwrap_err();
+    let panic = std::panic::catch_unwind(Adapter::<Broken>::describe_connector).unwrap_err();
     let text = panic.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(text.contains("other.echo"), "{text}");
 
@@ -383,7 +383,7 @@ fn describe_panics_on_an_invalid_manifest() {
                 .tool(echo_tool("acme_echo"))
         }
     }
-    let m = Adapter::<Unchecked>::describe();
+    let m = Adapter::<Unchecked>::describe_connector();
     assert_eq!(m.tools[0].name, "acme_echo");
 }
 
@@ -479,11 +479,13 @@ fn call_tool_errors() {
 #[test]
 fn bind_translate_accept_runtime_context() {
     assert_eq!(
-        T::bind(r#"{"routes":["a","b"]}"#.into()),
+        T::validate_binding(r#"{"routes":["a","b"]}"#.into()),
         Ok(vec!["a".into(), "b".into()])
     );
-    assert!(T::bind(r#"{"nope":1}"#.into()).is_err());
-    assert!(T::bind("{".into()).unwrap_err().contains("not valid JSON"));
+    assert!(T::validate_binding(r#"{"nope":1}"#.into()).is_err());
+    assert!(T::validate_binding("{".into())
+        .unwrap_err()
+        .contains("not valid JSON"));
 
     let hook = wit::Webhook {
         headers: vec![("x-event".into(), "issues.opened".into())],
@@ -510,9 +512,9 @@ fn bind_translate_accept_runtime_context() {
         thread_key: None,
         payload: payload.into(),
     };
-    assert!(T::accept(binding(), message("ok", "{}")));
-    assert!(!T::accept(binding(), message("rejected", "{}")));
-    assert!(!T::accept(binding(), message("ok", "{not json")));
+    assert!(T::accepts_message(binding(), message("ok", "{}")));
+    assert!(!T::accepts_message(binding(), message("rejected", "{}")));
+    assert!(!T::accepts_message(binding(), message("ok", "{not json")));
 
     let rc = T::runtime_context(binding()).unwrap();
     assert_eq!(
@@ -531,12 +533,12 @@ fn default_trait_methods() {
         }
     }
     type M = Adapter<Minimal>;
-    let m = M::describe();
+    let m = M::describe_connector();
     assert!(m.tools.is_empty());
     assert_eq!(m.display_name, "minimal");
     let config: Value = serde_json::from_str(&m.config_schema).unwrap();
     assert_eq!(config["type"], "object");
-    assert_eq!(M::bind("{}".into()), Ok(vec![]));
+    assert_eq!(M::validate_binding("{}".into()), Ok(vec![]));
     assert!(M::translate_webhook(wit::Webhook {
         headers: vec![],
         body: vec![]

@@ -51,6 +51,7 @@ fn sandbox_allowing_the_fake() -> Sandbox {
         installations: Arc::from(Vec::new()),
         secrets: Arc::new(BTreeMap::new()),
         caller: connector_runtime::Caller::Host,
+        memory_bytes: None,
     }
 }
 

@@ -33,9 +33,10 @@ fn key(name: &str) -> PathBuf {
 }
 
 /// The bundled `github` as built against the first world.
-fn first_world_component() -> Vec<u8> {
+/// The kept build of `github` in world `version` (`0.1.0` or `0.2.0`).
+fn old_world_component(version: &str) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/spring-connector-0.1.0/github.wasm");
+        .join(format!("fixtures/spring-connector-{version}/github.wasm"));
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -46,6 +47,8 @@ enum World {
     Current,
     /// The 0.1.0 fixture, rotated in before anything is bound.
     First,
+    /// The 0.2.0 fixture (exports `bind` and `accept` under their old names), likewise.
+    Second,
 }
 
 async fn setup() -> (TestHost, FakeGithub) {
@@ -55,7 +58,7 @@ async fn setup() -> (TestHost, FakeGithub) {
 async fn setup_in(world: World) -> (TestHost, FakeGithub) {
     // Only the bundled build mints installation tokens by default; an operator's own
     // build of `github` (as the 0.1.0 one is) needs `github_app = true`.
-    let own_build = matches!(world, World::First);
+    let own_build = !matches!(world, World::Current);
     let public = std::fs::read_to_string(key("app-public.pem")).unwrap();
     let fake = FakeGithub::start(&public, APP_ID).await;
     fake.register(INSTALLATION);
@@ -76,15 +79,25 @@ async fn setup_in(world: World) -> (TestHost, FakeGithub) {
     })
     .await;
     let expected = match world {
-        World::Current => "spring:connector@0.2.0",
-        World::First => {
-            let (s, b) = upload_component(&h.client, &h.url, first_world_component(), "").await;
-            assert_eq!(s, 200, "rotating github to its 0.1.0 build: {b}");
-            "spring:connector@0.1.0"
+        World::Current => "spring:connector@0.3.0".to_string(),
+        World::First | World::Second => {
+            let version = if matches!(world, World::First) {
+                "0.1.0"
+            } else {
+                "0.2.0"
+            };
+            let old = old_world_component(version);
+            let (s, b) = upload_component(&h.client, &h.url, old, "").await;
+            assert_eq!(s, 200, "rotating github to its {version} build: {b}");
+            format!("spring:connector@{version}")
         }
     };
     let (s, b) = h.op(Method::GET, "/api/v1/connectors/github", None).await;
-    assert_eq!((s, b["world"].as_str()), (200, Some(expected)), "{b}");
+    assert_eq!(
+        (s, b["world"].as_str()),
+        (200, Some(expected.as_str())),
+        "{b}"
+    );
     for u in ["web", "docs", "other", "pat"] {
         h.unit(u, None).await;
     }
@@ -133,6 +146,11 @@ async fn deliveries_reach_the_matching_units_with_kind_and_thread() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_world_github_routes_deliveries_the_same() {
     deliveries_in(World::First).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_world_github_routes_deliveries_the_same() {
+    deliveries_in(World::Second).await;
 }
 
 async fn deliveries_in(world: World) {

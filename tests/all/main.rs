@@ -17,6 +17,7 @@ mod fair_share_surfaces;
 mod fair_share_writes;
 mod github;
 mod github_app;
+mod languages;
 mod layout;
 mod mcp;
 mod mcp_events;

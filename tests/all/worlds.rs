@@ -1,7 +1,8 @@
-//! The two WIT worlds side by side, and rich tool results (CONTRACT.md §5, §6): a
-//! component built against `spring:connector@0.1.0` (a kept fixture) keeps working beside
-//! 0.2.0 components; 0.2.0 tools return content blocks and structured output checked
-//! against their output schema, through the HTTP API and both MCP eras.
+//! The three WIT worlds side by side, and rich tool results (CONTRACT.md §5, §6):
+//! components built against `spring:connector@0.1.0` and `@0.2.0` (kept fixtures) keep
+//! working beside 0.3.0 components; tools return content blocks and structured output
+//! checked against their output schema, through the HTTP API and both MCP eras, in the
+//! 0.2.0 world as in 0.3.0.
 
 use std::path::PathBuf;
 
@@ -14,17 +15,24 @@ use crate::mcp::Mcp;
 use crate::mcp_stateless::Stateless;
 
 const FIRST: &str = "spring:connector@0.1.0";
-const CURRENT: &str = "spring:connector@0.2.0";
+const SECOND: &str = "spring:connector@0.2.0";
+const CURRENT: &str = "spring:connector@0.3.0";
 /// `rich`'s PNG and WAV (tests/guests/rich), base64.
 const PNG_B64: &str =
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVQI12P4z8AAAAMBAQAY3Y2wAAAAAElFTkSuQmCC";
 const WAV_B64: &str = "UklGRiQAAABXQVZFZm10IBAAAAABAAEARKwAAIhYAQACABAAZGF0YQAAAAA=";
 
-fn first_world(name: &str) -> Vec<u8> {
+/// The kept build of `name` in `world` (`FIRST` or `SECOND`).
+fn built_in(world: &str, name: &str) -> Vec<u8> {
+    let version = world.rsplit('@').next().unwrap_or_default();
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/spring-connector-0.1.0")
+        .join(format!("fixtures/spring-connector-{version}"))
         .join(format!("{name}.wasm"));
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn first_world(name: &str) -> Vec<u8> {
+    built_in(FIRST, name)
 }
 
 /// A host with `rich` installed, both `acme` and `rich` bound on unit `team`, agent `ada`.
@@ -65,16 +73,42 @@ async fn world_of(h: &TestHost, slug: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_world_component_works_beside_a_current_one() {
+    an_old_world_acme_works_beside_a_current_one(FIRST).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_world_component_works_beside_a_current_one() {
+    an_old_world_acme_works_beside_a_current_one(SECOND).await;
+}
+
+async fn an_old_world_acme_works_beside_a_current_one(old_world: &str) {
     let h = setup().await;
+    h.bind("team", "acme", json!({"greeting": "hey"})).await;
     assert_eq!(world_of(&h, "acme").await, CURRENT);
     let (s, current) = call(&h, "acme.echo", json!({"message": "hi"})).await;
     assert_eq!(s, 200, "{current}");
+    let (s, context) = h
+        .op(Method::GET, "/api/v1/agents/ada/runtime-context", None)
+        .await;
+    assert_eq!(s, 200, "{context}");
+    assert_eq!(context["env"]["SPRING_CONNECTOR_ACME_GREETING"], "hey");
 
-    // Rotate acme to its 0.1.0 build: same manifest, so the binding stays.
-    let (s, b) = upload_component(&h.client, &h.url, first_world("acme"), "").await;
-    assert_eq!((s, b["world"].as_str()), (200, Some(FIRST)), "{b}");
-    assert_eq!(world_of(&h, "acme").await, FIRST);
+    // Rotate acme to its old build: same manifest, so the binding stays (the rotation
+    // asked the old build's `bind` about it).
+    let (s, b) = upload_component(&h.client, &h.url, built_in(old_world, "acme"), "").await;
+    assert_eq!((s, b["world"].as_str()), (200, Some(old_world)), "{b}");
+    assert_eq!(world_of(&h, "acme").await, old_world);
     assert_eq!(world_of(&h, "rich").await, CURRENT);
+    let (s, again) = h
+        .op(Method::GET, "/api/v1/agents/ada/runtime-context", None)
+        .await;
+    assert_eq!((s, &again), (200, &context), "{old_world}");
+    // A rebind asks the old build's `bind` again; its context follows.
+    h.bind("team", "acme", json!({"greeting": "hello"})).await;
+    let (_, rebound) = h
+        .op(Method::GET, "/api/v1/agents/ada/runtime-context", None)
+        .await;
+    assert_eq!(rebound["env"]["SPRING_CONNECTOR_ACME_GREETING"], "hello");
 
     // The same answer, the same shape, from the old world.
     let (s, old) = call(&h, "acme.echo", json!({"message": "hi"})).await;
@@ -89,7 +123,7 @@ async fn a_first_world_component_works_beside_a_current_one() {
     let (s, b) = call(&h, "acme.echo", json!({"message": 5})).await;
     assert_eq!((s, error_code(&b)), (422, "invalid_arguments"), "{b}");
 
-    // And beside it, a 0.2.0 tool returns content blocks.
+    // And beside it, a 0.3.0 tool returns content blocks.
     let (s, img) = call(&h, "rich.image", json!({})).await;
     assert_eq!(s, 200, "{img}");
     assert_eq!(img["content"][0]["type"], "image");
@@ -181,6 +215,39 @@ async fn the_http_api_returns_content_blocks_and_structured_results() {
         b["content"],
         json!([{"type": "text", "text": "Oslo: 21.5 °C"}])
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_world_rich_returns_what_the_current_one_does() {
+    let h = setup().await;
+    let cases = [
+        ("rich.text", json!({})),
+        ("rich.image", json!({})),
+        ("rich.audio", json!({})),
+        ("rich.mixed", json!({})),
+        ("rich.resource_link", json!({})),
+        ("rich.embedded_resource", json!({})),
+        ("rich.weather", json!({"city": "Oslo"})),
+        ("rich.broken_output", json!({})),
+        ("rich.bad_media", json!({})),
+    ];
+    let mut current = Vec::new();
+    for (tool, args) in &cases {
+        current.push(call(&h, tool, args.clone()).await);
+    }
+    let (_, tools_now) = h.op(Method::GET, "/api/v1/agents/ada/tools", None).await;
+    let (s, b) = upload_component(&h.client, &h.url, built_in(SECOND, "rich"), "").await;
+    assert_eq!((s, b["world"].as_str()), (200, Some(SECOND)), "{b}");
+    let (_, tools_then) = h.op(Method::GET, "/api/v1/agents/ada/tools", None).await;
+    assert_eq!(
+        tools_then, tools_now,
+        "same tools, schemas and output schemas"
+    );
+    for ((tool, args), before) in cases.iter().zip(&current) {
+        let answer = call(&h, tool, args.clone()).await;
+        assert_eq!(&answer, before, "{tool}");
+    }
+    assert_eq!(current[7].0, 502, "broken_output fails in both worlds");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -353,6 +420,12 @@ async fn inspect_and_the_cli_show_the_world_and_the_content() {
     assert_eq!(code, Some(0), "{err}");
     let info: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(info["world"], FIRST);
+    let second = dir.path().join("acme-0.2.0.wasm");
+    std::fs::write(&second, built_in(SECOND, "acme")).unwrap();
+    let (code, out, err) = run(&["inspect", second.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    let info: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(info["world"], SECOND);
     let (code, out, err) = run(&["inspect", guests::RICH]);
     assert_eq!(code, Some(0), "{err}");
     let info: Value = serde_json::from_str(&out).unwrap();
@@ -362,6 +435,18 @@ async fn inspect_and_the_cli_show_the_world_and_the_content() {
     let (code, out, err) = run(&[
         "call",
         old.to_str().unwrap(),
+        "echo",
+        r#"{"message": "hi"}"#,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap()["message"],
+        "hi",
+        "{out}"
+    );
+    let (code, out, err) = run(&[
+        "call",
+        second.to_str().unwrap(),
         "echo",
         r#"{"message": "hi"}"#,
     ]);

@@ -10,5 +10,6 @@ pub mod fake_arxiv;
 pub mod fake_echo;
 pub mod fake_github;
 pub mod harness;
+pub mod languages;
 pub mod postgres;
 pub mod registry;

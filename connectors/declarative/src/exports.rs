@@ -92,7 +92,7 @@ fn call_tool(
 }
 
 impl Guest for Interpreter {
-    fn describe() -> wit::Manifest {
+    fn describe_connector() -> wit::Manifest {
         match plan() {
             Ok(plan) => manifest(plan),
             // A trap in `describe` is an install error on the host, with this message.
@@ -100,7 +100,7 @@ impl Guest for Interpreter {
         }
     }
 
-    fn bind(config: String) -> Result<Vec<String>, String> {
+    fn validate_binding(config: String) -> Result<Vec<String>, String> {
         let plan = plan()?;
         let config = with_defaults(
             object(&config).map_err(|e| format!("the configuration is {e}"))?,
@@ -132,7 +132,7 @@ impl Guest for Interpreter {
             .collect())
     }
 
-    fn accept(binding: wit::Binding, message: wit::Message) -> bool {
+    fn accepts_message(binding: wit::Binding, message: wit::Message) -> bool {
         let (Ok(plan), Ok(config)) = (plan(), object(&binding.config)) else {
             return false;
         };

@@ -92,6 +92,10 @@ impl<'a> Capabilities<'a> {
             installations: installations.into(),
             secrets: Arc::new(secrets),
             caller: Caller::Host,
+            memory_bytes: self
+                .settings
+                .memory_mib
+                .map(|mib| (mib as usize).saturating_mul(1024 * 1024)),
         }
     }
 }

@@ -27,6 +27,9 @@ pub struct ConnectorSettings {
     /// Whether the connector may ask for GitHub App installation tokens (`None`: the
     /// default, which is yes for the bundled `github` connector only).
     pub github_app: Option<bool>,
+    /// This connector's guest memory bound in MiB instead of `limits.memory_mib` (an
+    /// interpreter may need more); the total budget still applies.
+    pub memory_mib: Option<u64>,
 }
 
 /// The GitHub App the host mints installation tokens for.
@@ -208,6 +211,7 @@ impl HostConfig {
             allow_private_networks: false,
             secrets: BTreeMap::new(),
             github_app: None,
+            memory_mib: None,
         };
         self.connectors.get(slug).unwrap_or(NONE)
     }
@@ -228,6 +232,41 @@ impl HostConfig {
             settings.webhook_secrets.push(secret.clone());
         }
         settings
+    }
+}
+
+/// Checks every `connectors.<slug>.memory_mib`: at least 1, at most the total budget.
+fn connector_memory(config: &HostConfig) -> Result<(), ConfigError> {
+    let total_mib = config.limits.total_memory_bytes as u64 / MIB;
+    for (slug, settings) in &config.connectors {
+        if let Some(mib) = settings.memory_mib {
+            if mib == 0 || mib > total_mib {
+                return Err(invalid(
+                    format!("connectors.{slug}.memory_mib"),
+                    format!("between 1 and limits.guest_memory_total_mib ({total_mib} MiB)"),
+                    Some(&mib.to_string()),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl HostConfig {
+    /// The runtime's limits: `limits`, with instance slots sized for the largest
+    /// `connectors.<slug>.memory_mib` (capped at the total budget).
+    pub fn runtime_limits(&self) -> connector_runtime::GuestLimits {
+        let largest = self
+            .connectors
+            .values()
+            .filter_map(|s| s.memory_mib)
+            .map(|mib| (mib.saturating_mul(MIB) as usize).min(self.limits.total_memory_bytes))
+            .max()
+            .unwrap_or(0);
+        connector_runtime::GuestLimits {
+            largest_connector_memory_bytes: largest,
+            ..self.limits
+        }
     }
 }
 
@@ -255,6 +294,7 @@ impl fmt::Debug for ConnectorSettings {
             .field("allow_private_networks", &self.allow_private_networks)
             .field("secrets", &secrets)
             .field("github_app", &self.github_app)
+            .field("memory_mib", &self.memory_mib)
             .finish()
     }
 }
@@ -674,6 +714,7 @@ struct FileConnector {
     #[serde(default)]
     secrets: BTreeMap<String, String>,
     github_app: Option<bool>,
+    memory_mib: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -765,6 +806,7 @@ impl HostConfig {
                 Some(&(config.limits.total_memory_bytes as u64 / MIB).to_string()),
             ));
         }
+        connector_memory(&config)?;
         if let Some(per_peer) = config.server.max_connections_per_peer {
             if per_peer > config.server.max_connections {
                 return Err(invalid(
@@ -948,6 +990,7 @@ fn apply_file(
                 allow_private_networks: settings.allow_private_networks,
                 secrets: settings.secrets,
                 github_app: settings.github_app,
+                memory_mib: settings.memory_mib,
             },
         );
     }
@@ -1571,6 +1614,25 @@ max_connections_per_peer = 10
             )
             .expect_err(bad);
             assert!(err.to_string().contains("browser origins"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_connector_memory_bound_sizes_the_slots_and_stays_within_the_total() {
+        let file = toml_file("[connectors.probe-py]\nmemory_mib = 160\n[connectors.acme]\n");
+        let config = load(Some(&file), env(&[]), &ServeFlags::default()).expect("loads");
+        assert_eq!(config.connector("probe-py").memory_mib, Some(160));
+        assert_eq!(config.connector("acme").memory_mib, None);
+        let limits = config.runtime_limits();
+        assert_eq!(limits.largest_connector_memory_bytes, 160 * 1024 * 1024);
+        assert_eq!(limits.instance_memory_bytes(), 160 * 1024 * 1024);
+        assert_eq!(limits.memory_bytes, config.limits.memory_bytes);
+        for bad in ["0", "4096"] {
+            let file = toml_file(&format!(
+                "[limits]\nguest_memory_total_mib = 2048\n[connectors.x]\nmemory_mib = {bad}\n"
+            ));
+            let err = load(Some(&file), env(&[]), &ServeFlags::default()).expect_err(bad);
+            assert!(err.to_string().contains("connectors.x.memory_mib"), "{err}");
         }
     }
 

@@ -118,7 +118,7 @@ impl Parts {
             None => None,
         };
         let runtime = Arc::new(ConnectorRuntime::new(RuntimeOptions {
-            limits: config.limits,
+            limits: config.runtime_limits(),
             cache_dir: Some(config.data_dir.join("compiled")),
             installation_tokens: github_app
                 .map(|app| app as Arc<dyn connector_runtime::InstallationTokens>),

@@ -56,8 +56,8 @@ pub struct Connector {
     pub version: String,
     /// `sha256:<hex>` of the component's bytes.
     pub digest: String,
-    /// The WIT world the component implements (`spring:connector@0.2.0`, or `@0.1.0`
-    /// for a component built against the first world); set from the loaded component.
+    /// The WIT world the component implements (`spring:connector@0.3.0`, or `@0.2.0`
+    /// or `@0.1.0` for a component built against an earlier world); set from the loaded component.
     #[serde(default)]
     pub world: String,
     /// Its tools, in the component's order.

@@ -88,7 +88,7 @@ pub enum LoadError {
     NotAComponent(String),
     /// The component does not implement the `spring:connector/connector` world, or needs
     /// imports the host does not provide.
-    #[error("the component implements neither the spring:connector@0.2.0 nor the @0.1.0 `connector` world: {0}")]
+    #[error("the component implements none of the spring:connector@0.3.0, @0.2.0 and @0.1.0 `connector` worlds: {0}")]
     WrongWorld(String),
     /// The bytes are not the ones the digest recorded with them names: a damaged stored
     /// copy.

@@ -18,15 +18,17 @@
 //! out is `wasi:http/outgoing-handler`, policed by [`OutboundPolicy`], and the host
 //! interface of the WIT package (logging, host-minted credentials).
 //!
-//! Two worlds are linked: the current `spring:connector@0.2.0` and the first, 0.1.0
-//! (`previous`), so every component ever built keeps working. The rest of the host sees
-//! only the current world's types.
+//! Three worlds are linked: the current `spring:connector@0.3.0`, the second, 0.2.0
+//! (`previous_0_2`: the same types, three exports named differently), and the first,
+//! 0.1.0 (`previous`), so every component ever built keeps working. The rest of the host
+//! sees only the current world's types.
 
 mod cache;
 mod error;
 mod limits;
 mod outbound;
 mod previous;
+mod previous_0_2;
 mod share;
 
 use std::collections::BTreeMap;
@@ -78,7 +80,7 @@ pub mod wit {
 }
 
 /// The world of components built against the current WIT package.
-pub const CURRENT_WORLD: &str = "spring:connector@0.2.0";
+pub const CURRENT_WORLD: &str = "spring:connector@0.3.0";
 
 /// How often the epoch advances. A guest past its deadline is stopped within one tick.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -124,6 +126,9 @@ pub struct Sandbox {
     pub secrets: Arc<BTreeMap<String, String>>,
     /// Whose share of the host the call counts against.
     pub caller: Caller,
+    /// This connector's linear-memory bound, when the operator set one
+    /// (`connectors.<slug>.memory_mib`); `None`: the runtime's `memory_bytes`.
+    pub memory_bytes: Option<usize>,
 }
 
 impl Sandbox {
@@ -135,6 +140,7 @@ impl Sandbox {
             installations: Arc::from(Vec::new()),
             secrets: Arc::new(BTreeMap::new()),
             caller: Caller::Host,
+            memory_bytes: None,
         }
     }
 
@@ -157,6 +163,9 @@ pub struct LoadedComponent {
 #[derive(Clone)]
 enum WorldPre {
     Current(bindings::ConnectorPre<GuestState>),
+    /// 0.2.0: the current types under other export names.
+    Second(previous_0_2::bindings::ConnectorPre<GuestState>),
+    /// 0.1.0: translated to and from the current types.
     Previous(previous::bindings::ConnectorPre<GuestState>),
 }
 
@@ -165,22 +174,30 @@ enum WorldPre {
 /// rather than all six on every instantiation as the generated bindings would.
 enum Instance {
     Current(wasmtime::component::Instance),
+    Second(wasmtime::component::Instance),
     Previous(wasmtime::component::Instance),
 }
 
 impl Instance {
-    /// Calls the export `name` with `params` and returns its result.
+    /// Calls the export the current world names `name` with `params` and returns its
+    /// result (a 0.2.0 component exports it under its old name; a 0.1.0 component's
+    /// types differ, so its callers translate).
     async fn call<P, R>(
         &self,
         store: &mut Store<GuestState>,
-        name: &str,
+        name: &'static str,
         params: P,
     ) -> wasmtime::Result<R>
     where
         P: wasmtime::component::ComponentNamedList + wasmtime::component::Lower + Send + Sync,
         R: wasmtime::component::ComponentType + wasmtime::component::Lift + Send + Sync + 'static,
     {
-        let (Instance::Current(instance) | Instance::Previous(instance)) = self;
+        let (instance, name) = match self {
+            Instance::Current(instance) => (instance, name),
+            Instance::Second(instance) | Instance::Previous(instance) => {
+                (instance, previous_0_2::export_name(name))
+            }
+        };
         let func = instance.get_typed_func::<P, (R,)>(&mut *store, name)?;
         let (result,) = func.call_async(&mut *store, params).await?;
         Ok(result)
@@ -212,6 +229,7 @@ impl LoadedComponent {
     pub fn world(&self) -> &'static str {
         match self.pre {
             WorldPre::Current(_) => CURRENT_WORLD,
+            WorldPre::Second(_) => previous_0_2::WORLD,
             WorldPre::Previous(_) => previous::WORLD,
         }
     }
@@ -450,7 +468,7 @@ impl ConnectorRuntime {
             .total_tables(slots * 8)
             .total_stacks(slots)
             .max_memories_per_component(4)
-            .max_memory_size(limits.memory_bytes)
+            .max_memory_size(limits.instance_memory_bytes())
             .linear_memory_keep_resident(256 * 1024)
             .table_keep_resident(16 * 1024)
             .async_stack_keep_resident(64 * 1024)
@@ -498,6 +516,11 @@ impl ConnectorRuntime {
             |s| s,
         )
         .map_err(|e| anyhow::anyhow!("linking the 0.1.0 connector host interface: {e}"))?;
+        previous_0_2::bindings::Connector::add_to_linker::<GuestState, HasSelf<GuestState>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| anyhow::anyhow!("linking the 0.2.0 connector host interface: {e}"))?;
 
         let cache = ComponentCache::new(&engine, options.cache_dir.clone())
             .map_err(|e| anyhow::anyhow!("could not create the component cache directory: {e}"))?;
@@ -675,16 +698,20 @@ impl ConnectorRuntime {
             .instantiate_pre(&component)
             .map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
         // The exports say which world a component implements: the current one, else
-        // the first; a component of neither is refused with both worlds' reasons.
+        // the second, else the first; a component of none is refused with each world's
+        // reason.
         let pre = match bindings::ConnectorPre::new(instance_pre.clone()) {
             Ok(pre) => WorldPre::Current(pre),
-            Err(current) => match previous::bindings::ConnectorPre::new(instance_pre) {
-                Ok(pre) => WorldPre::Previous(pre),
-                Err(first) => {
-                    return Err(LoadError::WrongWorld(format!(
-                        "0.2.0: {current:#}; 0.1.0: {first:#}"
-                    )))
-                }
+            Err(current) => match previous_0_2::bindings::ConnectorPre::new(instance_pre.clone()) {
+                Ok(pre) => WorldPre::Second(pre),
+                Err(second) => match previous::bindings::ConnectorPre::new(instance_pre) {
+                    Ok(pre) => WorldPre::Previous(pre),
+                    Err(first) => {
+                        return Err(LoadError::WrongWorld(format!(
+                            "0.3.0: {current:#}; 0.2.0: {second:#}; 0.1.0: {first:#}"
+                        )))
+                    }
+                },
             },
         };
         Ok(LoadedComponent {
@@ -717,7 +744,11 @@ impl ConnectorRuntime {
                 connections: Arc::new(tokio::sync::Semaphore::new(outbound::CONNECTIONS_PER_CALL)),
             },
             limiter: MemoryLimiter {
-                limit: self.limits.memory_bytes,
+                // Never above the slot size the pool was built with.
+                limit: sandbox
+                    .memory_bytes
+                    .unwrap_or(self.limits.memory_bytes)
+                    .min(self.limits.instance_memory_bytes()),
                 exceeded: false,
                 budget: self.share.memory_budget(admitted, deadline),
             },
@@ -772,6 +803,7 @@ impl ConnectorRuntime {
         let guest = async {
             let (pre, world): (_, fn(_) -> Instance) = match &component.pre {
                 WorldPre::Current(pre) => (pre.instance_pre(), Instance::Current),
+                WorldPre::Second(pre) => (pre.instance_pre(), Instance::Second),
                 WorldPre::Previous(pre) => (pre.instance_pre(), Instance::Previous),
             };
             let instance = pre
@@ -815,7 +847,7 @@ impl ConnectorRuntime {
         let state = store.data();
         if state.limiter.exceeded {
             return GuestError::MemoryExceeded {
-                limit_bytes: self.limits.memory_bytes,
+                limit_bytes: state.limiter.limit,
             };
         }
         // wasmtime's error when a transfer out of the guest passes the hostcall fuel set
@@ -869,9 +901,11 @@ impl ConnectorRuntime {
             .run(component, &sandbox, |c, store| {
                 Box::pin(async move {
                     match c {
-                        Instance::Current(_) => c.call(store, "describe", ()).await,
+                        Instance::Current(_) | Instance::Second(_) => {
+                            c.call(store, "describe-connector", ()).await
+                        }
                         Instance::Previous(_) => c
-                            .call::<_, previous::old::Manifest>(store, "describe", ())
+                            .call::<_, previous::old::Manifest>(store, "describe-connector", ())
                             .await
                             .map(previous::manifest),
                     }
@@ -901,7 +935,7 @@ impl ConnectorRuntime {
     ) -> Result<Result<Vec<String>, String>, GuestError> {
         let config = config.to_owned();
         self.run(component, sandbox, move |c, store| {
-            Box::pin(async move { c.call(store, "bind", (config.as_str(),)).await })
+            Box::pin(async move { c.call(store, "validate-binding", (config.as_str(),)).await })
         })
         .await
     }
@@ -922,7 +956,7 @@ impl ConnectorRuntime {
                 Box::pin(async move {
                     let (tool, arguments) = (tool.as_str(), arguments.as_str());
                     match c {
-                        Instance::Current(_) => {
+                        Instance::Current(_) | Instance::Second(_) => {
                             c.call(store, "call-tool", (&ctx, tool, arguments)).await
                         }
                         Instance::Previous(_) => c
@@ -959,7 +993,9 @@ impl ConnectorRuntime {
             .run(component, sandbox, move |c, store| {
                 Box::pin(async move {
                     match c {
-                        Instance::Current(_) => c.call(store, "translate-webhook", (&hook,)).await,
+                        Instance::Current(_) | Instance::Second(_) => {
+                            c.call(store, "translate-webhook", (&hook,)).await
+                        }
                         Instance::Previous(_) => c
                             .call::<_, Result<Vec<previous::old::Message>, String>>(
                                 store,
@@ -998,11 +1034,13 @@ impl ConnectorRuntime {
         self.run(component, sandbox, move |c, store| {
             Box::pin(async move {
                 match c {
-                    Instance::Current(_) => c.call(store, "accept", (&binding, &message)).await,
+                    Instance::Current(_) | Instance::Second(_) => {
+                        c.call(store, "accepts-message", (&binding, &message)).await
+                    }
                     Instance::Previous(_) => {
                         let binding = previous::binding(binding);
                         let message = previous::message_in(message);
-                        c.call(store, "accept", (&binding, &message)).await
+                        c.call(store, "accepts-message", (&binding, &message)).await
                     }
                 }
             })
@@ -1021,7 +1059,9 @@ impl ConnectorRuntime {
             .run(component, sandbox, move |c, store| {
                 Box::pin(async move {
                     match c {
-                        Instance::Current(_) => c.call(store, "runtime-context", (&binding,)).await,
+                        Instance::Current(_) | Instance::Second(_) => {
+                            c.call(store, "runtime-context", (&binding,)).await
+                        }
                         Instance::Previous(_) => c
                             .call::<_, Result<previous::old::AgentContext, String>>(
                                 store,

@@ -25,9 +25,18 @@ pub struct GuestLimits {
     /// Linear memory of all live guest instances together; a guest growing past it waits
     /// for memory to be released until its deadline, then fails `host_busy`.
     pub total_memory_bytes: usize,
+    /// The largest linear-memory bound any one connector is given instead of
+    /// `memory_bytes` (`Sandbox::memory_bytes`; an interpreter may need more); 0 when
+    /// none is. Instance slots are sized for it.
+    pub largest_connector_memory_bytes: usize,
 }
 
 impl GuestLimits {
+    /// The largest linear memory one instance may reach under any connector's bound.
+    pub fn instance_memory_bytes(&self) -> usize {
+        self.memory_bytes.max(self.largest_connector_memory_bytes)
+    }
+
     /// The per-caller concurrency in force.
     pub fn calls_per_caller(&self) -> u32 {
         let pool = self.max_concurrent_instances.max(1);
@@ -44,6 +53,7 @@ impl Default for GuestLimits {
             max_concurrent_instances: 256,
             calls_per_agent: None,
             total_memory_bytes: 2048 * 1024 * 1024,
+            largest_connector_memory_bytes: 0,
         }
     }
 }

@@ -234,7 +234,7 @@ impl HostShare {
         Self {
             per_caller: limits.calls_per_caller() as usize,
             per_caller_pages: (pages / MEMORY_SHARES)
-                .max(limits.memory_bytes.div_ceil(PAGE))
+                .max(limits.instance_memory_bytes().div_ceil(PAGE))
                 .min(pages),
             callers: Arc::default(),
             pool: Arc::new(Semaphore::new(

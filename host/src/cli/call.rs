@@ -167,6 +167,7 @@ pub async fn run_local(args: CallArgs) -> Result<(), CliError> {
         installations: Arc::from(installations),
         secrets: Arc::new(Default::default()),
         caller: Caller::Host,
+        memory_bytes: None,
     };
 
     let config_text = config.to_string();

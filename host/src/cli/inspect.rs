@@ -45,18 +45,31 @@ pub(crate) fn read_component(path: &Path) -> Result<Vec<u8>, CliError> {
         .map_err(|e| CliError::usage(format!("could not read {}: {e}", path.display())))
 }
 
-/// A registry over a small runtime of its own (no compile cache, no GitHub App).
+/// A registry over a small runtime of its own (no GitHub App), compiling through the
+/// local cache ([`super::local_cache`]).
 pub(crate) fn local_registry() -> Result<ConnectorRegistry, CliError> {
-    let options = RuntimeOptions {
+    let options = |cache_dir| RuntimeOptions {
         limits: GuestLimits {
             // One command runs one guest at a time: keep the instance pool small.
             max_concurrent_instances: 4,
             ..GuestLimits::default()
         },
-        cache_dir: None,
+        cache_dir,
         installation_tokens: None,
     };
-    let runtime = ConnectorRuntime::new(options).map_err(|e| CliError::failed(format!("{e:#}")))?;
+    let cache_dir = super::local_cache::local_cache_dir();
+    let runtime = match ConnectorRuntime::new(options(cache_dir.clone())) {
+        Ok(runtime) => runtime,
+        // An unwritable cache directory costs time, not the command.
+        Err(e) if cache_dir.is_some() => {
+            tracing::warn!(
+                "compiling without a cache ({e:#}); set {} to a writable directory, or to `off`",
+                super::local_cache::CACHE_DIR_ENV
+            );
+            ConnectorRuntime::new(options(None)).map_err(|e| CliError::failed(format!("{e:#}")))?
+        }
+        Err(e) => return Err(CliError::failed(format!("{e:#}"))),
+    };
     Ok(ConnectorRegistry::new(Arc::new(runtime)))
 }
 

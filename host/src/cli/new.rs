@@ -45,6 +45,11 @@ pub struct NewArgs {
     /// Only write the crate; print the build command instead of running it.
     #[arg(long)]
     pub no_build: bool,
+
+    /// The connector's language: a Rust crate, or a TypeScript or Python project
+    /// (see `new_lang`).
+    #[arg(long, value_enum, default_value = "rust")]
+    pub lang: super::new_lang::Lang,
 }
 
 /// The `sdk/` folder of the checkout this binary was built from.
@@ -58,6 +63,9 @@ pub fn run(args: NewArgs) -> Result<(), CliError> {
         .clone()
         .unwrap_or_else(|| PathBuf::from(&args.slug));
     check_dir(&dir)?;
+    if args.lang != super::new_lang::Lang::Rust {
+        return super::new_lang::run(args, namespace, dir);
+    }
 
     let sdk = sdk_dependency();
     let files = scaffold(&args.slug, &namespace, &sdk);
@@ -518,6 +526,7 @@ mod tests {
             dir: Some(target.clone()),
             namespace: Some("mine".into()),
             no_build: true,
+            lang: crate::cli::new_lang::Lang::Rust,
         })
         .unwrap();
         let lib = std::fs::read_to_string(target.join("src/lib.rs")).unwrap();
@@ -530,6 +539,7 @@ mod tests {
             dir: Some(target),
             namespace: Some("mine".into()),
             no_build: true,
+            lang: crate::cli::new_lang::Lang::Rust,
         })
         .unwrap_err();
         assert!(again.message.contains("not empty"), "{}", again.message);

@@ -254,6 +254,7 @@ impl Harness {
             installations: Arc::from(installations),
             secrets: Arc::new(self.secrets.clone()),
             caller: connector_runtime::Caller::Host,
+            memory_bytes: None,
         }
     }
 
