@@ -69,16 +69,7 @@ pub fn run(args: NewArgs) -> Result<(), CliError> {
 
     let sdk = sdk_dependency();
     let files = scaffold(&args.slug, &namespace, &sdk);
-    for (name, content) in &files {
-        let path = dir.join(name);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| {
-                CliError::failed(format!("could not create {}: {e}", parent.display()))
-            })?;
-        }
-        std::fs::write(&path, content)
-            .map_err(|e| CliError::failed(format!("could not write {}: {e}", path.display())))?;
-    }
+    write_files(&dir, &files)?;
 
     let shown = dir.display();
     super::print_out(&format!(
@@ -484,6 +475,21 @@ See docs/writing-a-connector.md in the connector-host repository.
         ("README.md", readme),
         ("src/lib.rs", lib_rs),
     ]
+}
+
+/// Writes a scaffold's `(relative path, content)` files under `dir`, creating folders.
+pub(super) fn write_files(dir: &Path, files: &[(&str, String)]) -> Result<(), CliError> {
+    for (name, content) in files {
+        let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                CliError::failed(format!("could not create {}: {e}", parent.display()))
+            })?;
+        }
+        std::fs::write(&path, content)
+            .map_err(|e| CliError::failed(format!("could not write {}: {e}", path.display())))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

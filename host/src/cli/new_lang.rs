@@ -38,16 +38,7 @@ pub fn run(args: NewArgs, namespace: String, dir: PathBuf) -> Result<(), CliErro
         Lang::Python => python(&args.slug, &namespace, &sdk.join("python")),
         Lang::Rust => unreachable!("the Rust scaffold is new.rs"),
     };
-    for (name, content) in &files {
-        let path = dir.join(name);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| {
-                CliError::failed(format!("could not create {}: {e}", parent.display()))
-            })?;
-        }
-        std::fs::write(&path, content)
-            .map_err(|e| CliError::failed(format!("could not write {}: {e}", path.display())))?;
-    }
+    super::new::write_files(&dir, &files)?;
     let shown = dir.display();
     super::print_out(&format!(
         "Created {} connector `{}` (tool namespace `{namespace}`) in {shown}\n",

@@ -97,6 +97,31 @@ fn check_namespace(sessions: &Sessions, endpoint: &Endpoint) -> Result<(), Rejec
     )))
 }
 
+/// The endpoint a request's path (`/mcp/agents/{agent}[/namespaces/{namespace}]`) and
+/// query (`?toolNames=`) address: one extractor for both route forms.
+pub struct Addressed(pub Endpoint);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Addressed {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Response> {
+        let Path(params) =
+            Path::<std::collections::HashMap<String, String>>::from_request_parts(parts, state)
+                .await
+                .map_err(IntoResponse::into_response)?;
+        let Query(query) = Query::<EndpointQuery>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let agent = params.get("agent").map_or("", String::as_str);
+        endpoint_of(agent, params.get("namespace").map(String::as_str), &query)
+            .map(Addressed)
+            .map_err(|r| *r)
+    }
+}
+
 type McpState = State<Arc<Sessions>>;
 /// A request refused before it reaches a method (boxed: a `Response` is large).
 pub(super) type Rejection = Box<Response>;
@@ -288,33 +313,15 @@ fn session_of(
     Ok(session)
 }
 
-/// `POST /mcp/agents/{agentId}`: one JSON-RPC message (or, at `2025-03-26`, a batch).
+/// `POST /mcp/agents/{agentId}[/namespaces/{namespace}]`: one JSON-RPC message (or, at
+/// `2025-03-26`, a batch).
 pub async fn post(
     State(sessions): McpState,
-    Path(agent): Path<String>,
-    Query(query): Query<EndpointQuery>,
+    Addressed(endpoint): Addressed,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    match endpoint_of(&agent, None, &query) {
-        Ok(endpoint) => post_to(&sessions, &endpoint, headers, body).await,
-        Err(r) => *r,
-    }
-}
-
-/// `POST /mcp/agents/{agentId}/namespaces/{namespace}`: as [`post`], one namespace's
-/// tools by bare name.
-pub async fn namespace_post(
-    State(sessions): McpState,
-    Path((agent, namespace)): Path<(String, String)>,
-    Query(query): Query<EndpointQuery>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    match endpoint_of(&agent, Some(&namespace), &query) {
-        Ok(endpoint) => post_to(&sessions, &endpoint, headers, body).await,
-        Err(r) => *r,
-    }
+    post_to(&sessions, &endpoint, headers, body).await
 }
 
 /// A POST to `endpoint`.
@@ -741,32 +748,16 @@ async fn call(
     }
 }
 
-/// `GET /mcp/agents/{agentId}`: the session's server→client stream (Server-Sent Events,
-/// `event: message`, one JSON-RPC notification per event). Opening a new stream ends the
-/// previous one of the same session; [`super::end_streams`] ends them all.
+/// `GET /mcp/agents/{agentId}[/namespaces/{namespace}]`: the session's server→client
+/// stream (Server-Sent Events, `event: message`, one JSON-RPC notification per event).
+/// Opening a new stream ends the previous one of the same session; [`super::end_streams`]
+/// ends them all.
 pub async fn get(
     State(sessions): McpState,
-    Path(agent): Path<String>,
-    Query(query): Query<EndpointQuery>,
+    Addressed(endpoint): Addressed,
     headers: HeaderMap,
 ) -> Response {
-    match endpoint_of(&agent, None, &query) {
-        Ok(endpoint) => get_from(&sessions, &endpoint, headers).await,
-        Err(r) => *r,
-    }
-}
-
-/// `GET /mcp/agents/{agentId}/namespaces/{namespace}`, as [`get`].
-pub async fn namespace_get(
-    State(sessions): McpState,
-    Path((agent, namespace)): Path<(String, String)>,
-    Query(query): Query<EndpointQuery>,
-    headers: HeaderMap,
-) -> Response {
-    match endpoint_of(&agent, Some(&namespace), &query) {
-        Ok(endpoint) => get_from(&sessions, &endpoint, headers).await,
-        Err(r) => *r,
-    }
+    get_from(&sessions, &endpoint, headers).await
 }
 
 /// A GET of `endpoint`'s session stream.
@@ -836,31 +827,14 @@ pub(super) fn token_revoked(
     })
 }
 
-/// `DELETE /mcp/agents/{agentId}`: ends the session (`204`); its stream closes and later
-/// requests with its id get `404`.
+/// `DELETE /mcp/agents/{agentId}[/namespaces/{namespace}]`: ends the session (`204`); its
+/// stream closes and later requests with its id get `404`.
 pub async fn delete(
     State(sessions): McpState,
-    Path(agent): Path<String>,
-    Query(query): Query<EndpointQuery>,
+    Addressed(endpoint): Addressed,
     headers: HeaderMap,
 ) -> Response {
-    match endpoint_of(&agent, None, &query) {
-        Ok(endpoint) => delete_at(&sessions, &endpoint, headers).await,
-        Err(r) => *r,
-    }
-}
-
-/// `DELETE /mcp/agents/{agentId}/namespaces/{namespace}`, as [`delete`].
-pub async fn namespace_delete(
-    State(sessions): McpState,
-    Path((agent, namespace)): Path<(String, String)>,
-    Query(query): Query<EndpointQuery>,
-    headers: HeaderMap,
-) -> Response {
-    match endpoint_of(&agent, Some(&namespace), &query) {
-        Ok(endpoint) => delete_at(&sessions, &endpoint, headers).await,
-        Err(r) => *r,
-    }
+    delete_at(&sessions, &endpoint, headers).await
 }
 
 /// A DELETE of `endpoint`'s session.

@@ -146,9 +146,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(host: Host) -> Router<S> {
         )
         .route(
             "/mcp/agents/{agent}/namespaces/{namespace}",
-            post(http::namespace_post)
-                .get(http::namespace_get)
-                .delete(http::namespace_delete),
+            post(http::post).get(http::get).delete(http::delete),
         )
         .with_state(sessions)
         .route(
