@@ -86,6 +86,35 @@ impl Naming {
         })
     }
 
+    /// Whether `id` is shown as `name` ([`Naming::present`] without building the name:
+    /// a call compares it with each of the agent's tools).
+    pub fn presents(&self, id: &str, name: &str) -> bool {
+        let bare = match &self.namespace {
+            None => id,
+            Some(ns) => match id.strip_prefix(&**ns).and_then(|r| r.strip_prefix('.')) {
+                Some(bare) => bare,
+                None => return false,
+            },
+        };
+        if !self.flat {
+            return bare == name;
+        }
+        let mut rest = name;
+        for (i, segment) in bare.split('.').enumerate() {
+            if i > 0 {
+                match rest.strip_prefix(FLAT_SEPARATOR) {
+                    Some(r) => rest = r,
+                    None => return false,
+                }
+            }
+            match rest.strip_prefix(segment) {
+                Some(r) => rest = r,
+                None => return false,
+            }
+        }
+        rest.is_empty()
+    }
+
     /// The id a presented name would come from when no effective tool presents it
     /// (so the host can answer "not granted" or "unknown" for it).
     pub fn guess(&self, name: &str) -> String {
@@ -107,7 +136,7 @@ impl Naming {
         }
         let mut found: Vec<String> = Vec::new();
         for tool in tools.iter() {
-            if self.present(tool.name()).is_some_and(|p| p == name) {
+            if self.presents(tool.name(), name) {
                 found.push(tool.name().to_string());
             }
         }
@@ -209,6 +238,47 @@ mod tests {
         assert_eq!(Naming::style(Some("flat")), Ok(true));
         assert_eq!(Naming::style(None), Ok(false));
         assert!(Naming::style(Some("dots")).is_err());
+    }
+
+    #[test]
+    fn presents_agrees_with_the_presented_name() {
+        let ids = [
+            "acme.echo",
+            "a.b__c",
+            "a.b.c",
+            "a__b.c",
+            "gh.issues.list",
+            "acme_two.echo",
+            "acme",
+            "acme.",
+            ".echo",
+        ];
+        let mut names: Vec<String> = ["echo", "acme__echo_x", "acme__", "", "__echo", "a__b__c"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        for naming in [
+            naming(None, true),
+            naming(None, false),
+            naming(Some("acme"), true),
+            naming(Some("acme"), false),
+            naming(Some("a"), true),
+            naming(Some("gh"), true),
+        ] {
+            names.extend(
+                ids.iter()
+                    .filter_map(|id| naming.present(id).map(Cow::into_owned)),
+            );
+            for id in ids {
+                for name in &names {
+                    assert_eq!(
+                        naming.presents(id, name),
+                        naming.present(id).is_some_and(|p| p == name.as_str()),
+                        "{naming:?} {id} {name}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
