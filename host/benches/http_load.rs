@@ -53,6 +53,9 @@ use connector_host::config::{ConnectorSettings, HostConfig};
 use connector_host::webhooks::verify::{self as signature, standard_signature};
 use connector_host::Host;
 use connector_model::connector::WebhookSchemeName;
+use connector_runtime::{ConnectorRuntime, GuestLimits, LoadedComponent, RuntimeOptions};
+use connector_store::sqlite::SqliteStore;
+use connector_store::DeliveryQueue as _;
 use http::{HeaderValue, Request, StatusCode};
 use http_body_util::Full;
 use loadgen::{contains, env_num, loadavg, ms, Attempt, Limits, MakeRequest, Run};
@@ -197,7 +200,36 @@ fn verify_only_router(secrets: Arc<Vec<String>>) -> Router {
 struct BenchHost {
     host: Host,
     addr: SocketAddr,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
+}
+
+/// What the diagnostic rows drive directly, beside a host and never through it: the
+/// host's SQLite file through a connection of its own, and a runtime of the same
+/// settings with the `hostile` component loaded in it.
+struct Beside {
+    store: SqliteStore,
+    runtime: ConnectorRuntime,
+    hostile: LoadedComponent,
+}
+
+impl Beside {
+    fn open(bench: &BenchHost) -> anyhow::Result<Arc<Beside>> {
+        let db = bench.dir.path().join("host.db");
+        let store = SqliteStore::open(&db).map_err(|e| anyhow!("{}: {e}", db.display()))?;
+        let runtime = ConnectorRuntime::new(RuntimeOptions {
+            limits: GuestLimits::default(),
+            cache_dir: None,
+            installation_tokens: None,
+        })?;
+        let hostile = runtime
+            .load(&hostile_wasm()?)
+            .map_err(|e| anyhow!("the hostile component: {e}"))?;
+        Ok(Arc::new(Beside {
+            store,
+            runtime,
+            hostile,
+        }))
+    }
 }
 
 async fn open_host(webhook_secret: Option<&str>) -> anyhow::Result<BenchHost> {
@@ -225,11 +257,7 @@ async fn open_host(webhook_secret: Option<&str>) -> anyhow::Result<BenchHost> {
         host.clone(),
         std::future::pending(),
     ));
-    Ok(BenchHost {
-        host,
-        addr,
-        _dir: dir,
-    })
+    Ok(BenchHost { host, addr, dir })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -371,17 +399,17 @@ fn message_record(
 
 /// Only the store's two transactions of a delivery stored before it is routed (the path
 /// of one that outlasts the inline window), concurrently (no HTTP, no guest).
-async fn store_only(host: &Host, body: &Bytes, prefix: &str, limits: Limits) -> Run {
+async fn store_only(beside: &Arc<Beside>, body: &Bytes, prefix: &str, limits: Limits) -> Run {
     let payload: Value =
         serde_json::from_slice::<Value>(body).unwrap_or_default()["messages"][0]["payload"].clone();
-    let (h, body, prefix) = (host.clone(), body.clone(), prefix.to_string());
+    let (h, body, prefix) = (beside.clone(), body.clone(), prefix.to_string());
     loadgen::in_process(limits, move |a: Attempt| {
         let (h, body, payload) = (h.clone(), body.clone(), payload.clone());
         let id = format!("{prefix}-{}", a.n);
         async move {
             let record = delivery_record(&id, &body, Vec::new());
             let fresh = h
-                .store()
+                .store
                 .insert_delivery(&record, 7 * 24 * 3600, &bench_claim())
                 .await
                 .map_err(|e| e.to_string())?;
@@ -389,7 +417,7 @@ async fn store_only(host: &Host, body: &Bytes, prefix: &str, limits: Limits) -> 
                 return Err("duplicate".into());
             }
             let m = message_record(&id, "bench.event", &payload, &record.received_at);
-            h.store()
+            h.store
                 .complete_delivery("hostile", &id, &[m], &["w0".to_string()])
                 .await
                 .map_err(|e| e.to_string())?;
@@ -400,9 +428,13 @@ async fn store_only(host: &Host, body: &Bytes, prefix: &str, limits: Limits) -> 
 }
 
 /// Only the guest's translate-webhook + accept of a delivery, concurrently (no store).
-async fn guest_only(host: &Host, body: &Bytes, limits: Limits) -> anyhow::Result<Run> {
+async fn guest_only(
+    host: &Host,
+    beside: &Arc<Beside>,
+    body: &Bytes,
+    limits: Limits,
+) -> anyhow::Result<Run> {
     use connector_runtime::wit;
-    let connector = host.connector("hostile")?;
     let binding = host
         .all_bindings()
         .into_iter()
@@ -410,15 +442,15 @@ async fn guest_only(host: &Host, body: &Bytes, limits: Limits) -> anyhow::Result
         .ok_or_else(|| anyhow!("hostile is not bound to w0"))?;
     let sandbox = Arc::new(host.sandbox("hostile", None));
     let bound = Arc::new(host.sandbox("hostile", Some(&binding)));
-    let (h, body) = (host.clone(), body.clone());
+    let (h, body) = (beside.clone(), body.clone());
     Ok(loadgen::in_process(limits, move |_| {
-        let (h, body, connector) = (h.clone(), body.to_vec(), connector.clone());
+        let (h, body) = (h.clone(), body.to_vec());
         let (sandbox, bound) = (sandbox.clone(), bound.clone());
         async move {
             let messages = h
-                .runtime()
+                .runtime
                 .translate_webhook(
-                    connector.loaded().expect("prepared at start"),
+                    &h.hostile,
                     &sandbox,
                     wit::Webhook {
                         headers: vec![("content-type".to_string(), "application/json".to_string())],
@@ -433,13 +465,8 @@ async fn guest_only(host: &Host, body: &Bytes, limits: Limits) -> anyhow::Result
                     config: r#"{"routes":["r1"]}"#.into(),
                 };
                 if !h
-                    .runtime()
-                    .accept(
-                        connector.loaded().expect("prepared at start"),
-                        &bound,
-                        binding,
-                        m,
-                    )
+                    .runtime
+                    .accept(&h.hostile, &bound, binding, m)
                     .await
                     .map_err(|e| e.to_string())?
                 {
@@ -456,12 +483,12 @@ async fn guest_only(host: &Host, body: &Bytes, limits: Limits) -> anyhow::Result
 /// the guest's `translate-webhook` and `accept`, and the store's two transactions.
 async fn webhook_steps(
     host: &Host,
+    beside: &Beside,
     body: &Bytes,
     n: usize,
 ) -> anyhow::Result<Vec<(&'static str, Duration)>> {
     use connector_runtime::wit;
 
-    let connector = host.connector("hostile")?;
     let sandbox = host.sandbox("hostile", None);
     let binding = host
         .all_bindings()
@@ -511,16 +538,17 @@ async fn webhook_steps(
 
         let record = delivery_record(&id, body, headers.clone());
         let t = Instant::now();
-        host.store()
+        beside
+            .store
             .insert_delivery(&record, 7 * 24 * 3600, &bench_claim())
             .await?;
         insert.push(t.elapsed().as_nanos() as u64);
 
         let t = Instant::now();
-        let messages = host
-            .runtime()
+        let messages = beside
+            .runtime
             .translate_webhook(
-                connector.loaded().expect("prepared at start"),
+                &beside.hostile,
                 &sandbox,
                 wit::Webhook {
                     headers,
@@ -537,10 +565,10 @@ async fn webhook_steps(
             .ok_or_else(|| anyhow!("translate returned no message"))?;
 
         let t = Instant::now();
-        let accepted = host
-            .runtime()
+        let accepted = beside
+            .runtime
             .accept(
-                connector.loaded().expect("prepared at start"),
+                &beside.hostile,
                 &bound,
                 wit::Binding {
                     unit: "w0".into(),
@@ -557,7 +585,8 @@ async fn webhook_steps(
 
         let stored = message_record(&id, &message.kind, &payload, &record.received_at);
         let t = Instant::now();
-        host.store()
+        beside
+            .store
             .complete_delivery("hostile", &id, &[stored], &["w0".to_string()])
             .await?;
         complete.push(t.elapsed().as_nanos() as u64);
@@ -855,6 +884,7 @@ fn main() -> anyhow::Result<()> {
             .await?;
         anyhow::Ok(h)
     })?;
+    let beside = Beside::open(&hooks)?;
     let hook_path = "/api/v1/webhooks/hostile";
     let warm = Limits {
         max_requests: 500,
@@ -955,7 +985,7 @@ fn main() -> anyhow::Result<()> {
         ));
 
         println!("\n[4e] diagnostic: one delivery's steps in-process, sequential (8 KiB body)");
-        let steps = server.block_on(webhook_steps(&hooks.host, &body_r1, 1_000))?;
+        let steps = server.block_on(webhook_steps(&hooks.host, &beside, &body_r1, 1_000))?;
         for (name, d) in &steps {
             println!("  {name:<48} p50 {}", ms(*d));
         }
@@ -970,7 +1000,7 @@ fn main() -> anyhow::Result<()> {
             "\n[4g] diagnostic: store only, the queued path (insert_delivery + complete_delivery, 8 KiB), {} tasks",
             limits.conns
         );
-        let store_run = server.block_on(store_only(&hooks.host, &body_r1, "so", limits));
+        let store_run = server.block_on(store_only(&beside, &body_r1, "so", limits));
         store_run.print("store only", "delivery");
         rows.push(Row::new(
             "4g store txns only, in-process (diag)",
@@ -981,7 +1011,7 @@ fn main() -> anyhow::Result<()> {
 
         println!("\n[4g1] diagnostic: store only, one task (no concurrency)");
         let store_run1 = server.block_on(store_only(
-            &hooks.host,
+            &beside,
             &body_r1,
             "so1",
             Limits { conns: 1, ..limits },
@@ -1002,7 +1032,7 @@ fn main() -> anyhow::Result<()> {
             "\n[4h] diagnostic: guest only (translate-webhook + accept, 8 KiB), {} tasks",
             limits.conns
         );
-        let guest_run = server.block_on(guest_only(&hooks.host, &body_r1, limits))?;
+        let guest_run = server.block_on(guest_only(&hooks.host, &beside, &body_r1, limits))?;
         guest_run.print("guest only", "delivery");
         rows.push(Row::new(
             "4h guest calls only, in-process (diag)",

@@ -1,6 +1,7 @@
 //! The operator API over real HTTP: every route and error code of CONTRACT.md §3
 //! (connectors, units and agents, bindings, effective tools, tool calls, health).
 
+use connector_store::StateStore as _;
 use std::time::Duration;
 
 use integration_tests::guests;
@@ -759,7 +760,7 @@ async fn a_crash_between_binding_and_grant_leaves_neither() {
     assert!(!tool_names(&t["tools"])
         .iter()
         .any(|n| n.starts_with("acme.")));
-    let snapshot = h.host.store().load().await.unwrap();
+    let snapshot = h.database().load().await.unwrap();
     assert!(
         snapshot.bindings.is_empty() && snapshot.grants.is_empty(),
         "{snapshot:?}"
@@ -772,7 +773,7 @@ async fn a_crash_between_binding_and_grant_leaves_neither() {
         .op(Method::DELETE, "/api/v1/units/u/connectors/acme", None)
         .await;
     assert!(s >= 500);
-    let snapshot = h.host.store().load().await.unwrap();
+    let snapshot = h.database().load().await.unwrap();
     assert_eq!((snapshot.bindings.len(), snapshot.grants.len()), (1, 1));
     let (_, t) = h.op(Method::GET, "/api/v1/agents/a/tools", None).await;
     assert!(tool_names(&t["tools"]).contains(&"acme.echo".to_string()));
@@ -822,7 +823,7 @@ async fn rotation_keeps_bindings_and_refuses_to_break_them_unless_forced() {
         "connector:hostile"
     );
     // The stored state agrees with what the API shows.
-    let snapshot = h.host.store().load().await.unwrap();
+    let snapshot = h.database().load().await.unwrap();
     assert_eq!(snapshot.bindings.len(), 1);
     assert_eq!(snapshot.grants.len(), 1);
 
@@ -866,7 +867,7 @@ async fn a_grant_racing_the_deletion_of_its_unit_leaves_no_orphan() {
             .await;
         assert_eq!(s, 404);
     }
-    let stored = h.host.store().load().await.expect("load");
+    let stored = h.database().load().await.expect("load");
     let orphans: Vec<_> = stored
         .grants
         .iter()
@@ -889,7 +890,7 @@ async fn deleting_a_unit_takes_it_out_of_its_agents() {
     assert_eq!(s, 204);
     let (_, agent) = h.op(Method::GET, "/api/v1/agents/ada", None).await;
     assert_eq!(agent["units"], json!(["b"]));
-    let stored = h.host.store().load().await.expect("load");
+    let stored = h.database().load().await.expect("load");
     let ada = stored.agents.iter().find(|a| a.id == "ada").expect("ada");
     assert_eq!(ada.units, ["b"]);
 }

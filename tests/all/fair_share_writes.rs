@@ -2,6 +2,7 @@
 //! whose guest `bind` is slow, installs that compile, a bind racing a rotation, and a
 //! replica catching up while readers read (CONTRACT.md section 12).
 
+use connector_store::StateStore as _;
 use std::time::{Duration, Instant};
 
 use connector_host::Host;
@@ -470,8 +471,10 @@ async fn a_replica_catching_up_is_seen_before_or_after() {
             observed
         })
     };
-    // The other process's writes, straight to the shared database.
-    let store = server.store();
+    // The other process's writes, straight to the shared database through a connection
+    // of their own.
+    let store = connector_store::sqlite::SqliteStore::open(&dir.path().join("host.db"))
+        .expect("the database, opened beside the writer");
     let record = |slug: &str, namespace: &str, bytes: &[u8]| {
         use sha2::Digest;
         ConnectorRecord {

@@ -1,6 +1,7 @@
 //! Webhook ingestion end to end: signatures, de-duplication, routing and fan-out, filters,
 //! failures and retries, unit inboxes (paging and SSE), and a host killed with SIGKILL.
 
+use connector_store::DeliveryQueue as _;
 use connector_store_testing::faults::Fault;
 use std::time::Duration;
 
@@ -1210,8 +1211,7 @@ async fn credentials_sent_with_a_webhook_are_never_stored_or_shown_to_the_guest(
         .expect("send");
     assert_eq!(r.status(), 202);
     let stored = h
-        .host
-        .store()
+        .database()
         .delivery("hostile", "hdr-1")
         .await
         .expect("store")

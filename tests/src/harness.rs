@@ -115,6 +115,14 @@ impl TestHost {
             .unwrap_or_else(|e| panic!("injecting {fault:?} into {}: {e}", db.display()));
     }
 
+    /// What this host has committed, read through a connection of its own on the host's
+    /// SQLite file (as another process would see it), never through the host.
+    pub fn database(&self) -> connector_store::sqlite::SqliteStore {
+        let db = self.data_dir.path().join("host.db");
+        connector_store::sqlite::SqliteStore::open(&db)
+            .unwrap_or_else(|e| panic!("opening {}: {e}", db.display()))
+    }
+
     /// `url` + `path`.
     pub fn at(&self, path: &str) -> String {
         format!("{}{}", self.url, path)

@@ -38,7 +38,7 @@ pub use crate::webhooks::{DeliveryView, WebhookOutcome};
 use connector_model::connector::{Connector, ToolInfo};
 use connector_model::error::HostResult;
 use connector_model::records::{BindingRecord, DeliveryRecord, Subject, UnitRecord};
-use connector_runtime::{ConnectorRuntime, Sandbox};
+use connector_runtime::Sandbox;
 use connector_store::Store;
 
 /// The connector host. Cheap to clone; all clones share one state.
@@ -86,14 +86,10 @@ impl Host {
         &self.parts.config
     }
 
-    /// The sandbox runtime.
-    pub fn runtime(&self) -> &Arc<ConnectorRuntime> {
-        self.parts.catalog.runtime()
-    }
-
-    /// The store.
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.parts.store
+    /// How many transactions the store committed and how many writes they carried
+    /// (for `/metrics`; zero for a store that does not count).
+    pub fn commit_counts(&self) -> connector_store::CommitCounts {
+        self.parts.store.commit_counts()
     }
 
     /// Counters for `/metrics`.

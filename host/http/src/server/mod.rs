@@ -173,7 +173,7 @@ async fn healthz() -> Json<Value> {
 
 async fn metrics(State(host): State<Host>) -> Response {
     let m = host.metrics();
-    let commits = host.store().commit_counts();
+    let commits = host.commit_counts();
     let body = format!(
         "# HELP connector_host_tool_calls_total Tool calls by outcome.\n\
          # TYPE connector_host_tool_calls_total counter\n\
