@@ -1389,23 +1389,6 @@ mod tests {
     use super::*;
     use connector_store_testing::fixtures::*;
 
-    /// [`populate_bound`] for this crate's own store type (the testing crate's helper
-    /// takes the store trait as that crate sees it).
-    async fn populate_bound_here(store: &SqliteStore) {
-        store
-            .put_connector(&connector("acme", "acme", "sha256:aa"), COMPONENT)
-            .await
-            .unwrap();
-        store.put_unit(&unit("root", None)).await.unwrap();
-        store.put_unit(&unit("team", Some("root"))).await.unwrap();
-        store
-            .put_binding(
-                &binding("team", "acme", json!({"k": 1})),
-                &connector_grant("team", "acme", "acme"),
-            )
-            .await
-            .unwrap();
-    }
     use serde_json::json;
 
     #[test]
@@ -1476,45 +1459,6 @@ mod tests {
         assert_eq!(store.inner.own_versions.lock().count_in(0, 50), 10);
         store.changes_since(50).await.unwrap();
         assert!(store.inner.own_versions.lock().runs.is_empty());
-    }
-
-    #[tokio::test]
-    async fn delete_agent_leaves_no_membership_rows() {
-        let store = SqliteStore::open_in_memory().unwrap();
-        populate_bound_here(&store).await;
-        store
-            .put_agent(&agent("bot", &["team", "root"]))
-            .await
-            .unwrap();
-        assert!(store.delete_agent("bot").await.unwrap());
-        let memberships: i64 = store
-            .inner
-            .conn
-            .lock()
-            .query_row(
-                "SELECT COUNT(*) FROM agent_units WHERE agent_id = 'bot'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        assert_eq!(memberships, 0);
-    }
-
-    #[tokio::test]
-    async fn malformed_stored_json_is_reported_as_corrupt() {
-        let store = SqliteStore::open_in_memory().unwrap();
-        populate_bound_here(&store).await;
-        store
-            .inner
-            .conn
-            .lock()
-            .execute("UPDATE bindings SET config = '{not json'", [])
-            .unwrap();
-        let err = store.load().await.unwrap_err();
-        assert!(
-            matches!(err, StoreError::Corrupt(ref m) if m.contains("acme") && m.contains("team")),
-            "{err:?}"
-        );
     }
 
     #[tokio::test]
