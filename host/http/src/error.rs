@@ -75,42 +75,7 @@ mod tests {
 
     #[test]
     fn rejections_are_4xx_and_failures_5xx() {
-        use ErrorCode::*;
-        let all = [
-            InvalidRequest,
-            RequestTimeout,
-            MethodNotAllowed,
-            HostBusy,
-            Unauthenticated,
-            Forbidden,
-            NotFound,
-            PayloadTooLarge,
-            UnsupportedMediaType,
-            InvalidComponent,
-            InvalidConfig,
-            GithubAppNotConfigured,
-            InvalidArguments,
-            Cycle,
-            HasChildren,
-            ConnectorInUse,
-            RotationBreaksBindings,
-            SlugConflict,
-            StateChanged,
-            ToolNotGranted,
-            UnknownTool,
-            ToolFailed,
-            ConnectorTrapped,
-            ConnectorTimeout,
-            InvalidSignature,
-            DeliveryFailed,
-            IntrospectionFailed,
-            ContextConflict,
-            ContextInvalid,
-            ContextFailed,
-            StoreUnavailable,
-            Internal,
-        ];
-        for code in all {
+        for code in ErrorCode::ALL {
             let status = status_of(code);
             assert_eq!(
                 code.is_rejection(),

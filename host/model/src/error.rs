@@ -87,6 +87,46 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// Every code, in declaration order (what a test that must cover each code iterates).
+    pub const ALL: [ErrorCode; 36] = [
+        ErrorCode::InvalidRequest,
+        ErrorCode::Unauthenticated,
+        ErrorCode::Forbidden,
+        ErrorCode::NotFound,
+        ErrorCode::PayloadTooLarge,
+        ErrorCode::UnsupportedMediaType,
+        ErrorCode::InvalidComponent,
+        ErrorCode::InvalidConfig,
+        ErrorCode::GithubAppNotConfigured,
+        ErrorCode::InvalidArguments,
+        ErrorCode::Cycle,
+        ErrorCode::HasChildren,
+        ErrorCode::ConnectorInUse,
+        ErrorCode::RotationBreaksBindings,
+        ErrorCode::SlugConflict,
+        ErrorCode::StateChanged,
+        ErrorCode::SignatureRequired,
+        ErrorCode::SignatureInvalid,
+        ErrorCode::ToolDefinitionsChanged,
+        ErrorCode::RegistryFailed,
+        ErrorCode::ToolNotGranted,
+        ErrorCode::UnknownTool,
+        ErrorCode::ToolFailed,
+        ErrorCode::ConnectorTrapped,
+        ErrorCode::ConnectorTimeout,
+        ErrorCode::InvalidSignature,
+        ErrorCode::DeliveryFailed,
+        ErrorCode::IntrospectionFailed,
+        ErrorCode::ContextConflict,
+        ErrorCode::ContextFailed,
+        ErrorCode::ContextInvalid,
+        ErrorCode::StoreUnavailable,
+        ErrorCode::HostBusy,
+        ErrorCode::RequestTimeout,
+        ErrorCode::MethodNotAllowed,
+        ErrorCode::Internal,
+    ];
+
     /// The contract's snake_case spelling.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -233,3 +273,62 @@ impl HostError {
 
 /// What host operations return.
 pub type HostResult<T> = Result<T, HostError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_lists_every_code_once() {
+        // A new variant breaks this exhaustive match until it has its place here, and
+        // then the assertions below until it has it in `ALL` too.
+        fn place(code: ErrorCode) -> usize {
+            match code {
+                ErrorCode::InvalidRequest => 0,
+                ErrorCode::Unauthenticated => 1,
+                ErrorCode::Forbidden => 2,
+                ErrorCode::NotFound => 3,
+                ErrorCode::PayloadTooLarge => 4,
+                ErrorCode::UnsupportedMediaType => 5,
+                ErrorCode::InvalidComponent => 6,
+                ErrorCode::InvalidConfig => 7,
+                ErrorCode::GithubAppNotConfigured => 8,
+                ErrorCode::InvalidArguments => 9,
+                ErrorCode::Cycle => 10,
+                ErrorCode::HasChildren => 11,
+                ErrorCode::ConnectorInUse => 12,
+                ErrorCode::RotationBreaksBindings => 13,
+                ErrorCode::SlugConflict => 14,
+                ErrorCode::StateChanged => 15,
+                ErrorCode::SignatureRequired => 16,
+                ErrorCode::SignatureInvalid => 17,
+                ErrorCode::ToolDefinitionsChanged => 18,
+                ErrorCode::RegistryFailed => 19,
+                ErrorCode::ToolNotGranted => 20,
+                ErrorCode::UnknownTool => 21,
+                ErrorCode::ToolFailed => 22,
+                ErrorCode::ConnectorTrapped => 23,
+                ErrorCode::ConnectorTimeout => 24,
+                ErrorCode::InvalidSignature => 25,
+                ErrorCode::DeliveryFailed => 26,
+                ErrorCode::IntrospectionFailed => 27,
+                ErrorCode::ContextConflict => 28,
+                ErrorCode::ContextFailed => 29,
+                ErrorCode::ContextInvalid => 30,
+                ErrorCode::StoreUnavailable => 31,
+                ErrorCode::HostBusy => 32,
+                ErrorCode::RequestTimeout => 33,
+                ErrorCode::MethodNotAllowed => 34,
+                ErrorCode::Internal => 35,
+            }
+        }
+        for (i, code) in ErrorCode::ALL.iter().enumerate() {
+            assert_eq!(
+                place(*code),
+                i,
+                "{code:?} is out of place in ErrorCode::ALL"
+            );
+        }
+        assert_eq!(ErrorCode::ALL.len(), 36);
+    }
+}
