@@ -33,6 +33,8 @@ pub struct Session {
     pub csrf: String,
     started: Instant,
     last_used: Instant,
+    /// What the last change did, for the next page this session loads (rendered HTML).
+    notice: Option<String>,
 }
 
 impl Session {
@@ -68,6 +70,7 @@ impl Sessions {
             csrf: connector_core::auth::random_secret(32),
             started: now,
             last_used: now,
+            notice: None,
         };
         let mut table = self.by_id_hash.lock();
         if table.len() >= MAX_SESSIONS {
@@ -111,6 +114,23 @@ impl Sessions {
             .lock()
             .get(&id_hash(id))
             .is_some_and(|s| s.ends_at() > now)
+    }
+
+    /// Leaves a notice (rendered HTML) for the next page the session with this id loads:
+    /// what a change did, shown after its redirect (post/redirect/get). A later notice
+    /// replaces one not yet shown.
+    pub fn set_notice(&self, id: &str, html: String) {
+        if let Some(s) = self.by_id_hash.lock().get_mut(&id_hash(id)) {
+            s.notice = Some(html);
+        }
+    }
+
+    /// Takes the notice left for the session with this id (shown once).
+    pub fn take_notice(&self, id: &str) -> Option<String> {
+        self.by_id_hash
+            .lock()
+            .get_mut(&id_hash(id))
+            .and_then(|s| s.notice.take())
     }
 
     /// Ends a session (sign-out); a no-op for an unknown id.
