@@ -188,19 +188,43 @@ async fn every_change_asks_first_or_says_what_happened_in_a_browser() {
     assert_eq!(cards.len(), 1, "only acme.echo matches");
     b.shot("actions-connector-tools-search").await;
 
-    // Descriptions are Markdown, and what HTML they carry is text.
+    // The image's tools, read from a running image; their descriptions are Markdown, and
+    // what HTML they carry is text.
     let digest = format!("sha256:{}", "cd".repeat(32));
-    let (s, r) = h
-        .op(
-            Method::PUT,
-            "/api/v1/agents/ag/image-tools",
-            Some(json!({"digest": digest, "tools": [{"name": "helper.find",
-                "description": "Finds `files` **fast**. <script>window.pwned = 1</script> \
-                                <img src=x onerror=\"window.pwned = 2\">",
-                "inputSchema": {"type": "object"}}]})),
-        )
-        .await;
-    assert_eq!(s, 200, "{r}");
+    let image_tools = json!([{"name": "helper.find",
+        "description": "Finds `files` **fast**. <script>window.pwned = 1</script> \
+                        <img src=x onerror=\"window.pwned = 2\">",
+        "inputSchema": {"type": "object"}}]);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let image_url = format!("http://{}", listener.local_addr().expect("addr"));
+    let image_digest = digest.clone();
+    let image_server = tokio::spawn(async move {
+        let app = axum::Router::new().route(
+            "/a2a/tools",
+            axum::routing::get(move || {
+                let (tools, digest) = (image_tools.clone(), image_digest.clone());
+                async move { ([("x-image-digest", digest)], axum::Json(tools)) }
+            }),
+        );
+        let _ = axum::serve(listener, app).await;
+    });
+    b.goto("/console/agents/ag/tools").await;
+    b.fill("#image-url", &image_url).await;
+    b.click("form.introspect button").await;
+    b.wait_path("/console/agents/ag/tools").await;
+    let read = b.text("p.notice.ok").await;
+    assert!(
+        read.contains("Read 1 tools") && read.contains(&digest),
+        "{read}"
+    );
+    image_server.abort();
+    let (_, tools) = h.op(Method::GET, "/api/v1/agents/ag/tools", None).await;
+    assert!(
+        has_tool(&tools, "helper.find", &format!("image:{digest}")),
+        "{tools}"
+    );
     b.goto("/console/agents/ag/tools").await;
     let image = "section[aria-labelledby='tools-image']";
     assert_eq!(b.text(&format!("{image} .desc code")).await, "files");
@@ -465,6 +489,37 @@ async fn confirmations_change_nothing_and_actions_redirect_with_a_notice() {
     assert_eq!(s, 303);
     let (_, tools) = h.op(Method::GET, "/api/v1/agents/a/tools", None).await;
     assert!(!has_tool(&tools, "arxiv.search", "explicit"), "{tools}");
+
+    // The image's tools as JSON.
+    let digest = format!("sha256:{}", "ef".repeat(32));
+    let tools_json = json!([{"name": "helper.run", "description": "Runs.",
+        "inputSchema": {"type": "object"}}])
+    .to_string();
+    let (s, _) = c
+        .post(
+            "/console/agents/a/image-tools",
+            &[("csrf", &csrf), ("digest", &digest), ("tools", &tools_json)],
+            &[],
+        )
+        .await;
+    assert_eq!(s, 303);
+    let (_, page) = c.get("/console/agents/a/tools").await;
+    assert!(page.contains("Stored 1 image tools"), "{page}");
+    let (_, tools) = h.op(Method::GET, "/api/v1/agents/a/tools", None).await;
+    assert!(
+        has_tool(&tools, "helper.run", &format!("image:{digest}")),
+        "{tools}"
+    );
+    let (s, _) = c
+        .post(
+            "/console/agents/a/image-tools",
+            &[("csrf", &csrf), ("digest", &digest), ("tools", "[")],
+            &[],
+        )
+        .await;
+    assert_eq!(s, 303);
+    let (_, page) = c.get("/console/agents/a/tools").await;
+    assert!(page.contains("The tools are not JSON"), "{page}");
 
     // Revoking a grant that is not there, or a status that does not exist: said so.
     let (s, page) = c.get("/console/agents/a/grants/nope.%2A/revoke").await;

@@ -1,5 +1,5 @@
 //! The console's confirmations, notices and the actions added beside the first views:
-//! explicit grants, removing a connector, one delivery's details.
+//! explicit grants, an agent's image tools, removing a connector, one delivery's details.
 //!
 //! Two rules every change in the console follows (CONTRACT §7):
 //! - **A destructive action asks first.** Its button is a link to a confirmation page
@@ -520,6 +520,113 @@ pub(crate) async fn revoke_agent_grant(
     form: FormResult,
 ) -> Response {
     revoke_grant(&host, &s, Subject::Agent(id), &target, form).await
+}
+
+// ----- image tools ------------------------------------------------------------------
+
+/// The forms that set the tools an agent's container image declares: read them from the
+/// running image (`GET {url}/a2a/tools`), or give them as JSON.
+pub fn image_tools_forms(csrf: &str, agent: &str) -> Markup {
+    html! {
+        section aria-labelledby="image-tools-set" {
+            h2 #image-tools-set { "Set the image's tools" }
+            p.hint { "The Image section above lists what the agent's container image declares. "
+                "Read it from the running image, or paste it. Either replaces what is stored." }
+            form.row.introspect method="post" action=(href(&["agents", agent, "image-tools", "introspect"])) {
+                (csrf_field(csrf))
+                label for="image-url" { "Image URL" }
+                input #image-url type="url" name="url" required placeholder="http://10.0.0.5:8080";
+                button type="submit" { "Read GET …/a2a/tools" }
+            }
+            form.stack.image-json method="post" action=(href(&["agents", agent, "image-tools"])) {
+                (csrf_field(csrf))
+                label for="image-digest" { "Image digest" }
+                input #image-digest name="digest" required placeholder="sha256:…";
+                label for="image-tools" { "Tools (JSON array of {name, description, inputSchema})" }
+                textarea #image-tools name="tools" rows="5" required {}
+                button type="submit" { "Store these tools" }
+            }
+        }
+    }
+}
+
+fn tool_count(v: &Value) -> usize {
+    v.get("tools").and_then(Value::as_array).map_or(0, Vec::len)
+}
+
+pub(crate) async fn introspect_image_tools(
+    State(host): State<Host>,
+    s: SignedIn,
+    Path(agent): Path<String>,
+    form: FormResult,
+) -> Response {
+    let f = match fields(&s, form) {
+        Ok(f) => f,
+        Err(r) => return *r,
+    };
+    let url = f.text("url").unwrap_or("").to_string();
+    let back = href(&["agents", &agent, "tools"]);
+    match host.introspect_image_tools(&agent, &url).await {
+        Ok(v) => s.done(
+            &back,
+            notice(
+                "ok",
+                &format!(
+                    "Read {} tools from {url} (image {}).",
+                    tool_count(&v),
+                    v.get("digest").and_then(Value::as_str).unwrap_or("?")
+                ),
+            ),
+        ),
+        Err(e) if e.code == ErrorCode::NotFound => error_response(Some(s.csrf()), &e),
+        Err(e) => s.done(
+            &back,
+            notice(
+                "error",
+                &format!("The image's tools were not read: {}", e.message),
+            ),
+        ),
+    }
+}
+
+pub(crate) async fn put_image_tools(
+    State(host): State<Host>,
+    s: SignedIn,
+    Path(agent): Path<String>,
+    form: FormResult,
+) -> Response {
+    let f = match fields(&s, form) {
+        Ok(f) => f,
+        Err(r) => return *r,
+    };
+    let back = href(&["agents", &agent, "tools"]);
+    let digest = f.text("digest").unwrap_or("").to_string();
+    let tools = match serde_json::from_str::<Value>(f.get("tools").unwrap_or("")) {
+        Ok(t) => t,
+        Err(e) => {
+            return s.done(
+                &back,
+                notice("error", &format!("The tools are not JSON: {e}")),
+            )
+        }
+    };
+    match host.put_image_tools(&agent, &digest, tools).await {
+        Ok(v) => s.done(
+            &back,
+            notice(
+                "ok",
+                &format!("Stored {} image tools (image {digest}).", tool_count(&v)),
+            ),
+        ),
+        Err(e) if e.code == ErrorCode::NotFound => error_response(Some(s.csrf()), &e),
+        Err(e) => s.done(
+            &back,
+            notice(
+                "error",
+                &format!("The image's tools were not stored: {}", e.message),
+            ),
+        ),
+    }
 }
 
 // ----- removing a connector ----------------------------------------------------------

@@ -116,6 +116,14 @@ pub fn routes() -> Router<Host> {
         )
         .route("/agents/{agent}/grants", post(actions::grant_to_agent))
         .route(
+            "/agents/{agent}/image-tools",
+            post(actions::put_image_tools),
+        )
+        .route(
+            "/agents/{agent}/image-tools/introspect",
+            post(actions::introspect_image_tools),
+        )
+        .route(
             "/agents/{agent}/grants/{target}/revoke",
             get(actions::confirm_revoke_agent_grant).post(actions::revoke_agent_grant),
         )

@@ -881,6 +881,7 @@ pub fn agent_tools_with(
             (tool_search(&action, extras.query, matching(tools, extras.query), tools.len()))
             (tools_view(ToolsOf::Agent(id), tools, extras.query))
             (super::actions::grants_section(csrf, ["agents", id], extras.grants, extras.grantable))
+            (super::actions::image_tools_forms(csrf, id))
         },
     )
 }
