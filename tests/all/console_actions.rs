@@ -34,6 +34,17 @@ async fn fits(b: &Browser) -> bool {
         == json!(true)
 }
 
+/// Scrolls the first element matching `css` into view (for a screenshot of it).
+async fn scroll_to(b: &Browser, css: &str) {
+    b.client
+        .execute(
+            "document.querySelector(arguments[0]).scrollIntoView()",
+            vec![json!(css)],
+        )
+        .await
+        .expect("scroll");
+}
+
 async fn host_with_traffic() -> TestHost {
     let h = TestHost::start_with(|c| {
         c.connectors
@@ -136,6 +147,7 @@ async fn every_change_asks_first_or_says_what_happened_in_a_browser() {
         "{}",
         b.body_text().await
     );
+    scroll_to(&b, "#tools-grants").await;
     b.shot("actions-unit-tools-grants").await;
     b.click("tr[data-grant='arxiv.*'] a.button.danger").await;
     b.find("form.confirm").await;
@@ -242,6 +254,7 @@ async fn every_change_asks_first_or_says_what_happened_in_a_browser() {
         .await
         .expect("run");
     assert_eq!(pwned, json!("undefined"), "a description ran script");
+    scroll_to(&b, image).await;
     b.shot("actions-tools-markdown").await;
 
     // Deliveries: filtered by status, the failed one retried from its details page.
@@ -540,4 +553,60 @@ async fn confirmations_change_nothing_and_actions_redirect_with_a_notice() {
     assert_eq!(s, 303, "retry redirects whatever its outcome");
     let (_, page) = c.get("/console/connectors/acme/deliveries").await;
     assert!(page.contains("failed again"), "{page}");
+}
+
+/// A connector whose settings have defaults and a secret (the declarative `github-file`
+/// example): its page lists them as a table, and the bind form shows each default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_with_defaults_in_the_table_and_the_bind_form() {
+    let _load = machine_load().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let component = crate::declarative::pack(
+        &crate::declarative::example("github-file.yaml"),
+        dir.path(),
+        &[],
+    )
+    .await;
+    let h = TestHost::start().await;
+    let (s, body) =
+        integration_tests::harness::upload_component(&h.client, &h.url, component, "").await;
+    assert_eq!(s, 201, "{body}");
+    h.unit("docs", None).await;
+    let Some(b) = Browser::start(&h.url).await else {
+        return;
+    };
+    b.sign_in(integration_tests::harness::OPERATOR_TOKEN).await;
+    b.wait_path("/console/units").await;
+
+    b.goto("/console/connectors/gh-file").await;
+    let api_url = b
+        .text("table.schema tr[data-setting='github.api_url']")
+        .await;
+    assert!(
+        api_url.contains("https://api.github.com") && api_url.contains("GitHub API URL"),
+        "{api_url}"
+    );
+    assert!(
+        !api_url.contains("\"https"),
+        "a default reads as the form shows it"
+    );
+    let token = b.text("table.schema tr[data-setting='github.token']").await;
+    assert!(token.contains("write-only"), "{token}");
+    scroll_to(&b, "table.schema").await;
+    b.shot("actions-connector-settings-table").await;
+
+    b.goto("/console/units/docs/bind/gh-file").await;
+    let field = b.text(".field:has([name='f.github.api_url'])").await;
+    assert!(
+        field.contains("Default: https://api.github.com"),
+        "the bind form shows the default: {field}"
+    );
+    assert!(
+        !b.text(".field:has([name='f.github.owner'])")
+            .await
+            .contains("Default:"),
+        "a setting without a default says none"
+    );
+    b.shot("actions-bind-form-defaults").await;
+    b.close().await;
 }

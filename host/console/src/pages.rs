@@ -1093,7 +1093,10 @@ pub fn schema_table(schema: &Value) -> Markup {
                                 td { (r.kind) }
                                 td { @match &r.default { Some(d) => code { (d) }, None => "—" } }
                                 td { @if r.secret { span.chip.warn { "write-only" } } @else { "no" } }
-                                td { (r.description) }
+                                td {
+                                    @if !r.title.is_empty() { strong { (r.title) } @if !r.description.is_empty() { " — " } }
+                                    (r.description)
+                                }
                             }
                         }
                     }
@@ -1114,6 +1117,7 @@ struct SchemaRow {
     default: Option<String>,
     secret: bool,
     required: bool,
+    title: String,
     description: String,
 }
 
@@ -1131,9 +1135,14 @@ fn schema_rows(schema: &Value, prefix: &str, rows: &mut Vec<SchemaRow>) {
         rows.push(SchemaRow {
             name: full.clone(),
             kind: type_words(prop),
-            default: prop.get("default").map(Value::to_string),
+            default: prop.get("default").map(default_words),
             secret: form::is_secret(prop),
             required: required.contains(&name.as_str()),
+            title: prop
+                .get("title")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
             description: prop
                 .get("description")
                 .and_then(Value::as_str)
