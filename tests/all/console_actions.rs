@@ -610,3 +610,41 @@ async fn settings_with_defaults_in_the_table_and_the_bind_form() {
     b.shot("actions-bind-form-defaults").await;
     b.close().await;
 }
+
+/// Installing from an OCI registry (the CNCF distribution registry on 127.0.0.1) ends on
+/// the new connector's page, which says what was installed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installing_from_a_registry_ends_on_the_connectors_page() {
+    let _load = machine_load().await;
+    let Some(registry) = integration_tests::registry::Registry::start().await else {
+        return;
+    };
+    let reference = registry.reference("team/hostile:1");
+    let digest = crate::oci::push(std::path::Path::new(guests::HOSTILE), &reference, None).await;
+    let h = TestHost::start().await;
+    let Some(b) = Browser::start(&h.url).await else {
+        return;
+    };
+    b.sign_in(integration_tests::harness::OPERATOR_TOKEN).await;
+    b.wait_path("/console/units").await;
+    b.goto("/console/connectors").await;
+    b.fill("#source", &reference).await;
+    b.click("form[action='/console/connectors/pull'] button")
+        .await;
+    b.wait_path("/console/connectors/hostile").await;
+    let installed = b.text("p.notice.ok").await;
+    assert!(
+        installed.contains("Installed `hostile`") && installed.contains(&digest),
+        "{installed}"
+    );
+    b.shot("actions-installed-from-registry").await;
+    let (s, c) = h.op(Method::GET, "/api/v1/connectors/hostile", None).await;
+    assert_eq!(s, 200, "{c}");
+    assert!(
+        c["source"]
+            .as_str()
+            .is_some_and(|src| src.ends_with(&digest)),
+        "installed from the pushed manifest: {c}"
+    );
+    b.close().await;
+}
