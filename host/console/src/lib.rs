@@ -2,7 +2,8 @@
 //! does — units as a tree with their bindings, a unit's or agent's **Tools** view,
 //! binding forms generated from a connector's `configSchema`, agents and their tokens,
 //! connectors with their tools, webhook deliveries with a retry button, and a unit's
-//! inbox, live.
+//! inbox, live. Destructive actions ask first on a page of their own, and every change
+//! ends with a redirect to a page that says what happened ([`actions`]).
 //!
 //! Why it is built this way:
 //! - **A view, not a second host.** Every handler authenticates, parses a form, calls one
