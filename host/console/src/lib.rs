@@ -277,12 +277,7 @@ fn written_word(w: connector_core::host::Written) -> &'static str {
 
 /// A signed-in request. A request without a live session is sent to the sign-in page
 /// (a `GET`) or refused (anything else).
-pub struct SignedIn {
-    session: Session,
-    /// The session's id (from its cookie), to leave it a notice.
-    id: String,
-    sessions: Arc<Sessions>,
-}
+pub struct SignedIn(Session);
 
 impl axum::extract::FromRequestParts<Host> for SignedIn {
     type Rejection = Response;
@@ -305,13 +300,8 @@ impl axum::extract::FromRequestParts<Host> for SignedIn {
                     ),
                 )
             })?;
-        let id = session::cookie_id(&parts.headers).unwrap_or_default();
-        match sessions.get(id) {
-            Some(session) => Ok(SignedIn {
-                session,
-                id: id.to_string(),
-                sessions: sessions.clone(),
-            }),
+        match session::cookie_id(&parts.headers).and_then(|id| sessions.get(id)) {
+            Some(s) => Ok(SignedIn(s)),
             None if parts.method == Method::GET || parts.method == Method::HEAD => {
                 Err(see_other("/console/sign-in"))
             }
@@ -325,19 +315,19 @@ impl axum::extract::FromRequestParts<Host> for SignedIn {
 
 impl SignedIn {
     fn csrf(&self) -> &str {
-        &self.session.csrf
+        &self.0.csrf
     }
 
     /// Ends a change (post/redirect/get): leaves `notice` — what happened — for the page
     /// at `location`, and redirects the browser there, so a reload repeats nothing.
     fn done(&self, location: &str, notice: Markup) -> Response {
-        self.sessions.set_notice(&self.id, notice.into_string());
+        self.0.leave_notice(notice.into_string());
         see_other(location)
     }
 
     /// Checks the CSRF token a form sent: `403` when it is not this session's.
     fn check(&self, sent: Option<&str>) -> Result<(), Box<Response>> {
-        if self.session.csrf_matches(sent.unwrap_or("")) {
+        if self.0.csrf_matches(sent.unwrap_or("")) {
             Ok(())
         } else {
             Err(Box::new(html(
