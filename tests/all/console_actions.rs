@@ -608,6 +608,47 @@ async fn settings_with_defaults_in_the_table_and_the_bind_form() {
         "a setting without a default says none"
     );
     b.shot("actions-bind-form-defaults").await;
+
+    // Bind, then rebind from the unit's page: each ends there, saying which it was.
+    b.fill("[name='f.github.owner']", "\"octo\"").await;
+    b.fill("[name='f.github.repo']", "\"docs\"").await;
+    b.fill("[name='f.github.token']", "ghp_console_rebind_0123456789")
+        .await;
+    b.click("form[action$='/bind/gh-file'] button[type=submit]")
+        .await;
+    b.wait_path("/console/units/docs").await;
+    assert!(
+        b.text("p.notice.ok")
+            .await
+            .contains("Bound `gh-file` on unit `docs`"),
+        "{}",
+        b.body_text().await
+    );
+    b.click("td.actions a.button[href*='bind']").await;
+    b.wait_path("/console/units/docs/bind/gh-file").await;
+    b.fill("[name='f.github.owner']", "\"octo-2\"").await;
+    b.click("form[action$='/bind/gh-file'] button[type=submit]")
+        .await;
+    b.wait_path("/console/units/docs").await;
+    assert!(
+        b.text("p.notice.ok")
+            .await
+            .contains("now has the new configuration"),
+        "{}",
+        b.body_text().await
+    );
+    b.shot("actions-rebound").await;
+    let stored = h
+        .host
+        .all_bindings()
+        .into_iter()
+        .find(|b| b.unit_id == "docs")
+        .expect("bound");
+    assert_eq!(stored.config["github.owner"], "octo-2");
+    assert_eq!(
+        stored.config["github.token"], "ghp_console_rebind_0123456789",
+        "the write-only token left empty is kept"
+    );
     b.close().await;
 }
 
