@@ -52,8 +52,8 @@ impl Drop for Driver {
 }
 
 /// A headless Chromium session on a test host, saving screenshots as it goes.
-struct Browser {
-    client: Client,
+pub(crate) struct Browser {
+    pub(crate) client: Client,
     base: String,
     shots: PathBuf,
     // Dropped after the client: ends chromedriver and the browser.
@@ -73,7 +73,7 @@ fn screenshot_dir() -> PathBuf {
 impl Browser {
     /// Starts chromedriver and a headless Chromium, or `None` (skip) when they are not
     /// installed and `CI` is not `true`.
-    async fn start(base: &str) -> Option<Browser> {
+    pub(crate) async fn start(base: &str) -> Option<Browser> {
         let chromium = required(
             "chromium",
             find_program("chromium", &["/usr/bin/chromium"])
@@ -128,20 +128,20 @@ impl Browser {
         })
     }
 
-    async fn goto(&self, path: &str) {
+    pub(crate) async fn goto(&self, path: &str) {
         self.client
             .goto(&format!("{}{path}", self.base))
             .await
             .unwrap_or_else(|e| panic!("open {path}: {e}"));
     }
 
-    async fn path(&self) -> String {
+    pub(crate) async fn path(&self) -> String {
         let url = self.client.current_url().await.expect("current url");
         url.path().to_string()
     }
 
     /// Waits until the page's path is `path`.
-    async fn wait_path(&self, path: &str) {
+    pub(crate) async fn wait_path(&self, path: &str) {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let now = self.path().await;
@@ -157,7 +157,7 @@ impl Browser {
         }
     }
 
-    async fn find(&self, css: &str) -> fantoccini::elements::Element {
+    pub(crate) async fn find(&self, css: &str) -> fantoccini::elements::Element {
         self.client
             .wait()
             .at_most(Duration::from_secs(10))
@@ -166,7 +166,7 @@ impl Browser {
             .unwrap_or_else(|e| panic!("no element `{css}` on {}: {e}", self.base))
     }
 
-    async fn has(&self, css: &str) -> bool {
+    pub(crate) async fn has(&self, css: &str) -> bool {
         !self
             .client
             .find_all(Locator::Css(css))
@@ -175,13 +175,13 @@ impl Browser {
             .is_empty()
     }
 
-    async fn fill(&self, css: &str, text: &str) {
+    pub(crate) async fn fill(&self, css: &str, text: &str) {
         let e = self.find(css).await;
         e.clear().await.expect("clear");
         e.send_keys(text).await.expect("type");
     }
 
-    async fn click(&self, css: &str) {
+    pub(crate) async fn click(&self, css: &str) {
         self.find(css)
             .await
             .click()
@@ -189,36 +189,36 @@ impl Browser {
             .unwrap_or_else(|e| panic!("click `{css}`: {e}"));
     }
 
-    async fn text(&self, css: &str) -> String {
+    pub(crate) async fn text(&self, css: &str) -> String {
         self.find(css).await.text().await.expect("text")
     }
 
-    async fn body_text(&self) -> String {
+    pub(crate) async fn body_text(&self) -> String {
         match self.client.find(Locator::Css("body")).await {
             Ok(b) => b.text().await.unwrap_or_default(),
             Err(_) => String::new(),
         }
     }
 
-    async fn source(&self) -> String {
+    pub(crate) async fn source(&self) -> String {
         self.client.source().await.expect("page source")
     }
 
     /// Saves a screenshot of the current page as `<name>.png`.
-    async fn shot(&self, name: &str) {
+    pub(crate) async fn shot(&self, name: &str) {
         let png = self.client.screenshot().await.expect("screenshot");
         assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
         let path = self.shots.join(format!("{name}.png"));
         std::fs::write(&path, png).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     }
 
-    async fn sign_in(&self, token: &str) {
+    pub(crate) async fn sign_in(&self, token: &str) {
         self.goto("/console/sign-in").await;
         self.fill("#token", token).await;
         self.click("form.stack button[type=submit]").await;
     }
 
-    async fn close(self) {
+    pub(crate) async fn close(self) {
         let _ = self.client.clone().close().await;
     }
 }
@@ -404,16 +404,33 @@ async fn binding_on_a_top_unit_reaches_the_bottom_agent_and_is_unbound_from_its_
         .await
         .contains("bound here"));
     b.shot("unit-tools").await;
-    b.click("section.group[data-connector='acme'] button.danger")
+    b.click("section.group[data-connector='acme'] a.button.danger")
         .await;
+    b.wait_path("/console/units/top/unbind/acme").await;
+    assert!(
+        b.body_text().await.contains("acme.*"),
+        "the confirmation names the grants that go"
+    );
+    b.shot("confirm-unbind").await;
+    b.click("form.confirm button.danger").await;
     b.wait_path("/console/units/top/tools").await;
+    assert!(
+        b.text("p.notice.ok")
+            .await
+            .contains("Unbound `acme` from unit `top`"),
+        "{}",
+        b.body_text().await
+    );
     assert!(!b.has("section.group[data-connector='acme']").await);
 
     // Gone from the bottom agent too.
     b.goto("/console/agents/bottom-agent/tools").await;
     b.find("#tools-connectors").await;
     assert!(!b.has("section.group[data-connector='acme']").await);
-    assert!(!b.source().await.contains("acme.echo"));
+    assert!(
+        !b.source().await.contains(">acme.echo<"),
+        "no acme tool is listed"
+    );
     assert!(
         b.has("section.group[data-connector='arxiv']").await,
         "the explicit grant stays"
@@ -433,7 +450,21 @@ async fn binding_on_a_top_unit_reaches_the_bottom_agent_and_is_unbound_from_its_
         .await;
     assert_eq!(s, 200, "the minted token works");
     b.shot("agent-token-minted").await;
-    b.click("form[action$='/tokens/revoke'] button").await;
+    assert_eq!(
+        b.path().await,
+        "/console/agents/bottom-agent",
+        "minting ends on the agent's page, not on the POST"
+    );
+    b.click("a[href$='/tokens/revoke']").await;
+    b.wait_path("/console/agents/bottom-agent/tokens/revoke")
+        .await;
+    let (s, _) = h
+        .as_token(&token, Method::GET, "/api/v1/agents/bottom-agent", None)
+        .await;
+    assert_eq!(s, 200, "asking to revoke revokes nothing yet");
+    b.shot("confirm-revoke-tokens").await;
+    b.click("form.confirm button.danger").await;
+    b.wait_path("/console/agents/bottom-agent").await;
     b.find("p.notice.ok").await;
     let (s, _) = h
         .as_token(&token, Method::GET, "/api/v1/agents/bottom-agent", None)
@@ -507,9 +538,9 @@ async fn binding_on_a_top_unit_reaches_the_bottom_agent_and_is_unbound_from_its_
     b.close().await;
 }
 
-const SECRET: &str = "whsec_Y29uc29sZS10ZXN0LXNlY3JldC1rZXktMDEyMzQ1Njc4OQ==";
+pub(crate) const SECRET: &str = "whsec_Y29uc29sZS10ZXN0LXNlY3JldC1rZXktMDEyMzQ1Njc4OQ==";
 
-fn event(kind: &str) -> Vec<u8> {
+pub(crate) fn event(kind: &str) -> Vec<u8> {
     json!({"messages": [{"route": "r1", "kind": kind, "threadKey": "thread-1", "payload": {"n": 1}}]})
         .to_string()
         .into_bytes()
@@ -725,14 +756,14 @@ async fn deliveries_inbox_uploads_and_a_forged_post_in_a_browser() {
 // ----- over plain HTTP --------------------------------------------------------------------
 
 /// A client that follows no redirects and keeps the console cookie by hand.
-struct Console {
-    http: reqwest::Client,
-    base: String,
-    cookie: Option<String>,
+pub(crate) struct Console {
+    pub(crate) http: reqwest::Client,
+    pub(crate) base: String,
+    pub(crate) cookie: Option<String>,
 }
 
 impl Console {
-    fn new(base: &str) -> Console {
+    pub(crate) fn new(base: &str) -> Console {
         Console {
             http: reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
@@ -743,7 +774,7 @@ impl Console {
         }
     }
 
-    async fn request(
+    pub(crate) async fn request(
         &self,
         method: Method,
         path: &str,
@@ -763,13 +794,13 @@ impl Console {
         r.send().await.unwrap_or_else(|e| panic!("{path}: {e}"))
     }
 
-    async fn get(&self, path: &str) -> (u16, String) {
+    pub(crate) async fn get(&self, path: &str) -> (u16, String) {
         let r = self.request(Method::GET, path, None, &[]).await;
         let s = r.status().as_u16();
         (s, r.text().await.unwrap_or_default())
     }
 
-    async fn post(
+    pub(crate) async fn post(
         &self,
         path: &str,
         form: &[(&str, &str)],
@@ -780,7 +811,7 @@ impl Console {
         (s, r.text().await.unwrap_or_default())
     }
 
-    async fn sign_in(&mut self) {
+    pub(crate) async fn sign_in(&mut self) {
         let r = self
             .request(
                 Method::POST,
@@ -804,7 +835,7 @@ impl Console {
     }
 
     /// The session's CSRF token, read from a page's forms.
-    async fn csrf(&self) -> String {
+    pub(crate) async fn csrf(&self) -> String {
         let (_, page) = self.get("/console/units").await;
         let at = page.find("name=\"csrf\" value=\"").expect("a CSRF field") + 19;
         page[at..].split('"').next().expect("value").to_string()
@@ -924,7 +955,11 @@ async fn state_changes_need_this_sessions_csrf_token_and_this_origin() {
     let (s, _) = h.op(Method::GET, "/api/v1/connectors/hostile", None).await;
     assert_eq!(s, 404, "a forged upload installs nothing");
     let r = upload(&csrf).await.expect("upload");
-    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.status(),
+        303,
+        "an install redirects to the connector's page"
+    );
     let (s, _) = h.op(Method::GET, "/api/v1/connectors/hostile", None).await;
     assert_eq!(s, 200, "the session's own upload installs");
 
@@ -1021,9 +1056,11 @@ async fn no_page_shows_a_secret() {
     assert_eq!(stored.config, json!({"region": "us", "apiKey": KEY}));
 
     // An agent token, minted from the console: shown in that answer only.
-    let (s, minted) = c
+    let (s, _) = c
         .post("/console/agents/a/tokens", &[("csrf", &csrf)], &[])
         .await;
+    assert_eq!(s, 303, "minting redirects (post/redirect/get)");
+    let (s, minted) = c.get("/console/agents/a").await;
     assert_eq!(s, 200);
     let at = minted
         .find("id=\"minted-token\"")
@@ -1280,14 +1317,18 @@ async fn a_rotation_with_pinned_tool_changes_shows_them_and_asks_to_accept() {
     assert_eq!(still["tools"][0]["description"], "Reads the status.");
 
     let r = upload(true).await.expect("upload");
-    assert_eq!(r.status(), 200);
-    let page = r.text().await.unwrap_or_default();
+    assert_eq!(r.status(), 303);
+    let (_, page) = c.get("/console/connectors/rotor").await;
     assert!(page.contains("with these tool changes"), "{page}");
     let (_, now) = h.op(Method::GET, "/api/v1/connectors/rotor", None).await;
     assert_eq!(
         now["tools"][0]["description"],
         "Reads the status, then <b>acts</b>."
     );
-    let (_, page) = c.get("/console/connectors/rotor").await;
     assert!(page.contains("Source") && page.contains("upload"), "{page}");
+    let (_, again) = c.get("/console/connectors/rotor").await;
+    assert!(
+        !again.contains("with these tool changes"),
+        "the notice is shown once"
+    );
 }

@@ -43,7 +43,7 @@ fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-fn example(name: &str) -> PathBuf {
+pub(crate) fn example(name: &str) -> PathBuf {
     workspace().join("connectors/examples").join(name)
 }
 
@@ -89,7 +89,7 @@ async fn run_pack(manifest: &Path, out: &Path, extra: &[&str]) -> PackRun {
 }
 
 /// Packs `manifest` into `dir`, asserting success and the size bound; the component bytes.
-async fn pack(manifest: &Path, dir: &Path, extra: &[&str]) -> Vec<u8> {
+pub(crate) async fn pack(manifest: &Path, dir: &Path, extra: &[&str]) -> Vec<u8> {
     let name = manifest.file_stem().unwrap().to_string_lossy().into_owned();
     let out = dir.join(format!("{name}.wasm"));
     let run = run_pack(manifest, &out, extra).await;

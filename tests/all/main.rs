@@ -8,6 +8,7 @@ mod arxiv;
 mod bounds;
 mod cli;
 mod console;
+mod console_actions;
 mod containment;
 mod context;
 mod declarative;

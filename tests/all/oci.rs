@@ -92,7 +92,7 @@ async fn cli(args: &[&str]) -> (bool, String, String) {
     )
 }
 
-async fn push(file: &Path, reference: &str, key: Option<&Path>) -> String {
+pub(crate) async fn push(file: &Path, reference: &str, key: Option<&Path>) -> String {
     let mut args = vec!["push", file.to_str().unwrap(), reference, "--raw"];
     if let Some(key) = key {
         args.extend(["--sign", key.to_str().unwrap()]);

@@ -37,6 +37,8 @@ pub struct Field {
     pub kind: FieldKind,
     pub required: bool,
     pub description: Option<String>,
+    /// The schema's `default`: what the connector uses when the field is left out.
+    pub default: Option<Value>,
 }
 
 /// The name of the single JSON field used when the schema lists no properties.
@@ -202,6 +204,7 @@ pub fn fields(schema: &Value) -> Vec<Field> {
                 .get("description")
                 .and_then(Value::as_str)
                 .map(str::to_string),
+            default: prop.get("default").cloned(),
         })
         .collect()
 }

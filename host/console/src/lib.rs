@@ -2,7 +2,8 @@
 //! does — units as a tree with their bindings, a unit's or agent's **Tools** view,
 //! binding forms generated from a connector's `configSchema`, agents and their tokens,
 //! connectors with their tools, webhook deliveries with a retry button, and a unit's
-//! inbox, live.
+//! inbox, live. Destructive actions ask first on a page of their own, and every change
+//! ends with a redirect to a page that says what happened ([`actions`]).
 //!
 //! Why it is built this way:
 //! - **A view, not a second host.** Every handler authenticates, parses a form, calls one
@@ -28,7 +29,9 @@
 //! value). Wrong operator tokens at sign-in are braked per remote address
 //! ([`session::SignInBrake`]), never the right one.
 
+pub mod actions;
 pub mod form;
+pub mod markdown;
 pub mod pages;
 pub mod session;
 mod trust;
@@ -65,6 +68,8 @@ const JS: &str = include_str!("assets/console.js");
 const MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
 /// Deliveries listed per connector.
 const DELIVERIES_SHOWN: u32 = 100;
+/// Newest deliveries a status filter looks through.
+const DELIVERIES_SCANNED: u32 = 2000;
 /// Messages per inbox page.
 const INBOX_PAGE: u32 = 100;
 
@@ -81,18 +86,48 @@ pub fn routes() -> Router<Host> {
         .route("/units", get(units).post(put_unit))
         .route("/units/{unit}", get(unit))
         .route("/units/{unit}/tools", get(unit_tools))
-        .route("/units/{unit}/delete", post(delete_unit))
+        .route(
+            "/units/{unit}/delete",
+            get(actions::confirm_delete_unit).post(delete_unit),
+        )
         .route("/units/{unit}/bind", get(bind_form_query))
         .route("/units/{unit}/bind/{slug}", get(bind_form).post(bind))
-        .route("/units/{unit}/unbind/{slug}", post(unbind))
+        .route(
+            "/units/{unit}/unbind/{slug}",
+            get(actions::confirm_unbind).post(unbind),
+        )
+        .route("/units/{unit}/grants", post(actions::grant_to_unit))
+        .route(
+            "/units/{unit}/grants/{target}/revoke",
+            get(actions::confirm_revoke_unit_grant).post(actions::revoke_unit_grant),
+        )
         .route("/units/{unit}/inbox", get(inbox))
         .route("/units/{unit}/inbox/stream", get(inbox_stream))
         .route("/agents", get(agents).post(put_agent))
         .route("/agents/{agent}", get(agent))
         .route("/agents/{agent}/tools", get(agent_tools))
         .route("/agents/{agent}/tokens", post(mint_token))
-        .route("/agents/{agent}/tokens/revoke", post(revoke_tokens))
-        .route("/agents/{agent}/delete", post(delete_agent))
+        .route(
+            "/agents/{agent}/tokens/revoke",
+            get(actions::confirm_revoke_tokens).post(revoke_tokens),
+        )
+        .route(
+            "/agents/{agent}/delete",
+            get(actions::confirm_delete_agent).post(delete_agent),
+        )
+        .route("/agents/{agent}/grants", post(actions::grant_to_agent))
+        .route(
+            "/agents/{agent}/image-tools",
+            post(actions::put_image_tools),
+        )
+        .route(
+            "/agents/{agent}/image-tools/introspect",
+            post(actions::introspect_image_tools),
+        )
+        .route(
+            "/agents/{agent}/grants/{target}/revoke",
+            get(actions::confirm_revoke_agent_grant).post(actions::revoke_agent_grant),
+        )
         .route(
             "/connectors",
             get(connectors)
@@ -101,13 +136,22 @@ pub fn routes() -> Router<Host> {
         )
         .route("/connectors/pull", post(pull))
         .route("/connectors/{slug}", get(connector))
+        .route(
+            "/connectors/{slug}/remove",
+            get(actions::confirm_remove_connector).post(actions::remove_connector),
+        )
         .route("/connectors/{slug}/deliveries", get(deliveries))
+        .route(
+            "/connectors/{slug}/deliveries/{delivery}",
+            get(actions::delivery),
+        )
         .route(
             "/connectors/{slug}/deliveries/{delivery}/retry",
             post(retry_delivery),
         )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn(actions::show_notice))
         .layer(axum::middleware::from_fn(same_origin_posts))
         .layer(axum::middleware::map_response(security_headers))
         .layer(Extension(sessions))
@@ -117,7 +161,7 @@ pub fn routes() -> Router<Host> {
 // ----- responses ---------------------------------------------------------------------
 
 /// An HTML page with `status`.
-fn html(status: StatusCode, markup: Markup) -> Response {
+pub(crate) fn html(status: StatusCode, markup: Markup) -> Response {
     (
         status,
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
@@ -126,12 +170,12 @@ fn html(status: StatusCode, markup: Markup) -> Response {
         .into_response()
 }
 
-fn see_other(location: &str) -> Response {
+pub(crate) fn see_other(location: &str) -> Response {
     (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response()
 }
 
 /// A host error as an HTML page with the status the API would answer.
-fn error_response(csrf: Option<&str>, e: &HostError) -> Response {
+pub(crate) fn error_response(csrf: Option<&str>, e: &HostError) -> Response {
     let status = connector_http::status_of(e.code);
     let title = match e.code {
         ErrorCode::NotFound => "Not found",
@@ -221,6 +265,14 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
         .into_response()
 }
 
+/// What a create-or-update did, in words.
+fn written_word(w: connector_core::host::Written) -> &'static str {
+    match w {
+        connector_core::host::Written::Created => "is created",
+        connector_core::host::Written::Updated => "is updated",
+    }
+}
+
 // ----- sessions ----------------------------------------------------------------------
 
 /// A signed-in request. A request without a live session is sent to the sign-in page
@@ -266,6 +318,13 @@ impl SignedIn {
         &self.0.csrf
     }
 
+    /// Ends a change (post/redirect/get): leaves `notice` — what happened — for the page
+    /// at `location`, and redirects the browser there, so a reload repeats nothing.
+    fn done(&self, location: &str, notice: Markup) -> Response {
+        self.0.leave_notice(notice.into_string());
+        see_other(location)
+    }
+
     /// Checks the CSRF token a form sent: `403` when it is not this session's.
     fn check(&self, sent: Option<&str>) -> Result<(), Box<Response>> {
         if self.0.csrf_matches(sent.unwrap_or("")) {
@@ -284,10 +343,10 @@ impl SignedIn {
 }
 
 /// A submitted form as its (name, value) pairs, in order.
-struct Fields(Vec<(String, String)>);
+pub(crate) struct Fields(Vec<(String, String)>);
 
 impl Fields {
-    fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.0
             .iter()
             .find(|(k, _)| k == name)
@@ -295,15 +354,16 @@ impl Fields {
     }
 
     /// The trimmed, non-empty value of `name`.
-    fn text(&self, name: &str) -> Option<&str> {
+    pub(crate) fn text(&self, name: &str) -> Option<&str> {
         self.get(name).map(str::trim).filter(|v| !v.is_empty())
     }
 }
 
 /// Reads an urlencoded form, answering `400` (as a page) when it is not one.
-type FormResult = Result<Form<Vec<(String, String)>>, axum::extract::rejection::FormRejection>;
+pub(crate) type FormResult =
+    Result<Form<Vec<(String, String)>>, axum::extract::rejection::FormRejection>;
 
-fn fields(s: &SignedIn, form: FormResult) -> Result<Fields, Box<Response>> {
+pub(crate) fn fields(s: &SignedIn, form: FormResult) -> Result<Fields, Box<Response>> {
     match form {
         Ok(Form(pairs)) => {
             let f = Fields(pairs);
@@ -445,7 +505,10 @@ async fn put_unit(State(host): State<Host>, s: SignedIn, form: FormResult) -> Re
         .put_unit(id, f.text("parent"), f.text("displayName"))
         .await
     {
-        Ok(_) => see_other(&href(&["units", id])),
+        Ok((_, written)) => s.done(
+            &href(&["units", id]),
+            notice("ok", &format!("Unit `{id}` {}.", written_word(written))),
+        ),
         Err(e) => error_response(Some(s.csrf()), &e),
     }
 }
@@ -482,26 +545,52 @@ async fn unit(State(host): State<Host>, s: SignedIn, Path(id): Path<String>) -> 
     unit_page(&host, &s, &id, None)
 }
 
-async fn unit_tools(State(host): State<Host>, s: SignedIn, Path(id): Path<String>) -> Response {
-    match tools_page(&host, s.csrf(), &Subject::Unit(id)) {
+/// A Tools page's query: `q` searches the tools.
+#[derive(Deserialize)]
+struct ToolsQuery {
+    #[serde(default)]
+    q: String,
+}
+
+async fn unit_tools(
+    State(host): State<Host>,
+    s: SignedIn,
+    Path(id): Path<String>,
+    query: Result<Query<ToolsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let q = query.map(|Query(q)| q.q).unwrap_or_default();
+    match tools_page(&host, s.csrf(), &Subject::Unit(id), &q) {
         Ok(page) => html(StatusCode::OK, page),
         Err(e) => error_response(Some(s.csrf()), &e),
     }
 }
 
 /// The Tools page of a unit or agent (what `/console/{units,agents}/{id}/tools` shows).
-pub fn tools_page(host: &Host, csrf: &str, subject: &Subject) -> Result<Markup, HostError> {
+/// `query` searches the tools (their ids and descriptions).
+pub fn tools_page(
+    host: &Host,
+    csrf: &str,
+    subject: &Subject,
+    query: &str,
+) -> Result<Markup, HostError> {
+    let grants = host.explicit_grants(subject);
+    let grantable = actions::grantable(host);
+    let extras = pages::ToolsExtras {
+        grants: &grants,
+        grantable: &grantable,
+        query,
+    };
     match subject {
         Subject::Unit(id) => {
             connector_model::ids::check_id("unit", id)?;
             host.unit(id)?;
             let tools = host.effective_tools(subject)?;
-            Ok(pages::unit_tools(csrf, id, &tools))
+            Ok(pages::unit_tools_with(csrf, id, &tools, &extras))
         }
         Subject::Agent(id) => {
             connector_model::ids::check_id("agent", id)?;
             let tools = host.effective_tools(subject)?;
-            Ok(pages::agent_tools(csrf, id, &tools))
+            Ok(pages::agent_tools_with(csrf, id, &tools, &extras))
         }
     }
 }
@@ -516,8 +605,22 @@ async fn delete_unit(
         return *r;
     }
     match host.delete_unit(&id).await {
-        Ok(()) => see_other("/console/units"),
-        Err(e) => unit_page(&host, &s, &id, Some(notice("error", &e.message))),
+        Ok(()) => s.done(
+            "/console/units",
+            notice(
+                "ok",
+                &format!(
+                    "Unit `{id}` is deleted; its bindings were unbound and their grants revoked."
+                ),
+            ),
+        ),
+        Err(e) => s.done(
+            &href(&["units", &id]),
+            notice(
+                "error",
+                &format!("Unit `{id}` was not deleted: {}", e.message),
+            ),
+        ),
     }
 }
 
@@ -623,8 +726,19 @@ async fn bind(
             )
         }
     };
+    let rebind = stored.is_some();
     match host.bind(&unit, &slug, config).await {
-        Ok(_) => see_other(&href(&["units", &unit])),
+        Ok(_) => s.done(
+            &href(&["units", &unit]),
+            notice(
+                "ok",
+                &if rebind {
+                    format!("The binding of `{slug}` on unit `{unit}` now has the new configuration.")
+                } else {
+                    format!("Bound `{slug}` on unit `{unit}`: its tools are granted to the unit, its descendants and their agents.")
+                },
+            ),
+        ),
         Err(e) if e.code == ErrorCode::InvalidConfig => {
             let errors = form::errors_from_details(e.details.as_ref(), &e.message);
             html(
@@ -646,7 +760,15 @@ async fn unbind(
         return *r;
     }
     match host.unbind(&unit, &slug).await {
-        Ok(()) => see_other(&href(&["units", &unit, "tools"])),
+        Ok(()) => s.done(
+            &href(&["units", &unit, "tools"]),
+            notice(
+                "ok",
+                &format!(
+                    "Unbound `{slug}` from unit `{unit}`; the grants of that binding are revoked."
+                ),
+            ),
+        ),
         Err(e) => error_response(Some(s.csrf()), &e),
     }
 }
@@ -657,34 +779,64 @@ struct AfterQuery {
     after: Option<String>,
 }
 
+#[derive(Deserialize)]
+struct BeforeQuery {
+    #[serde(default)]
+    before: Option<i64>,
+}
+
+/// Messages read per store query while looking for the newest ones.
+const INBOX_SCAN: u32 = 500;
+
+/// The newest [`INBOX_PAGE`] messages of `unit` with a cursor below `before` (all when
+/// `None`), newest first, and whether older ones exist. The inbox is read by cursor
+/// from its start (the store lists it oldest first only), keeping the last page.
+async fn newest_messages(
+    host: &Host,
+    unit: &str,
+    before: Option<i64>,
+) -> Result<(Vec<Message>, bool), HostError> {
+    let mut kept = std::collections::VecDeque::with_capacity(INBOX_PAGE as usize + 1);
+    let mut older = false;
+    let mut after: Option<String> = None;
+    'pages: loop {
+        let page = host
+            .messages(unit, after.as_deref(), Some(INBOX_SCAN))
+            .await?;
+        let full = page.messages.len() as u32 >= INBOX_SCAN;
+        for m in page.messages {
+            if before.is_some_and(|b| m.cursor >= b) {
+                break 'pages;
+            }
+            kept.push_back(m);
+            if kept.len() > INBOX_PAGE as usize {
+                kept.pop_front();
+                older = true;
+            }
+        }
+        if !full {
+            break;
+        }
+        after = Some(page.next);
+    }
+    Ok((kept.into_iter().rev().collect(), older))
+}
+
 async fn inbox(
     State(host): State<Host>,
     s: SignedIn,
     Path(unit): Path<String>,
-    query: Result<Query<AfterQuery>, axum::extract::rejection::QueryRejection>,
+    query: Result<Query<BeforeQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let after = query.ok().and_then(|Query(q)| q.after);
+    let before = query.ok().and_then(|Query(q)| q.before);
     if let Err(e) = host.unit(&unit) {
         return error_response(Some(s.csrf()), &e);
     }
-    match host
-        .messages(&unit, after.as_deref(), Some(INBOX_PAGE))
-        .await
-    {
-        Ok(page) => {
-            let more = page.messages.len() as u32 >= INBOX_PAGE;
-            html(
-                StatusCode::OK,
-                pages::inbox(
-                    s.csrf(),
-                    &unit,
-                    &page.messages,
-                    &page.next,
-                    after.as_deref(),
-                    more,
-                ),
-            )
-        }
+    match newest_messages(&host, &unit, before).await {
+        Ok((messages, older)) => html(
+            StatusCode::OK,
+            pages::inbox_newest_first(s.csrf(), &unit, &messages, before, older),
+        ),
         Err(e) => error_response(Some(s.csrf()), &e),
     }
 }
@@ -757,7 +909,10 @@ async fn put_agent(State(host): State<Host>, s: SignedIn, form: FormResult) -> R
         .map(str::to_string)
         .collect();
     match host.put_agent(id, &units, f.text("displayName")).await {
-        Ok(_) => see_other(&href(&["agents", id])),
+        Ok((_, written)) => s.done(
+            &href(&["agents", id]),
+            notice("ok", &format!("Agent `{id}` {}.", written_word(written))),
+        ),
         Err(e) => error_response(Some(s.csrf()), &e),
     }
 }
@@ -790,11 +945,17 @@ async fn agent(State(host): State<Host>, s: SignedIn, Path(id): Path<String>) ->
     agent_page(&host, &s, &id, None, None)
 }
 
-async fn agent_tools(State(host): State<Host>, s: SignedIn, Path(id): Path<String>) -> Response {
+async fn agent_tools(
+    State(host): State<Host>,
+    s: SignedIn,
+    Path(id): Path<String>,
+    query: Result<Query<ToolsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
     if let Err(e) = host.agent(&id) {
         return error_response(Some(s.csrf()), &e);
     }
-    match tools_page(&host, s.csrf(), &Subject::Agent(id)) {
+    let q = query.map(|Query(q)| q.q).unwrap_or_default();
+    match tools_page(&host, s.csrf(), &Subject::Agent(id), &q) {
         Ok(page) => html(StatusCode::OK, page),
         Err(e) => error_response(Some(s.csrf()), &e),
     }
@@ -827,13 +988,11 @@ async fn mint_token(
         }
     };
     match host.issue_agent_token(&id, ttl) {
-        // Answered directly (not redirected), with no-store: the token is shown once.
-        Ok(issued) => agent_page(
-            &host,
-            &s,
-            &id,
-            Some((&issued.token, &issued.expires_at)),
-            None,
+        // The token travels in the session's one-time notice: shown on the page the
+        // redirect lands on, once; a reload mints nothing and shows it no more.
+        Ok(issued) => s.done(
+            &href(&["agents", &id]),
+            pages::minted_token(&issued.token, &issued.expires_at),
         ),
         Err(e) => error_response(Some(s.csrf()), &e),
     }
@@ -849,15 +1008,12 @@ async fn revoke_tokens(
         return *r;
     }
     match host.revoke_agent_tokens(&id).await {
-        Ok(()) => agent_page(
-            &host,
-            &s,
-            &id,
-            None,
-            Some(notice(
+        Ok(()) => s.done(
+            &href(&["agents", &id]),
+            notice(
                 "ok",
-                "Every token minted for this agent so far is revoked.",
-            )),
+                &format!("Every token minted for agent `{id}` so far is revoked."),
+            ),
         ),
         Err(e) => error_response(Some(s.csrf()), &e),
     }
@@ -873,7 +1029,13 @@ async fn delete_agent(
         return *r;
     }
     match host.delete_agent(&id).await {
-        Ok(()) => see_other("/console/agents"),
+        Ok(()) => s.done(
+            "/console/agents",
+            notice(
+                "ok",
+                &format!("Agent `{id}` is deleted; its tokens no longer work."),
+            ),
+        ),
         Err(e) => error_response(Some(s.csrf()), &e),
     }
 }
@@ -887,7 +1049,13 @@ async fn connectors(State(host): State<Host>, s: SignedIn) -> Response {
     )
 }
 
-async fn connector(State(host): State<Host>, s: SignedIn, Path(slug): Path<String>) -> Response {
+async fn connector(
+    State(host): State<Host>,
+    s: SignedIn,
+    Path(slug): Path<String>,
+    query: Result<Query<ToolsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let q = query.map(|Query(q)| q.q).unwrap_or_default();
     match host.connector(&slug) {
         Ok(c) => {
             let mut bound_on: Vec<String> = host
@@ -899,7 +1067,7 @@ async fn connector(State(host): State<Host>, s: SignedIn, Path(slug): Path<Strin
             bound_on.sort();
             html(
                 StatusCode::OK,
-                pages::connector(s.csrf(), c.info(), &bound_on),
+                pages::connector_with(s.csrf(), c.info(), &bound_on, &q),
             )
         }
         Err(e) => error_response(Some(s.csrf()), &e),
@@ -984,10 +1152,7 @@ fn installed_page(
                 .filter_map(|c| serde_json::to_value(c).ok())
                 .collect();
             let message = maud::html! { (notice("ok", &text)) (trust::changes_table(&changes)) };
-            html(
-                StatusCode::OK,
-                pages::connectors(s.csrf(), &host.list_connectors(), Some(message)),
-            )
+            s.done(&href(&["connectors", &installed.connector.slug]), message)
         }
         other => upload_answer(host, s, other),
     }
@@ -1011,9 +1176,9 @@ fn upload_answer(
                 installed.connector.digest,
                 installed.connector.source
             );
-            html(
-                StatusCode::OK,
-                pages::connectors(s.csrf(), &host.list_connectors(), Some(notice("ok", &text))),
+            s.done(
+                &href(&["connectors", &installed.connector.slug]),
+                notice("ok", &text),
             )
         }
         Err(e) if e.code == ErrorCode::RotationBreaksBindings => html(
@@ -1094,24 +1259,55 @@ async fn read_upload(s: &SignedIn, mut multipart: Multipart) -> Result<Upload, U
     Ok(upload)
 }
 
-async fn deliveries_page(
-    host: &Host,
-    s: &SignedIn,
-    slug: &str,
-    status: StatusCode,
-    message: Option<Markup>,
-) -> Response {
-    if let Err(e) = host.connector(slug) {
-        return error_response(Some(s.csrf()), &e);
-    }
-    match host.deliveries(slug, DELIVERIES_SHOWN).await {
-        Ok(list) => html(status, pages::deliveries(s.csrf(), slug, &list, message)),
-        Err(e) => error_response(Some(s.csrf()), &e),
-    }
+#[derive(Deserialize)]
+struct DeliveriesQuery {
+    #[serde(default)]
+    status: String,
 }
 
-async fn deliveries(State(host): State<Host>, s: SignedIn, Path(slug): Path<String>) -> Response {
-    deliveries_page(&host, &s, &slug, StatusCode::OK, None).await
+async fn deliveries(
+    State(host): State<Host>,
+    s: SignedIn,
+    Path(slug): Path<String>,
+    query: Result<Query<DeliveriesQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    if let Err(e) = host.connector(&slug) {
+        return error_response(Some(s.csrf()), &e);
+    }
+    let status = query.map(|Query(q)| q.status).unwrap_or_default();
+    let status = match status.as_str() {
+        "" => "",
+        st => match pages::DELIVERY_STATUSES.iter().find(|known| **known == st) {
+            Some(known) => *known,
+            None => {
+                return html(
+                    StatusCode::BAD_REQUEST,
+                    pages::error_page(
+                        Some(s.csrf()),
+                        "Invalid request",
+                        "`status` is one of pending, failed or done (or empty for all)",
+                    ),
+                )
+            }
+        },
+    };
+    // Filtered here among the newest stored (the store lists by connector only).
+    let scanned = if status.is_empty() {
+        DELIVERIES_SHOWN
+    } else {
+        DELIVERIES_SCANNED
+    };
+    match host.deliveries(&slug, scanned).await {
+        Ok(mut list) => {
+            list.retain(|d| status.is_empty() || d.status.as_str() == status);
+            list.truncate(DELIVERIES_SHOWN as usize);
+            html(
+                StatusCode::OK,
+                pages::deliveries_with(s.csrf(), &slug, &list, None, status),
+            )
+        }
+        Err(e) => error_response(Some(s.csrf()), &e),
+    }
 }
 
 async fn retry_delivery(
@@ -1120,32 +1316,32 @@ async fn retry_delivery(
     Path((slug, delivery)): Path<(String, String)>,
     form: FormResult,
 ) -> Response {
-    if let Err(r) = fields(&s, form) {
-        return *r;
-    }
-    let (status, message) = match host.retry_delivery(&slug, &delivery).await {
-        Ok(outcome) => (
-            StatusCode::OK,
-            notice(
-                "ok",
-                &format!(
-                    "Delivery {delivery}: {}; routed to {}.",
-                    outcome.status.as_str(),
-                    if outcome.routed_to.is_empty() {
-                        "no unit".to_string()
-                    } else {
-                        outcome.routed_to.join(", ")
-                    }
-                ),
+    let f = match fields(&s, form) {
+        Ok(f) => f,
+        Err(r) => return *r,
+    };
+    let message = match host.retry_delivery(&slug, &delivery).await {
+        Ok(outcome) => notice(
+            "ok",
+            &format!(
+                "Delivery {delivery}: {}; routed to {}.",
+                outcome.status.as_str(),
+                if outcome.routed_to.is_empty() {
+                    "no unit".to_string()
+                } else {
+                    outcome.routed_to.join(", ")
+                }
             ),
         ),
-        Err(e) => (
-            connector_http::status_of(e.code),
-            notice(
-                "error",
-                &format!("Delivery {delivery} failed again: {}", e.message),
-            ),
+        Err(e) => notice(
+            "error",
+            &format!("Delivery {delivery} failed again: {}", e.message),
         ),
     };
-    deliveries_page(&host, &s, &slug, status, Some(message)).await
+    // Back to where the button was: the list (with its filter) or the delivery's page.
+    let back = match f.text("back") {
+        Some(back) if back.starts_with("/console/connectors/") => back.to_string(),
+        _ => href(&["connectors", &slug, "deliveries"]),
+    };
+    s.done(&back, message)
 }

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::form::{self, Field, FieldError, FieldKind};
 use connector_core::grants::{EffectiveTool, Provider, ResolvedTools};
-use connector_core::host::{AgentSummary, BindingView, Message};
+use connector_core::host::{AgentSummary, BindingView, GrantView, Message};
 use connector_model::connector::{Connector, ToolAnnotations};
 use connector_model::provenance::Provenance;
 use connector_model::records::{DeliveryRecord, UnitRecord};
@@ -92,12 +92,18 @@ pub(super) fn csrf_field(csrf: &str) -> Markup {
     html! { input type="hidden" name="csrf" value=(csrf); }
 }
 
-/// A one-button form posting to `action`.
-fn button_form(action: &str, csrf: &str, label: &str, class: &str) -> Markup {
+/// A link to the confirmation page of a destructive action (the action itself is the
+/// form on that page).
+pub(crate) fn danger_link(action: &str, label: &str) -> Markup {
+    html! { a.button.danger href=(action) { (label) } }
+}
+
+/// The notice of a freshly minted agent token: the only time the token is shown.
+pub fn minted_token(token: &str, expires_at: &str) -> Markup {
     html! {
-        form.inline method="post" action=(action) {
-            (csrf_field(csrf))
-            button.(class) type="submit" { (label) }
+        div.notice.ok role="status" {
+            p { "A new agent token, valid until " (expires_at) ". It is shown this once: copy it now." }
+            p { code #minted-token .secret { (token) } }
         }
     }
 }
@@ -310,7 +316,7 @@ pub fn unit(csrf: &str, u: &UnitOverview<'_>, message: Option<Markup>) -> Markup
                 }
             }
             h2 { "Bindings" }
-            (bindings_table(csrf, u.id, u.bindings, u.connectors))
+            (bindings_table(u.id, u.bindings, u.connectors))
             h2 { "Bind a connector" }
             @let unbound: Vec<&Connector> = u.connectors.iter().filter(|c| !bound.contains(&c.slug.as_str())).collect();
             @if unbound.is_empty() {
@@ -326,17 +332,12 @@ pub fn unit(csrf: &str, u: &UnitOverview<'_>, message: Option<Markup>) -> Markup
             }
             h2 { "Delete" }
             p.hint { "Deleting a unit unbinds its connectors; a unit with children cannot be deleted." }
-            (button_form(&href(&["units", u.id, "delete"]), csrf, "Delete this unit", "danger"))
+            (danger_link(&href(&["units", u.id, "delete"]), "Delete this unit…"))
         },
     )
 }
 
-fn bindings_table(
-    csrf: &str,
-    unit: &str,
-    bindings: &[BindingView],
-    connectors: &[Connector],
-) -> Markup {
+fn bindings_table(unit: &str, bindings: &[BindingView], connectors: &[Connector]) -> Markup {
     // The host masks write-only properties; masking again by the schema also covers
     // secrets in lists and in `additionalProperties`.
     let shown = |b: &BindingView| match connectors.iter().find(|c| c.slug == b.connector) {
@@ -358,7 +359,7 @@ fn bindings_table(
                                 td { (b.bound_at) }
                                 td.actions {
                                     a.button href=(bind_href(unit, &b.connector)) { "Rebind" }
-                                    (button_form(&href(&["units", unit, "unbind", &b.connector]), csrf, &format!("Unbind {}", b.connector), "danger"))
+                                    (danger_link(&href(&["units", unit, "unbind", &b.connector]), &format!("Unbind {}…", b.connector)))
                                 }
                             }
                         }
@@ -393,13 +394,14 @@ pub enum ToolsOf<'a> {
 /// The Tools view of CONTRACT §7: Platform (collapsed), Connectors (one group per
 /// connector, with an "inherited from" badge linking to the unit whose binding it is),
 /// Image (read-only); explicit grants marked.
-pub fn tools_view(csrf: &str, of: ToolsOf<'_>, tools: &ResolvedTools) -> Markup {
+pub fn tools_view(of: ToolsOf<'_>, tools: &ResolvedTools, query: &str) -> Markup {
+    let query = query.trim().to_lowercase();
     let mut platform: Vec<EffectiveTool<'_>> = Vec::new();
     let mut image: Vec<EffectiveTool<'_>> = Vec::new();
     // Keyed by (slug, unit of the binding): an explicit grant of a connector's tool lands
     // in that connector's group.
     let mut connectors: BTreeMap<&str, ConnectorGroup<'_>> = BTreeMap::new();
-    for t in tools.iter() {
+    for t in tools.iter().filter(|t| tool_matches(t, &query)) {
         match &t.group.provider {
             Provider::Platform(_) => platform.push(t),
             Provider::Image(_) => image.push(t),
@@ -451,7 +453,7 @@ pub fn tools_view(csrf: &str, of: ToolsOf<'_>, tools: &ResolvedTools) -> Markup 
                         @if unit == from {
                             div.actions {
                                 a.button href=(bind_href(unit, slug)) { "Edit binding" }
-                                (button_form(&href(&["units", unit, "unbind", slug]), csrf, &format!("Unbind {slug}"), "danger"))
+                                (danger_link(&href(&["units", unit, "unbind", slug]), &format!("Unbind {slug}…")))
                             }
                         }
                     }
@@ -471,6 +473,44 @@ pub fn tools_view(csrf: &str, of: ToolsOf<'_>, tools: &ResolvedTools) -> Markup 
             }
         }
     }
+}
+
+/// Whether a tool's id or description contains `query` (lower-cased; empty: every tool).
+fn tool_matches(t: &EffectiveTool<'_>, query: &str) -> bool {
+    query.is_empty()
+        || t.info.name.to_lowercase().contains(query)
+        || t.info.description.to_lowercase().contains(query)
+}
+
+/// What a Tools page shows besides the tools themselves.
+#[derive(Debug, Default)]
+pub struct ToolsExtras<'a> {
+    /// The subject's explicit grants.
+    pub grants: &'a [GrantView],
+    /// What the grant form suggests (namespaces and tool ids).
+    pub grantable: &'a [String],
+    /// The search: only tools whose id or description contains it (case-insensitive).
+    pub query: &'a str,
+}
+
+/// The search form of a tools list, and how many tools match.
+pub fn tool_search(action: &str, query: &str, shown: usize, total: usize) -> Markup {
+    html! {
+        form.row.search method="get" action=(action) role="search" {
+            label for="tool-query" { "Search tools" }
+            input #tool-query type="search" name="q" value=(query) placeholder="id or words of the description";
+            button type="submit" { "Search" }
+            @if !query.is_empty() { a href=(action) { "Show all" } }
+        }
+        @if !query.is_empty() {
+            p.hint #tool-matches { (shown) " of " (total) " tools match " code { (query) } "." }
+        }
+    }
+}
+
+fn matching(tools: &ResolvedTools, query: &str) -> usize {
+    let query = query.trim().to_lowercase();
+    tools.iter().filter(|t| tool_matches(t, &query)).count()
 }
 
 struct ConnectorGroup<'a> {
@@ -511,7 +551,7 @@ fn tool_list(tools: &[EffectiveTool<'_>]) -> Markup {
                     code.tool { (t.info.name) }
                     @if t.group.provenance == Provenance::Explicit { " " span.badge.explicit { "explicit grant" } }
                     (annotation_chips(&t.info.annotations))
-                    @if !t.info.description.is_empty() { span.desc { (t.info.description) } }
+                    @if !t.info.description.is_empty() { div.desc.markdown { (super::markdown::render(&t.info.description)) } }
                 }
             }
         }
@@ -528,6 +568,17 @@ fn annotation_chips(a: &ToolAnnotations) -> Markup {
 }
 
 pub fn unit_tools(csrf: &str, unit: &str, tools: &ResolvedTools) -> Markup {
+    unit_tools_with(csrf, unit, tools, &ToolsExtras::default())
+}
+
+/// A unit's Tools page with its explicit grants and a search.
+pub fn unit_tools_with(
+    csrf: &str,
+    unit: &str,
+    tools: &ResolvedTools,
+    extras: &ToolsExtras<'_>,
+) -> Markup {
+    let action = href(&["units", unit, "tools"]);
     page(
         &format!("Tools of unit {unit}"),
         Some(csrf),
@@ -536,7 +587,9 @@ pub fn unit_tools(csrf: &str, unit: &str, tools: &ResolvedTools) -> Markup {
             h1 { "Unit " code { (unit) } }
             (tabs(&["units", unit], "tools", &UNIT_TABS))
             p.hint { (tools.len()) " effective tools." }
-            (tools_view(csrf, ToolsOf::Unit(unit), tools))
+            (tool_search(&action, extras.query, matching(tools, extras.query), tools.len()))
+            (tools_view(ToolsOf::Unit(unit), tools, extras.query))
+            (super::actions::grants_section(csrf, ["units", unit], extras.grants, extras.grantable))
         },
     )
 }
@@ -639,6 +692,9 @@ pub fn bind_form(
                             label for=(id) { (f.name) @if f.required { " " abbr title="required" { "*" } } }
                         }
                         @if let Some(d) = &f.description { p.hint { (d) } }
+                        @if let Some(d) = &f.default {
+                            p.hint.default { "Default: " code { (default_words(d)) } @if !f.required { " (used when left empty)" } }
+                        }
                         @match &f.kind {
                             FieldKind::Boolean => {},
                             FieldKind::Secret => {
@@ -679,6 +735,17 @@ pub fn bind_form(
             }
         },
     )
+}
+
+/// A setting's default as the bind form shows it: strings as they are, lists one per
+/// comma, anything else as JSON.
+fn default_words(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Bool(true) => "on".into(),
+        Value::Bool(false) => "off".into(),
+        other => other.to_string(),
+    }
 }
 
 /// Submitted JSON text as a refused form shows it again: write-only values masked (an
@@ -784,14 +851,25 @@ pub fn agent(
                 button type="submit" { "Mint a token" }
             }
             p.hint { "Revoking stops every token minted for this agent so far, on every replica." }
-            (button_form(&href(&["agents", id, "tokens", "revoke"]), csrf, "Revoke all tokens", "danger"))
+            (danger_link(&href(&["agents", id, "tokens", "revoke"]), "Revoke all tokens…"))
             h2 { "Delete" }
-            (button_form(&href(&["agents", id, "delete"]), csrf, "Delete this agent", "danger"))
+            (danger_link(&href(&["agents", id, "delete"]), "Delete this agent…"))
         },
     )
 }
 
 pub fn agent_tools(csrf: &str, id: &str, tools: &ResolvedTools) -> Markup {
+    agent_tools_with(csrf, id, tools, &ToolsExtras::default())
+}
+
+/// An agent's Tools page with its explicit grants and a search.
+pub fn agent_tools_with(
+    csrf: &str,
+    id: &str,
+    tools: &ResolvedTools,
+    extras: &ToolsExtras<'_>,
+) -> Markup {
+    let action = href(&["agents", id, "tools"]);
     page(
         &format!("Tools of agent {id}"),
         Some(csrf),
@@ -800,7 +878,10 @@ pub fn agent_tools(csrf: &str, id: &str, tools: &ResolvedTools) -> Markup {
             h1 { "Agent " code { (id) } }
             (tabs(&["agents", id], "tools", &AGENT_TABS))
             p.hint { (tools.len()) " effective tools." }
-            (tools_view(csrf, ToolsOf::Agent(id), tools))
+            (tool_search(&action, extras.query, matching(tools, extras.query), tools.len()))
+            (tools_view(ToolsOf::Agent(id), tools, extras.query))
+            (super::actions::grants_section(csrf, ["agents", id], extras.grants, extras.grantable))
+            (super::actions::image_tools_forms(csrf, id))
         },
     )
 }
@@ -917,13 +998,28 @@ pub fn rotation_refused(csrf: &str, message: &str, details: Option<&Value>) -> M
 }
 
 pub fn connector(csrf: &str, c: &Connector, bound_on: &[String]) -> Markup {
+    connector_with(csrf, c, bound_on, "")
+}
+
+/// A connector's page; `query` searches its tools.
+pub fn connector_with(csrf: &str, c: &Connector, bound_on: &[String], query: &str) -> Markup {
+    let q = query.trim().to_lowercase();
+    let tools: Vec<&connector_model::connector::ToolInfo> = c
+        .tools
+        .iter()
+        .filter(|t| {
+            q.is_empty()
+                || t.name.to_lowercase().contains(&q)
+                || t.description.to_lowercase().contains(&q)
+        })
+        .collect();
     page(
         &format!("Connector {}", c.slug),
         Some(csrf),
         Section::Connectors,
         html! {
             h1 { "Connector " code { (c.slug) } }
-            p { (c.description) }
+            div.markdown { (super::markdown::render(&c.description)) }
             dl.facts {
                 dt { "Display name" } dd { (c.display_name) }
                 dt { "Tool namespace" } dd { code { (c.tool_namespace) ".*" } }
@@ -949,10 +1045,11 @@ pub fn connector(csrf: &str, c: &Connector, bound_on: &[String]) -> Markup {
                 }
             }
             h2 { "Tools (" (c.tools.len()) ")" }
-            @for t in &c.tools {
+            (tool_search(&href(&["connectors", &c.slug]), query, tools.len(), c.tools.len()))
+            @for t in &tools {
                 section.tool-card aria-label=(t.name) {
                     h3 { code { (t.name) } (annotation_chips(&t.annotations)) }
-                    p { (t.description) }
+                    div.markdown { (super::markdown::render(&t.description)) }
                     details {
                         summary { "Input schema" }
                         pre.json { (serde_json::to_string_pretty(&t.input_schema).unwrap_or_default()) }
@@ -965,10 +1062,125 @@ pub fn connector(csrf: &str, c: &Connector, bound_on: &[String]) -> Markup {
                     }
                 }
             }
-            h2 { "Binding configuration schema" }
-            pre.json { (serde_json::to_string_pretty(&c.config_schema).unwrap_or_default()) }
+            h2 { "Binding configuration" }
+            (schema_table(&c.config_schema))
+            h2 { "Remove" }
+            p.hint { "Uninstalls the connector; a bound connector is unbound everywhere first when you confirm that." }
+            (danger_link(&href(&["connectors", &c.slug, "remove"]), "Remove this connector…"))
         },
     )
+}
+
+/// A `configSchema` as a table of its settings (nested objects' settings as
+/// `parent.child`), the JSON itself folded away below.
+pub fn schema_table(schema: &Value) -> Markup {
+    let mut rows = Vec::new();
+    schema_rows(schema, "", &mut rows);
+    html! {
+        @if rows.is_empty() {
+            p { "This connector's configSchema lists no settings: a binding's configuration is a JSON object it accepts." }
+        } @else {
+            div.scroll {
+                table.schema {
+                    thead { tr {
+                        th scope="col" { "Setting" } th scope="col" { "Type" } th scope="col" { "Default" }
+                        th scope="col" { "Secret" } th scope="col" { "Description" }
+                    } }
+                    tbody {
+                        @for r in &rows {
+                            tr data-setting=(r.name) {
+                                td { code { (r.name) } @if r.required { " " abbr title="required" { "*" } } }
+                                td { (r.kind) }
+                                td { @match &r.default { Some(d) => code { (d) }, None => "—" } }
+                                td { @if r.secret { span.chip.warn { "write-only" } } @else { "no" } }
+                                td {
+                                    @if !r.title.is_empty() { strong { (r.title) } @if !r.description.is_empty() { " — " } }
+                                    (r.description)
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            p.hint { abbr title="required" { "*" } " required. Write-only settings are never shown once stored." }
+        }
+        details {
+            summary { "configSchema as JSON" }
+            pre.json { (serde_json::to_string_pretty(schema).unwrap_or_default()) }
+        }
+    }
+}
+
+struct SchemaRow {
+    name: String,
+    kind: String,
+    default: Option<String>,
+    secret: bool,
+    required: bool,
+    title: String,
+    description: String,
+}
+
+fn schema_rows(schema: &Value, prefix: &str, rows: &mut Vec<SchemaRow>) {
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for (name, prop) in props {
+        let full = format!("{prefix}{name}");
+        rows.push(SchemaRow {
+            name: full.clone(),
+            kind: type_words(prop),
+            default: prop.get("default").map(default_words),
+            secret: form::is_secret(prop),
+            required: required.contains(&name.as_str()),
+            title: prop
+                .get("title")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            description: prop
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+        });
+        if rows.len() < 500 {
+            schema_rows(prop, &format!("{full}."), rows);
+        }
+    }
+}
+
+/// A property's type in words: `string`, `integer`, `one of: a, b`, `list of string`.
+pub fn type_words(prop: &Value) -> String {
+    if let Some(choices) = prop.get("enum").and_then(Value::as_array) {
+        let list: Vec<String> = choices
+            .iter()
+            .map(|c| c.as_str().map_or_else(|| c.to_string(), str::to_string))
+            .collect();
+        return format!("one of: {}", list.join(", "));
+    }
+    let types: Vec<&str> = match prop.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    let mut words = match types.as_slice() {
+        [] => "any".to_string(),
+        ["array"] => match prop.get("items") {
+            Some(items) => format!("list of {}", type_words(items)),
+            None => "list".to_string(),
+        },
+        ts => ts.join(" or "),
+    };
+    if let Some(f) = prop.get("format").and_then(Value::as_str) {
+        words.push_str(&format!(" ({f})"));
+    }
+    words
 }
 
 pub fn deliveries(
@@ -977,6 +1189,29 @@ pub fn deliveries(
     list: &[DeliveryRecord],
     message: Option<Markup>,
 ) -> Markup {
+    deliveries_with(csrf, slug, list, message, "")
+}
+
+/// The statuses the deliveries list filters by.
+pub const DELIVERY_STATUSES: [&str; 3] = ["pending", "failed", "done"];
+
+/// A connector's deliveries, newest first; `status` (one of [`DELIVERY_STATUSES`], or
+/// empty for all) is the filter they were chosen by.
+pub fn deliveries_with(
+    csrf: &str,
+    slug: &str,
+    list: &[DeliveryRecord],
+    message: Option<Markup>,
+    status: &str,
+) -> Markup {
+    let here = if status.is_empty() {
+        href(&["connectors", slug, "deliveries"])
+    } else {
+        format!(
+            "{}?status={status}",
+            href(&["connectors", slug, "deliveries"])
+        )
+    };
     page(
         &format!("Deliveries of {slug}"),
         Some(csrf),
@@ -984,34 +1219,46 @@ pub fn deliveries(
         html! {
             h1 { "Webhook deliveries of " a href=(href(&["connectors", slug])) { code { (slug) } } }
             @if let Some(m) = message { (m) }
+            form.row.filter method="get" action=(href(&["connectors", slug, "deliveries"])) {
+                label for="delivery-status" { "Status" }
+                select #delivery-status name="status" {
+                    option value="" selected[status.is_empty()] { "all" }
+                    @for st in DELIVERY_STATUSES { option value=(st) selected[st == status] { (st) } }
+                }
+                button type="submit" { "Filter" }
+            }
             @if list.is_empty() {
-                p { "No deliveries stored for this connector." }
+                p { @if status.is_empty() { "No deliveries stored for this connector." } @else { "No " (status) " deliveries among the latest stored." } }
             } @else {
-                p.hint { "Newest first, the last " (list.len()) "." }
+                p.hint { "Newest first, " (list.len()) @if !status.is_empty() { " " (status) } " shown." }
                 div.scroll {
                     table.deliveries {
                         thead { tr {
-                            th scope="col" { "Delivery" } th scope="col" { "Event" } th scope="col" { "Received" }
-                            th scope="col" { "Status" } th scope="col" { "Attempts" } th scope="col" { "Last error" }
-                            th scope="col" { "Routed to" } th scope="col" { "Actions" }
+                            th scope="col" { "Delivery" } th scope="col" { "Status" } th scope="col" { "Actions" }
+                            th scope="col" { "Received" } th scope="col" { "Event" } th scope="col" { "Attempts" }
+                            th scope="col" { "Last error" } th scope="col" { "Routed to" }
                         } }
                         tbody {
                             @for d in list {
                                 tr data-delivery=(d.delivery_id) {
-                                    td { code { (d.delivery_id) } }
-                                    td { (d.event.as_deref().unwrap_or("—")) }
-                                    td { (d.received_at) }
+                                    td { a href=(href(&["connectors", slug, "deliveries", &d.delivery_id])) { code { (d.delivery_id) } } }
                                     td { span.status.(d.status.as_str()) { (d.status.as_str()) } }
+                                    td.actions {
+                                        @if d.status.as_str() != "done" {
+                                            form.inline method="post" action=(href(&["connectors", slug, "deliveries", &d.delivery_id, "retry"])) {
+                                                (csrf_field(csrf))
+                                                input type="hidden" name="back" value=(here);
+                                                button type="submit" { "Retry" }
+                                            }
+                                        }
+                                    }
+                                    td { (d.received_at) }
+                                    td { (d.event.as_deref().unwrap_or("—")) }
                                     td { (d.attempts) }
                                     td.error { (d.error.as_deref().unwrap_or("—")) }
                                     td {
                                         @if d.routed_to.is_empty() { "—" }
                                         @for (i, u) in d.routed_to.iter().enumerate() { @if i > 0 { ", " } a href=(href(&["units", u])) { (u) } }
-                                    }
-                                    td {
-                                        @if d.status.as_str() != "done" {
-                                            (button_form(&href(&["connectors", slug, "deliveries", &d.delivery_id, "retry"]), csrf, "Retry", ""))
-                                        }
                                     }
                                 }
                             }
@@ -1025,14 +1272,20 @@ pub fn deliveries(
 
 // ----- inbox ------------------------------------------------------------------------------
 
-pub fn inbox(
+/// A unit's inbox, newest first (as the deliveries): `messages` are the newest before
+/// cursor `before` (`None`: the newest of all, and new ones are added live at the top);
+/// `older` says whether older messages exist.
+pub fn inbox_newest_first(
     csrf: &str,
     unit: &str,
     messages: &[Message],
-    next: &str,
-    after: Option<&str>,
-    more: bool,
+    before: Option<i64>,
+    older: bool,
 ) -> Markup {
+    let base = href(&["units", unit, "inbox"]);
+    // The live stream continues after the newest message shown (0: from the start).
+    let newest = messages.first().map_or(0, |m| m.cursor);
+    let live = before.is_none();
     page(
         &format!("Inbox of {unit}"),
         Some(csrf),
@@ -1041,11 +1294,11 @@ pub fn inbox(
             h1 { "Unit " code { (unit) } }
             (tabs(&["units", unit], "inbox", &UNIT_TABS))
             p.hint #live-status aria-live="polite" {
-                @if more { "More messages follow: see the next page." }
-                @else { "Messages arriving now appear below when scripts run; otherwise reload the page." }
+                @if live { "Newest first. Messages arriving now appear at the top when scripts run; otherwise reload the page." }
+                @else { "Newest first: older messages." }
             }
             div.scroll {
-                table.inbox #inbox data-stream=(if more { String::new() } else { href(&["units", unit, "inbox", "stream"]) }) data-after=(next) {
+                table.inbox #inbox data-stream=(if live { href(&["units", unit, "inbox", "stream"]) } else { String::new() }) data-after=(newest) {
                     thead { tr {
                         th scope="col" { "Received" } th scope="col" { "Connector" } th scope="col" { "Kind" }
                         th scope="col" { "Thread" } th scope="col" { "Delivery" } th scope="col" { "Payload" }
@@ -1055,9 +1308,14 @@ pub fn inbox(
                     }
                 }
             }
+            @if messages.is_empty() { p { "No messages." } }
             nav.pager aria-label="Pages" {
-                @if after.is_some() { a href=(href(&["units", unit, "inbox"])) { "First page" } " " }
-                @if more { a href=(format!("{}?after={}", href(&["units", unit, "inbox"]), next)) { "Next page" } }
+                @if before.is_some() { a href=(base) { "Newest" } " " }
+                @if older {
+                    @if let Some(oldest) = messages.last() {
+                        a href=(format!("{base}?before={}", oldest.cursor)) { "Older messages" }
+                    }
+                }
             }
         },
     )
@@ -1069,7 +1327,7 @@ pub fn message_row(m: &Message) -> Markup {
         tr {
             td { (m.received_at) }
             td { (m.connector) }
-            td { code { (m.kind) } }
+            td.kind { code { (m.kind) } }
             td { (m.thread_key.as_deref().unwrap_or("—")) }
             td { code { (m.delivery_id) } }
             td { code.json { (compact_json(&m.payload)) } }
@@ -1166,6 +1424,85 @@ mod tests {
         let page = bind_form("t", "u", &c, None, Some(&sent), &[error]).into_string();
         assert!(!page.contains("SECRET"), "{page}");
         assert!(page.contains("***"), "{page}");
+    }
+
+    fn connector_with_schema(schema: Value) -> Connector {
+        Connector {
+            slug: "c".into(),
+            tool_namespace: "c".into(),
+            display_name: "C".into(),
+            description: String::new(),
+            version: "1".into(),
+            digest: "sha256:0".into(),
+            world: String::new(),
+            tools: Vec::new(),
+            config_schema: schema,
+            webhook: None,
+            allowed_hosts: Vec::new(),
+            source: connector_model::connector::SOURCE_UPLOAD.to_string(),
+            signed_by: None,
+        }
+    }
+
+    fn settings_schema() -> Value {
+        serde_json::json!({"type": "object", "required": ["owner"], "properties": {
+            "owner": {"type": "string", "description": "The <b>owner</b>."},
+            "apiUrl": {"type": "string", "format": "uri", "default": "https://api.example.com"},
+            "retries": {"type": "integer", "default": 3},
+            "verbose": {"type": "boolean", "default": false},
+            "token": {"type": "string", "writeOnly": true},
+            "labels": {"type": "array", "items": {"type": "string"}, "default": ["a", "b"]},
+            "auth": {"type": "object", "properties": {"user": {"type": "string", "default": "bot"}}}
+        }})
+    }
+
+    #[test]
+    fn the_bind_form_shows_each_settings_default() {
+        let c = connector_with_schema(settings_schema());
+        let page = bind_form("t", "u", &c, None, None, &[]).into_string();
+        for shown in [
+            "Default: <code>https://api.example.com</code>",
+            "Default: <code>3</code>",
+            "Default: <code>off</code>",
+            "Default: <code>[\"a\",\"b\"]</code>",
+        ] {
+            let shown = shown.replace("\"", "&quot;");
+            assert!(page.contains(&shown), "`{shown}` missing: {page}");
+        }
+        // Only settings with a default say so.
+        assert_eq!(page.matches("Default: ").count(), 4, "{page}");
+    }
+
+    #[test]
+    fn the_config_schema_is_a_table_of_settings() {
+        let page = schema_table(&settings_schema()).into_string();
+        let row = |name: &str| -> String {
+            let at = page
+                .find(&format!("data-setting=\"{name}\""))
+                .unwrap_or_else(|| panic!("no row for {name}: {page}"));
+            let end = page[at..].find("</tr>").expect("row end") + at;
+            page[at..end].to_string()
+        };
+        let owner = row("owner");
+        assert!(owner.contains("title=\"required\""), "{owner}");
+        assert!(owner.contains("The &lt;b&gt;owner&lt;/b&gt;."), "{owner}");
+        let url = row("apiUrl");
+        assert!(
+            url.contains("string (uri)") && url.contains("https://api.example.com"),
+            "{url}"
+        );
+        assert!(row("retries").contains("<td>integer</td>"));
+        assert!(row("token").contains("write-only"));
+        assert!(!row("owner").contains("write-only"));
+        assert!(row("labels").contains("list of string"));
+        assert!(
+            row("auth.user").contains("bot"),
+            "nested settings are listed"
+        );
+        assert!(
+            page.contains("configSchema as JSON"),
+            "the JSON stays, folded"
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! secret byte by byte; the CSRF token is compared in constant time.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap, Method};
@@ -33,11 +34,21 @@ pub struct Session {
     pub csrf: String,
     started: Instant,
     last_used: Instant,
+    /// What the last change did, for the next page this session loads (rendered HTML);
+    /// shared by every copy of the session.
+    notice: Arc<Mutex<Option<String>>>,
 }
 
 impl Session {
     fn ends_at(&self) -> Instant {
         (self.last_used + IDLE).min(self.started + LIFETIME)
+    }
+
+    /// Leaves a notice (rendered HTML) for the next page this session loads: what a
+    /// change did, shown after its redirect (post/redirect/get). A later notice replaces
+    /// one not yet shown.
+    pub fn leave_notice(&self, html: String) {
+        *self.notice.lock() = Some(html);
     }
 
     /// Whether `token` is this session's CSRF token (constant time).
@@ -68,6 +79,7 @@ impl Sessions {
             csrf: connector_core::auth::random_secret(32),
             started: now,
             last_used: now,
+            notice: Arc::default(),
         };
         let mut table = self.by_id_hash.lock();
         if table.len() >= MAX_SESSIONS {
@@ -111,6 +123,13 @@ impl Sessions {
             .lock()
             .get(&id_hash(id))
             .is_some_and(|s| s.ends_at() > now)
+    }
+
+    /// Takes the notice left for the session with this id (shown once).
+    pub fn take_notice(&self, id: &str) -> Option<String> {
+        let notice = self.by_id_hash.lock().get(&id_hash(id))?.notice.clone();
+        let taken = notice.lock().take();
+        taken
     }
 
     /// Ends a session (sign-out); a no-op for an unknown id.

@@ -272,6 +272,22 @@ impl Host {
             .await
     }
 
+    /// The explicit grants of a subject (`<namespace>.*` or a tool id each), sorted by
+    /// what they grant; empty for a subject that does not exist.
+    pub fn explicit_grants(&self, subject: &Subject) -> Vec<GrantView> {
+        let mut grants: Vec<GrantView> = self
+            .parts
+            .state
+            .directory()
+            .grants_of(subject)
+            .iter()
+            .filter(|g| g.provenance == connector_model::provenance::EXPLICIT)
+            .map(GrantView::from)
+            .collect();
+        grants.sort_by(|a, b| a.tool.cmp(&b.tool));
+        grants
+    }
+
     /// Stores the tools an agent's image declares.
     pub async fn put_image_tools(
         &self,
@@ -358,6 +374,16 @@ impl Host {
     /// What the operator sees of one delivery.
     pub async fn delivery(&self, slug: &str, delivery_id: &str) -> HostResult<DeliveryView> {
         self.parts.webhooks.delivery(slug, delivery_id).await
+    }
+
+    /// One stored delivery as it was received: its stored headers and raw body (empty
+    /// once pruned) with where it stands.
+    pub async fn delivery_record(
+        &self,
+        slug: &str,
+        delivery_id: &str,
+    ) -> HostResult<DeliveryRecord> {
+        self.parts.webhooks.stored_delivery(slug, delivery_id).await
     }
 
     /// The deliveries stored for connector `slug`, newest first, at most `limit`, without

@@ -28,6 +28,7 @@
     var cells = [m.receivedAt, m.connector, m.kind, m.threadKey || "\u2014", m.deliveryId, m.payload];
     cells.forEach(function (text, i) {
       var td = document.createElement("td");
+      if (i === 2) { td.className = "kind"; }
       if (i === 2 || i === 4 || i === 5) {
         var code = document.createElement("code");
         code.textContent = String(text);
@@ -37,6 +38,7 @@
       }
       row.appendChild(td);
     });
-    body.appendChild(row);
+    // Newest first, as the page lists them.
+    body.insertBefore(row, body.firstChild);
   };
 })();

@@ -1017,7 +1017,11 @@ impl Webhooks {
         Ok(n)
     }
 
-    async fn stored_delivery(&self, slug: &str, delivery_id: &str) -> HostResult<DeliveryRecord> {
+    pub(crate) async fn stored_delivery(
+        &self,
+        slug: &str,
+        delivery_id: &str,
+    ) -> HostResult<DeliveryRecord> {
         self.store
             .delivery(slug, delivery_id)
             .await?
