@@ -22,7 +22,7 @@ pub enum AnswerError {
 impl AnswerError {
     fn failed(e: &reqwest::Error) -> Self {
         AnswerError::Failed {
-            reason: chain(e),
+            reason: error_chain(e),
             timeout: e.is_timeout(),
         }
     }
@@ -33,8 +33,9 @@ impl AnswerError {
     }
 }
 
-/// An error and its causes, `: `-separated.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+/// An error and its causes on one line, `: `-separated, each cause once (clients'
+/// own messages are terse: reqwest's "error sending request" says nothing without them).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -117,7 +118,7 @@ pub fn read_at_most_blocking(
                 || e.get_ref()
                     .and_then(|inner| inner.downcast_ref::<reqwest::Error>())
                     .is_some_and(reqwest::Error::is_timeout),
-            reason: chain(&e),
+            reason: error_chain(&e),
         });
     }
     if body.len() as u64 > limit {
