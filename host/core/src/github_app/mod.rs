@@ -179,7 +179,10 @@ impl GithubApp {
             .build()
             .map_err(|err| GithubAppError::InvalidSetting {
                 setting: "api_url",
-                reason: format!("cannot build an HTTP client: {}", error_chain(&err)),
+                reason: format!(
+                    "cannot build an HTTP client: {}",
+                    connector_remote_answer::error_chain(&err)
+                ),
             })?;
         let inner = Inner {
             app_id,
@@ -506,7 +509,7 @@ impl Inner {
             GithubAppError::Transport {
                 installation_id,
                 api_url: self.api_url.clone(),
-                reason: error_chain(err),
+                reason: connector_remote_answer::error_chain(err),
             }
         }
     }
@@ -563,21 +566,6 @@ fn parse_http_date(value: &str) -> Option<OffsetDateTime> {
 fn format_rfc3339(at: OffsetDateTime) -> String {
     at.format(&Rfc3339)
         .unwrap_or_else(|_| at.unix_timestamp().to_string())
-}
-
-/// An error and its causes, `: `-separated (reqwest's own message is terse).
-fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 impl fmt::Debug for GithubApp {
