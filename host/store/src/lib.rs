@@ -64,17 +64,18 @@ pub enum StoreError {
 
 impl From<StoreError> for connector_model::error::HostError {
     fn from(err: StoreError) -> Self {
-        match err {
-            StoreError::Unavailable(_) => connector_model::error::HostError::new(
-                connector_model::error::ErrorCode::StoreUnavailable,
-                format!("{err}; retry shortly"),
-            ),
-            StoreError::Conflict(_) => connector_model::error::HostError::new(
-                connector_model::error::ErrorCode::StateChanged,
+        use connector_model::error::{ErrorCode, HostError};
+        let told = match &err {
+            StoreError::Unavailable(_) => {
+                HostError::new(ErrorCode::StoreUnavailable, format!("{err}; retry shortly"))
+            }
+            StoreError::Conflict(_) => HostError::new(
+                ErrorCode::StateChanged,
                 format!("{err}; nothing was changed: retry the request"),
             ),
-            other => connector_model::error::HostError::internal(other.to_string()),
-        }
+            other => HostError::internal(other.to_string()),
+        };
+        told.with_source(err)
     }
 }
 

@@ -37,7 +37,6 @@ mod key;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +52,7 @@ use time::OffsetDateTime;
 pub use error::GithubAppError;
 
 use crate::config::GithubAppSettings;
+use connector_model::error::HandlerError;
 use connector_runtime::{wit, InstallationTokens};
 
 /// A cached token is handed out until this long before its `expires_at`.
@@ -590,20 +590,18 @@ impl fmt::Debug for GithubApp {
     }
 }
 
+#[async_trait::async_trait]
 impl InstallationTokens for GithubApp {
-    fn installation_token(
+    async fn installation_token(
         &self,
         installation_id: u64,
-    ) -> Pin<Box<dyn std::future::Future<Output = Result<wit::AccessToken, String>> + Send + '_>>
-    {
-        Box::pin(async move {
-            let token = GithubApp::installation_token(self, installation_id)
-                .await
-                .map_err(|err| err.to_string())?;
-            Ok(wit::AccessToken {
-                token: token.token,
-                expires_at: format_rfc3339(token.expires_at),
-            })
+    ) -> Result<wit::AccessToken, HandlerError> {
+        let token = GithubApp::installation_token(self, installation_id)
+            .await
+            .map_err(HandlerError::from_source)?;
+        Ok(wit::AccessToken {
+            token: token.token,
+            expires_at: format_rfc3339(token.expires_at),
         })
     }
 }
