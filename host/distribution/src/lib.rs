@@ -17,6 +17,8 @@
 //! successor of `oci-distribution`, used by wassette and the sigstore crates). Signatures are cosign's keyed format, checked here
 //! with RustCrypto's `p256` (see [`signature`] for why not the `sigstore` crate).
 
+#![deny(missing_docs)]
+
 pub mod keys;
 mod pull_session;
 pub mod registry;

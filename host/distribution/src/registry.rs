@@ -39,6 +39,7 @@ const MAX_SIGNATURES: usize = 16;
 pub struct RegistryAccess {
     /// `None`: anonymous.
     pub username: Option<String>,
+    /// The password (or token) sent with `username`.
     pub password: Option<String>,
     /// Plain HTTP allowed (always for a loopback registry).
     pub insecure: bool,
@@ -200,13 +201,23 @@ pub enum DistributionError {
     Reference(String),
     /// The registry could not be reached, refused, or does not have it.
     #[error("registry {registry}: {message}")]
-    Registry { registry: String, message: String },
+    Registry {
+        /// The registry, as the reference names it.
+        registry: String,
+        /// What went wrong.
+        message: String,
+    },
     /// The artifact is not a component as this host takes them (layout, size, digest).
     #[error("{0}")]
     Artifact(String),
     /// The pull took longer than its deadline.
     #[error("the pull from {registry} took longer than {seconds} s; nothing was installed")]
-    Timeout { registry: String, seconds: u64 },
+    Timeout {
+        /// The registry, as the reference names it.
+        registry: String,
+        /// The deadline.
+        seconds: u64,
+    },
 }
 
 impl DistributionError {

@@ -9,14 +9,24 @@
 //! passes the limit. A `Content-Length` above the limit is refused before any byte is
 //! read. Time is bounded by the caller's client (its total timeout).
 
+#![deny(missing_docs)]
+
 /// Why an answer's body was not read.
 #[derive(Debug)]
 pub enum AnswerError {
     /// It is (or says it is) larger than the limit, in bytes.
-    TooLarge { limit: u64 },
+    TooLarge {
+        /// The limit, in bytes.
+        limit: u64,
+    },
     /// Reading it failed: the connection broke, or (`timeout`) the client's deadline
     /// passed.
-    Failed { reason: String, timeout: bool },
+    Failed {
+        /// Why, with its causes.
+        reason: String,
+        /// Whether the client's deadline passed.
+        timeout: bool,
+    },
 }
 
 impl AnswerError {

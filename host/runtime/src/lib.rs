@@ -23,6 +23,8 @@
 //! 0.1.0 (`previous`), so every component ever built keeps working. The rest of the host
 //! sees only the current world's types.
 
+#![deny(missing_docs)]
+
 mod cache;
 mod error;
 mod limits;
@@ -60,6 +62,8 @@ use cache::ComponentCache;
 use outbound::OutboundHooks;
 use share::{Admitted, CpuSlice, HostShare, MemoryBudget, OnTurn};
 
+/// The current world's generated bindings (wasmtime's `bindgen!` documents none of them).
+#[allow(missing_docs)]
 mod bindings {
     wasmtime::component::bindgen!({
         path: "../../wit/connector.wit",
