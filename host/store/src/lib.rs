@@ -82,13 +82,6 @@ impl From<StoreError> for connector_model::error::HostError {
 /// What store operations return.
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// RFC 3339 of now (timestamps the stores write themselves).
-pub fn now_rfc3339() -> String {
-    time::OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
-}
-
 /// A grant subject as its stored (kind, id) columns.
 pub fn subject_parts(subject: &Subject) -> (&'static str, &str) {
     match subject {
