@@ -894,3 +894,71 @@ async fn deleting_a_unit_takes_it_out_of_its_agents() {
     let ada = stored.agents.iter().find(|a| a.id == "ada").expect("ada");
     assert_eq!(ada.units, ["b"]);
 }
+
+/// A platform tool the embedder registers whose handler fails.
+struct FailingPlatformTool;
+
+#[connector_host::host::async_trait]
+impl connector_host::host::PlatformToolHandler for FailingPlatformTool {
+    async fn call(
+        &self,
+        agent: &str,
+        _arguments: Value,
+    ) -> Result<Value, connector_host::host::HandlerError> {
+        let cause = std::io::Error::other("the platform's queue is closed");
+        Err(
+            connector_host::host::HandlerError::new(format!("no ticket for {agent} today"))
+                .with_source(cause),
+        )
+    }
+}
+
+/// A failing platform tool is the call's `tool_failed`: the agent reads the handler's
+/// message, over HTTP and through the Rust API, and the embedder's own failure stays
+/// underneath the host's error, never in the answer.
+#[tokio::test]
+async fn a_failing_platform_tool_tells_its_message_and_keeps_its_cause() {
+    let h = TestHost::start().await;
+    h.host
+        .register_platform_tool(
+            connector_model::connector::ToolInfo {
+                name: "sv.platform.ticket".into(),
+                description: "Opens a ticket.".into(),
+                input_schema: json!({"type": "object"}),
+                annotations: Default::default(),
+                output_schema: None,
+            },
+            std::sync::Arc::new(FailingPlatformTool),
+        )
+        .unwrap();
+    h.unit("u", None).await;
+    h.agent("a", &["u"]).await;
+    let token = h.agent_token("a").await;
+    let (s, b) = h
+        .as_token(
+            &token,
+            Method::POST,
+            "/api/v1/agents/a/tool-calls",
+            Some(json!({"tool": "sv.platform.ticket", "arguments": {}})),
+        )
+        .await;
+    assert_eq!((s, code(&b)), (502, "tool_failed"), "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no ticket for a today"),
+        "{b}"
+    );
+    assert!(!b.to_string().contains("queue is closed"), "{b}");
+
+    let err = h
+        .host
+        .call_tool("a", "sv.platform.ticket", json!({}))
+        .await
+        .expect_err("the handler fails");
+    assert_eq!(err.code, connector_model::error::ErrorCode::ToolFailed);
+    let cause = std::error::Error::source(&err).expect("the handler's failure is kept");
+    let cause = std::error::Error::source(cause).expect("and its own cause");
+    assert_eq!(cause.to_string(), "the platform's queue is closed");
+}

@@ -535,7 +535,16 @@ async fn the_runtime_trait_maps_tokens_and_errors() {
     let expires_at = OffsetDateTime::parse(&access.expires_at, &Rfc3339).expect("RFC 3339");
     assert!(expires_at > OffsetDateTime::now_utc() + time::Duration::minutes(55));
     let err = tokens.installation_token(8).await.expect_err("unknown");
-    assert!(err.contains("installation 8 does not exist"), "{err}");
+    assert!(
+        err.message().contains("installation 8 does not exist"),
+        "{err}"
+    );
+    // The App's own error stays underneath, typed.
+    let source = std::error::Error::source(&err).expect("the App's error is kept");
+    assert!(
+        source.downcast_ref::<GithubAppError>().is_some(),
+        "{source:?}"
+    );
 }
 
 #[tokio::test]
@@ -561,7 +570,9 @@ async fn no_error_or_debug_output_shows_a_token_or_the_key() {
         outputs.push(format!("{err:?}"));
     }
     let tokens: &dyn InstallationTokens = &app;
-    outputs.push(tokens.installation_token(9).await.expect_err("unknown"));
+    let err = tokens.installation_token(9).await.expect_err("unknown");
+    outputs.push(err.to_string());
+    outputs.push(format!("{err:?}"));
     let wrong = GithubApp::new(&settings(&fake, &fixture("other-key-pkcs1.pem"))).expect("loads");
     let err = wrong.installation_token(7).await.expect_err("wrong key");
     outputs.push(err.to_string());

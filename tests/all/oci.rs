@@ -397,8 +397,24 @@ async fn artifacts_that_are_not_one_wasm_layer_are_refused_with_a_clear_error() 
     assert_eq!(before, after, "nothing was installed");
 }
 
-/// A registry that lies about its layers or never answers: `/v2/<name>/manifests/<tag>`
-/// and `/v2/<name>/blobs/<digest>` per `behaviour` (the first path segment).
+/// The bearer token [`lying_registry`]'s token service hands out (and its manifests
+/// and blobs require).
+const LYING_TOKEN: &str = "lying-registry-token";
+
+/// An answer that streams 512 MiB of `byte` (JSON whitespace, so nothing but its size
+/// is wrong with it).
+fn endless_body(byte: u8) -> Response {
+    let chunk = bytes::Bytes::from(vec![byte; 1 << 20]);
+    let stream =
+        futures::stream::repeat_with(move || Ok::<_, std::io::Error>(chunk.clone())).take(512);
+    axum::body::Body::from_stream(stream).into_response()
+}
+
+/// A registry that lies about its layers or never answers, behind a bearer-token
+/// service: `/v2/` challenges with a realm on the same server, `/token` hands out
+/// [`LYING_TOKEN`], and `/v2/<name>/manifests/<tag>` and `/v2/<name>/blobs/<digest>`
+/// require it, then behave per `kind` (the first path segment, which is also in the
+/// token request's scope): see the arms below.
 async fn lying_registry() -> (String, tokio::task::JoinHandle<()>) {
     const WASM: &[u8] = b"\0asm\x0d\0\x01\0";
     fn manifest(size: u64, digest: &str) -> Response {
@@ -416,10 +432,23 @@ async fn lying_registry() -> (String, tokio::task::JoinHandle<()>) {
         )
             .into_response()
     }
+    fn authorized(headers: &axum::http::HeaderMap) -> bool {
+        headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v == format!("Bearer {LYING_TOKEN}"))
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    let challenge = format!("Bearer realm=\"http://{host}/token\",service=\"lying\"");
     let real_digest = connector_distribution::sha256(WASM);
-    let manifests = move |UrlPath((kind, _repo, _tag)): UrlPath<(String, String, String)>| {
+    let manifests = move |UrlPath((kind, _repo, _tag)): UrlPath<(String, String, String)>,
+                          headers: axum::http::HeaderMap| {
         let real_digest = real_digest.clone();
         async move {
+            if !authorized(&headers) {
+                return axum::http::StatusCode::UNAUTHORIZED.into_response();
+            }
             match kind.as_str() {
                 // Names a digest its bytes do not have.
                 "mismatch" => manifest(WASM.len() as u64, &format!("sha256:{}", "a".repeat(64))),
@@ -427,6 +456,8 @@ async fn lying_registry() -> (String, tokio::task::JoinHandle<()>) {
                 "huge" => manifest(2 << 30, &real_digest),
                 // Declares 8 bytes, then streams without end.
                 "endless" => manifest(WASM.len() as u64, &real_digest),
+                // A manifest that streams without end.
+                "bigmanifest" => endless_body(b' '),
                 // Never answers.
                 _ => {
                     tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -435,24 +466,45 @@ async fn lying_registry() -> (String, tokio::task::JoinHandle<()>) {
             }
         }
     };
-    let blobs = |UrlPath((kind, _repo, _digest)): UrlPath<(String, String, String)>| async move {
+    let blobs = |UrlPath((kind, _repo, _digest)): UrlPath<(String, String, String)>,
+                 headers: axum::http::HeaderMap| async move {
+        if !authorized(&headers) {
+            return axum::http::StatusCode::UNAUTHORIZED.into_response();
+        }
         match kind.as_str() {
-            "endless" => {
-                let chunk = bytes::Bytes::from(vec![0u8; 1 << 20]);
-                let stream =
-                    futures::stream::repeat_with(move || Ok::<_, std::io::Error>(chunk.clone()))
-                        .take(2048);
-                axum::body::Body::from_stream(stream).into_response()
-            }
+            "endless" => endless_body(0),
             _ => WASM.to_vec().into_response(),
         }
     };
+    let token = |axum::extract::Query(query): axum::extract::Query<BTreeMap<String, String>>| async move {
+        let scope = query.get("scope").cloned().unwrap_or_default();
+        if scope.starts_with("repository:endlesstoken/") {
+            // A token answer without end.
+            endless_body(b' ')
+        } else if scope.starts_with("repository:badtoken/") {
+            // A token no header can carry.
+            axum::Json(json!({"token": "line\r\nInjected: yes"})).into_response()
+        } else {
+            axum::Json(json!({"token": LYING_TOKEN})).into_response()
+        }
+    };
     let router = Router::new()
-        .route("/v2/", get(|| async { "{}" }))
+        .route(
+            "/v2/",
+            get(move || {
+                let challenge = challenge.clone();
+                async move {
+                    (
+                        axum::http::StatusCode::UNAUTHORIZED,
+                        [("www-authenticate", challenge)],
+                    )
+                        .into_response()
+                }
+            }),
+        )
+        .route("/token", get(token))
         .route("/v2/{kind}/{repo}/manifests/{tag}", get(manifests))
         .route("/v2/{kind}/{repo}/blobs/{digest}", get(blobs));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let host = listener.local_addr().unwrap().to_string();
     let task = tokio::spawn(async move {
         let _ = axum::serve(listener, router).await;
     });
@@ -542,6 +594,58 @@ async fn a_lying_or_stalled_registry_holds_neither_memory_nor_other_requests() {
     }
     assert!(!stalled.is_finished(), "the stalled pull is still waiting");
     stalled.abort();
+}
+
+/// A manifest or a token service's answer is read with a limit: one that streams
+/// without end is refused at that limit (the host's memory stays where it was), and a
+/// token no header can carry is refused, not sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn manifests_and_token_answers_without_end_are_refused_at_their_limit() {
+    let (host, _task) = lying_registry().await;
+    let data = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(data.path(), &[]).await;
+    let pid = server.child.id();
+    let before = rss_kib(pid);
+
+    let (s, answer) = install_source(&server, &format!("oci://{host}/bigmanifest/c:1"), "").await;
+    assert_eq!((s, code(&answer)), (422, "invalid_component"), "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("manifest larger than 4 MiB"),
+        "{answer}"
+    );
+
+    let (s, answer) = install_source(&server, &format!("oci://{host}/endlesstoken/c:1"), "").await;
+    assert_eq!((s, code(&answer)), (502, "registry_failed"), "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("token service's answer: the answer is larger than 64 KiB"),
+        "{answer}"
+    );
+
+    let (s, answer) = install_source(&server, &format!("oci://{host}/badtoken/c:1"), "").await;
+    assert_eq!((s, code(&answer)), (502, "registry_failed"), "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot be sent in a header"),
+        "{answer}"
+    );
+    assert!(!answer.to_string().contains("Injected"), "{answer}");
+
+    let grown = rss_kib(pid).saturating_sub(before);
+    assert!(
+        grown < 100 * 1024,
+        "the host grew by {grown} KiB reading answers without end"
+    );
+    // The host still answers.
+    let list = op(&server, Method::GET, "/connectors", None).await;
+    assert!(list["connectors"].is_array(), "{list}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -702,7 +702,7 @@ pub(crate) fn violations_json(v: &[SchemaViolation]) -> Value {
 
 /// A guest failure as the contract's error (`504 connector_timeout` or `502 connector_trapped`).
 pub(crate) fn guest_error(err: GuestError) -> HostError {
-    HostError::new(err.code(), err.to_string())
+    HostError::new(err.code(), err.to_string()).with_source(err)
 }
 
 fn install_error(err: InstallError) -> HostError {

@@ -19,20 +19,19 @@ use crate::registry::{OutputRefused, SchemaViolation};
 use crate::state::State;
 use connector_model::connector::is_tool_id;
 use connector_model::connector::{ToolAnnotations, ToolInfo};
-use connector_model::error::{ErrorCode, HostError, HostResult};
+use connector_model::error::{ErrorCode, HandlerError, HostError, HostResult};
 use connector_model::ids::{check_id, truncate};
 use connector_model::records::Subject;
 use connector_model::tool_output::ToolOutput;
 use connector_runtime::{wit, Caller};
 
 /// A handler of a platform tool an embedding platform registers.
+#[async_trait::async_trait]
 pub trait PlatformToolHandler: Send + Sync {
-    /// Runs the tool for `agent` with schema-checked `arguments`.
-    fn call(
-        &self,
-        agent: &str,
-        arguments: Value,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, String>> + Send + '_>>;
+    /// Runs the tool for `agent` with schema-checked `arguments`. A failure is the
+    /// call's `tool_failed` error: its message is what the agent reads, its source stays
+    /// with the host's error.
+    async fn call(&self, agent: &str, arguments: Value) -> Result<Value, HandlerError>;
 }
 
 /// The platform tools' handlers and input validators, by name (the tool list itself is
@@ -242,7 +241,7 @@ impl ToolDispatcher {
                         }
                     }
                     _ => match handler {
-                        Some(h) => h.call(agent, arguments).await.map(ToolOutput::json).map_err(|m| HostError::new(ErrorCode::ToolFailed, m)),
+                        Some(h) => h.call(agent, arguments).await.map(ToolOutput::json).map_err(|e| HostError::new(ErrorCode::ToolFailed, e.message()).with_source(e)),
                         None => Err(HostError::new(ErrorCode::UnknownTool, format!("platform tool `{tool}` has no handler"))),
                     },
                 }

@@ -35,7 +35,11 @@ pub use crate::sources::{ComponentSource, InstallRequest};
 pub use crate::startup::{open_store, StartupReport};
 use crate::startup::{Parts, Role};
 pub use crate::webhooks::{DeliveryView, WebhookOutcome};
+/// The attribute a [`PlatformToolHandler`] implementation is written under.
+pub use async_trait::async_trait;
 use connector_model::connector::{Connector, ToolInfo};
+/// How a [`PlatformToolHandler`] reports a failure.
+pub use connector_model::error::HandlerError;
 use connector_model::error::HostResult;
 use connector_model::records::{BindingRecord, DeliveryRecord, Subject, UnitRecord};
 use connector_runtime::Sandbox;

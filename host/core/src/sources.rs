@@ -25,7 +25,9 @@ pub enum ComponentSource {
 /// What to install, and how.
 #[derive(Debug, Clone)]
 pub struct InstallRequest {
+    /// Where the component comes from.
     pub source: ComponentSource,
+    /// How to install it (force, accept tool changes, ...).
     pub options: InstallOptions,
 }
 

@@ -31,10 +31,13 @@ const MAX_SCRYPT_LOG_N: u8 = 20;
 /// A key file that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
+    /// The public key file is not one.
     #[error("not a PEM `PUBLIC KEY` holding an ECDSA P-256 key ({0}); cosign keys made by `connector-host keygen` or `cosign generate-key-pair` are")]
     PublicKey(String),
+    /// The private key file is not one.
     #[error("not a cosign private key ({0}); expected PEM `{PRIVATE_KEY_LABEL}` as `connector-host keygen` or `cosign generate-key-pair` write it")]
     PrivateKey(String),
+    /// The password does not open the private key.
     #[error("the private key does not open with this password (COSIGN_PASSWORD)")]
     WrongPassword,
 }

@@ -12,11 +12,15 @@
 //! - [`keygen`] an ECDSA P-256 key pair in cosign's files; [`TrustedKey`] and
 //!   [`SignatureKey`] read them.
 //!
-//! The registry client is `oci-client` (the successor of `oci-distribution`, used by
-//! wassette and the sigstore crates). Signatures are cosign's keyed format, checked here
+//! A pull reads every answer with a size limit (manifests, the token service's answer,
+//! the layer: see `pull_session`); the registry client of pushes is `oci-client` (the
+//! successor of `oci-distribution`, used by wassette and the sigstore crates). Signatures are cosign's keyed format, checked here
 //! with RustCrypto's `p256` (see [`signature`] for why not the `sigstore` crate).
 
+#![deny(missing_docs)]
+
 pub mod keys;
+mod pull_session;
 pub mod registry;
 pub mod signature;
 

@@ -4,13 +4,14 @@
 //! config media type [`WASM_CONFIG_MEDIA_TYPE`] and exactly one layer of media type
 //! [`WASM_LAYER_MEDIA_TYPE`]. A pull checks the layer's declared size against its limit
 //! before reading, reads it as a stream that stops at the declared size, and checks the
-//! digest of what it read; the whole pull has one deadline.
+//! digest of what it read; the whole pull has one deadline. A pull's requests are its
+//! own ([`crate::pull_session`]: every answer read with a limit); pushes go through
+//! `oci-client`.
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::time::Duration;
 
-use futures::StreamExt;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::manifest::{OciDescriptor, OciImageManifest, OciManifest, OCI_IMAGE_MEDIA_TYPE};
@@ -19,6 +20,7 @@ use oci_client::{Client, Reference};
 use sha2::{Digest, Sha256};
 
 use crate::keys::{SignatureKey, TrustedKey};
+use crate::pull_session::PullSession;
 use crate::signature::{self, Rejected, SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MEDIA_TYPE};
 
 /// The config media type of a wasm component artifact.
@@ -37,6 +39,7 @@ const MAX_SIGNATURES: usize = 16;
 pub struct RegistryAccess {
     /// `None`: anonymous.
     pub username: Option<String>,
+    /// The password (or token) sent with `username`.
     pub password: Option<String>,
     /// Plain HTTP allowed (always for a loopback registry).
     pub insecure: bool,
@@ -97,6 +100,20 @@ impl OciReference {
     /// The registry as the reference names it (`host[:port]`): the key of its settings.
     pub fn registry(&self) -> &str {
         self.0.registry()
+    }
+
+    /// The parsed reference.
+    pub(crate) fn image(&self) -> &Reference {
+        &self.0
+    }
+
+    /// The tag or `sha256:` digest the reference names (`latest` when it names neither).
+    pub(crate) fn tag_or_digest(&self) -> String {
+        match (self.0.digest(), self.0.tag()) {
+            (Some(digest), _) => digest.to_string(),
+            (None, Some(tag)) => tag.to_string(),
+            (None, None) => "latest".to_string(),
+        }
     }
 
     /// `registry/repository`.
@@ -184,13 +201,23 @@ pub enum DistributionError {
     Reference(String),
     /// The registry could not be reached, refused, or does not have it.
     #[error("registry {registry}: {message}")]
-    Registry { registry: String, message: String },
+    Registry {
+        /// The registry, as the reference names it.
+        registry: String,
+        /// What went wrong.
+        message: String,
+    },
     /// The artifact is not a component as this host takes them (layout, size, digest).
     #[error("{0}")]
     Artifact(String),
     /// The pull took longer than its deadline.
     #[error("the pull from {registry} took longer than {seconds} s; nothing was installed")]
-    Timeout { registry: String, seconds: u64 },
+    Timeout {
+        /// The registry, as the reference names it.
+        registry: String,
+        /// The deadline.
+        seconds: u64,
+    },
 }
 
 impl DistributionError {
@@ -254,13 +281,14 @@ async fn pull_within(
     limits: PullLimits,
     keys: &[TrustedKey],
 ) -> Result<PulledComponent, DistributionError> {
-    let client = client(reference, access, limits.timeout);
-    let auth = auth(access);
-    let image = &reference.0;
-    let (manifest, manifest_digest) = client
-        .pull_manifest(image, &auth)
-        .await
-        .map_err(|e| registry_error(reference, e))?;
+    let session = PullSession::open(reference, access, limits.timeout).await?;
+    let Some((manifest, manifest_digest)) = session.manifest(&reference.tag_or_digest()).await?
+    else {
+        return Err(DistributionError::Registry {
+            registry: reference.registry().to_string(),
+            message: format!("it has no manifest {reference}"),
+        });
+    };
     let manifest = match manifest {
         OciManifest::Image(m) => m,
         OciManifest::ImageIndex(_) => {
@@ -276,11 +304,11 @@ async fn pull_within(
             layer.size, limits.max_component_bytes
         )));
     }
-    let bytes = read_layer(&client, reference, layer).await?;
+    let bytes = read_layer(&session, reference, layer).await?;
     let signature = if keys.is_empty() {
         SignatureCheck::NotChecked
     } else {
-        check_signatures(&client, &auth, reference, &manifest_digest, keys).await?
+        check_signatures(&session, reference, &manifest_digest, keys).await?
     };
     Ok(PulledComponent {
         bytes,
@@ -311,7 +339,7 @@ fn component_layer<'m>(
 
 /// Reads a layer as a stream: never more than its declared size, its digest checked.
 async fn read_layer(
-    client: &Client,
+    session: &PullSession,
     reference: &OciReference,
     layer: &OciDescriptor,
 ) -> Result<Vec<u8>, DistributionError> {
@@ -322,22 +350,25 @@ async fn read_layer(
         )));
     };
     let declared = layer.size as u64;
-    let mut stream = client
-        .pull_blob_stream(&reference.0, layer)
-        .await
-        .map_err(|e| registry_error(reference, e))?;
+    let mut answer = session.blob(&layer.digest).await?;
+    if answer.content_length().is_some_and(|n| n > declared) {
+        return Err(DistributionError::Artifact(format!(
+            "the registry sends more than the {declared} bytes the manifest of {reference} declares for its layer"
+        )));
+    }
     let mut bytes = Vec::with_capacity(declared.min(16 * 1024 * 1024) as usize);
     let mut hasher = Sha256::new();
-    while let Some(chunk) = stream.next().await {
-        let chunk = match chunk {
-            Ok(chunk) => chunk,
-            // `oci-client` checks the digest at the end of the stream too: the bytes are
-            // all here, and the check below names the mismatch.
-            Err(_) if bytes.len() as u64 == declared => break,
+    loop {
+        let chunk = match answer.chunk().await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => break,
             Err(e) => {
                 return Err(DistributionError::Registry {
                     registry: reference.registry().to_string(),
-                    message: format!("reading the component layer failed: {e}"),
+                    message: format!(
+                        "reading the component layer failed: {}",
+                        clip(&connector_remote_answer::error_chain(&e))
+                    ),
                 })
             }
         };
@@ -366,17 +397,20 @@ async fn read_layer(
 
 /// The signatures stored under `sha256-<hex>.sig` beside `manifest_digest`.
 async fn check_signatures(
-    client: &Client,
-    auth: &RegistryAuth,
+    session: &PullSession,
     reference: &OciReference,
     manifest_digest: &str,
     keys: &[TrustedKey],
 ) -> Result<SignatureCheck, DistributionError> {
-    let sig_ref = signature_reference(reference, manifest_digest)?;
-    let manifest = match client.pull_image_manifest(&sig_ref, auth).await {
-        Ok((manifest, _)) => manifest,
-        Err(e) if is_not_found(&e) => return Ok(SignatureCheck::Unsigned),
-        Err(e) => return Err(registry_error(reference, e)),
+    let tag = signature_tag(manifest_digest)?;
+    let manifest = match session.manifest(&tag).await? {
+        None => return Ok(SignatureCheck::Unsigned),
+        Some((OciManifest::Image(manifest), _)) => manifest,
+        Some((OciManifest::ImageIndex(_), _)) => {
+            return Ok(SignatureCheck::Invalid(format!(
+                "the signature manifest {tag} is an image index, not cosign's signature manifest"
+            )))
+        }
     };
     let mut reasons: Vec<String> = Vec::new();
     let layers: Vec<&OciDescriptor> = manifest
@@ -401,7 +435,7 @@ async fn check_signatures(
             reasons.push(format!("a signature payload of {} bytes", layer.size));
             continue;
         }
-        let payload = read_layer(client, &OciReference(sig_ref.clone()), layer).await;
+        let payload = read_layer(session, reference, layer).await;
         let payload = match payload {
             Ok(p) => p,
             Err(e) => {
@@ -424,20 +458,25 @@ async fn check_signatures(
     )))
 }
 
-fn signature_reference(
-    reference: &OciReference,
-    manifest_digest: &str,
-) -> Result<Reference, DistributionError> {
+/// The tag cosign stores the signatures of `manifest_digest` under: `sha256-<hex>.sig`.
+fn signature_tag(manifest_digest: &str) -> Result<String, DistributionError> {
     let hex = manifest_digest.strip_prefix("sha256:").ok_or_else(|| {
         DistributionError::Artifact(format!(
             "manifest digest `{}` is not sha256",
             clip(manifest_digest)
         ))
     })?;
+    Ok(format!("sha256-{hex}.sig"))
+}
+
+fn signature_reference(
+    reference: &OciReference,
+    manifest_digest: &str,
+) -> Result<Reference, DistributionError> {
     Ok(Reference::with_tag(
         reference.0.registry().to_string(),
         reference.0.repository().to_string(),
-        format!("sha256-{hex}.sig"),
+        signature_tag(manifest_digest)?,
     ))
 }
 
@@ -645,7 +684,7 @@ pub fn sha256(data: &[u8]) -> String {
 }
 
 /// At most 200 characters of something a registry or a user wrote.
-fn clip(text: &str) -> String {
+pub(crate) fn clip(text: &str) -> String {
     let mut out: String = text.chars().take(200).collect();
     if out.len() < text.len() {
         out.push('…');

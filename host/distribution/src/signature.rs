@@ -31,27 +31,37 @@ const SIGNATURE_TYPE: &str = "cosign container image signature";
 /// The payload cosign signs.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct SimpleSigning {
+    /// What the signature is about.
     pub critical: Critical,
+    /// Annotations cosign lets signers add (not checked).
     #[serde(default)]
     pub optional: Option<serde_json::Value>,
 }
 
+/// The signed claims of a [`SimpleSigning`] payload.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Critical {
+    /// The repository signed for.
     pub identity: Identity,
+    /// The manifest signed.
     pub image: Image,
+    /// Always `cosign container image signature`.
     #[serde(rename = "type")]
     pub kind: String,
 }
 
+/// The repository a signature is for.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Identity {
+    /// `registry/repository`.
     #[serde(rename = "docker-reference")]
     pub docker_reference: String,
 }
 
+/// The manifest a signature covers.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Image {
+    /// `sha256:<hex>` of the manifest.
     #[serde(rename = "docker-manifest-digest")]
     pub docker_manifest_digest: String,
 }
@@ -83,12 +93,16 @@ pub fn sign(key: &SignatureKey, payload: &[u8]) -> String {
 /// Why one signature does not count.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Rejected {
+    /// No trusted key verifies it.
     #[error("no trusted key made it")]
     NotByTrustedKey,
+    /// It is not a signature.
     #[error("it is not base64 DER ECDSA")]
     Malformed,
+    /// What it signs is not cosign's payload.
     #[error("its payload is not a cosign image signature")]
     NotAPayload,
+    /// It signs another manifest.
     #[error("it covers {0}, not this manifest")]
     OtherDigest(String),
 }

@@ -4,14 +4,12 @@
 //!
 //! `cargo run -p connector-http --example embed` (add `-- --serve` to keep serving).
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::routing::get;
 use axum::Router;
 use connector_core::config::HostConfig;
-use connector_core::host::PlatformToolHandler;
+use connector_core::host::{async_trait, HandlerError, PlatformToolHandler};
 use connector_core::Host;
 use connector_model::connector::{ToolAnnotations, ToolInfo};
 use connector_model::records::Subject;
@@ -20,14 +18,10 @@ use serde_json::{json, Value};
 /// The platform's own tool: `sv.platform.whoami`.
 struct WhoAmI;
 
+#[async_trait]
 impl PlatformToolHandler for WhoAmI {
-    fn call(
-        &self,
-        agent: &str,
-        _arguments: Value,
-    ) -> Pin<Box<dyn Future<Output = Result<Value, String>> + Send + '_>> {
-        let agent = agent.to_string();
-        Box::pin(async move { Ok(json!({ "agent": agent, "platform": "example" })) })
+    async fn call(&self, agent: &str, _arguments: Value) -> Result<Value, HandlerError> {
+        Ok(json!({ "agent": agent, "platform": "example" }))
     }
 }
 

@@ -221,7 +221,11 @@ impl std::fmt::Display for ErrorCode {
 }
 
 /// A failed host operation.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// `code`, `message` and `details` are what callers are told (the API's error body); the
+/// failure underneath, when there is one, is [`std::error::Error::source`]: kept for logs
+/// and for an embedder that wants to look at it, never sent to a client.
+#[derive(Debug, Clone)]
 pub struct HostError {
     /// What kind of failure it is.
     pub code: ErrorCode,
@@ -229,6 +233,15 @@ pub struct HostError {
     pub message: String,
     /// Machine-readable details (`error.details`), when there are any.
     pub details: Option<Value>,
+    /// The failure this one reports, if any.
+    source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+/// Two errors are equal when they tell callers the same (their causes are not compared).
+impl PartialEq for HostError {
+    fn eq(&self, other: &Self) -> bool {
+        self.code == other.code && self.message == other.message && self.details == other.details
+    }
 }
 
 impl std::fmt::Display for HostError {
@@ -237,7 +250,13 @@ impl std::fmt::Display for HostError {
     }
 }
 
-impl std::error::Error for HostError {}
+impl std::error::Error for HostError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
 
 impl HostError {
     /// An error with `code` and `message` and no details.
@@ -246,7 +265,14 @@ impl HostError {
             code,
             message: message.into(),
             details: None,
+            source: None,
         }
+    }
+
+    /// The error with the failure it reports kept as its [`std::error::Error::source`].
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(std::sync::Arc::new(source));
+        self
     }
 
     /// The error with `details` attached.
@@ -274,9 +300,59 @@ impl HostError {
 /// What host operations return.
 pub type HostResult<T> = Result<T, HostError>;
 
+/// A failure reported by code an embedder gives the host (a platform tool's handler,
+/// the source of GitHub installation tokens). Its message is what the host passes on (to
+/// the calling agent, to the guest that asked); the failure underneath, if any, is its
+/// [`std::error::Error::source`], for logs.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct HandlerError {
+    message: String,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl HandlerError {
+    /// A failure told as `message`.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A failure told as `source`'s message, and keeping it.
+    pub fn from_source(source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::new(source.to_string()).with_source(source)
+    }
+
+    /// The failure with `source` kept underneath.
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// What the host passes on.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_source_is_kept_but_not_told() {
+        let cause = std::io::Error::new(std::io::ErrorKind::TimedOut, "the disk did not answer");
+        let error = HostError::internal("saving failed; retry").with_source(cause);
+        assert_eq!(error.to_string(), "internal: saving failed; retry");
+        let source = std::error::Error::source(&error).map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some("the disk did not answer"));
+        // Callers see the same error with or without its cause.
+        assert_eq!(error, HostError::internal("saving failed; retry"));
+        assert!(std::error::Error::source(&HostError::internal("x")).is_none());
+    }
 
     #[test]
     fn all_lists_every_code_once() {

@@ -151,7 +151,7 @@ impl Session {
             format!(
                 "could not reach the MCP server at {} ({method}): {}",
                 self.url,
-                chain(&e)
+                connector_remote_answer::error_chain(&e)
             )
         })?;
         let status = response.status();
@@ -252,21 +252,6 @@ impl Session {
             self.url
         )
     }
-}
-
-/// The error and its causes, on one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let t = s.to_string();
-        if !text.contains(&t) {
-            text.push_str(": ");
-            text.push_str(&t);
-        }
-        source = s.source();
-    }
-    text
 }
 
 /// Reads Server-Sent Events until the response to `id` arrives, at most

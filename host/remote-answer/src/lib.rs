@@ -9,20 +9,30 @@
 //! passes the limit. A `Content-Length` above the limit is refused before any byte is
 //! read. Time is bounded by the caller's client (its total timeout).
 
+#![deny(missing_docs)]
+
 /// Why an answer's body was not read.
 #[derive(Debug)]
 pub enum AnswerError {
     /// It is (or says it is) larger than the limit, in bytes.
-    TooLarge { limit: u64 },
+    TooLarge {
+        /// The limit, in bytes.
+        limit: u64,
+    },
     /// Reading it failed: the connection broke, or (`timeout`) the client's deadline
     /// passed.
-    Failed { reason: String, timeout: bool },
+    Failed {
+        /// Why, with its causes.
+        reason: String,
+        /// Whether the client's deadline passed.
+        timeout: bool,
+    },
 }
 
 impl AnswerError {
     fn failed(e: &reqwest::Error) -> Self {
         AnswerError::Failed {
-            reason: chain(e),
+            reason: error_chain(e),
             timeout: e.is_timeout(),
         }
     }
@@ -33,8 +43,9 @@ impl AnswerError {
     }
 }
 
-/// An error and its causes, `: `-separated.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+/// An error and its causes on one line, `: `-separated, each cause once (clients'
+/// own messages are terse: reqwest's "error sending request" says nothing without them).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -117,7 +128,7 @@ pub fn read_at_most_blocking(
                 || e.get_ref()
                     .and_then(|inner| inner.downcast_ref::<reqwest::Error>())
                     .is_some_and(reqwest::Error::is_timeout),
-            reason: chain(&e),
+            reason: error_chain(&e),
         });
     }
     if body.len() as u64 > limit {

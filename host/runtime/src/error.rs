@@ -7,25 +7,53 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GuestError {
     /// The call ran past `limits.call_timeout_ms` and was stopped.
-    Timeout { after_ms: u64 },
+    Timeout {
+        /// How long it ran.
+        after_ms: u64,
+    },
     /// The guest tried to grow its memory past `limits.memory_mib`.
-    MemoryExceeded { limit_bytes: usize },
+    MemoryExceeded {
+        /// The limit it hit.
+        limit_bytes: usize,
+    },
     /// The guest trapped (a panic, `unreachable`, a bad memory access). `message` is the
     /// guest's own panic message where it printed one, else the trap's description.
-    Trapped { message: String },
+    Trapped {
+        /// The panic message or the trap's description.
+        message: String,
+    },
     /// The guest answered with more than the host accepts.
-    OutputTooLarge { bytes: usize, limit: usize },
+    OutputTooLarge {
+        /// How much it answered (at least).
+        bytes: usize,
+        /// How much the host accepts.
+        limit: usize,
+    },
     /// The guest answered with something that is not what the contract requires
     /// (for example a tool result that is not JSON).
-    InvalidOutput { message: String },
+    InvalidOutput {
+        /// What is wrong with it.
+        message: String,
+    },
     /// The component could not be instantiated (a missing import).
-    Instantiate { message: String },
+    Instantiate {
+        /// What wasmtime said.
+        message: String,
+    },
     /// The call waited for one of its caller's concurrent-call slots until its deadline
     /// and was never started.
-    Queued { after_ms: u64, message: String },
+    Queued {
+        /// How long it waited.
+        after_ms: u64,
+        /// What it waited for.
+        message: String,
+    },
     /// The host stayed at one of its bounds (the instance pool, the memory of all
     /// guests) until the call's deadline.
-    HostBusy { message: String },
+    HostBusy {
+        /// Which bound.
+        message: String,
+    },
 }
 
 impl fmt::Display for GuestError {
@@ -93,7 +121,12 @@ pub enum LoadError {
     /// The bytes are not the ones the digest recorded with them names: a damaged stored
     /// copy.
     #[error("the component's bytes do not match the digest recorded for them (recorded {expected}, the bytes are {actual}); install the component again")]
-    DigestMismatch { expected: String, actual: String },
+    DigestMismatch {
+        /// The recorded digest.
+        expected: String,
+        /// The digest of the bytes.
+        actual: String,
+    },
     /// The digest recorded with the bytes is not `sha256:` and 64 lowercase hex digits.
     #[error("the digest recorded for the component is not `sha256:` and 64 lowercase hex digits (it is {0:?}); install the component again")]
     MalformedDigest(String),

@@ -23,6 +23,8 @@
 //! 0.1.0 (`previous`), so every component ever built keeps working. The rest of the host
 //! sees only the current world's types.
 
+#![deny(missing_docs)]
+
 mod cache;
 mod error;
 mod limits;
@@ -39,6 +41,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use connector_model::error::HandlerError;
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{
@@ -59,6 +62,8 @@ use cache::ComponentCache;
 use outbound::OutboundHooks;
 use share::{Admitted, CpuSlice, HostShare, MemoryBudget, OnTurn};
 
+/// The current world's generated bindings (wasmtime's `bindgen!` documents none of them).
+#[allow(missing_docs)]
 mod bindings {
     wasmtime::component::bindgen!({
         path: "../../wit/connector.wit",
@@ -94,12 +99,14 @@ const MAX_LOG_LINE_BYTES: usize = 4 * 1024;
 /// A source of GitHub App installation tokens, provided by the host (the App key lives
 /// there and never in a guest). The runtime asks it only for installations the current
 /// call's binding names.
+#[async_trait::async_trait]
 pub trait InstallationTokens: Send + Sync {
-    /// Mints or returns a cached installation token.
-    fn installation_token(
+    /// Mints or returns a cached installation token. A failure's message is what the
+    /// guest that asked is told.
+    async fn installation_token(
         &self,
         installation_id: u64,
-    ) -> Pin<Box<dyn Future<Output = Result<wit::AccessToken, String>> + Send + '_>>;
+    ) -> Result<wit::AccessToken, HandlerError>;
 }
 
 /// Settings of a [`ConnectorRuntime`].
@@ -429,7 +436,10 @@ impl bindings::spring::connector::host::Host for GuestState {
         let Some(tokens) = self.installation_tokens.clone() else {
             return Err("no GitHub App is configured on this host (github_app.app_id and github_app.private_key_path)".into());
         };
-        tokens.installation_token(installation_id).await
+        tokens
+            .installation_token(installation_id)
+            .await
+            .map_err(|e| e.message().to_string())
     }
 
     async fn secret(&mut self, name: String) -> Option<String> {

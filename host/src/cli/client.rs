@@ -202,7 +202,7 @@ impl Client {
         CliError::failed(format!(
             "the request to {} failed: {}",
             base,
-            error_chain(e)
+            connector_remote_answer::error_chain(e)
         ))
     }
 }
@@ -311,19 +311,6 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
         cause = next;
     }
     cause.to_string()
-}
-
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut cause = e.source();
-    while let Some(next) = cause {
-        let text = next.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        cause = next.source();
-    }
-    parts.join(": ")
 }
 
 #[cfg(test)]

@@ -56,8 +56,7 @@ use connector_model::records::{
 };
 use connector_store::rows;
 use connector_store::{
-    encode_json, now_rfc3339, subject_parts, ClaimScope, CommitCounts, StateCheck, StoreError,
-    StoreResult,
+    encode_json, subject_parts, ClaimScope, CommitCounts, StateCheck, StoreError, StoreResult,
 };
 use connector_store::{DeliveryQueue, InboxStore, ReplicaCoordination, SecretStore, StateStore};
 use writer::{RoutedJob, WriterShared};
@@ -334,7 +333,7 @@ impl PostgresStore {
                 .map_err(|e| map_err(&format!("applying schema migration {version}"), e))?;
             tx.execute(
                 "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
-                &[&version, &now_rfc3339()],
+                &[&version, &connector_model::ids::now_rfc3339()],
             )
             .await
             .map_err(db)?;

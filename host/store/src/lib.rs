@@ -64,29 +64,23 @@ pub enum StoreError {
 
 impl From<StoreError> for connector_model::error::HostError {
     fn from(err: StoreError) -> Self {
-        match err {
-            StoreError::Unavailable(_) => connector_model::error::HostError::new(
-                connector_model::error::ErrorCode::StoreUnavailable,
-                format!("{err}; retry shortly"),
-            ),
-            StoreError::Conflict(_) => connector_model::error::HostError::new(
-                connector_model::error::ErrorCode::StateChanged,
+        use connector_model::error::{ErrorCode, HostError};
+        let told = match &err {
+            StoreError::Unavailable(_) => {
+                HostError::new(ErrorCode::StoreUnavailable, format!("{err}; retry shortly"))
+            }
+            StoreError::Conflict(_) => HostError::new(
+                ErrorCode::StateChanged,
                 format!("{err}; nothing was changed: retry the request"),
             ),
-            other => connector_model::error::HostError::internal(other.to_string()),
-        }
+            other => HostError::internal(other.to_string()),
+        };
+        told.with_source(err)
     }
 }
 
 /// What store operations return.
 pub type StoreResult<T> = Result<T, StoreError>;
-
-/// RFC 3339 of now (timestamps the stores write themselves).
-pub fn now_rfc3339() -> String {
-    time::OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
-}
 
 /// A grant subject as its stored (kind, id) columns.
 pub fn subject_parts(subject: &Subject) -> (&'static str, &str) {

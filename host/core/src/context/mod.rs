@@ -24,14 +24,18 @@ use connector_runtime::wit;
 /// One file of the context.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ContextFile {
+    /// Where it goes, relative to the context directory.
     pub path: String,
+    /// What it holds.
     pub content: String,
 }
 
 /// What an agent's container starts with.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct RuntimeContext {
+    /// Environment variables (`SPRING_CONNECTOR_<SLUG>_*`).
     pub env: BTreeMap<String, String>,
+    /// Files to place in the container.
     pub files: Vec<ContextFile>,
 }
 

@@ -15,13 +15,20 @@ pub enum GithubAppError {
     /// A `github_app` setting is unusable (empty App id, bad API URL).
     #[error("GitHub App setting `github_app.{setting}` is invalid: {reason}")]
     InvalidSetting {
+        /// The setting, under `github_app.`.
         setting: &'static str,
+        /// Why.
         reason: String,
     },
 
     /// The private key file could not be read.
     #[error("cannot read the GitHub App private key {}: {reason}", path.display())]
-    KeyFile { path: PathBuf, reason: String },
+    KeyFile {
+        /// The configured private key file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
 
     /// The private key file was read but is not a usable RSA private key.
     #[error(
@@ -30,14 +37,22 @@ pub enum GithubAppError {
          (`-----BEGIN PRIVATE KEY-----`)",
         path.display()
     )]
-    InvalidKey { path: PathBuf, reason: String },
+    InvalidKey {
+        /// The configured private key file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
 
     /// GitHub does not know the installation (404).
     #[error(
         "installation {installation_id} does not exist or the App is not installed there \
          (GitHub answered 404)"
     )]
-    UnknownInstallation { installation_id: u64 },
+    UnknownInstallation {
+        /// The installation a token was asked for.
+        installation_id: u64,
+    },
 
     /// The installation is suspended (403).
     #[error(
@@ -45,7 +60,9 @@ pub enum GithubAppError {
          until it is unsuspended (403: {message})"
     )]
     Suspended {
+        /// The installation a token was asked for.
         installation_id: u64,
+        /// GitHub's own message.
         message: String,
     },
 
@@ -57,8 +74,11 @@ pub enum GithubAppError {
         key_path.display()
     )]
     JwtRejected {
+        /// GitHub's own message.
         message: String,
+        /// The configured App id.
         app_id: String,
+        /// The configured private key file.
         key_path: PathBuf,
     },
 
@@ -68,7 +88,12 @@ pub enum GithubAppError {
         "GitHub rejected the App's JWT timestamps (401: {message}) {detail}; check this \
          machine's clock (NTP)"
     )]
-    ClockSkew { message: String, detail: String },
+    ClockSkew {
+        /// GitHub's own message.
+        message: String,
+        /// What the clock correction found.
+        detail: String,
+    },
 
     /// Any other answer than success.
     #[error(
@@ -76,16 +101,22 @@ pub enum GithubAppError {
          {message}"
     )]
     Status {
+        /// The installation a token was asked for.
         installation_id: u64,
+        /// GitHub's HTTP status.
         status: u16,
+        /// GitHub's own message.
         message: String,
     },
 
     /// GitHub could not be reached, or the connection broke.
     #[error("cannot reach GitHub at {api_url} to mint a token for installation {installation_id}: {reason}")]
     Transport {
+        /// The installation a token was asked for.
         installation_id: u64,
+        /// The GitHub API the host asked.
         api_url: String,
+        /// Why.
         reason: String,
     },
 
@@ -96,15 +127,20 @@ pub enum GithubAppError {
         after.as_secs_f64()
     )]
     Timeout {
+        /// The installation a token was asked for.
         installation_id: u64,
+        /// The GitHub API the host asked.
         api_url: String,
+        /// How long the host waited.
         after: Duration,
     },
 
     /// GitHub answered success with something that is not `{token, expires_at}`.
     #[error("GitHub's answer for installation {installation_id} is not a token: {reason}")]
     InvalidResponse {
+        /// The installation a token was asked for.
         installation_id: u64,
+        /// Why.
         reason: String,
     },
 
@@ -114,14 +150,18 @@ pub enum GithubAppError {
          {expires_at}; it is not handed out (check the clocks)"
     )]
     ExpiredToken {
+        /// The installation a token was asked for.
         installation_id: u64,
+        /// When GitHub says the token expired.
         expires_at: String,
     },
 
     /// A bug or a shutdown: the exchange task did not finish.
     #[error("minting a token for installation {installation_id} failed inside the host: {reason}")]
     Internal {
+        /// The installation a token was asked for.
         installation_id: u64,
+        /// Why.
         reason: String,
     },
 }

@@ -37,7 +37,6 @@ mod key;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +52,7 @@ use time::OffsetDateTime;
 pub use error::GithubAppError;
 
 use crate::config::GithubAppSettings;
+use connector_model::error::HandlerError;
 use connector_runtime::{wit, InstallationTokens};
 
 /// A cached token is handed out until this long before its `expires_at`.
@@ -179,7 +179,10 @@ impl GithubApp {
             .build()
             .map_err(|err| GithubAppError::InvalidSetting {
                 setting: "api_url",
-                reason: format!("cannot build an HTTP client: {}", error_chain(&err)),
+                reason: format!(
+                    "cannot build an HTTP client: {}",
+                    connector_remote_answer::error_chain(&err)
+                ),
             })?;
         let inner = Inner {
             app_id,
@@ -506,7 +509,7 @@ impl Inner {
             GithubAppError::Transport {
                 installation_id,
                 api_url: self.api_url.clone(),
-                reason: error_chain(err),
+                reason: connector_remote_answer::error_chain(err),
             }
         }
     }
@@ -565,21 +568,6 @@ fn format_rfc3339(at: OffsetDateTime) -> String {
         .unwrap_or_else(|_| at.unix_timestamp().to_string())
 }
 
-/// An error and its causes, `: `-separated (reqwest's own message is terse).
-fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 impl fmt::Debug for GithubApp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (cached, inflight) = {
@@ -602,20 +590,18 @@ impl fmt::Debug for GithubApp {
     }
 }
 
+#[async_trait::async_trait]
 impl InstallationTokens for GithubApp {
-    fn installation_token(
+    async fn installation_token(
         &self,
         installation_id: u64,
-    ) -> Pin<Box<dyn std::future::Future<Output = Result<wit::AccessToken, String>> + Send + '_>>
-    {
-        Box::pin(async move {
-            let token = GithubApp::installation_token(self, installation_id)
-                .await
-                .map_err(|err| err.to_string())?;
-            Ok(wit::AccessToken {
-                token: token.token,
-                expires_at: format_rfc3339(token.expires_at),
-            })
+    ) -> Result<wit::AccessToken, HandlerError> {
+        let token = GithubApp::installation_token(self, installation_id)
+            .await
+            .map_err(HandlerError::from_source)?;
+        Ok(wit::AccessToken {
+            token: token.token,
+            expires_at: format_rfc3339(token.expires_at),
         })
     }
 }

@@ -57,22 +57,27 @@ impl Provider {
 /// Tools that reach a subject the same way (one binding, one grant, one image).
 #[derive(Clone)]
 pub struct Group {
+    /// Why the subject has these tools.
     pub provenance: Provenance,
     /// The unit whose binding granted the tools (connector tier), as the contract reports it.
     pub inherited_from_unit: Option<Arc<str>>,
     /// The unit of the closest binding of the tools' connector (whose config a call gets).
     pub binding_unit: Option<Arc<str>>,
+    /// What runs the tools.
     pub provider: Provider,
 }
 
 /// One tool of a subject's effective set: a view into a [`ResolvedTools`].
 #[derive(Clone, Copy)]
 pub struct EffectiveTool<'a> {
+    /// The tool's definition.
     pub info: &'a ToolInfo,
+    /// How the subject has it.
     pub group: &'a Group,
 }
 
 impl<'a> EffectiveTool<'a> {
+    /// Its canonical id (`namespace.tool`, or `sv.*`).
     pub fn name(&self) -> &'a str {
         &self.info.name
     }

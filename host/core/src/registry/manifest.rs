@@ -20,13 +20,45 @@ use connector_runtime::wit;
 /// A rule of the contract a manifest broke.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ManifestError {
-    InvalidSlug { slug: String },
-    InvalidNamespace { namespace: String },
-    ReservedNamespace { namespace: String },
-    InvalidToolId { id: String },
-    OutsideNamespace { id: String, namespace: String },
-    DuplicateToolId { id: String },
-    InvalidSchema { owner: String, reason: String },
+    /// The slug breaks the id rules.
+    InvalidSlug {
+        /// The slug.
+        slug: String,
+    },
+    /// The namespace breaks the id rules.
+    InvalidNamespace {
+        /// The namespace.
+        namespace: String,
+    },
+    /// The namespace is one the platform keeps (`sv`).
+    ReservedNamespace {
+        /// The namespace.
+        namespace: String,
+    },
+    /// A tool id breaks the id rules.
+    InvalidToolId {
+        /// The tool id.
+        id: String,
+    },
+    /// A tool id is outside the connector's namespace.
+    OutsideNamespace {
+        /// The tool id.
+        id: String,
+        /// The connector's namespace.
+        namespace: String,
+    },
+    /// Two tools share an id.
+    DuplicateToolId {
+        /// The tool id.
+        id: String,
+    },
+    /// A schema is not a usable JSON Schema.
+    InvalidSchema {
+        /// Whose schema (a tool id, or `config`).
+        owner: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl fmt::Display for ManifestError {

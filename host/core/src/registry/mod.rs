@@ -55,7 +55,9 @@ pub enum OutputRefused {
     Malformed(String),
     /// The structured result is missing or breaks the tool's output schema.
     BreaksSchema {
+        /// The tool.
         tool: String,
+        /// Each place the result breaks the schema.
         violations: Vec<SchemaViolation>,
     },
 }
@@ -96,9 +98,19 @@ pub enum InstallError {
     /// The manifest broke a naming rule.
     Manifest(ManifestError),
     /// The slug or namespace is owned by another installed connector.
-    Conflict { claimed: String, owner: String },
+    Conflict {
+        /// The slug or namespace.
+        claimed: String,
+        /// The installed connector that owns it.
+        owner: String,
+    },
     /// The slug shares its env spelling or its context prefix with an installed one's.
-    SlugConflict { slug: String, other: String },
+    SlugConflict {
+        /// The new connector's slug.
+        slug: String,
+        /// The installed connector's slug.
+        other: String,
+    },
 }
 
 impl fmt::Display for InstallError {

@@ -65,6 +65,7 @@ impl VerifyError {
 
 /// Header lookup by lower-case name.
 pub trait Headers {
+    /// The value of header `name` (lower case), if present and text.
     fn get(&self, name: &str) -> Option<&str>;
 }
 
@@ -87,11 +88,17 @@ impl Headers for [(&str, &str)] {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Presented {
     /// `X-Hub-Signature-256`'s HMAC.
-    Github { signature: Vec<u8> },
+    Github {
+        /// The HMAC-SHA256 the sender presents.
+        signature: Vec<u8>,
+    },
     /// Standard Webhooks: the id, the timestamp as sent, and every `v1` signature.
     Standard {
+        /// `webhook-id`.
         id: String,
+        /// `webhook-timestamp`, as sent.
         timestamp: String,
+        /// Every `v1` signature of `webhook-signature`.
         signatures: Vec<Vec<u8>>,
     },
 }

@@ -63,8 +63,7 @@ use rusqlite::{
 
 use crate::rows;
 use crate::{
-    encode_json, now_rfc3339, subject_parts, ClaimScope, CommitCounts, StateCheck, StoreError,
-    StoreResult,
+    encode_json, subject_parts, ClaimScope, CommitCounts, StateCheck, StoreError, StoreResult,
 };
 use crate::{DeliveryQueue, InboxStore, ReplicaCoordination, SecretStore, StateStore};
 use connector_model::provenance::connector_provenance;
@@ -681,7 +680,7 @@ fn migrate(conn: &mut Connection) -> StoreResult<()> {
             .map_err(|e| map_err(&format!("applying schema migration {version}"), e))?;
         tx.execute(
             "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
-            params![version, now_rfc3339()],
+            params![version, connector_model::ids::now_rfc3339()],
         )
         .map_err(|e| map_err(ctx, e))?;
         tx.commit().map_err(|e| map_err(ctx, e))?;
