@@ -30,7 +30,9 @@ use connector_runtime::{ConnectorRuntime, GuestError, LoadError, OutboundPolicy,
 /// Whether a write created something or replaced it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Written {
+    /// It did not exist.
     Created,
+    /// It replaced what was there.
     Updated,
 }
 
@@ -56,7 +58,9 @@ pub(crate) struct CheckedBinding {
 /// The result of installing a component.
 #[derive(Debug, Clone)]
 pub struct Installed {
+    /// The installed connector.
     pub connector: Connector,
+    /// Whether it is new or a rotation.
     pub written: Written,
     /// What a rotation changed in the tools' definitions (empty for a new install, and
     /// when only code changed).

@@ -47,19 +47,26 @@ pub struct GithubAppSettings {
 /// masks the operator token and every connector secret.
 #[derive(Clone, PartialEq)]
 pub struct HostConfig {
+    /// Where `serve` listens.
     pub listen: SocketAddr,
+    /// Where the host keeps its database, caches and generated secrets.
     pub data_dir: PathBuf,
     /// `sqlite://<path>` (default `sqlite://<data_dir>/host.db`) or `postgres://…` (replicas).
     pub database_url: Option<String>,
+    /// Components installed at start (`*.wasm`), if any.
     pub connectors_dir: Option<PathBuf>,
     /// `None`: generated on first start into `<data_dir>/operator-token`.
     pub operator_token: Option<String>,
+    /// Bounds of every guest call.
     pub limits: GuestLimits,
+    /// Largest webhook body accepted.
     pub max_webhook_bytes: usize,
+    /// Per-connector settings (`connectors.<slug>`).
     pub connectors: BTreeMap<String, ConnectorSettings>,
     /// Webhook secrets given only as `CONNECTOR_HOST_<SLUG>_WEBHOOK_SECRET` for a slug the
     /// file does not configure, by `<SLUG>` (the environment cannot tell `-` from `_`).
     pub env_webhook_secrets: BTreeMap<String, String>,
+    /// The GitHub App whose installation tokens guests may ask for.
     pub github_app: Option<GithubAppSettings>,
     /// `Host` header names the server answers (`server.allowed_host_names`); `None`: the
     /// listen address, `localhost`, `127.0.0.1` and `[::1]`. A `*` entry allows any.
@@ -95,6 +102,7 @@ pub struct TrustSettings {
 /// with the password, never the password.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RegistrySettings {
+    /// The user name sent to the registry (`None`: anonymous).
     pub username: Option<String>,
     /// The environment variable holding the password.
     pub password_env: Option<String>,
@@ -564,13 +572,20 @@ pub enum ConfigError {
     /// The TOML file could not be read.
     #[error("could not read the config file {}: {source}", path.display())]
     Read {
+        /// The config file.
         path: PathBuf,
         #[source]
+        /// Why it could not be read.
         source: std::io::Error,
     },
     /// The TOML file is not valid TOML, has an unknown key or a value of the wrong type.
     #[error("the config file {} is not valid: {message}", path.display())]
-    Parse { path: PathBuf, message: String },
+    Parse {
+        /// The config file.
+        path: PathBuf,
+        /// What the TOML parser said.
+        message: String,
+    },
     /// A setting has a value the host cannot use.
     #[error("invalid {setting}: expected {expected}{}", got.as_ref().map(|g| format!(", got `{g}`")).unwrap_or_default())]
     Invalid {

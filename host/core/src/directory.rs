@@ -25,10 +25,15 @@ use connector_model::records::{
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UnitView {
+    /// Its id.
     pub id: String,
+    /// Its parent unit, if any.
     pub parent: Option<String>,
+    /// Its name for people.
     pub display_name: Option<String>,
+    /// Its own bindings.
     pub bindings: Vec<BindingView>,
+    /// Every tool it has, with why.
     pub effective_tools: Arc<ResolvedTools>,
 }
 
@@ -36,18 +41,24 @@ pub struct UnitView {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentView {
+    /// Its id.
     pub id: String,
+    /// Its units, primary first.
     pub units: Vec<String>,
+    /// Its name for people.
     pub display_name: Option<String>,
+    /// Every tool it has, with why.
     pub effective_tools: Arc<ResolvedTools>,
 }
 
 /// An agent as a list shows it: no tools, no token state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentSummary {
+    /// Its id.
     pub id: String,
     /// Its units, primary first.
     pub units: Vec<String>,
+    /// Its name for people.
     pub display_name: Option<String>,
 }
 
@@ -55,9 +66,13 @@ pub struct AgentSummary {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GrantView {
+    /// The tool id or `<namespace>.*`.
     pub tool: String,
+    /// The namespace it covers.
     pub namespace: String,
+    /// `explicit` or `connector:<slug>`.
     pub provenance: String,
+    /// When it was made (RFC 3339).
     pub created_at: String,
 }
 
@@ -76,10 +91,15 @@ impl From<&GrantRecord> for GrantView {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BindingView {
+    /// The unit it binds to.
     pub unit_id: String,
+    /// The connector's slug.
     pub connector: String,
+    /// Its configuration, secrets masked.
     pub config: Value,
+    /// When it was bound (RFC 3339).
     pub bound_at: String,
+    /// The grants it wrote.
     pub grants: Vec<GrantView>,
 }
 

@@ -45,8 +45,11 @@ struct PlatformHandlers {
 /// Counters exported at `/metrics`.
 #[derive(Debug, Default)]
 pub struct Metrics {
+    /// Calls that answered.
     pub tool_calls_ok: AtomicU64,
+    /// Calls whose connector failed, trapped or timed out.
     pub tool_calls_failed: AtomicU64,
+    /// Calls refused before any guest ran (grants, schemas, unknown tools).
     pub tool_calls_rejected: AtomicU64,
 }
 

@@ -29,13 +29,21 @@ const SHARED_INBOX_POLL: Duration = Duration::from_millis(250);
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Message {
+    /// Its id.
     pub id: String,
+    /// The unit whose inbox holds it.
     pub unit_id: String,
+    /// The connector that translated it.
     pub connector: String,
+    /// What happened (`issue.opened`, ...).
     pub kind: String,
+    /// The webhook delivery it came from.
     pub delivery_id: String,
+    /// What it belongs to (an issue, a pull request), if anything.
     pub thread_key: Option<String>,
+    /// The connector's translation.
     pub payload: Value,
+    /// When the delivery arrived (RFC 3339).
     pub received_at: String,
     /// The inbox cursor (also the SSE event id).
     #[serde(skip)]
@@ -61,7 +69,9 @@ impl From<&MessageRecord> for Message {
 /// A page of a unit's inbox.
 #[derive(Debug, Clone, Serialize)]
 pub struct MessagePage {
+    /// Oldest first.
     pub messages: Vec<Message>,
+    /// The cursor to read after these.
     pub next: String,
 }
 

@@ -8,6 +8,8 @@
 //! catch-up, authentication of agents, the GitHub App, and agent containers' context.
 //! Connectors shipped with a program are passed in ([`config::HostConfig::bundled`]).
 
+#![deny(missing_docs)]
+
 pub mod auth;
 mod capabilities;
 mod catalog;

@@ -7,6 +7,8 @@
 //! each other: authentication as axum extractors, bounded body reading, JSON bodies, and
 //! the mapping of [`ErrorCode`](connector_model::error::ErrorCode)s to HTTP statuses.
 
+#![deny(missing_docs)]
+
 pub mod api;
 pub mod mcp;
 pub mod server;

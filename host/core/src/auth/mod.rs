@@ -27,7 +27,9 @@ const AUDIENCE: &str = "connector-host/agent";
 /// Who a request authenticated as.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Caller {
+    /// The operator (its token, or a console session).
     Operator,
+    /// An agent, by id (its agent token).
     Agent(String),
 }
 
@@ -37,6 +39,7 @@ pub struct OperatorToken {
 }
 
 impl OperatorToken {
+    /// Keeps only the token's digest.
     pub fn new(token: &str) -> Self {
         Self {
             digest: Sha256::digest(token.as_bytes()).into(),
@@ -146,6 +149,7 @@ pub enum TokenError {
 }
 
 impl AgentTokens {
+    /// Tokens signed and checked with `key` (shared by the replicas).
     pub fn new(key: &[u8]) -> Self {
         let mut validation = Validation::new(Algorithm::HS256);
         validation.set_audience(&[AUDIENCE]);
@@ -216,7 +220,9 @@ impl AgentTokens {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct IssuedToken {
+    /// The bearer token (shown once).
     pub token: String,
+    /// When it stops working (RFC 3339).
     pub expires_at: String,
 }
 

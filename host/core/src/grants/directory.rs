@@ -52,14 +52,17 @@ impl Directory {
         d
     }
 
+    /// Unit `id`, if it exists.
     pub fn unit(&self, id: &str) -> Option<&UnitRecord> {
         self.units.get(id)
     }
 
+    /// Agent `id`, if it exists.
     pub fn agent(&self, id: &str) -> Option<&AgentRecord> {
         self.agents.get(id)
     }
 
+    /// Whether some unit has `id` as its parent.
     pub fn has_children(&self, id: &str) -> bool {
         self.children.get(id).copied().unwrap_or(0) > 0
     }
@@ -85,6 +88,7 @@ impl Directory {
         })
     }
 
+    /// Adds or replaces a unit (its child counts kept right).
     pub fn put_unit(&mut self, unit: UnitRecord) {
         if let Some(old) = self.units.get(&unit.id) {
             if let Some(p) = &old.parent {
@@ -125,14 +129,17 @@ impl Directory {
         self.units.values()
     }
 
+    /// Every agent, in no order.
     pub fn agents(&self) -> impl Iterator<Item = &AgentRecord> {
         self.agents.values()
     }
 
+    /// Adds or replaces an agent.
     pub fn put_agent(&mut self, agent: AgentRecord) {
         self.agents.insert(agent.id.clone(), agent);
     }
 
+    /// Removes an agent with its grants and image tools.
     pub fn remove_agent(&mut self, id: &str) {
         self.agents.remove(id);
         self.grants.remove(&Subject::Agent(id.to_string()));
@@ -144,6 +151,7 @@ impl Directory {
         self.bindings.get(unit).into_iter().flat_map(|m| m.values())
     }
 
+    /// The binding of `connector` on `unit`, if bound.
     pub fn binding(&self, unit: &str, connector: &str) -> Option<&BindingRecord> {
         self.bindings.get(unit)?.get(connector)
     }
@@ -264,6 +272,7 @@ impl Directory {
         }
     }
 
+    /// The grants made to `subject` (explicit and by bindings).
     pub fn grants_of(&self, subject: &Subject) -> &[GrantRecord] {
         self.grants.get(subject).map(Vec::as_slice).unwrap_or(&[])
     }
@@ -281,6 +290,7 @@ impl Directory {
         }
     }
 
+    /// Removes the grant keyed by subject, tool and provenance; whether there was one.
     pub fn remove_grant(&mut self, subject: &Subject, tool: &str, provenance: &str) -> bool {
         let Some(list) = self.grants.get_mut(subject) else {
             return false;
@@ -290,10 +300,12 @@ impl Directory {
         before != list.len()
     }
 
+    /// The tools agent `agent`'s image declares, if set.
     pub fn image_tools(&self, agent: &str) -> Option<&ImageToolsRecord> {
         self.image_tools.get(agent)
     }
 
+    /// Sets an agent's image tools.
     pub fn put_image_tools(&mut self, record: ImageToolsRecord) {
         self.image_tools.insert(record.agent_id.clone(), record);
     }

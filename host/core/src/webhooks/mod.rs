@@ -78,8 +78,11 @@ impl WebhookStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookOutcome {
+    /// The delivery id.
     pub delivery: String,
+    /// What became of it.
     pub status: WebhookStatus,
+    /// The units it reached.
     pub routed_to: Vec<String>,
 }
 
@@ -103,13 +106,21 @@ pub enum DeliveryError {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeliveryView {
+    /// The connector it was sent to.
     pub connector: String,
+    /// Its id.
     pub delivery: String,
+    /// The sender's event name, if it gave one.
     pub event: Option<String>,
+    /// Where it is.
     pub status: DeliveryStatus,
+    /// How many times it was processed.
     pub attempts: u32,
+    /// Why it failed, if it did.
     pub error: Option<String>,
+    /// The units it reached.
     pub routed_to: Vec<String>,
+    /// When it arrived (RFC 3339).
     pub received_at: String,
 }
 

@@ -136,6 +136,7 @@ pub(super) fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
     response
 }
 
+/// A JSON-RPC error answer with HTTP `status`.
 pub fn rpc_error(status: StatusCode, id: &Value, code: i64, message: &str) -> Response {
     json_response(status, jsonrpc::error(id, code, message, None))
 }

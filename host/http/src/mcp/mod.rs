@@ -103,7 +103,9 @@ pub use names::Naming;
 /// (`/mcp/agents/{agentId}[/namespaces/{namespace}][?toolNames=flat]`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Endpoint {
+    /// The agent whose tools it serves.
     pub agent: Arc<str>,
+    /// Which tools, under which names.
     pub naming: Naming,
 }
 

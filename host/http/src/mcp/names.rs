@@ -48,6 +48,7 @@ pub enum Resolved {
 
 /// The tools of one listing under a naming: each tool once, with the name shown.
 pub struct Listing<'a> {
+    /// Each tool with the name it is shown under.
     pub tools: Vec<(Cow<'a, str>, EffectiveTool<'a>)>,
     /// Names several tools would share (each with the ids), left out.
     pub collisions: Vec<(String, Vec<String>)>,

@@ -40,6 +40,7 @@ pub fn uri_of(unit: &str) -> String {
 /// An inbox URI taken apart.
 #[derive(Debug, PartialEq, Eq)]
 pub struct InboxUri {
+    /// The unit whose inbox it names.
     pub unit: String,
     /// `?after=` (the `next` of a previous read).
     pub after: Option<String>,

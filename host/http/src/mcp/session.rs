@@ -37,10 +37,13 @@ pub type StreamEvent = (u64, Arc<str>);
 /// One MCP session: an agent, the negotiated protocol revision, and at most one open
 /// GET stream.
 pub struct Session {
+    /// Its `Mcp-Session-Id`.
     pub id: Arc<str>,
+    /// The agent it acts for.
     pub agent: Arc<str>,
     /// How the endpoint that opened the session names tools.
     pub naming: Naming,
+    /// The negotiated protocol revision.
     pub version: &'static str,
     /// Milliseconds since the table's epoch of the last request.
     last_used: AtomicU64,
@@ -298,6 +301,7 @@ fn log_left_out(endpoint: &Endpoint, tools: &ResolvedTools) {
 }
 
 impl Sessions {
+    /// An empty table of sessions on `host`.
     pub fn new(host: Host) -> Self {
         Sessions {
             host,
@@ -309,6 +313,7 @@ impl Sessions {
         }
     }
 
+    /// The host the sessions act on.
     pub fn host(&self) -> &Host {
         &self.host
     }
