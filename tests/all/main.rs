@@ -19,6 +19,7 @@ mod github;
 mod github_app;
 mod languages;
 mod layout;
+mod lists;
 mod mcp;
 mod mcp_events;
 mod mcp_local;
