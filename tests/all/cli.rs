@@ -100,7 +100,7 @@ async fn an_operators_day_over_the_cli() {
             out
         };
         ok(&["connectors", "install", guests::HOSTILE]);
-        let list = stdout_json(&ok(&["connectors", "list"]));
+        let list = stdout_json(&ok(&["connectors", "list", "--json"]));
         assert!(list["connectors"]
             .as_array()
             .unwrap()

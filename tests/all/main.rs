@@ -7,6 +7,7 @@ mod api;
 mod arxiv;
 mod bounds;
 mod cli;
+mod cli_output;
 mod console;
 mod containment;
 mod context;
