@@ -18,6 +18,7 @@ mod fair_share_surfaces;
 mod fair_share_writes;
 mod github;
 mod github_app;
+mod interop;
 mod languages;
 mod layout;
 mod lists;
