@@ -268,14 +268,14 @@ impl Client {
         let base = self.base.as_str().trim_end_matches('/');
         if e.is_connect() {
             return CliError::failed(format!(
-                "the host is not reachable at {} ({}).\nStart it with `connector-host serve`, or point this command at a running host with --url or CONNECTOR_HOST_URL.",
+                "{UNREACHABLE} {} ({}).\nStart it with `connector-host serve`, or point this command at a running host with --url or CONNECTOR_HOST_URL.",
                 base,
                 root_cause(e)
             ));
         }
         if e.is_timeout() {
             return CliError::failed(format!(
-                "the host at {} did not answer within {} s",
+                "{NO_ANSWER} {} did not answer within {} s",
                 base,
                 REQUEST_TIMEOUT.as_secs()
             ));
@@ -385,6 +385,15 @@ pub fn interpret(status: StatusCode, text: &str, sent_token: bool) -> Result<Rep
     }
     Err(CliError::failed(message))
 }
+
+/// Whether `e` says the host did not answer at all (nothing listening, refused, or no
+/// answer in time), rather than answering with a refusal.
+pub fn is_unreachable(e: &CliError) -> bool {
+    e.message.starts_with(UNREACHABLE) || e.message.starts_with(NO_ANSWER)
+}
+
+const UNREACHABLE: &str = "the host is not reachable at";
+const NO_ANSWER: &str = "the host at";
 
 /// The host's error message with the HTTP query parameters it suggests written as the
 /// flags of the commands that send them (`connectors install --force`,

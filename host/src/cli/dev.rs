@@ -191,7 +191,7 @@ async fn reload(
             config: session.config.clone(),
             call: session.call.clone(),
         };
-        match tokio::task::spawn_blocking(move || live.sync(rebuild)).await {
+        match tokio::task::spawn_blocking(move || live.sync(rebuild, &say)).await {
             Ok(lines) => {
                 for line in lines {
                     say(&line);

@@ -106,7 +106,7 @@ fn follow(
             }
             // Refusals (unknown unit, a bad token) stop at once; a host that went away
             // after answering once is waited for.
-            Err(e) if !connected_once || !e.message.contains("not reachable") => return Err(e),
+            Err(e) if !connected_once || !super::client::is_unreachable(&e) => return Err(e),
             Err(_) => super::print_err(&format!(
                 "waiting for the host (next attempt in {} ms)",
                 wait.as_millis()
