@@ -209,6 +209,7 @@ async fn reload(
             config: args.config.clone(),
             allow_host: Vec::new(),
             allow_private_networks: false,
+            secrets: Vec::new(),
         };
         say(&format!("call {} {}:", call[0], call[1]));
         if let Err(e) = super::call::run_local(call_args).await {

@@ -59,17 +59,20 @@ http://127.0.0.1:8787) with the operator token (--token, or $CONNECTOR_HOST_OPER
 the file ./data/operator-token that `serve` writes).";
 
 const EXAMPLES: &str = "\
-Examples:
-  connector-host serve --config host.toml
-  connector-host inspect target/wasm32-wasip2/release/acme.wasm
-  connector-host pack github-pr.yaml -o github-pr.wasm
-  connector-host call acme.wasm echo '{\"text\": \"hi\"}'
+Examples (FILE.wasm and MANIFEST.yaml stand for your own files):
+  connector-host serve
+  connector-host inspect FILE.wasm
+  connector-host pack MANIFEST.yaml -o FILE.wasm
+  connector-host call FILE.wasm echo '{\"message\": \"hi\"}'
   connector-host units put engineering --display-name 'Engineering'
-  connector-host bind engineering github --config '{\"repo\": \"octo/hello\"}'
+  connector-host bind engineering acme
   connector-host agents put ada --unit engineering
   connector-host tools --agent ada
-  connector-host call ada github.list_issues '{}'
+  connector-host call ada acme.echo '{\"message\": \"hi\"}'
+  connector-host units list
 
+Output: a table or a one-line summary; --json prints the full JSON answer, and --raw the one
+value where there is one (agents token, connectors install).
 Exit codes: 0 success, 1 the request or call failed, 2 bad usage or unreadable input.";
 
 /// `connector-host`.
