@@ -13,6 +13,7 @@ mod containment;
 mod context;
 mod declarative;
 mod declarative_guide;
+mod examples;
 mod fair_share_edge;
 mod fair_share_surfaces;
 mod fair_share_writes;

@@ -12,9 +12,10 @@ Binding writes the binding and a grant of `<namespace>.*` in one step; binding a
 replaces the configuration. The config must match the connector's configSchema
 (see `connector-host connectors get SLUG`).
 
-Examples:
-  connector-host bind engineering github --config '{\"repo\": \"octo/hello\", \"installationId\": 42}'
-  connector-host bind engineering github --config @github-binding.json";
+Examples (BINDING.json stands for a file holding the config):
+  connector-host bind engineering acme
+  connector-host bind engineering github --config '{\"repo\": \"octo/hello\"}'
+  connector-host bind engineering github --config @BINDING.json";
 
 /// `bind`.
 #[derive(Debug, Args)]

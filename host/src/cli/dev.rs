@@ -35,9 +35,9 @@ with --config, and --call runs as that agent over HTTP, as an agent's call would
 the host refuses (rotation_breaks_bindings) is shown with the bindings it would break; the
 loop goes on.
 
-Examples:
-  connector-host dev target/wasm32-wasip2/release/demo.wasm --call hello '{\"name\": \"Ada\"}'
-  connector-host dev target/wasm32-wasip2/release/demo.wasm --live --call hello '{\"name\": \"Ada\"}'
+Examples (FILE.wasm stands for the component your build writes):
+  connector-host dev FILE.wasm --call hello '{\"name\": \"Ada\"}'
+  connector-host dev FILE.wasm --live --call hello '{\"name\": \"Ada\"}'
   # in another terminal: cargo build --target wasm32-wasip2 --release";
 
 /// How often the file is polled.

@@ -19,7 +19,7 @@ const MAX_EVENT_LINE: usize = 64 * 1024 * 1024;
 /// `messages`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples (CURSOR is a placeholder: the `next` of a previous --json answer):\n  connector-host messages engineering --limit 20\n  connector-host messages engineering --after CURSOR\n  connector-host messages engineering --follow\n\nWith --follow, every stored message after --after (all when absent) is printed, then each new\none as it arrives, until interrupted; --json prints one JSON object per line."
+    after_help = "Examples (--after takes the `next` a previous page printed; 0 is the start):\n  connector-host messages engineering --limit 20\n  connector-host messages engineering --after 0\n  connector-host messages engineering --follow\n\nWith --follow, every stored message after --after (all when absent) is printed, then each new\none as it arrives, until interrupted; --json prints one JSON object per line."
 )]
 pub struct MessagesArgs {
     /// The unit.

@@ -19,9 +19,9 @@ pub(crate) const GRANT_HELP: &str = "\
 Explicit grants apply to that unit or agent only (they are not inherited).
 
 Examples:
-  connector-host grant --agent ada --tool github.create_issue
+  connector-host grant --agent ada --tool github.get_issue
   connector-host grant --unit engineering --namespace acme
-  connector-host revoke --agent ada --tool github.create_issue
+  connector-host revoke --agent ada --tool github.get_issue
   connector-host revoke --unit engineering --namespace acme";
 
 /// Longest description shown in the table.

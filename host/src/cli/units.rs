@@ -12,7 +12,7 @@ use super::CliError;
 pub enum UnitsCommand {
     /// List units: every one, the roots (--roots) or one unit's children (--parent)
     #[command(
-        after_help = "Examples:\n  connector-host units list\n  connector-host units list --parent eng\n  connector-host units list --roots --json"
+        after_help = "Examples:\n  connector-host units list\n  connector-host units list --parent acme-corp\n  connector-host units list --roots --json"
     )]
     List(ListUnitsArgs),
     /// Create or update a unit (PUT replaces it: without --parent it becomes a root)
