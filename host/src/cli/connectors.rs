@@ -133,8 +133,15 @@ pub fn run(client: &Client, command: ConnectorsCommand, out: OutputArgs) -> Resu
                     .get("toolChanges")
                     .and_then(Value::as_array)
                     .map_or(0, Vec::len);
+                // Where it came from, when a registry: the reference pulled.
+                let from = c
+                    .get("source")
+                    .and_then(Value::as_str)
+                    .filter(|s| s.starts_with("oci://"))
+                    .map(|s| format!(" from {}", cell(s)))
+                    .unwrap_or_default();
                 format!(
-                    "connector `{}` {verb}: version {}, {} tools, {} tool changes, {}",
+                    "connector `{}` {verb}{from}: version {}, {} tools, {} tool changes, {}",
                     field(&c, "slug"),
                     field(&c, "version"),
                     tool_count(&c),
