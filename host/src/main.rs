@@ -20,7 +20,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     // clap prints help, versions and usage errors itself (usage errors exit with 2).
-    let Cli { remote, command } = Cli::parse();
+    let Cli {
+        remote,
+        output,
+        command,
+    } = Cli::parse();
     init_tracing();
     let result = match command {
         Command::Serve(args) => serve(args),
@@ -32,7 +36,7 @@ fn main() -> ExitCode {
         Command::Dev(args) => block_on(cli::dev::run(args, &remote)),
         Command::Call(args) if args.is_local() => block_on(cli::call::run_local(args)),
         Command::Mcp(args) => cli::mcp::run(&remote, args),
-        command => cli::run_remote(&remote, command),
+        command => cli::run_remote(&remote, output, command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -49,6 +49,15 @@ impl Request {
         }
     }
 
+    /// Appends the query parameter `name=value` to the URL, both percent-encoded (a
+    /// space becomes `%20`, `&` `%26`): `Request::get(base).query("q", "New York")`.
+    pub fn query(mut self, name: &str, value: &str) -> Self {
+        self.url = Url::from(std::mem::take(&mut self.url))
+            .query(name, value)
+            .build();
+        self
+    }
+
     /// A `GET` request.
     pub fn get(url: impl Into<String>) -> Self {
         Request::new("GET", url)
@@ -207,6 +216,106 @@ impl fmt::Display for HttpError {
 
 impl std::error::Error for HttpError {}
 
+/// Characters a URL component keeps as they are: RFC 3986's unreserved set. Everything
+/// else (spaces, `&`, `=`, `/`, `?`, `#`, `+`, non-ASCII) is percent-encoded.
+const COMPONENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// A URL built from a base, path segments and query parameters, each segment and
+/// parameter percent-encoded, so that values from tool arguments (a city name with a
+/// space, a search with `&`) can neither break the URL nor change its meaning.
+///
+/// ```
+/// use connector_sdk::http::Url;
+/// let url = Url::new("https://api.example.com/v1")
+///     .segment("cities")
+///     .segment("São Paulo")
+///     .query("units", "metric")
+///     .query("q", "rain & wind")
+///     .build();
+/// assert_eq!(
+///     url,
+///     "https://api.example.com/v1/cities/S%C3%A3o%20Paulo?units=metric&q=rain%20%26%20wind"
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Url {
+    base: String,
+    query: Vec<String>,
+}
+
+impl Url {
+    /// Starts from `base` (scheme, host and any fixed path, used as given).
+    pub fn new(base: impl Into<String>) -> Self {
+        let base = base.into();
+        // A base that already has a query keeps it; new parameters follow it.
+        match base.split_once('?') {
+            Some((path, query)) if !query.is_empty() => Url {
+                base: path.to_owned(),
+                query: query.split('&').map(str::to_owned).collect(),
+            },
+            Some((path, _)) => Url {
+                base: path.to_owned(),
+                query: Vec::new(),
+            },
+            None => Url {
+                base,
+                query: Vec::new(),
+            },
+        }
+    }
+
+    /// Appends one path segment, percent-encoded (a `/` in it is encoded too).
+    pub fn segment(mut self, segment: &str) -> Self {
+        if !self.base.ends_with('/') {
+            self.base.push('/');
+        }
+        self.base
+            .extend(percent_encoding::utf8_percent_encode(segment, COMPONENT));
+        self
+    }
+
+    /// Appends the query parameter `name=value`, both percent-encoded.
+    pub fn query(mut self, name: &str, value: &str) -> Self {
+        self.query.push(format!(
+            "{}={}",
+            percent_encoding::utf8_percent_encode(name, COMPONENT),
+            percent_encoding::utf8_percent_encode(value, COMPONENT)
+        ));
+        self
+    }
+
+    /// The URL as text.
+    pub fn build(&self) -> String {
+        if self.query.is_empty() {
+            self.base.clone()
+        } else {
+            format!("{}?{}", self.base, self.query.join("&"))
+        }
+    }
+}
+
+impl From<String> for Url {
+    fn from(url: String) -> Self {
+        Url::new(url)
+    }
+}
+
+impl fmt::Display for Url {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.build())
+    }
+}
+
+impl From<Url> for String {
+    fn from(url: Url) -> Self {
+        url.build()
+    }
+}
+
 /// `GET url`.
 pub fn get(url: impl Into<String>) -> Result<Response, HttpError> {
     request(Request::get(url))
@@ -222,6 +331,28 @@ pub fn request(req: Request) -> Result<Response, HttpError> {
         )));
     }
     imp::send(&req, &target)
+}
+
+/// The headers a request goes out with: its own, plus `Content-Length` when the body's
+/// length is known and the caller set no length or transfer encoding. Without it the
+/// host's HTTP client streams the body chunked (`Transfer-Encoding: chunked`), which
+/// servers that need a length refuse (`411 Length Required`) and some read as empty.
+/// A `GET`, `HEAD`, `DELETE` or `OPTIONS` without a body gets none (as browsers send
+/// them); every other method gets one, `0` for an empty body.
+// Outside a component nothing is sent (see `imp`); the unit tests still check it.
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+fn headers_to_send(req: &Request) -> Vec<(String, String)> {
+    let mut headers = req.headers.clone();
+    let framed = headers.iter().any(|(k, _)| {
+        k.eq_ignore_ascii_case("content-length") || k.eq_ignore_ascii_case("transfer-encoding")
+    });
+    let bodiless = ["GET", "HEAD", "DELETE", "OPTIONS"]
+        .iter()
+        .any(|m| req.method.eq_ignore_ascii_case(m));
+    if !framed && (!req.body.is_empty() || !bodiless) {
+        headers.push(("content-length".to_owned(), req.body.len().to_string()));
+    }
+    headers
 }
 
 /// The parts of a URL that wasi:http wants.
@@ -249,7 +380,9 @@ impl<'a> Target<'a> {
             .bytes()
             .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
         {
-            return Err(bad("contains whitespace or control characters"));
+            return Err(bad(
+                "contains whitespace or control characters; build URLs from values with `http::Url` (it percent-encodes path segments and query values)",
+            ));
         }
         let rest = rest.split('#').next().unwrap_or_default();
         let end = rest.find(['/', '?']).unwrap_or(rest.len());
@@ -348,8 +481,7 @@ mod imp {
     }
 
     pub(super) fn send(req: &Request, target: &Target<'_>) -> Result<Response, HttpError> {
-        let entries: Vec<(String, Vec<u8>)> = req
-            .headers
+        let entries: Vec<(String, Vec<u8>)> = super::headers_to_send(req)
             .iter()
             .map(|(k, v)| (k.clone(), v.as_bytes().to_vec()))
             .collect();
@@ -498,6 +630,66 @@ mod tests {
                 "{url}"
             );
         }
+    }
+
+    #[test]
+    fn urls_encode_segments_and_query_values() {
+        let url = Url::new("https://wttr.in")
+            .segment("New York")
+            .query("format", "j1")
+            .build();
+        assert_eq!(url, "https://wttr.in/New%20York?format=j1");
+        assert!(
+            Target::parse(&url).is_ok(),
+            "a space no longer breaks the URL"
+        );
+        let req = Request::get("https://api.example.com/weather?units=metric")
+            .query("city", "New York")
+            .query("a&b", "x=y/z?#+");
+        assert_eq!(
+            req.url,
+            "https://api.example.com/weather?units=metric&city=New%20York&a%26b=x%3Dy%2Fz%3F%23%2B"
+        );
+        assert_eq!(
+            Url::new("http://h/a/").segment("..").build(),
+            "http://h/a/.."
+        );
+        assert_eq!(
+            Url::new("http://h/").segment("a/b").build(),
+            "http://h/a%2Fb"
+        );
+        assert_eq!(
+            Url::new("http://h/x?").query("k", "").build(),
+            "http://h/x?k="
+        );
+    }
+
+    #[test]
+    fn a_known_body_length_is_sent() {
+        let length = |req: &Request| {
+            headers_to_send(req)
+                .into_iter()
+                .filter(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+                .map(|(_, v)| v)
+                .collect::<Vec<_>>()
+        };
+        let post = Request::post("http://h/").body("hello");
+        assert_eq!(length(&post), ["5"]);
+        assert_eq!(length(&Request::put("http://h/")), ["0"]);
+        assert_eq!(length(&Request::get("http://h/")), Vec::<String>::new());
+        assert_eq!(length(&Request::delete("http://h/").body("x")), ["1"]);
+        let own = Request::post("http://h/")
+            .header("Content-Length", "5")
+            .body("hello");
+        assert_eq!(
+            length(&own),
+            ["5"],
+            "the caller's own header is kept, not doubled"
+        );
+        let chunked = Request::post("http://h/")
+            .header("transfer-encoding", "chunked")
+            .body("hello");
+        assert!(length(&chunked).is_empty());
     }
 
     #[test]

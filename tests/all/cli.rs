@@ -100,7 +100,7 @@ async fn an_operators_day_over_the_cli() {
             out
         };
         ok(&["connectors", "install", guests::HOSTILE]);
-        let list = stdout_json(&ok(&["connectors", "list"]));
+        let list = stdout_json(&ok(&["connectors", "list", "--json"]));
         assert!(list["connectors"]
             .as_array()
             .unwrap()
@@ -247,4 +247,66 @@ async fn printed_context_sets_no_other_variable() {
     })
     .await
     .expect("the CLI steps");
+}
+
+/// `call FILE.wasm --secret NAME=VALUE`: the secret reaches a local call whose config
+/// names it (as on a host), and its value is never printed.
+#[test]
+fn a_local_call_reads_a_secret_the_config_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = dir.path().join("github.wasm");
+    std::fs::write(
+        &wasm,
+        connector_bundled::component("github").expect("bundled github"),
+    )
+    .unwrap();
+    let wasm = wasm.to_str().unwrap();
+    let value = "ghp_NeverPrinted0123456789";
+    let config = r#"{"repo": "octo/hello", "patSecret": "ci-bot"}"#;
+    let call = |extra: &[&str]| {
+        let mut args = vec![
+            "call",
+            wasm,
+            "get_issue",
+            r#"{"number": 1}"#,
+            "--config",
+            config,
+            // Only a host the component does not declare: GitHub is never asked.
+            "--allow-host",
+            "127.0.0.1",
+        ];
+        args.extend_from_slice(extra);
+        run(&args, None)
+    };
+    let without = call(&[]);
+    assert_eq!(without.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&without.stderr);
+    assert!(
+        err.contains("the secret `ci-bot` named by patSecret is not configured"),
+        "{err}"
+    );
+
+    let secret = format!("ci-bot={value}");
+    let with = call(&["--secret", &secret, "--secret", "unused=also-secret"]);
+    assert_eq!(with.status.code(), Some(1), "GitHub is out of reach");
+    let err = String::from_utf8_lossy(&with.stderr);
+    assert!(
+        !err.contains("not configured"),
+        "the secret was read: {err}"
+    );
+    assert!(
+        err.contains("does not allow requests to api.github.com"),
+        "{err}"
+    );
+    assert!(err.contains("names no secret `unused`"), "{err}");
+    for out in [&with.stdout, &with.stderr] {
+        let text = String::from_utf8_lossy(out);
+        assert!(
+            !text.contains(value) && !text.contains("also-secret"),
+            "{text}"
+        );
+    }
+    let bad = call(&["--secret", value]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(!String::from_utf8_lossy(&bad.stderr).contains(value));
 }

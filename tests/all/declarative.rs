@@ -2131,3 +2131,47 @@ allow_private_networks = true
     // 8 times the answer: linear work is about 8 times the time, quadratic 64 times.
     assert!(ratio < 24.0, "{ratio:.1}x for 8x the size: {figures}");
 }
+
+/// Binding a declarative GitHub connector to an installation on a host without a GitHub
+/// App says what to configure, and suggests `patSecret` only for the connector whose
+/// schema has it (the bundled `github`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_installation_without_an_app_suggests_only_what_the_schema_has() {
+    let dir = tempfile::tempdir().unwrap();
+    let component = pack(&example("github-pr.yaml"), dir.path(), &[]).await;
+    let host = Served::start("").await;
+    host.install(component).await;
+    host.unit("web").await;
+    for (slug, config, suggests_pat) in [
+        (
+            "gh-pr",
+            json!({"owner": "octo-org", "repo": "hello-world", "installationId": WEB_INSTALLATION}),
+            false,
+        ),
+        (
+            "github",
+            json!({"repo": "octo-org/hello-world", "installationId": WEB_INSTALLATION}),
+            true,
+        ),
+    ] {
+        let (s, b) = host
+            .op(
+                Method::PUT,
+                &format!("/api/v1/units/web/connectors/{slug}"),
+                Some(json!({"config": config})),
+            )
+            .await;
+        assert_eq!(
+            (s, b["error"]["code"].as_str()),
+            (422, Some("github_app_not_configured")),
+            "{slug}: {b}"
+        );
+        let message = b["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("github_app.app_id"), "{slug}: {message}");
+        assert_eq!(
+            message.contains("patSecret"),
+            suggests_pat,
+            "{slug}: {message}"
+        );
+    }
+}

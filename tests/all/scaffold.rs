@@ -176,13 +176,14 @@ fn new_refuses_bad_names() {
         "--no-build",
     ]);
     assert!(out.status.success(), "{}", text(&out));
-    // Not built: the build command comes first in the next steps.
+    // Not built: the build command comes first in the next steps, and only there.
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let build = format!("cd {d} && cargo build --target wasm32-wasip2 --release");
+    assert_eq!(stdout.matches(&build).count(), 1, "{}", text(&out));
+    let steps = stdout.split("Next steps:").nth(1).unwrap_or_default();
     assert!(
-        stdout.contains(&format!(
-            "cd {d} && cargo build --target wasm32-wasip2 --release"
-        )),
-        "{}",
+        steps.trim_start().starts_with(&build),
+        "the build comes first: {}",
         text(&out)
     );
 }
@@ -466,4 +467,60 @@ fn dev_reloads_and_prints_manifest_changes() {
     dev.until("INVALID");
     dev.until("rule: tool_id_pattern");
     dev.until("watching for changes");
+}
+
+/// `dev --live` started before the host: it says it is waiting (with its backoff), then
+/// installs, binds and calls as soon as the host answers, without another rebuild.
+#[test]
+fn dev_live_waits_for_a_host_that_is_not_up_yet() {
+    let port = integration_tests::harness::free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let watched = tempfile::tempdir().unwrap();
+    let file = watched.path().join("hostile.wasm");
+    std::fs::copy(guests::HOSTILE, &file).unwrap();
+    let mut dev = DevLoop::start(&[
+        file.to_str().unwrap(),
+        "--live",
+        "--url",
+        &url,
+        "--token",
+        OPERATOR_TOKEN,
+        "--call",
+        "counter",
+        "{}",
+    ]);
+    let first = dev.until("live: waiting for host at");
+    assert!(
+        first.contains(&url) && first.contains("next attempt in 0.5 s"),
+        "{first}"
+    );
+    dev.until("next attempt in 1.0 s");
+
+    let data = tempfile::tempdir().unwrap();
+    let mut serve = Command::new(host_binary())
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(data.path())
+        .env("CONNECTOR_HOST_OPERATOR_TOKEN", OPERATOR_TOKEN)
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("serve");
+    dev.until("live: the host answers");
+    dev.until("live: installed `hostile`");
+    let call = dev.until("live: call hostile.counter as agent `dev`");
+    let _ = serve.kill();
+    let _ = serve.wait();
+    assert!(!call.contains("failed"), "{call}");
+    let waits = dev
+        .seen
+        .iter()
+        .filter(|l| l.contains("waiting for host"))
+        .count();
+    assert!(waits >= 2, "{:?}", dev.seen);
 }

@@ -245,8 +245,17 @@ impl Catalog {
             !crate::capabilities::installation_ids(&connector.info().config_schema, config)
                 .is_empty();
         if self.config.github_app.is_none() && names_installation {
+            // Another way in is suggested only where this connector's schema has one.
+            let alternative = if connector.info().config_schema["properties"]
+                .get("patSecret")
+                .is_some()
+            {
+                ", or use patSecret"
+            } else {
+                ""
+            };
             return Err(HostError::new(ErrorCode::GithubAppNotConfigured,
-                "this binding names a GitHub App installation, but no GitHub App is configured on this host (set github_app.app_id and github_app.private_key_path, or use patSecret)",
+                format!("this binding names a GitHub App installation, but no GitHub App is configured on this host (set github_app.app_id and github_app.private_key_path{alternative})"),
             ));
         }
         Ok(CheckedBinding {

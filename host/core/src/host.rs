@@ -246,6 +246,27 @@ impl Host {
         self.parts.directory.list_agents()
     }
 
+    /// A page of units (all, roots only, or one unit's children), sorted by id, with
+    /// their own bindings and agent counts.
+    pub fn units_page(
+        &self,
+        parent: &crate::listing::ParentFilter,
+        after: Option<&str>,
+        limit: Option<u32>,
+    ) -> HostResult<crate::listing::Page<crate::listing::UnitSummary>> {
+        crate::listing::units(&self.parts.state.directory(), parent, after, limit)
+    }
+
+    /// A page of agents (all, or the members of `unit`), sorted by id.
+    pub fn agents_page(
+        &self,
+        unit: Option<&str>,
+        after: Option<&str>,
+        limit: Option<u32>,
+    ) -> HostResult<crate::listing::Page<crate::listing::AgentListEntry>> {
+        crate::listing::agents(&self.parts.state.directory(), unit, after, limit)
+    }
+
     /// Unbinds: deletes the binding and exactly its grants in one transaction.
     pub async fn unbind(&self, unit: &str, slug: &str) -> HostResult<()> {
         self.parts.directory.unbind(unit, slug).await

@@ -21,6 +21,7 @@ pub mod github_app;
 pub mod grants;
 pub mod host;
 mod inbox;
+pub mod listing;
 pub mod registry;
 pub mod replicas;
 pub mod sources;

@@ -77,7 +77,12 @@ pub fn pack_file(path: &Path, options: &PackOptions) -> Result<Packed, PackError
             "the manifest is not UTF-8 text",
         )
     })?;
-    let base_dir = path.parent().unwrap_or(Path::new("."));
+    // A bare file name (`pets.yaml`) has the empty path as its parent: its folder is
+    // the current one.
+    let base_dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
     pack_str(&text, &shown, base_dir, options)
 }
 

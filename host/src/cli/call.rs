@@ -29,11 +29,11 @@ A JSON result is printed as is. A result with content blocks (text, images, audi
 resources) is printed as the HTTP API returns it: {\"result\": <structured JSON or null>,
 \"content\": [blocks]}, binary data in base64.
 
-Examples:
-  connector-host call target/wasm32-wasip2/release/acme.wasm echo '{\"text\": \"hi\"}'
-  connector-host call github.wasm list_issues '{}' --config '{\"repo\": \"octo/hello\"}'
-  connector-host call ./my.wasm fetch '{\"url\": \"http://127.0.0.1:8080\"}' --allow-host 127.0.0.1 --allow-private-networks
-  connector-host call ada acme.echo '{\"text\": \"hi\"}'";
+Examples (FILE.wasm stands for your component file, token.txt for a file holding a token):
+  connector-host call FILE.wasm echo '{\"message\": \"hi\"}'
+  connector-host call FILE.wasm get_issue '{\"number\": 1}' --config '{\"repo\": \"octo/hello\", \"patSecret\": \"ci-bot\"}' --secret ci-bot=@token.txt
+  connector-host call FILE.wasm fetch '{\"url\": \"http://127.0.0.1:8080\"}' --allow-host 127.0.0.1 --allow-private-networks
+  connector-host call ada acme.echo '{\"message\": \"hi\"}'";
 
 const LOCAL: &str = "Local call (FILE.wasm)";
 
@@ -64,6 +64,13 @@ pub struct CallArgs {
     /// Let the component reach loopback, private and link-local addresses.
     #[arg(long, help_heading = LOCAL)]
     pub allow_private_networks: bool,
+
+    /// An operator secret the call may read, as `connectors.<slug>.secrets.NAME` would be on
+    /// a host (repeatable). As there, the call reads only the secrets its config names
+    /// (e.g. `"patSecret": "NAME"`). VALUE may be `@FILE` (the file's content, one
+    /// trailing newline dropped); values are never printed.
+    #[arg(long = "secret", value_name = "NAME=VALUE", help_heading = LOCAL)]
+    pub secrets: Vec<String>,
 }
 
 impl CallArgs {
@@ -77,7 +84,10 @@ impl CallArgs {
     }
 
     fn has_local_flags(&self) -> bool {
-        self.config.is_some() || !self.allow_host.is_empty() || self.allow_private_networks
+        self.config.is_some()
+            || !self.allow_host.is_empty()
+            || self.allow_private_networks
+            || !self.secrets.is_empty()
     }
 }
 
@@ -85,7 +95,7 @@ impl CallArgs {
 pub fn run_remote(client: &Client, args: CallArgs) -> Result<(), CliError> {
     if args.has_local_flags() {
         return Err(CliError::usage(format!(
-            "--config, --allow-host and --allow-private-networks only apply to a local call of a component file, \
+            "--config, --secret, --allow-host and --allow-private-networks only apply to a local call of a component file, \
              and `{}` is taken as an agent id (a file name must end in .wasm or contain a `/`)",
             args.target
         )));
@@ -115,6 +125,7 @@ pub async fn run_local(args: CallArgs) -> Result<(), CliError> {
     // Malformed input is reported before the (slow) component load.
     let config = read_json_arg("--config", args.config.as_deref().unwrap_or("{}"))?;
     let arguments = read_json_arg("the JSON arguments", &args.arguments)?;
+    let given = parse_secrets(&args.secrets)?;
     let registry = local_registry()?;
     let connector = prepare(&registry, &bytes).await?;
     let info = connector.info();
@@ -161,11 +172,18 @@ pub async fn run_local(args: CallArgs) -> Result<(), CliError> {
         .and_then(Value::as_u64)
         .into_iter()
         .collect();
+    let secrets = named_secrets(&given, &config);
+    for name in given.keys().filter(|n| !secrets.contains_key(*n)) {
+        super::print_err(&format!(
+            "warning: the config names no secret `{name}`, so (as on a host) the call cannot read it; \
+             name it in the config, e.g. {{\"patSecret\": \"{name}\"}} for github"
+        ));
+    }
     let sandbox = Sandbox {
         connector: Arc::from(info.slug.as_str()),
         outbound: Arc::new(outbound),
         installations: Arc::from(installations),
-        secrets: Arc::new(Default::default()),
+        secrets: Arc::new(secrets),
         caller: Caller::Host,
         memory_bytes: None,
     };
@@ -229,6 +247,70 @@ pub async fn run_local(args: CallArgs) -> Result<(), CliError> {
     }
 }
 
+/// `--secret NAME=VALUE` (or `NAME=@FILE`) flags as a map. A malformed flag is named by
+/// its position and name only: what follows `=` may be a secret.
+fn parse_secrets(flags: &[String]) -> Result<std::collections::BTreeMap<String, String>, CliError> {
+    let mut secrets = std::collections::BTreeMap::new();
+    for (i, flag) in flags.iter().enumerate() {
+        let Some((name, value)) = flag.split_once('=') else {
+            return Err(CliError::usage(format!(
+                "--secret #{} is not NAME=VALUE (its text is not shown: it may be the secret)",
+                i + 1
+            )));
+        };
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        {
+            return Err(CliError::usage(format!(
+                "--secret #{}: the name before `=` must be letters, digits, `.`, `_` or `-`",
+                i + 1
+            )));
+        }
+        let value = match value.strip_prefix('@') {
+            Some(path) => {
+                let mut text = std::fs::read_to_string(path).map_err(|e| {
+                    CliError::usage(format!("--secret {name}: could not read {path}: {e}"))
+                })?;
+                if text.ends_with('\n') {
+                    text.pop();
+                    if text.ends_with('\r') {
+                        text.pop();
+                    }
+                }
+                text
+            }
+            None => value.to_string(),
+        };
+        secrets.insert(name.to_string(), value);
+    }
+    Ok(secrets)
+}
+
+/// The secrets of `given` whose names appear as a string anywhere in `config`: what a
+/// host hands to a call of that binding.
+fn named_secrets(
+    given: &std::collections::BTreeMap<String, String>,
+    config: &Value,
+) -> std::collections::BTreeMap<String, String> {
+    fn strings<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+        match v {
+            Value::String(s) => out.push(s),
+            Value::Array(a) => a.iter().for_each(|v| strings(v, out)),
+            Value::Object(o) => o.values().for_each(|v| strings(v, out)),
+            _ => {}
+        }
+    }
+    let mut named = Vec::new();
+    strings(config, &mut named);
+    given
+        .iter()
+        .filter(|(name, _)| named.contains(&name.as_str()))
+        .map(|(n, v)| (n.clone(), v.clone()))
+        .collect()
+}
+
 /// The contract's error code for a guest failure, then its description.
 fn guest_error(e: &GuestError) -> CliError {
     CliError::failed(format!("{}: {e}", e.code()))
@@ -246,6 +328,23 @@ fn violations(heading: &str, found: &[SchemaViolation]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_are_parsed_and_only_named_ones_given() {
+        let given = parse_secrets(&["ci-bot=ghp_abc=def".into(), "other=x".into()]).unwrap();
+        assert_eq!(given["ci-bot"], "ghp_abc=def");
+        let named = named_secrets(&given, &json!({"repo": "o/r", "patSecret": "ci-bot"}));
+        assert_eq!(named.keys().collect::<Vec<_>>(), ["ci-bot"]);
+        let e = parse_secrets(&["ghp_looks_like_a_token".into()]).unwrap_err();
+        assert_eq!(e.code, 2);
+        assert!(!e.message.contains("ghp_looks"), "{}", e.message);
+        assert!(parse_secrets(&["=v".into()]).is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s");
+        std::fs::write(&file, "from-file\n").unwrap();
+        let given = parse_secrets(&[format!("f=@{}", file.display())]).unwrap();
+        assert_eq!(given["f"], "from-file");
+    }
 
     #[test]
     fn violations_list_pointers() {

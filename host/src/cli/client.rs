@@ -47,6 +47,15 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// `created` for a `201`, `updated` otherwise: what a `PUT` did.
+    pub fn written(&self) -> &'static str {
+        if self.status == StatusCode::CREATED {
+            "created"
+        } else {
+            "updated"
+        }
+    }
+
     /// Prints the body pretty to stdout, or `done` to stderr when there is no body.
     pub fn print(&self, done: &str) {
         match &self.body {
@@ -108,6 +117,78 @@ impl Client {
     /// `GET`.
     pub fn get(&self, segments: &[&str], query: &[(&str, String)]) -> Result<Reply, CliError> {
         self.send(Method::GET, segments, query, Body::Empty)
+    }
+
+    /// Every entry of a paged list (`{"<key>": [...], "next": cursor | null}`), fetched
+    /// page by page with the largest page the API serves.
+    pub fn get_all(
+        &self,
+        segments: &[&str],
+        query: &[(&str, String)],
+        key: &str,
+    ) -> Result<Vec<Value>, CliError> {
+        let mut all = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let mut q = query.to_vec();
+            q.push(("limit", "500".to_string()));
+            if let Some(a) = &after {
+                q.push(("after", a.clone()));
+            }
+            let body = self.get(segments, &q)?.body.unwrap_or(Value::Null);
+            let Some(page) = body.get(key).and_then(Value::as_array) else {
+                return Err(CliError::failed(format!(
+                    "the host answered without a `{key}` list; check that --url names a connector host"
+                )));
+            };
+            all.extend(page.iter().cloned());
+            match body.get("next").and_then(Value::as_str) {
+                // A cursor that does not move on would never end.
+                Some(next) if after.as_deref() != Some(next) && !page.is_empty() => {
+                    after = Some(next.to_string())
+                }
+                _ => return Ok(all),
+            }
+        }
+    }
+
+    /// Opens `GET` on an endpoint that answers with an endless stream (Server-Sent
+    /// Events): no overall time limit, `Last-Event-ID` set to `last_event_id`. An error
+    /// answer is read and returned like any other.
+    pub fn open_stream(
+        &self,
+        segments: &[&str],
+        last_event_id: Option<&str>,
+    ) -> Result<reqwest::blocking::Response, CliError> {
+        let url = self.url(segments, &[]);
+        let http = Http::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(None)
+            .user_agent(concat!("connector-host-cli/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| CliError::failed(format!("could not create the HTTP client: {e}")))?;
+        let mut request = http
+            .get(url)
+            .header(reqwest::header::ACCEPT, "text/event-stream");
+        if let Some(token) = &self.token {
+            request = request.header(AUTHORIZATION, format!("Bearer {token}"));
+        }
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        let response = request.send().map_err(|e| self.transport_error(&e))?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status();
+        let body = connector_remote_answer::read_at_most_blocking(response, 1024 * 1024)
+            .unwrap_or_default();
+        interpret(
+            status,
+            &String::from_utf8_lossy(&body),
+            self.token.is_some(),
+        )?;
+        Err(CliError::failed(format!("the host answered {status}")))
     }
 
     /// `PUT` with a JSON body.
@@ -187,14 +268,14 @@ impl Client {
         let base = self.base.as_str().trim_end_matches('/');
         if e.is_connect() {
             return CliError::failed(format!(
-                "the host is not reachable at {} ({}).\nStart it with `connector-host serve`, or point this command at a running host with --url or CONNECTOR_HOST_URL.",
+                "{UNREACHABLE} {} ({}).\nStart it with `connector-host serve`, or point this command at a running host with --url or CONNECTOR_HOST_URL.",
                 base,
                 root_cause(e)
             ));
         }
         if e.is_timeout() {
             return CliError::failed(format!(
-                "the host at {} did not answer within {} s",
+                "{NO_ANSWER} {} did not answer within {} s",
                 base,
                 REQUEST_TIMEOUT.as_secs()
             ));
@@ -280,7 +361,7 @@ pub fn interpret(status: StatusCode, text: &str, sent_token: bool) -> Result<Rep
                 .get("message")
                 .and_then(Value::as_str)
                 .unwrap_or("(no message)");
-            let mut message = format!("{code}: {text}");
+            let mut message = format!("{code}: {}", in_cli_terms(text));
             if let Some(details) = error.get("details").filter(|d| !d.is_null()) {
                 let details =
                     serde_json::to_string_pretty(details).unwrap_or_else(|_| details.to_string());
@@ -303,6 +384,25 @@ pub fn interpret(status: StatusCode, text: &str, sent_token: bool) -> Result<Rep
         ));
     }
     Err(CliError::failed(message))
+}
+
+/// Whether `e` says the host did not answer at all (nothing listening, refused, or no
+/// answer in time), rather than answering with a refusal.
+pub fn is_unreachable(e: &CliError) -> bool {
+    e.message.starts_with(UNREACHABLE) || e.message.starts_with(NO_ANSWER)
+}
+
+const UNREACHABLE: &str = "the host is not reachable at";
+const NO_ANSWER: &str = "the host at";
+
+/// The host's error message with the HTTP query parameters it suggests written as the
+/// flags of the commands that send them (`connectors install --force`,
+/// `connectors remove --force`, `connectors install --accept-tool-changes`).
+fn in_cli_terms(message: &str) -> String {
+    message
+        .replace("delete with ?force=true", "remove with --force")
+        .replace("with ?force=true", "with --force")
+        .replace("with ?acceptToolChanges=true", "with --accept-tool-changes")
 }
 
 fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {

@@ -30,7 +30,7 @@ pub enum EnvFormat {
 /// `context`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  connector-host context ada                         # the JSON answer\n  connector-host context ada --env                   # NAME='value' lines: eval \"$(connector-host context ada --env)\"\n  connector-host context ada --env --format dotenv   # NAME=\"value\" lines for an env file\n  connector-host context ada --write-files /work     # writes .spring/connectors/<slug>/... under /work"
+    after_help = "Examples:\n  connector-host context ada                         # the JSON answer\n  connector-host context ada --env                   # NAME='value' lines: eval \"$(connector-host context ada --env)\"\n  connector-host context ada --env --format dotenv   # NAME=\"value\" lines for an env file\n  connector-host context ada --write-files DIR       # writes .spring/connectors/<slug>/... under DIR (a placeholder)"
 )]
 pub struct ContextArgs {
     /// The agent.

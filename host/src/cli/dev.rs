@@ -35,9 +35,9 @@ with --config, and --call runs as that agent over HTTP, as an agent's call would
 the host refuses (rotation_breaks_bindings) is shown with the bindings it would break; the
 loop goes on.
 
-Examples:
-  connector-host dev target/wasm32-wasip2/release/demo.wasm --call hello '{\"name\": \"Ada\"}'
-  connector-host dev target/wasm32-wasip2/release/demo.wasm --live --call hello '{\"name\": \"Ada\"}'
+Examples (FILE.wasm stands for the component your build writes):
+  connector-host dev FILE.wasm --call hello '{\"name\": \"Ada\"}'
+  connector-host dev FILE.wasm --live --call hello '{\"name\": \"Ada\"}'
   # in another terminal: cargo build --target wasm32-wasip2 --release";
 
 /// How often the file is polled.
@@ -191,7 +191,7 @@ async fn reload(
             config: session.config.clone(),
             call: session.call.clone(),
         };
-        match tokio::task::spawn_blocking(move || live.sync(rebuild)).await {
+        match tokio::task::spawn_blocking(move || live.sync(rebuild, &say)).await {
             Ok(lines) => {
                 for line in lines {
                     say(&line);
@@ -209,6 +209,7 @@ async fn reload(
             config: args.config.clone(),
             allow_host: Vec::new(),
             allow_private_networks: false,
+            secrets: Vec::new(),
         };
         say(&format!("call {} {}:", call[0], call[1]));
         if let Err(e) = super::call::run_local(call_args).await {

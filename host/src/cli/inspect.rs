@@ -15,8 +15,8 @@ Runs the same checks as installing into a host (component world, naming rules, s
 without a host. Prints the `Connector` JSON on success; on failure prints the error, the
 rule it broke and the offending id, and exits with 1.
 
-Example:
-  connector-host inspect target/wasm32-wasip2/release/acme.wasm";
+Example (FILE.wasm stands for your component file):
+  connector-host inspect FILE.wasm";
 
 /// `inspect`.
 #[derive(Debug, Args)]

@@ -51,7 +51,11 @@ impl Live {
     /// Installs, binds and calls (blocking); returns the lines to print. A step the host
     /// refuses is reported in the lines and ends this round (the loop goes on with the
     /// next build).
-    pub fn sync(&self, rebuild: Rebuild) -> Vec<String> {
+    ///
+    /// A host that does not answer (not started yet, restarting) is waited for: `say`
+    /// is told at once, then asked again with a backoff that doubles up to
+    /// [`MAX_WAIT`], until it answers.
+    pub fn sync(&self, rebuild: Rebuild, say: &dyn Fn(&str)) -> Vec<String> {
         let mut lines = Vec::new();
         let round = Client::new(&self.remote).map(|client| Round {
             client,
@@ -60,6 +64,7 @@ impl Live {
         });
         match round {
             Ok(round) => {
+                round.wait_for_host(say);
                 if let Err(e) = round.steps(rebuild, &mut lines) {
                     lines.push(e);
                 }
@@ -70,7 +75,38 @@ impl Live {
     }
 }
 
+/// The first wait for a host that does not answer, and the longest.
+const FIRST_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Round<'_> {
+    /// Returns once the host answers at all (any status: a refusal is for the steps to
+    /// report), saying so while it does not.
+    fn wait_for_host(&self, say: &dyn Fn(&str)) {
+        let mut wait = FIRST_WAIT;
+        let mut waited = false;
+        loop {
+            match self.client.get(&["connectors"], &[]) {
+                Err(e) if super::client::is_unreachable(&e) => {
+                    say(&format!(
+                        "live: waiting for host at {} (not answering; next attempt in {:.1} s)",
+                        self.client.base().as_str().trim_end_matches('/'),
+                        wait.as_secs_f64()
+                    ));
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(MAX_WAIT);
+                    waited = true;
+                }
+                _ => {
+                    if waited {
+                        say("live: the host answers");
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
     fn steps(&self, rebuild: Rebuild, lines: &mut Vec<String>) -> Result<(), String> {
         let base = self
             .client

@@ -27,6 +27,7 @@ pub mod mcp;
 pub mod messages;
 pub mod new;
 pub(crate) mod new_lang;
+pub mod output;
 pub mod pack;
 pub mod registry;
 pub mod serve;
@@ -58,17 +59,20 @@ http://127.0.0.1:8787) with the operator token (--token, or $CONNECTOR_HOST_OPER
 the file ./data/operator-token that `serve` writes).";
 
 const EXAMPLES: &str = "\
-Examples:
-  connector-host serve --config host.toml
-  connector-host inspect target/wasm32-wasip2/release/acme.wasm
-  connector-host pack github-pr.yaml -o github-pr.wasm
-  connector-host call acme.wasm echo '{\"text\": \"hi\"}'
+Examples (FILE.wasm and MANIFEST.yaml stand for your own files):
+  connector-host serve
+  connector-host inspect FILE.wasm
+  connector-host pack MANIFEST.yaml -o FILE.wasm
+  connector-host call FILE.wasm echo '{\"message\": \"hi\"}'
   connector-host units put engineering --display-name 'Engineering'
-  connector-host bind engineering github --config '{\"repo\": \"octo/hello\"}'
+  connector-host bind engineering acme
   connector-host agents put ada --unit engineering
   connector-host tools --agent ada
-  connector-host call ada github.list_issues '{}'
+  connector-host call ada acme.echo '{\"message\": \"hi\"}'
+  connector-host units list
 
+Output: a table or a one-line summary; --json prints the full JSON answer, and --raw the one
+value where there is one (agents token, connectors install).
 Exit codes: 0 success, 1 the request or call failed, 2 bad usage or unreadable input.";
 
 /// `connector-host`.
@@ -77,6 +81,8 @@ Exit codes: 0 success, 1 the request or call failed, 2 bad usage or unreadable i
 pub struct Cli {
     #[command(flatten)]
     pub remote: RemoteArgs,
+    #[command(flatten)]
+    pub output: output::OutputArgs,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -174,6 +180,7 @@ pub enum Command {
     Grant(tools::GrantArgs),
 
     /// Revoke an explicit grant from a unit or an agent
+    #[command(after_help = tools::GRANT_HELP)]
     Revoke(tools::RevokeArgs),
 
     /// List, show, install and remove connectors of the running host
@@ -265,20 +272,24 @@ impl std::error::Error for CliError {}
 
 /// Runs a command that talks to a running host. (`serve`, `inspect` and a local `call`
 /// need an async runtime and are run by `main`.)
-pub fn run_remote(remote: &RemoteArgs, command: Command) -> Result<(), CliError> {
+pub fn run_remote(
+    remote: &RemoteArgs,
+    out: output::OutputArgs,
+    command: Command,
+) -> Result<(), CliError> {
     let client = client::Client::new(remote)?;
     match command {
-        Command::Units(cmd) => units::run(&client, cmd),
-        Command::Agents(cmd) => agents::run(&client, cmd),
-        Command::Bind(args) => bindings::bind(&client, args),
-        Command::Unbind(args) => bindings::unbind(&client, args),
-        Command::Bindings(args) => bindings::list(&client, args),
-        Command::Tools(args) => tools::list(&client, args),
-        Command::Grant(args) => tools::grant(&client, args),
-        Command::Revoke(args) => tools::revoke(&client, args),
+        Command::Units(cmd) => units::run(&client, cmd, out),
+        Command::Agents(cmd) => agents::run(&client, cmd, out),
+        Command::Bind(args) => bindings::bind(&client, args, out),
+        Command::Unbind(args) => bindings::unbind(&client, args, out),
+        Command::Bindings(args) => bindings::list(&client, args, out),
+        Command::Tools(args) => tools::list(&client, args, out),
+        Command::Grant(args) => tools::grant(&client, args, out),
+        Command::Revoke(args) => tools::revoke(&client, args, out),
         Command::Call(args) => call::run_remote(&client, args),
-        Command::Connectors(cmd) => connectors::run(&client, cmd),
-        Command::Messages(args) => messages::run(&client, args),
+        Command::Connectors(cmd) => connectors::run(&client, cmd, out),
+        Command::Messages(args) => messages::run(&client, args, out),
         Command::Context(args) => context::run(&client, args),
         Command::Mcp(args) => mcp::run(remote, args),
         Command::Serve(_)
@@ -478,7 +489,7 @@ mod tests {
             panic!("not tools")
         };
         assert_eq!(args.subject.path(), ("agents", "ada"));
-        assert!(args.json);
+        assert!(cli.output.json);
 
         let cli = parse(&["grant", "--unit", "eng", "--namespace", "acme"]).expect("parses");
         let Command::Grant(args) = cli.command else {
@@ -501,11 +512,18 @@ mod tests {
         ])
         .is_err());
 
-        let cli = parse(&["revoke", "--agent", "ada", "acme.echo"]).expect("parses");
+        // One argument style for both: revoke names its target as grant does.
+        let cli = parse(&["revoke", "--agent", "ada", "--tool", "acme.echo"]).expect("parses");
         let Command::Revoke(args) = cli.command else {
             panic!("not revoke")
         };
-        assert_eq!(args.tool_or_namespace, "acme.echo");
+        assert_eq!(args.target.name(), "acme.echo");
+        let cli = parse(&["revoke", "--unit", "eng", "--namespace", "acme"]).expect("parses");
+        let Command::Revoke(args) = cli.command else {
+            panic!("not revoke")
+        };
+        assert_eq!(args.target.name(), "acme");
+        assert!(parse(&["revoke", "--agent", "ada", "acme.echo"]).is_err());
     }
 
     #[test]

@@ -94,14 +94,25 @@ pub fn run(args: NewArgs) -> Result<(), CliError> {
         display_path(&wasm)
     };
     let mut steps = String::from("\nNext steps:\n");
-    if args.no_build {
-        steps.push_str(&format!("  {build}\n"));
-    }
+    // The build command is printed once: first when nothing is built yet, else as what
+    // to run after each edit.
+    let (build_first, build_after) = if args.no_build {
+        (
+            format!("  {build}   # build it; again after each edit\n"),
+            String::new(),
+        )
+    } else {
+        (
+            String::new(),
+            format!("  {build}   # in another terminal, after each edit\n"),
+        )
+    };
+    steps.push_str(&build_first);
     steps.push_str(&format!(
         "  connector-host dev {wasm} --live --call hello '{{\"name\": \"Ada\"}}'\n  \
          \x20   # with a host running (connector-host serve): installs, binds on unit `dev`,\n  \
-         \x20   # calls as agent `dev`; again on every rebuild:\n  \
-         {build}   # in another terminal, after each edit\n\
+         \x20   # calls as agent `dev`; again on every rebuild\n\
+         {build_after}\
          \n\
          Also:\n  \
            connector-host inspect {wasm}\n  \

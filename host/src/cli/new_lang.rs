@@ -77,18 +77,25 @@ pub fn run(args: NewArgs, namespace: String, dir: PathBuf) -> Result<(), CliErro
         "\nNext steps:\n  \
          {build_step}connector-host dev {wasm} --live --call hello '{{\"name\": \"Ada\"}}'\n  \
          \x20   # with a host running (connector-host serve): installs, binds on unit `dev`,\n  \
-         \x20   # calls as agent `dev`; again on every rebuild:\n  \
-         (cd {shown} && {build})   # in another terminal, after each edit\n\
+         \x20   # calls as agent `dev`; again on every rebuild\n\
+         {build_after}\
          \n\
          Also:\n  \
            connector-host inspect {wasm}\n  \
            connector-host call {wasm} hello '{{\"name\": \"Ada\"}}'   # a local call, no host needed\n\
          \n\
          The guide: docs/writing-a-connector.md in the connector-host repository.\n",
+        // The build command is printed once: first when nothing is built yet, else as
+        // what to run after each edit.
         build_step = if args.no_build {
-            format!("(cd {shown} && {build})\n  ")
+            format!("(cd {shown} && {build})   # build it; again after each edit\n  ")
         } else {
             String::new()
+        },
+        build_after = if args.no_build {
+            String::new()
+        } else {
+            format!("  (cd {shown} && {build})   # in another terminal, after each edit\n")
         },
     ));
     Ok(())

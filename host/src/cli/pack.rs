@@ -202,7 +202,42 @@ fn summary(manifest: &Path, output: &Path, packed: &Packed) -> String {
     for w in &packed.warnings {
         out.push_str(&format!("warning: {w}\n"));
     }
+    if let Some(bundled) = bundled_conflict(&plan.slug) {
+        out.push_str(&format!("warning: {bundled}\n"));
+    }
     out
+}
+
+/// Why a host with the bundled connectors would refuse `slug` (`slug_conflict` or an
+/// owned slug), if it would: said at pack time, since the slug is the manifest's `name:`.
+fn bundled_conflict(slug: &str) -> Option<String> {
+    let bundled = connector_bundled::components();
+    let conflicts = |s: &str| {
+        bundled
+            .iter()
+            .map(|c| c.name)
+            .find(|name| *name == s || connector_core::registry::slugs_conflict(s, name))
+    };
+    let other = conflicts(slug)?;
+    let why = if other == slug {
+        "the slug is taken"
+    } else {
+        "slug_conflict: their SPRING_CONNECTOR_<SLUG>_ prefixes overlap"
+    };
+    // A prefix keeps the name recognisable and moves it off the other's prefix.
+    let suggestion = ["my-", "x-", "own-"]
+        .iter()
+        .map(|p| format!("{p}{slug}"))
+        .find(|s| connector_model::ids::check_id("connector", s).is_ok() && conflicts(s).is_none());
+    let mut text = format!(
+        "the slug `{slug}` (the manifest's `name:`) conflicts with the bundled connector \
+         `{other}`: a host that installs the bundled connectors (`connector-host serve` \
+         does) refuses it ({why}); give the manifest another `name:`"
+    );
+    if let Some(s) = suggestion {
+        text.push_str(&format!(", e.g. `{s}`"));
+    }
+    Some(text)
 }
 
 #[cfg(test)]
@@ -216,6 +251,20 @@ mod tests {
     fn slot_plan(component: &[u8]) -> serde_json::Value {
         let plan = declarative_plan::embedded(component).expect("the component has a filled slot");
         serde_json::from_slice(plan).expect("the slot holds JSON")
+    }
+
+    #[test]
+    fn a_slug_a_bundled_connector_conflicts_with_is_warned_about() {
+        let warning = super::bundled_conflict("github-file").expect("conflicts with github");
+        assert!(
+            warning.contains("`github`") && warning.contains("name:"),
+            "{warning}"
+        );
+        assert!(warning.contains("`my-github-file`"), "{warning}");
+        assert!(super::bundled_conflict("github").is_some());
+        assert!(super::bundled_conflict("acme").is_some());
+        assert!(super::bundled_conflict("gh-file").is_none());
+        assert!(super::bundled_conflict("pets").is_none());
     }
 
     #[test]

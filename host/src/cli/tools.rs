@@ -4,6 +4,7 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use super::client::{Body, Client};
+use super::output::{self, cell, OutputArgs};
 use super::CliError;
 
 pub(crate) const TOOLS_HELP: &str = "\
@@ -18,9 +19,10 @@ pub(crate) const GRANT_HELP: &str = "\
 Explicit grants apply to that unit or agent only (they are not inherited).
 
 Examples:
-  connector-host grant --agent ada --tool github.create_issue
+  connector-host grant --agent ada --tool github.get_issue
   connector-host grant --unit engineering --namespace acme
-  connector-host revoke --agent ada github.create_issue";
+  connector-host revoke --agent ada --tool github.get_issue
+  connector-host revoke --unit engineering --namespace acme";
 
 /// Longest description shown in the table.
 const DESCRIPTION_WIDTH: usize = 60;
@@ -62,6 +64,14 @@ pub struct GrantTarget {
 }
 
 impl GrantTarget {
+    /// The tool id or the namespace.
+    pub fn name(&self) -> &str {
+        self.tool
+            .as_deref()
+            .or(self.namespace.as_deref())
+            .unwrap_or_default()
+    }
+
     /// The request body.
     pub fn body(&self) -> Value {
         match (&self.tool, &self.namespace) {
@@ -77,9 +87,6 @@ impl GrantTarget {
 pub struct ToolsArgs {
     #[command(flatten)]
     pub subject: Subject,
-    /// Print the JSON answer instead of a table.
-    #[arg(long)]
-    pub json: bool,
 }
 
 /// `grant`.
@@ -96,42 +103,56 @@ pub struct GrantArgs {
 pub struct RevokeArgs {
     #[command(flatten)]
     pub subject: Subject,
-    /// The tool id or namespace of the explicit grant.
-    #[arg(value_name = "TOOL_OR_NAMESPACE")]
-    pub tool_or_namespace: String,
+    #[command(flatten)]
+    pub target: GrantTarget,
 }
 
 /// `tools (--unit U | --agent A)`.
-pub fn list(client: &Client, args: ToolsArgs) -> Result<(), CliError> {
+pub fn list(client: &Client, args: ToolsArgs, out: OutputArgs) -> Result<(), CliError> {
     let (kind, id) = args.subject.path();
     let reply = client.get(&[kind, id, "tools"], &[])?;
     let body = reply.body.unwrap_or(Value::Null);
-    if args.json {
-        super::print_json(&body);
-        return Ok(());
-    }
     let Some(tools) = body.get("tools").and_then(Value::as_array) else {
         return Err(CliError::failed("the host answered without a `tools` list"));
     };
-    super::print_out(&render_tools_table(tools));
+    output::show(out, &body, || render_tools_table(tools));
     Ok(())
 }
 
-/// `grant`.
-pub fn grant(client: &Client, args: GrantArgs) -> Result<(), CliError> {
+/// `unit `x`` or `agent `x``.
+fn subject_name(subject: &Subject) -> String {
+    let (kind, id) = subject.path();
+    format!("{} `{}`", kind.trim_end_matches('s'), cell(id))
+}
+
+/// `grant (--unit U | --agent A) (--tool T | --namespace N)`.
+pub fn grant(client: &Client, args: GrantArgs, out: OutputArgs) -> Result<(), CliError> {
     let (kind, id) = args.subject.path();
-    client
+    let grant = client
         .post(&[kind, id, "grants"], Body::Json(args.target.body()))?
-        .print("granted");
+        .body
+        .unwrap_or(Value::Null);
+    output::show(out, &grant, || {
+        format!(
+            "granted `{}` to {}",
+            cell(args.target.name()),
+            subject_name(&args.subject)
+        )
+    });
     Ok(())
 }
 
-/// `revoke`.
-pub fn revoke(client: &Client, args: RevokeArgs) -> Result<(), CliError> {
+/// `revoke (--unit U | --agent A) (--tool T | --namespace N)`.
+pub fn revoke(client: &Client, args: RevokeArgs, out: OutputArgs) -> Result<(), CliError> {
     let (kind, id) = args.subject.path();
-    client
-        .delete(&[kind, id, "grants", &args.tool_or_namespace], &[])?
-        .print(&format!("`{}` revoked", args.tool_or_namespace));
+    client.delete(&[kind, id, "grants", args.target.name()], &[])?;
+    output::show(out, &Value::Null, || {
+        format!(
+            "revoked `{}` from {}",
+            cell(args.target.name()),
+            subject_name(&args.subject)
+        )
+    });
     Ok(())
 }
 

@@ -62,9 +62,16 @@ def request(method: str, url: str, headers: Optional[dict[str, str]] = None, bod
         "PATCH": t.Method_Patch,
         "OPTIONS": t.Method_Options,
     }
-    fields = t.Fields.from_list([(k.lower(), v.encode()) for k, v in (headers or {}).items()])
-    req = t.OutgoingRequest(fields)
     upper = method.upper()
+    data = (body.encode() if isinstance(body, str) else body) if body else b""
+    pairs = [(k.lower(), v.encode()) for k, v in (headers or {}).items()]
+    # A known body length goes out as Content-Length: without it the host streams the body
+    # chunked, which servers that need a length refuse (411) and some read as empty.
+    framed = any(k in ("content-length", "transfer-encoding") for k, _ in pairs)
+    if not framed and (data or upper not in ("GET", "HEAD", "DELETE", "OPTIONS")):
+        pairs.append(("content-length", str(len(data)).encode()))
+    fields = t.Fields.from_list(pairs)
+    req = t.OutgoingRequest(fields)
     req.set_method(methods[upper]() if upper in methods else t.Method_Other(method))
     req.set_scheme(t.Scheme_Https() if parts.scheme == "https" else t.Scheme_Http())
     req.set_authority(parts.netloc)
@@ -74,8 +81,7 @@ def request(method: str, url: str, headers: Optional[dict[str, str]] = None, bod
         future = outgoing_handler.handle(req, None)
     except Err as e:
         raise HttpError(f"{method} {url} refused: {e.value}") from None
-    if body:
-        data = body.encode() if isinstance(body, str) else body
+    if data:
         with outgoing.write() as stream:
             for i in range(0, len(data), 4096):
                 stream.blocking_write_and_flush(data[i : i + 4096])

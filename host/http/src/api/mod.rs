@@ -5,6 +5,7 @@
 //! cannot disagree.
 
 mod install;
+mod lists;
 
 use crate::ApiError;
 use axum::body::{Body, Bytes};
@@ -53,6 +54,8 @@ pub fn routes() -> Router<Host> {
             "/connectors/{slug}",
             get(get_connector).delete(delete_connector),
         )
+        .route("/units", get(lists::list_units))
+        .route("/agents", get(lists::list_agents))
         .route(
             "/units/{unit}",
             put(put_unit).get(get_unit).delete(delete_unit),

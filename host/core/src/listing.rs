@@ -1,0 +1,187 @@
+//! Paged lists of units and agents (CONTRACT §3 `GET /units`, `GET /agents`).
+//!
+//! Both lists are read from the in-memory directory, sorted by id; the cursor is the id
+//! of the last entry a page returned, so a page stays correct while entries are added or
+//! removed between requests (nothing is skipped or shown twice that existed throughout).
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::grants::Directory;
+use connector_model::error::{HostError, HostResult};
+use connector_model::ids::{check_id, truncate};
+
+/// The page size when a request names none.
+pub const DEFAULT_PAGE: u32 = 100;
+/// The largest page a request may ask for.
+pub const MAX_PAGE: u32 = 500;
+
+/// A unit as a list shows it (the contract's `UnitSummary`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnitSummary {
+    pub id: String,
+    pub parent: Option<String>,
+    pub display_name: Option<String>,
+    /// Slugs of its own bindings (not inherited ones), sorted.
+    pub bindings: Vec<String>,
+    /// How many agents have it among their units.
+    pub agents: usize,
+}
+
+/// An agent as a list shows it (the contract's `AgentSummary`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentListEntry {
+    pub id: String,
+    /// Its units, primary first.
+    pub units: Vec<String>,
+    pub display_name: Option<String>,
+}
+
+/// One page of a list: its entries and the cursor of the next page (none past the end).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page<T> {
+    pub entries: Vec<T>,
+    pub next: Option<String>,
+}
+
+/// Which units `GET /units` lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParentFilter {
+    /// Every unit.
+    Any,
+    /// Units without a parent.
+    Roots,
+    /// The children of this unit.
+    Of(String),
+}
+
+/// Checks `limit` and `after` as a request gave them.
+fn bounds(after: Option<&str>, limit: Option<u32>) -> HostResult<usize> {
+    let limit = limit.unwrap_or(DEFAULT_PAGE);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(HostError::invalid_request(format!(
+            "`limit` must be between 1 and {MAX_PAGE}, not {limit}"
+        )));
+    }
+    if let Some(after) = after {
+        check_id("cursor", after).map_err(|_| {
+            HostError::invalid_request(format!(
+                "`after` must be a cursor a previous page returned as `next`, not `{}`",
+                truncate(after, 80)
+            ))
+        })?;
+    }
+    Ok(limit as usize)
+}
+
+/// Cuts the sorted `ids` to the page after `after` of `limit` entries.
+fn page_of<T>(
+    mut sorted: Vec<T>,
+    id: impl Fn(&T) -> &str,
+    after: Option<&str>,
+    limit: usize,
+) -> Page<T> {
+    if let Some(after) = after {
+        sorted.retain(|e| id(e) > after);
+    }
+    let next = if sorted.len() > limit {
+        sorted.truncate(limit);
+        sorted.last().map(|e| id(e).to_string())
+    } else {
+        None
+    };
+    Page {
+        entries: sorted,
+        next,
+    }
+}
+
+/// A page of units, sorted by id.
+pub fn units(
+    directory: &Directory,
+    parent: &ParentFilter,
+    after: Option<&str>,
+    limit: Option<u32>,
+) -> HostResult<Page<UnitSummary>> {
+    let limit = bounds(after, limit)?;
+    if let ParentFilter::Of(p) = parent {
+        check_id("unit", p)?;
+        if directory.unit(p).is_none() {
+            return Err(HostError::not_found(format!("unit `{p}` does not exist")));
+        }
+    }
+    let mut chosen: Vec<_> = directory
+        .units()
+        .filter(|u| match parent {
+            ParentFilter::Any => true,
+            ParentFilter::Roots => u.parent.is_none(),
+            ParentFilter::Of(p) => u.parent.as_deref() == Some(p.as_str()),
+        })
+        .collect();
+    chosen.sort_by(|a, b| a.id.cmp(&b.id));
+    let page = page_of(chosen, |u| u.id.as_str(), after, limit);
+    let mut agents: HashMap<&str, usize> =
+        page.entries.iter().map(|u| (u.id.as_str(), 0)).collect();
+    for a in directory.agents() {
+        for u in &a.units {
+            if let Some(n) = agents.get_mut(u.as_str()) {
+                *n += 1;
+            }
+        }
+    }
+    let entries = page
+        .entries
+        .iter()
+        .map(|u| UnitSummary {
+            id: u.id.clone(),
+            parent: u.parent.clone(),
+            display_name: u.display_name.clone(),
+            bindings: directory
+                .bindings_of(&u.id)
+                .map(|b| b.connector.clone())
+                .collect(),
+            agents: agents.get(u.id.as_str()).copied().unwrap_or(0),
+        })
+        .collect();
+    Ok(Page {
+        entries,
+        next: page.next,
+    })
+}
+
+/// A page of agents (all, or those with `unit` among their units), sorted by id.
+pub fn agents(
+    directory: &Directory,
+    unit: Option<&str>,
+    after: Option<&str>,
+    limit: Option<u32>,
+) -> HostResult<Page<AgentListEntry>> {
+    let limit = bounds(after, limit)?;
+    if let Some(u) = unit {
+        check_id("unit", u)?;
+        if directory.unit(u).is_none() {
+            return Err(HostError::not_found(format!("unit `{u}` does not exist")));
+        }
+    }
+    let mut chosen: Vec<_> = directory
+        .agents()
+        .filter(|a| unit.is_none_or(|u| a.units.iter().any(|x| x == u)))
+        .collect();
+    chosen.sort_by(|a, b| a.id.cmp(&b.id));
+    let page = page_of(chosen, |a| a.id.as_str(), after, limit);
+    Ok(Page {
+        entries: page
+            .entries
+            .iter()
+            .map(|a| AgentListEntry {
+                id: a.id.clone(),
+                units: a.units.clone(),
+                display_name: a.display_name.clone(),
+            })
+            .collect(),
+        next: page.next,
+    })
+}
