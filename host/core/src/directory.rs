@@ -51,8 +51,9 @@ pub struct AgentView {
     pub effective_tools: Arc<ResolvedTools>,
 }
 
-/// An agent as a list shows it: no tools, no token state.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An agent as a list shows it (the contract's `AgentSummary`): no tools, no token state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct AgentSummary {
     /// Its id.
     pub id: String,

@@ -263,7 +263,7 @@ impl Host {
         unit: Option<&str>,
         after: Option<&str>,
         limit: Option<u32>,
-    ) -> HostResult<crate::listing::Page<crate::listing::AgentListEntry>> {
+    ) -> HostResult<crate::listing::Page<AgentSummary>> {
         crate::listing::agents(&self.parts.state.directory(), unit, after, limit)
     }
 

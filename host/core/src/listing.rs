@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
+use crate::directory::AgentSummary;
 use crate::grants::Directory;
 use connector_model::error::{HostError, HostResult};
 use connector_model::ids::{check_id, truncate};
@@ -21,8 +22,11 @@ pub const MAX_PAGE: u32 = 500;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UnitSummary {
+    /// Its id.
     pub id: String,
+    /// Its parent unit, if any.
     pub parent: Option<String>,
+    /// Its name for people.
     pub display_name: Option<String>,
     /// Slugs of its own bindings (not inherited ones), sorted.
     pub bindings: Vec<String>,
@@ -30,20 +34,12 @@ pub struct UnitSummary {
     pub agents: usize,
 }
 
-/// An agent as a list shows it (the contract's `AgentSummary`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AgentListEntry {
-    pub id: String,
-    /// Its units, primary first.
-    pub units: Vec<String>,
-    pub display_name: Option<String>,
-}
-
 /// One page of a list: its entries and the cursor of the next page (none past the end).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Page<T> {
+    /// This page's entries, sorted by id.
     pub entries: Vec<T>,
+    /// The `after` of the next page (`None`: this is the last).
     pub next: Option<String>,
 }
 
@@ -158,7 +154,7 @@ pub fn agents(
     unit: Option<&str>,
     after: Option<&str>,
     limit: Option<u32>,
-) -> HostResult<Page<AgentListEntry>> {
+) -> HostResult<Page<AgentSummary>> {
     let limit = bounds(after, limit)?;
     if let Some(u) = unit {
         check_id("unit", u)?;
@@ -176,7 +172,7 @@ pub fn agents(
         entries: page
             .entries
             .iter()
-            .map(|a| AgentListEntry {
+            .map(|a| AgentSummary {
                 id: a.id.clone(),
                 units: a.units.clone(),
                 display_name: a.display_name.clone(),
