@@ -33,6 +33,8 @@ pub mod pages;
 pub mod session;
 mod trust;
 
+use connector_model::audit::Actor;
+use sha2::Digest;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -225,7 +227,7 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 
 /// A signed-in request. A request without a live session is sent to the sign-in page
 /// (a `GET`) or refused (anything else).
-pub struct SignedIn(Session);
+pub struct SignedIn(Session, Actor);
 
 impl axum::extract::FromRequestParts<Host> for SignedIn {
     type Rejection = Response;
@@ -249,7 +251,13 @@ impl axum::extract::FromRequestParts<Host> for SignedIn {
                 )
             })?;
         match session::cookie_id(&parts.headers).and_then(|id| sessions.get(id)) {
-            Some(s) => Ok(SignedIn(s)),
+            Some(s) => {
+                // The session's id is its cookie, a secret: the audit log names it by a
+                // digest that cannot be turned back into the cookie.
+                let digest = session::cookie_id(&parts.headers)
+                    .map(|id| hex::encode(&sha2::Sha256::digest(id.as_bytes())[..6]));
+                Ok(SignedIn(s, Actor::console(digest)))
+            }
             None if parts.method == Method::GET || parts.method == Method::HEAD => {
                 Err(see_other("/console/sign-in"))
             }
@@ -262,6 +270,11 @@ impl axum::extract::FromRequestParts<Host> for SignedIn {
 }
 
 impl SignedIn {
+    /// The session as the audit log names it.
+    fn actor(&self) -> Actor {
+        self.1.clone()
+    }
+
     fn csrf(&self) -> &str {
         &self.0.csrf
     }
@@ -432,10 +445,12 @@ fn units_page(host: &Host, s: &SignedIn, status: StatusCode) -> Response {
 }
 
 async fn units(State(host): State<Host>, s: SignedIn) -> Response {
+    let host = host.acting_as(s.actor());
     units_page(&host, &s, StatusCode::OK)
 }
 
 async fn put_unit(State(host): State<Host>, s: SignedIn, form: FormResult) -> Response {
+    let host = host.acting_as(s.actor());
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
@@ -479,10 +494,12 @@ fn unit_page(host: &Host, s: &SignedIn, id: &str, message: Option<Markup>) -> Re
 }
 
 async fn unit(State(host): State<Host>, s: SignedIn, Path(id): Path<String>) -> Response {
+    let host = host.acting_as(s.actor());
     unit_page(&host, &s, &id, None)
 }
 
 async fn unit_tools(State(host): State<Host>, s: SignedIn, Path(id): Path<String>) -> Response {
+    let host = host.acting_as(s.actor());
     match tools_page(&host, s.csrf(), &Subject::Unit(id)) {
         Ok(page) => html(StatusCode::OK, page),
         Err(e) => error_response(Some(s.csrf()), &e),
@@ -512,6 +529,7 @@ async fn delete_unit(
     Path(id): Path<String>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     if let Err(r) = fields(&s, form) {
         return *r;
     }
@@ -663,6 +681,7 @@ async fn inbox(
     Path(unit): Path<String>,
     query: Result<Query<AfterQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     let after = query.ok().and_then(|Query(q)| q.after);
     if let Err(e) = host.unit(&unit) {
         return error_response(Some(s.csrf()), &e);
@@ -736,6 +755,7 @@ async fn inbox_stream(
 // ----- agents ------------------------------------------------------------------------
 
 async fn agents(State(host): State<Host>, s: SignedIn) -> Response {
+    let host = host.acting_as(s.actor());
     html(
         StatusCode::OK,
         pages::agents(s.csrf(), &host.list_agents(), &host.list_units()),
@@ -743,6 +763,7 @@ async fn agents(State(host): State<Host>, s: SignedIn) -> Response {
 }
 
 async fn put_agent(State(host): State<Host>, s: SignedIn, form: FormResult) -> Response {
+    let host = host.acting_as(s.actor());
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
@@ -787,10 +808,12 @@ fn agent_page(
 }
 
 async fn agent(State(host): State<Host>, s: SignedIn, Path(id): Path<String>) -> Response {
+    let host = host.acting_as(s.actor());
     agent_page(&host, &s, &id, None, None)
 }
 
 async fn agent_tools(State(host): State<Host>, s: SignedIn, Path(id): Path<String>) -> Response {
+    let host = host.acting_as(s.actor());
     if let Err(e) = host.agent(&id) {
         return error_response(Some(s.csrf()), &e);
     }
@@ -806,6 +829,7 @@ async fn mint_token(
     Path(id): Path<String>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
@@ -826,7 +850,7 @@ async fn mint_token(
             )
         }
     };
-    match host.issue_agent_token(&id, ttl) {
+    match host.issue_agent_token(&id, ttl).await {
         // Answered directly (not redirected), with no-store: the token is shown once.
         Ok(issued) => agent_page(
             &host,
@@ -845,6 +869,7 @@ async fn revoke_tokens(
     Path(id): Path<String>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     if let Err(r) = fields(&s, form) {
         return *r;
     }
@@ -869,6 +894,7 @@ async fn delete_agent(
     Path(id): Path<String>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     if let Err(r) = fields(&s, form) {
         return *r;
     }
@@ -881,6 +907,7 @@ async fn delete_agent(
 // ----- connectors ----------------------------------------------------------------------
 
 async fn connectors(State(host): State<Host>, s: SignedIn) -> Response {
+    let host = host.acting_as(s.actor());
     html(
         StatusCode::OK,
         pages::connectors(s.csrf(), &host.list_connectors(), None),
@@ -888,6 +915,7 @@ async fn connectors(State(host): State<Host>, s: SignedIn) -> Response {
 }
 
 async fn connector(State(host): State<Host>, s: SignedIn, Path(slug): Path<String>) -> Response {
+    let host = host.acting_as(s.actor());
     match host.connector(&slug) {
         Ok(c) => {
             let mut bound_on: Vec<String> = host
@@ -907,6 +935,7 @@ async fn connector(State(host): State<Host>, s: SignedIn, Path(slug): Path<Strin
 }
 
 async fn upload(State(host): State<Host>, s: SignedIn, multipart: Multipart) -> Response {
+    let host = host.acting_as(s.actor());
     let upload = match read_upload(&s, multipart).await {
         Ok(u) => u,
         Err(UploadError::Csrf(r)) => return *r,
@@ -940,6 +969,7 @@ async fn upload(State(host): State<Host>, s: SignedIn, multipart: Multipart) -> 
 
 /// Installs or rotates from an OCI reference (the form of [`trust::pull_form`]).
 async fn pull(State(host): State<Host>, s: SignedIn, form: FormResult) -> Response {
+    let host = host.acting_as(s.actor());
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
@@ -1111,6 +1141,7 @@ async fn deliveries_page(
 }
 
 async fn deliveries(State(host): State<Host>, s: SignedIn, Path(slug): Path<String>) -> Response {
+    let host = host.acting_as(s.actor());
     deliveries_page(&host, &s, &slug, StatusCode::OK, None).await
 }
 

@@ -8,6 +8,7 @@
 //! catch-up, authentication of agents, the GitHub App, and agent containers' context.
 //! Connectors shipped with a program are passed in ([`config::HostConfig::bundled`]).
 
+pub mod audit;
 pub mod auth;
 mod capabilities;
 mod catalog;
