@@ -457,3 +457,72 @@ async fn a_host_killed_during_a_burst_has_a_record_of_every_acknowledged_change(
         records.len()
     );
 }
+
+/// `connector-host ARGS` against the host at `url`.
+fn cli(url: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(integration_tests::harness::host_binary())
+        .args(args)
+        .env("CONNECTOR_HOST_URL", url)
+        .env("CONNECTOR_HOST_OPERATOR_TOKEN", OPERATOR_TOKEN)
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("run connector-host")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_line_lists_filters_and_verifies() {
+    let h = TestHost::start().await;
+    h.unit("eng", None).await;
+    h.agent("ada", &["eng"]).await;
+    let url = h.url.clone();
+    let (table, json, filtered, verified) = tokio::task::spawn_blocking(move || {
+        (
+            cli(&url, &["audit"]),
+            cli(&url, &["audit", "--json", "--limit", "1000"]),
+            cli(&url, &["audit", "--target", "agent:ada", "--json"]),
+            cli(&url, &["audit", "verify"]),
+        )
+    })
+    .await
+    .unwrap();
+    let stdout = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        table.status.success(),
+        "{}",
+        String::from_utf8_lossy(&table.stderr)
+    );
+    let text = stdout(&table);
+    assert!(text.starts_with("SEQ"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("operator") && l.contains("unit.put") && l.contains("unit:eng")),
+        "{text}"
+    );
+    let all: Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    let n = all["records"].as_array().unwrap().len();
+    let filtered: Value = serde_json::from_slice(&filtered.stdout).expect("JSON");
+    let targets: Vec<&str> = filtered["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["target"].as_str().unwrap())
+        .collect();
+    assert_eq!(targets, ["agent:ada"]);
+    assert_eq!(verified.status.code(), Some(0));
+    assert_eq!(
+        stdout(&verified),
+        format!("ok: the chain holds ({n} records checked)\n")
+    );
+
+    // Edited in the database: exit 1, naming the record.
+    let db = rusqlite::Connection::open(h.data_dir.path().join("host.db")).unwrap();
+    db.execute("UPDATE audit_log SET details = '{\"edited\":1}' WHERE seq = 2", [])
+        .unwrap();
+    let url = h.url.clone();
+    let broken = tokio::task::spawn_blocking(move || cli(&url, &["audit", "verify"]))
+        .await
+        .unwrap();
+    assert_eq!(broken.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&broken.stderr);
+    assert!(err.contains("broken at record 2"), "{err}");
+}

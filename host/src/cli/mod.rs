@@ -14,6 +14,7 @@
 //! an unreadable file, malformed JSON).
 
 pub mod agents;
+pub mod audit;
 pub mod bindings;
 pub mod call;
 pub mod client;
@@ -183,6 +184,11 @@ pub enum Command {
     /// Read the messages (translated webhooks) delivered to a unit
     Messages(messages::MessagesArgs),
 
+    /// Read the audit log (who changed what, every tool call and delivery), or verify
+    /// its hash chain
+    #[command(after_help = audit::HELP)]
+    Audit(audit::AuditArgs),
+
     /// Show an agent's runtime context (env vars and files), or write it out
     Context(context::ContextArgs),
 
@@ -279,6 +285,7 @@ pub fn run_remote(remote: &RemoteArgs, command: Command) -> Result<(), CliError>
         Command::Call(args) => call::run_remote(&client, args),
         Command::Connectors(cmd) => connectors::run(&client, cmd),
         Command::Messages(args) => messages::run(&client, args),
+        Command::Audit(args) => audit::run(&client, args),
         Command::Context(args) => context::run(&client, args),
         Command::Mcp(args) => mcp::run(remote, args),
         Command::Serve(_)
