@@ -516,8 +516,11 @@ async fn the_command_line_lists_filters_and_verifies() {
 
     // Edited in the database: exit 1, naming the record.
     let db = rusqlite::Connection::open(h.data_dir.path().join("host.db")).unwrap();
-    db.execute("UPDATE audit_log SET details = '{\"edited\":1}' WHERE seq = 2", [])
-        .unwrap();
+    db.execute(
+        "UPDATE audit_log SET details = '{\"edited\":1}' WHERE seq = 2",
+        [],
+    )
+    .unwrap();
     let url = h.url.clone();
     let broken = tokio::task::spawn_blocking(move || cli(&url, &["audit", "verify"]))
         .await
@@ -525,4 +528,72 @@ async fn the_command_line_lists_filters_and_verifies() {
     assert_eq!(broken.status.code(), Some(1));
     let err = String::from_utf8_lossy(&broken.stderr);
     assert!(err.contains("broken at record 2"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_console_session_is_the_actor_of_its_changes_and_its_sign_in_and_out() {
+    let h = TestHost::start().await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let signed_in = http
+        .post(h.at("/console/sign-in"))
+        .form(&[("token", OPERATOR_TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_in.status(), 303);
+    let cookie = signed_in.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let page = http
+        .get(h.at("/console/units"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let at = page.find("name=\"csrf\" value=\"").expect("a CSRF field") + 19;
+    let csrf = page[at..].split('"').next().unwrap().to_string();
+    let made = http
+        .post(h.at("/console/units"))
+        .header("cookie", &cookie)
+        .form(&[("id", "from-console"), ("csrf", &csrf)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(made.status(), 303);
+    let out = http
+        .post(h.at("/console/sign-out"))
+        .header("cookie", &cookie)
+        .form(&[("csrf", &csrf)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), 303);
+
+    let records = all_records(&h.client, &h.url).await;
+    let change = one(&records, "unit.put", "unit:from-console");
+    assert_eq!(change["actor"]["kind"], "console");
+    let session = change["actor"]["id"].as_str().expect("the session's name");
+    let target = format!("console:{session}");
+    for action in ["console.sign_in", "console.sign_out"] {
+        assert_eq!(one(&records, action, &target)["actor"], change["actor"]);
+    }
+    // The session's name is not its cookie, nor the CSRF token.
+    let cookie_value = cookie.split('=').nth(1).unwrap();
+    let text = serde_json::to_string(&records).unwrap();
+    for secret in [cookie_value, csrf.as_str(), OPERATOR_TOKEN] {
+        assert!(
+            !text.contains(secret),
+            "a session secret is in an audit record"
+        );
+    }
 }

@@ -254,8 +254,7 @@ impl axum::extract::FromRequestParts<Host> for SignedIn {
             Some(s) => {
                 // The session's id is its cookie, a secret: the audit log names it by a
                 // digest that cannot be turned back into the cookie.
-                let digest = session::cookie_id(&parts.headers)
-                    .map(|id| hex::encode(&sha2::Sha256::digest(id.as_bytes())[..6]));
+                let digest = session::cookie_id(&parts.headers).map(session_name);
                 Ok(SignedIn(s, Actor::console(digest)))
             }
             None if parts.method == Method::GET || parts.method == Method::HEAD => {
@@ -267,6 +266,12 @@ impl axum::extract::FromRequestParts<Host> for SignedIn {
             )),
         }
     }
+}
+
+/// How the audit log names the session whose cookie is `id`: a digest that cannot be
+/// turned back into the cookie (the cookie is the session's secret).
+fn session_name(id: &str) -> String {
+    hex::encode(&sha2::Sha256::digest(id.as_bytes())[..6])
 }
 
 impl SignedIn {
@@ -401,6 +406,11 @@ async fn sign_in(
         return response;
     }
     let (id, _) = sessions.start();
+    // A sign-in that cannot be recorded does not happen.
+    if let Err(e) = host.record_console_session(&session_name(&id), true).await {
+        sessions.end(&id);
+        return error_response(None, &e);
+    }
     let secure = session::over_tls(&request_headers, &uri);
     let mut response = see_other("/console/units");
     if let Ok(v) = HeaderValue::from_str(&session::set_cookie(&id, secure)) {
@@ -410,6 +420,7 @@ async fn sign_in(
 }
 
 async fn sign_out(
+    State(host): State<Host>,
     s: SignedIn,
     Extension(sessions): Extension<Arc<Sessions>>,
     request_headers: HeaderMap,
@@ -421,6 +432,10 @@ async fn sign_out(
     }
     if let Some(id) = session::cookie_id(&request_headers) {
         sessions.end(id);
+        // The session has ended whether or not its record could be written.
+        if let Err(e) = host.record_console_session(&session_name(id), false).await {
+            tracing::warn!(error = %e, "cannot record a console sign-out in the audit log");
+        }
     }
     let mut response = see_other("/console/sign-in");
     let secure = session::over_tls(&request_headers, &uri);

@@ -155,6 +155,19 @@ impl Host {
         self.parts.audit.verify().await
     }
 
+    /// Records a console sign-in (`signed_in`) or sign-out of the session named
+    /// `session` (a name derived from it, never its cookie), once committed.
+    pub async fn record_console_session(&self, session: &str, signed_in: bool) -> HostResult<()> {
+        let action = if signed_in {
+            "console.sign_in"
+        } else {
+            "console.sign_out"
+        };
+        let actor = Actor::console(Some(session.to_string()));
+        let audit = Audit::new(&actor, action, format!("console:{session}"));
+        self.parts.audit.append(audit.entry("ok")).await
+    }
+
     /// Prunes audit records older than `audit.retention_days` now (the host also does it
     /// hourly); returns how many went.
     pub async fn prune_audit(&self) -> HostResult<u64> {
