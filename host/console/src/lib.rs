@@ -28,6 +28,7 @@
 //! value). Wrong operator tokens at sign-in are braked per remote address
 //! ([`session::SignInBrake`]), never the right one.
 
+mod audit;
 pub mod form;
 pub mod pages;
 pub mod session;
@@ -80,6 +81,7 @@ pub fn routes() -> Router<Host> {
         .route("/assets/console.js", get(js))
         .route("/sign-in", get(sign_in_form).post(sign_in))
         .route("/sign-out", post(sign_out))
+        .route("/audit", get(audit::audit))
         .route("/units", get(units).post(put_unit))
         .route("/units/{unit}", get(unit))
         .route("/units/{unit}/tools", get(unit_tools))
@@ -585,6 +587,7 @@ async fn bind_form(
     s: SignedIn,
     Path((unit, slug)): Path<(String, String)>,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     let connector = match host.connector(&slug) {
         Ok(c) => c,
         Err(e) => return error_response(Some(s.csrf()), &e),
@@ -632,6 +635,7 @@ async fn bind(
     Path((unit, slug)): Path<(String, String)>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
@@ -675,6 +679,7 @@ async fn unbind(
     Path((unit, slug)): Path<(String, String)>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     if let Err(r) = fields(&s, form) {
         return *r;
     }
@@ -1166,6 +1171,7 @@ async fn retry_delivery(
     Path((slug, delivery)): Path<(String, String)>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     if let Err(r) = fields(&s, form) {
         return *r;
     }
