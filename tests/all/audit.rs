@@ -597,3 +597,49 @@ async fn a_console_session_is_the_actor_of_its_changes_and_its_sign_in_and_out()
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_delivery_is_recorded_without_its_body_and_a_forged_one_not_at_all() {
+    const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    let h = TestHost::start_with(|c| {
+        c.connectors
+            .entry("hostile".into())
+            .or_default()
+            .webhook_secrets = vec![SECRET.into()];
+    })
+    .await;
+    h.install(integration_tests::guests::HOSTILE).await;
+    h.unit("u1", None).await;
+    h.bind("u1", "hostile", json!({"routes": ["r1"]})).await;
+    let body = serde_json::to_vec(&json!({"messages": [{"route": "r1", "kind": "issue.opened",
+        "payload": {"text": "body-text-that-must-not-be-recorded"}}]}))
+    .unwrap();
+    let now = integration_tests::harness::now_unix();
+    let send = |id: &'static str, secret: &'static str| {
+        let (client, url, body) = (h.client.clone(), h.url.clone(), body.clone());
+        async move {
+            integration_tests::harness::send_standard_webhook(
+                &client, &url, "hostile", id, &body, secret, now,
+            )
+            .await
+            .expect("an answer")
+        }
+    };
+    let (s, b) = send("d-1", SECRET).await;
+    assert_eq!((s, b["status"].as_str()), (202, Some("accepted")), "{b}");
+    let (s, _) = send("d-2", "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA").await;
+    assert_eq!(s, 401);
+
+    let records = all_records(&h.client, &h.url).await;
+    let routed = one(&records, "delivery.routed", "delivery:hostile/d-1");
+    assert_eq!(routed["actor"], json!({"kind": "webhook", "id": "hostile"}));
+    assert_eq!(routed["details"]["verdict"], "accepted");
+    assert_eq!(routed["details"]["routedTo"], json!(["u1"]));
+    assert!(records
+        .iter()
+        .all(|r| !r["target"].as_str().unwrap().contains("d-2")));
+    let text = serde_json::to_string(&records).unwrap();
+    for secret in ["body-text-that-must-not-be-recorded", SECRET] {
+        assert!(!text.contains(secret), "`{secret}` is in an audit record");
+    }
+}

@@ -499,30 +499,21 @@ impl Host {
         headers: &http::HeaderMap,
         body: &[u8],
     ) -> HostResult<WebhookOutcome> {
-        let result = self.parts.webhooks.receive(slug, headers, body).await;
-        let delivery_header = ["x-github-delivery", "webhook-id"]
-            .iter()
-            .find_map(|h| headers.get(*h).and_then(|v| v.to_str().ok()));
-        let delivery = match &result {
-            Ok(outcome) => outcome.delivery.as_str(),
-            Err(_) => delivery_header.unwrap_or_default(),
-        };
-        let target = target::delivery(&truncate(slug, 128), &truncate(delivery, 128));
-        let audit = match &result {
-            Ok(outcome) => Audit::new(
-                &Actor::webhook(slug),
-                delivery_action(outcome.status),
-                target,
-            )
-            .with_details(serde_json::json!({
-                "verdict": outcome.status.as_str(),
-                "routedTo": outcome.routed_to,
-            })),
-            Err(_) => Audit::new(&Actor::webhook(slug), "delivery.refused", target),
-        };
-        let result = self.parts.audit.outcome_of(&audit, result).await?;
+        // A delivery the host refused (no such connector, a signature that does not
+        // verify) came from no one the host knows: recording it would let anybody
+        // write to the audit log. What was accepted is recorded before it is answered.
+        let outcome = self.parts.webhooks.receive(slug, headers, body).await?;
+        let audit = Audit::new(
+            &Actor::webhook(slug),
+            delivery_action(outcome.status),
+            target::delivery(&truncate(slug, 128), &truncate(&outcome.delivery, 128)),
+        )
+        .with_details(serde_json::json!({
+            "verdict": outcome.status.as_str(),
+            "routedTo": outcome.routed_to,
+        }));
         self.parts.audit.append(audit.entry("ok")).await?;
-        Ok(result)
+        Ok(outcome)
     }
 
     /// Retries one stored delivery now.
