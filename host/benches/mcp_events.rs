@@ -109,7 +109,7 @@ fn main() -> anyhow::Result<()> {
         host.put_agent("a1", &["u1".to_string()], None).await?;
         host.bind("u1", "github", json!({"repo": "octo/hello"}))
             .await?;
-        let token = host.issue_agent_token("a1", None)?.token;
+        let token = host.issue_agent_token("a1", None).await?.token;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         tokio::spawn(connector_host::server::serve_on(

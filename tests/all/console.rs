@@ -1332,3 +1332,51 @@ async fn a_rotation_with_pinned_tool_changes_shows_them_and_asks_to_accept() {
         "the notice is shown once"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_view_filters_and_is_reached_from_a_units_history() {
+    let _load = machine_load().await;
+    let h = TestHost::start().await;
+    h.unit("eng", None).await;
+    h.agent("ada", &["eng"]).await;
+    h.bind("eng", "acme", json!({})).await;
+    let (s, _) = h
+        .call_tool("ada", "acme.echo", json!({"message": "hi"}))
+        .await;
+    assert_eq!(s, 200);
+    let Some(b) = Browser::start(&h.url).await else {
+        return;
+    };
+    b.sign_in(OPERATOR_TOKEN).await;
+    b.wait_path("/console/units").await;
+
+    // From the unit's page to its history: only records about the unit.
+    b.goto("/console/units/eng").await;
+    b.click("a.history").await;
+    b.wait_path("/console/audit").await;
+    let targets = b
+        .client
+        .find_all(Locator::Css("table.audit tbody tr td:nth-child(5)"))
+        .await
+        .expect("rows");
+    assert!(!targets.is_empty(), "{}", b.body_text().await);
+    for t in targets {
+        assert_eq!(t.text().await.expect("text"), "unit:eng");
+    }
+
+    // All records, then only the agent's tool calls, chosen in the form.
+    b.goto("/console/audit").await;
+    let all = b.body_text().await;
+    for text in ["unit.put", "binding.put", "tool.call", "console.sign_in"] {
+        assert!(all.contains(text), "`{text}` missing from {all}");
+    }
+    b.shot("audit").await;
+    b.fill("input[name=action]", "tool.call").await;
+    b.click("form.filters button[type=submit]").await;
+    b.wait_path("/console/audit").await;
+    let filtered = b.body_text().await;
+    assert!(filtered.contains("tool:acme.echo"), "{filtered}");
+    assert!(!filtered.contains("unit.put"), "{filtered}");
+    b.shot("audit-filtered").await;
+    b.close().await;
+}

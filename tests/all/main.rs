@@ -5,6 +5,7 @@
 
 mod api;
 mod arxiv;
+mod audit;
 mod bounds;
 mod cli;
 mod cli_output;

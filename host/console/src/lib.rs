@@ -30,12 +30,15 @@
 //! ([`session::SignInBrake`]), never the right one.
 
 pub mod actions;
+mod audit;
 pub mod form;
 pub mod markdown;
 pub mod pages;
 pub mod session;
 mod trust;
 
+use connector_model::audit::Actor;
+use sha2::Digest;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -83,6 +86,7 @@ pub fn routes() -> Router<Host> {
         .route("/assets/console.js", get(js))
         .route("/sign-in", get(sign_in_form).post(sign_in))
         .route("/sign-out", post(sign_out))
+        .route("/audit", get(audit::audit))
         .route("/units", get(units).post(put_unit))
         .route("/units/{unit}", get(unit))
         .route("/units/{unit}/tools", get(unit_tools))
@@ -277,7 +281,7 @@ fn written_word(w: connector_core::host::Written) -> &'static str {
 
 /// A signed-in request. A request without a live session is sent to the sign-in page
 /// (a `GET`) or refused (anything else).
-pub struct SignedIn(Session);
+pub struct SignedIn(Session, Actor);
 
 impl axum::extract::FromRequestParts<Host> for SignedIn {
     type Rejection = Response;
@@ -301,7 +305,12 @@ impl axum::extract::FromRequestParts<Host> for SignedIn {
                 )
             })?;
         match session::cookie_id(&parts.headers).and_then(|id| sessions.get(id)) {
-            Some(s) => Ok(SignedIn(s)),
+            Some(s) => {
+                // The session's id is its cookie, a secret: the audit log names it by a
+                // digest that cannot be turned back into the cookie.
+                let digest = session::cookie_id(&parts.headers).map(session_name);
+                Ok(SignedIn(s, Actor::console(digest)))
+            }
             None if parts.method == Method::GET || parts.method == Method::HEAD => {
                 Err(see_other("/console/sign-in"))
             }
@@ -313,7 +322,18 @@ impl axum::extract::FromRequestParts<Host> for SignedIn {
     }
 }
 
+/// How the audit log names the session whose cookie is `id`: a digest that cannot be
+/// turned back into the cookie (the cookie is the session's secret).
+fn session_name(id: &str) -> String {
+    hex::encode(&sha2::Sha256::digest(id.as_bytes())[..6])
+}
+
 impl SignedIn {
+    /// The session as the audit log names it.
+    fn actor(&self) -> Actor {
+        self.1.clone()
+    }
+
     fn csrf(&self) -> &str {
         &self.0.csrf
     }
@@ -448,6 +468,11 @@ async fn sign_in(
         return response;
     }
     let (id, _) = sessions.start();
+    // A sign-in that cannot be recorded does not happen.
+    if let Err(e) = host.record_console_session(&session_name(&id), true).await {
+        sessions.end(&id);
+        return error_response(None, &e);
+    }
     let secure = session::over_tls(&request_headers, &uri);
     let mut response = see_other("/console/units");
     if let Ok(v) = HeaderValue::from_str(&session::set_cookie(&id, secure)) {
@@ -457,17 +482,23 @@ async fn sign_in(
 }
 
 async fn sign_out(
+    State(host): State<Host>,
     s: SignedIn,
     Extension(sessions): Extension<Arc<Sessions>>,
     request_headers: HeaderMap,
     uri: axum::http::Uri,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     if let Err(r) = fields(&s, form) {
         return *r;
     }
     if let Some(id) = session::cookie_id(&request_headers) {
         sessions.end(id);
+        // The session has ended whether or not its record could be written.
+        if let Err(e) = host.record_console_session(&session_name(id), false).await {
+            tracing::warn!(error = %e, "cannot record a console sign-out in the audit log");
+        }
     }
     let mut response = see_other("/console/sign-in");
     let secure = session::over_tls(&request_headers, &uri);
@@ -492,10 +523,12 @@ fn units_page(host: &Host, s: &SignedIn, status: StatusCode) -> Response {
 }
 
 async fn units(State(host): State<Host>, s: SignedIn) -> Response {
+    let host = host.acting_as(s.actor());
     units_page(&host, &s, StatusCode::OK)
 }
 
 async fn put_unit(State(host): State<Host>, s: SignedIn, form: FormResult) -> Response {
+    let host = host.acting_as(s.actor());
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
@@ -542,6 +575,7 @@ fn unit_page(host: &Host, s: &SignedIn, id: &str, message: Option<Markup>) -> Re
 }
 
 async fn unit(State(host): State<Host>, s: SignedIn, Path(id): Path<String>) -> Response {
+    let host = host.acting_as(s.actor());
     unit_page(&host, &s, &id, None)
 }
 
@@ -558,6 +592,7 @@ async fn unit_tools(
     Path(id): Path<String>,
     query: Result<Query<ToolsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     let q = query.map(|Query(q)| q.q).unwrap_or_default();
     match tools_page(&host, s.csrf(), &Subject::Unit(id), &q) {
         Ok(page) => html(StatusCode::OK, page),
@@ -601,6 +636,7 @@ async fn delete_unit(
     Path(id): Path<String>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     if let Err(r) = fields(&s, form) {
         return *r;
     }
@@ -655,6 +691,7 @@ async fn bind_form(
     s: SignedIn,
     Path((unit, slug)): Path<(String, String)>,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     let connector = match host.connector(&slug) {
         Ok(c) => c,
         Err(e) => return error_response(Some(s.csrf()), &e),
@@ -702,6 +739,7 @@ async fn bind(
     Path((unit, slug)): Path<(String, String)>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
@@ -756,6 +794,7 @@ async fn unbind(
     Path((unit, slug)): Path<(String, String)>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     if let Err(r) = fields(&s, form) {
         return *r;
     }
@@ -828,6 +867,7 @@ async fn inbox(
     Path(unit): Path<String>,
     query: Result<Query<BeforeQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     let before = query.ok().and_then(|Query(q)| q.before);
     if let Err(e) = host.unit(&unit) {
         return error_response(Some(s.csrf()), &e);
@@ -888,6 +928,7 @@ async fn inbox_stream(
 // ----- agents ------------------------------------------------------------------------
 
 async fn agents(State(host): State<Host>, s: SignedIn) -> Response {
+    let host = host.acting_as(s.actor());
     html(
         StatusCode::OK,
         pages::agents(s.csrf(), &host.list_agents(), &host.list_units()),
@@ -895,6 +936,7 @@ async fn agents(State(host): State<Host>, s: SignedIn) -> Response {
 }
 
 async fn put_agent(State(host): State<Host>, s: SignedIn, form: FormResult) -> Response {
+    let host = host.acting_as(s.actor());
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
@@ -942,6 +984,7 @@ fn agent_page(
 }
 
 async fn agent(State(host): State<Host>, s: SignedIn, Path(id): Path<String>) -> Response {
+    let host = host.acting_as(s.actor());
     agent_page(&host, &s, &id, None, None)
 }
 
@@ -951,6 +994,7 @@ async fn agent_tools(
     Path(id): Path<String>,
     query: Result<Query<ToolsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     if let Err(e) = host.agent(&id) {
         return error_response(Some(s.csrf()), &e);
     }
@@ -967,6 +1011,7 @@ async fn mint_token(
     Path(id): Path<String>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
@@ -1004,6 +1049,7 @@ async fn revoke_tokens(
     Path(id): Path<String>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     if let Err(r) = fields(&s, form) {
         return *r;
     }
@@ -1025,6 +1071,7 @@ async fn delete_agent(
     Path(id): Path<String>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     if let Err(r) = fields(&s, form) {
         return *r;
     }
@@ -1043,6 +1090,7 @@ async fn delete_agent(
 // ----- connectors ----------------------------------------------------------------------
 
 async fn connectors(State(host): State<Host>, s: SignedIn) -> Response {
+    let host = host.acting_as(s.actor());
     html(
         StatusCode::OK,
         pages::connectors(s.csrf(), &host.list_connectors(), None),
@@ -1055,6 +1103,7 @@ async fn connector(
     Path(slug): Path<String>,
     query: Result<Query<ToolsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     let q = query.map(|Query(q)| q.q).unwrap_or_default();
     match host.connector(&slug) {
         Ok(c) => {
@@ -1075,6 +1124,7 @@ async fn connector(
 }
 
 async fn upload(State(host): State<Host>, s: SignedIn, multipart: Multipart) -> Response {
+    let host = host.acting_as(s.actor());
     let upload = match read_upload(&s, multipart).await {
         Ok(u) => u,
         Err(UploadError::Csrf(r)) => return *r,
@@ -1108,6 +1158,7 @@ async fn upload(State(host): State<Host>, s: SignedIn, multipart: Multipart) -> 
 
 /// Installs or rotates from an OCI reference (the form of [`trust::pull_form`]).
 async fn pull(State(host): State<Host>, s: SignedIn, form: FormResult) -> Response {
+    let host = host.acting_as(s.actor());
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
@@ -1271,6 +1322,7 @@ async fn deliveries(
     Path(slug): Path<String>,
     query: Result<Query<DeliveriesQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     if let Err(e) = host.connector(&slug) {
         return error_response(Some(s.csrf()), &e);
     }
@@ -1316,6 +1368,7 @@ async fn retry_delivery(
     Path((slug, delivery)): Path<(String, String)>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,

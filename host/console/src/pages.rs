@@ -20,6 +20,7 @@ pub enum Section {
     Units,
     Agents,
     Connectors,
+    Audit,
     None,
 }
 
@@ -45,6 +46,7 @@ pub fn page(title: &str, csrf: Option<&str>, section: Section, body: Markup) -> 
         (Section::Units, "Units", "/console/units"),
         (Section::Agents, "Agents", "/console/agents"),
         (Section::Connectors, "Connectors", "/console/connectors"),
+        (Section::Audit, "Audit log", "/console/audit"),
     ];
     html! {
         (DOCTYPE)
@@ -290,6 +292,7 @@ pub fn unit(csrf: &str, u: &UnitOverview<'_>, message: Option<Markup>) -> Markup
         Section::Units,
         html! {
             h1 { "Unit " code { (u.id) } }
+            p { a.history href=(super::audit::history_href(&format!("unit:{}", u.id))) { "History of this unit" } }
             (tabs(&["units", u.id], "", &UNIT_TABS))
             @if let Some(m) = message { (m) }
             dl.facts {
@@ -824,6 +827,7 @@ pub fn agent(
         Section::Agents,
         html! {
             h1 { "Agent " code { (id) } }
+            p { a.history href=(super::audit::history_href(&format!("agent:{id}"))) { "History of this agent" } }
             (tabs(&["agents", id], "", &AGENT_TABS))
             @if let Some(m) = message { (m) }
             dl.facts {
@@ -1019,6 +1023,7 @@ pub fn connector_with(csrf: &str, c: &Connector, bound_on: &[String], query: &st
         Section::Connectors,
         html! {
             h1 { "Connector " code { (c.slug) } }
+            p { a.history href=(super::audit::history_href(&format!("connector:{}", c.slug))) { "History of this connector" } }
             div.markdown { (super::markdown::render(&c.description)) }
             dl.facts {
                 dt { "Display name" } dd { (c.display_name) }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use crate::audit::Audit;
 use crate::capabilities::Capabilities;
 use crate::config::HostConfig;
 use crate::grants::Directory;
@@ -120,7 +121,7 @@ type BindVerdicts = BTreeMap<String, (Value, BindVerdict)>;
 
 /// An install or rotation prepared by [`Catalog::prepare_install`], not yet written.
 pub(crate) struct PendingInstall {
-    prepared: Arc<InstalledConnector>,
+    pub(crate) prepared: Arc<InstalledConnector>,
     component: Arc<[u8]>,
     bundled: bool,
     policy: Arc<OutboundPolicy>,
@@ -462,6 +463,7 @@ impl Catalog {
     /// replica's write and calls again checks only what changed.
     pub(crate) async fn finish_install(
         &self,
+        audit: &Audit,
         pending: &mut PendingInstall,
     ) -> HostResult<Installed> {
         let registry = self.state.registry();
@@ -488,7 +490,7 @@ impl Catalog {
                     .await;
             }
             let plan = &*pending;
-            if let Some(installed) = self.state.write(|| self.plan_install(plan)).await? {
+            if let Some(installed) = self.state.write(audit, || self.plan_install(plan)).await? {
                 return Ok(installed);
             }
         }
@@ -664,9 +666,9 @@ impl Catalog {
 
     /// Removes a connector; while bound it is refused (`409 connector_in_use`) unless
     /// `force`, which unbinds it everywhere first.
-    pub(crate) async fn remove(&self, slug: &str, force: bool) -> HostResult<()> {
+    pub(crate) async fn remove(&self, audit: &Audit, slug: &str, force: bool) -> HostResult<()> {
         self.state
-            .write(|| {
+            .write(audit, || {
                 self.get(slug)?;
                 let bound: Vec<String> = self
                     .state

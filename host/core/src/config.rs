@@ -85,6 +85,26 @@ pub struct HostConfig {
     pub trust: TrustSettings,
     /// OCI registries by `host[:port]` as references name them (`registries.*`).
     pub registries: BTreeMap<String, RegistrySettings>,
+    /// The audit log (`audit.*`, CONTRACT.md §9).
+    pub audit: AuditSettings,
+}
+
+/// `audit.*`: how long records are kept, and whether tool calls keep their arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditSettings {
+    /// Records older than this many days are pruned (`audit.retention_days`).
+    pub retention_days: u32,
+    /// Tool-call records also keep the call's arguments (`audit.record_arguments`).
+    pub record_arguments: bool,
+}
+
+impl Default for AuditSettings {
+    fn default() -> Self {
+        AuditSettings {
+            retention_days: 90,
+            record_arguments: false,
+        }
+    }
 }
 
 /// `trust.*`: whose signatures count, and what a rotation may change.
@@ -168,6 +188,7 @@ impl Default for HostConfig {
             trust: TrustSettings::default(),
             registries: BTreeMap::new(),
             bundled: Vec::new(),
+            audit: AuditSettings::default(),
         }
     }
 }
@@ -337,6 +358,7 @@ impl fmt::Debug for HostConfig {
             .field("server", &self.server)
             .field("cors_origins", &self.cors_origins)
             .field("trust", &self.trust)
+            .field("audit", &self.audit)
             .field("registries", &self.registries)
             .field(
                 "bundled",
@@ -366,6 +388,8 @@ pub const ENV_OPERATOR_TOKEN: &str = "CONNECTOR_HOST_OPERATOR_TOKEN";
 pub const ENV_CALL_TIMEOUT_MS: &str = "CONNECTOR_HOST_CALL_TIMEOUT_MS";
 /// `limits.memory_mib`.
 pub const ENV_MEMORY_MIB: &str = "CONNECTOR_HOST_MEMORY_MIB";
+/// `audit.retention_days`.
+pub const ENV_AUDIT_RETENTION_DAYS: &str = "CONNECTOR_HOST_AUDIT_RETENTION_DAYS";
 /// `limits.max_webhook_bytes`.
 pub const ENV_MAX_WEBHOOK_BYTES: &str = "CONNECTOR_HOST_MAX_WEBHOOK_BYTES";
 /// `github_app.app_id`.
@@ -425,6 +449,7 @@ const KNOWN_ENV: &[&str] = &[
     ENV_CALL_TIMEOUT_MS,
     ENV_MEMORY_MIB,
     ENV_MAX_WEBHOOK_BYTES,
+    ENV_AUDIT_RETENTION_DAYS,
     ENV_GITHUB_APP_ID,
     ENV_GITHUB_PRIVATE_KEY_PATH,
     ENV_GITHUB_API_URL,
@@ -479,6 +504,14 @@ const WHOLE_SETTINGS: &[WholeSetting] = &[
         unit: "bytes",
         example: "26214400 (25 MiB)",
         set: |c, v| c.max_webhook_bytes = v as usize,
+    },
+    WholeSetting {
+        key: "audit.retention_days",
+        env: ENV_AUDIT_RETENTION_DAYS,
+        max: 36_500,
+        unit: "days",
+        example: "90",
+        set: |c, v| c.audit.retention_days = v as u32,
     },
     WholeSetting {
         key: "limits.max_concurrent_calls_per_agent",
@@ -656,6 +689,16 @@ struct FileConfig {
     trust: FileTrust,
     #[serde(default)]
     registries: BTreeMap<String, FileRegistry>,
+    #[serde(default)]
+    audit: FileAudit,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileAudit {
+    retention_days: Option<toml::Value>,
+    #[serde(default)]
+    record_arguments: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -713,6 +756,7 @@ impl FileConfig {
             "server.idle_timeout_ms" => s.idle_timeout_ms.as_ref(),
             "server.max_connections" => s.max_connections.as_ref(),
             "server.max_connections_per_peer" => s.max_connections_per_peer.as_ref(),
+            "audit.retention_days" => self.audit.retention_days.as_ref(),
             _ => None,
         }
     }
@@ -890,6 +934,7 @@ fn apply_file(
     github: &mut GithubParts,
 ) -> Result<(), ConfigError> {
     let origin = Origin::File(path);
+    config.audit.record_arguments = file.audit.record_arguments;
     config.trust = TrustSettings {
         keys: file.trust.keys.clone(),
         require_signatures: file.trust.require_signatures,

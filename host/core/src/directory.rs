@@ -10,6 +10,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::audit::Audit;
 use crate::catalog::{binding_grant, Catalog, Written};
 use crate::grants::{Directory, ResolvedTools};
 use crate::state::{State, StateChange};
@@ -288,10 +289,10 @@ impl DirectoryService {
     }
 
     /// Revokes every token minted for agent `id` so far: it gets a new token epoch.
-    pub(crate) async fn revoke_agent_tokens(&self, id: &str) -> HostResult<()> {
+    pub(crate) async fn revoke_agent_tokens(&self, audit: &Audit, id: &str) -> HostResult<()> {
         check_id("agent", id)?;
         self.state
-            .write(|| {
+            .write(audit, || {
                 let Some(agent) = self.state.directory().agent(id).cloned() else {
                     return Err(HostError::not_found(format!("agent `{id}` does not exist")));
                 };
@@ -309,6 +310,7 @@ impl DirectoryService {
     /// Creates or updates a unit.
     pub(crate) async fn put_unit(
         &self,
+        audit: &Audit,
         id: &str,
         parent: Option<&str>,
         display_name: Option<&str>,
@@ -319,7 +321,7 @@ impl DirectoryService {
         }
         let written = self
             .state
-            .write(|| {
+            .write(audit, || {
                 let dir = self.state.directory();
                 if let Some(p) = parent {
                     if dir.unit(p).is_none() {
@@ -398,10 +400,10 @@ impl DirectoryService {
 
     /// Deletes a unit (its bindings are unbound and grants revoked); refused while it has
     /// children (`409 has_children`).
-    pub(crate) async fn delete_unit(&self, id: &str) -> HostResult<()> {
+    pub(crate) async fn delete_unit(&self, audit: &Audit, id: &str) -> HostResult<()> {
         check_id("unit", id)?;
         self.state
-            .write(|| {
+            .write(audit, || {
                 let dir = self.state.directory();
                 if dir.unit(id).is_none() {
                     return Err(HostError::not_found(format!("unit `{id}` does not exist")));
@@ -421,6 +423,7 @@ impl DirectoryService {
     /// Creates or updates an agent (`units`: first = primary).
     pub(crate) async fn put_agent(
         &self,
+        audit: &Audit,
         id: &str,
         units: &[String],
         display_name: Option<&str>,
@@ -442,7 +445,7 @@ impl DirectoryService {
         }
         let written = self
             .state
-            .write(|| {
+            .write(audit, || {
                 let dir = self.state.directory();
                 if let Some(u) = units.iter().find(|u| dir.unit(u).is_none()) {
                     return Err(HostError::not_found(format!(
@@ -491,10 +494,10 @@ impl DirectoryService {
     }
 
     /// Deletes an agent with its explicit grants and image tools.
-    pub(crate) async fn delete_agent(&self, id: &str) -> HostResult<()> {
+    pub(crate) async fn delete_agent(&self, audit: &Audit, id: &str) -> HostResult<()> {
         check_id("agent", id)?;
         self.state
-            .write(|| {
+            .write(audit, || {
                 if self.state.directory().agent(id).is_none() {
                     return Err(HostError::not_found(format!("agent `{id}` does not exist")));
                 }
@@ -541,6 +544,7 @@ impl DirectoryService {
     /// the installed version.
     pub(crate) async fn bind(
         &self,
+        audit: &Audit,
         unit: &str,
         slug: &str,
         config: Value,
@@ -555,7 +559,7 @@ impl DirectoryService {
             let checked = self.catalog.check_binding(slug, &config).await?;
             let written = self
                 .state
-                .write(|| {
+                .write(audit, || {
                     // Checked again under the write lock: the unit or the connector may
                     // have gone meanwhile, or another version replaced it.
                     let dir = self.state.directory();
@@ -619,10 +623,10 @@ impl DirectoryService {
     }
 
     /// Unbinds: deletes the binding and exactly its grants in one transaction.
-    pub(crate) async fn unbind(&self, unit: &str, slug: &str) -> HostResult<()> {
+    pub(crate) async fn unbind(&self, audit: &Audit, unit: &str, slug: &str) -> HostResult<()> {
         check_id("unit", unit)?;
         self.state
-            .write(|| {
+            .write(audit, || {
                 if self.state.directory().binding(unit, slug).is_none() {
                     return Err(HostError::not_found(format!(
                         "connector `{}` is not bound to unit `{unit}`",
@@ -658,12 +662,13 @@ impl DirectoryService {
     /// Grants a tool id or a whole namespace to a subject explicitly.
     pub(crate) async fn grant(
         &self,
+        audit: &Audit,
         subject: Subject,
         tool_or_namespace: &str,
     ) -> HostResult<GrantView> {
         let (tool, namespace) = parse_grant_target(tool_or_namespace)?;
         self.state
-            .write(|| {
+            .write(audit, || {
                 // The subject is checked under the write lock: a unit or agent deleted
                 // concurrently cannot be left with a grant.
                 Self::subject_exists(&self.state.directory(), &subject)?;
@@ -681,10 +686,15 @@ impl DirectoryService {
     }
 
     /// Revokes an explicit grant.
-    pub(crate) async fn revoke(&self, subject: Subject, tool_or_namespace: &str) -> HostResult<()> {
+    pub(crate) async fn revoke(
+        &self,
+        audit: &Audit,
+        subject: Subject,
+        tool_or_namespace: &str,
+    ) -> HostResult<()> {
         let (tool, _) = parse_grant_target(tool_or_namespace)?;
         self.state
-            .write(|| {
+            .write(audit, || {
                 let dir = self.state.directory();
                 Self::subject_exists(&dir, &subject)?;
                 let present = dir
@@ -709,6 +719,7 @@ impl DirectoryService {
     /// Stores the tools an agent's image declares.
     pub(crate) async fn put_image_tools(
         &self,
+        audit: &Audit,
         agent: &str,
         digest: &str,
         tools: Value,
@@ -731,7 +742,7 @@ impl DirectoryService {
             tools: tools.clone(),
         };
         self.state
-            .write(|| {
+            .write(audit, || {
                 if self.state.directory().agent(agent).is_none() {
                     return Err(HostError::not_found(format!(
                         "agent `{agent}` does not exist"
@@ -747,7 +758,12 @@ impl DirectoryService {
     /// image is whatever the agent's URL points at: its answer is read within 10 s and at
     /// most 8 MiB (CONTRACT §12), piece by piece, so a server streaming without end costs
     /// 8 MiB, not the host's memory.
-    pub(crate) async fn introspect_image_tools(&self, agent: &str, url: &str) -> HostResult<Value> {
+    pub(crate) async fn introspect_image_tools(
+        &self,
+        audit: &Audit,
+        agent: &str,
+        url: &str,
+    ) -> HostResult<Value> {
         /// The most of an image's answer that is read.
         const INTROSPECTION_MAX_BYTES: u64 = 8 * 1024 * 1024;
         /// How long the whole fetch (connect, answer, body) may take.
@@ -809,7 +825,7 @@ impl DirectoryService {
             use sha2::Digest;
             format!("sha256:{}", hex::encode(sha2::Sha256::digest(&body)))
         });
-        self.put_image_tools(agent, &digest, tools)
+        self.put_image_tools(audit, agent, &digest, tools)
             .await
             .map_err(|e| {
                 if e.code == ErrorCode::InvalidRequest {

@@ -13,10 +13,14 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use serde_json::{json, Value};
 
+use std::time::Instant;
+
+use crate::audit::{Audit, AuditLog};
 use crate::catalog::{guest_error, violations_json, Catalog};
 use crate::grants::Provider;
 use crate::registry::{OutputRefused, SchemaViolation};
 use crate::state::State;
+use connector_model::audit::{target, Actor};
 use connector_model::connector::is_tool_id;
 use connector_model::connector::{ToolAnnotations, ToolInfo};
 use connector_model::error::{ErrorCode, HandlerError, HostError, HostResult};
@@ -57,13 +61,14 @@ pub struct Metrics {
 pub(crate) struct ToolDispatcher {
     state: Arc<State>,
     catalog: Arc<Catalog>,
+    audit: Arc<AuditLog>,
     platform: RwLock<PlatformHandlers>,
     metrics: Metrics,
 }
 
 impl ToolDispatcher {
     /// A dispatcher serving the built-in platform tools (`sv.tools.*`).
-    pub(crate) fn new(state: Arc<State>, catalog: Arc<Catalog>) -> Self {
+    pub(crate) fn new(state: Arc<State>, catalog: Arc<Catalog>, audit: Arc<AuditLog>) -> Self {
         let (tools, handlers) = builtin_platform_tools();
         let mut tools: Vec<Arc<ToolInfo>> = tools.into_iter().map(Arc::new).collect();
         tools.sort_by(|a, b| a.name.cmp(&b.name));
@@ -71,6 +76,7 @@ impl ToolDispatcher {
         Self {
             state,
             catalog,
+            audit,
             platform: RwLock::new(handlers),
             metrics: Metrics::default(),
         }
@@ -121,27 +127,60 @@ impl ToolDispatcher {
 
     /// Calls a tool on behalf of an agent: grant check, schema check, then the guest (or
     /// the platform handler) with the closest granting binding.
+    /// Calls `tool` for `agent` on behalf of `actor`, and answers once the call's audit
+    /// record is committed (outcome, duration, bytes in and out, the connector's digest;
+    /// the arguments only with `audit.record_arguments`, the result never).
     pub(crate) async fn call_tool(
         &self,
+        actor: &Actor,
         agent: &str,
         tool: &str,
         arguments: Value,
     ) -> HostResult<ToolOutput> {
-        let result = self.call_tool_inner(agent, tool, arguments).await;
+        let started = Instant::now();
+        let bytes_in = json_bytes(&arguments);
+        let kept_arguments = self.audit.record_arguments().then(|| arguments.clone());
+        let mut connector = None;
+        let result = self
+            .call_tool_inner(agent, tool, arguments, &mut connector)
+            .await;
         let m = &self.metrics;
         match &result {
             Ok(_) => m.tool_calls_ok.fetch_add(1, Ordering::Relaxed),
             Err(e) if !e.code.is_rejection() => m.tool_calls_failed.fetch_add(1, Ordering::Relaxed),
             Err(_) => m.tool_calls_rejected.fetch_add(1, Ordering::Relaxed),
         };
+        let mut details = json!({
+            "agent": agent,
+            "durationMs": started.elapsed().as_millis() as u64,
+            "bytesIn": bytes_in,
+            "bytesOut": result.as_ref().map_or(0, output_bytes),
+        });
+        if let Some((slug, digest)) = connector {
+            details["connector"] = Value::String(slug);
+            details["digest"] = Value::String(digest);
+        }
+        if let Some(arguments) = kept_arguments {
+            details["arguments"] = arguments;
+        }
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) => e.code.as_str(),
+        };
+        let audit = Audit::new(actor, "tool.call", target::tool(&truncate(tool, 256)))
+            .with_details(details);
+        self.audit.append(audit.entry(outcome)).await?;
         result
     }
 
+    /// `connector` is set to the slug and digest of the connector the call runs in,
+    /// once that is known.
     async fn call_tool_inner(
         &self,
         agent: &str,
         tool: &str,
         arguments: Value,
+        connector_of_call: &mut Option<(String, String)>,
     ) -> HostResult<ToolOutput> {
         check_id("agent", agent)?;
         let subject = Subject::Agent(agent.to_string());
@@ -173,6 +212,10 @@ impl ToolDispatcher {
         }
         match &effective.group.provider {
             Provider::Connector(connector) => {
+                *connector_of_call = Some((
+                    connector.slug().to_string(),
+                    connector.info().digest.clone(),
+                ));
                 if let Err(v) = connector.check_arguments(tool, &arguments) {
                     return Err(invalid_arguments(tool, &v));
                 }
@@ -337,4 +380,32 @@ mod tests {
         assert!(!describe.is_valid(&json!({"name": "acme.echo", "x": 1})));
         assert!(handlers.validators["sv.tools.list"].is_valid(&json!({})));
     }
+}
+
+/// Counts the bytes written through it (a JSON value's size without building its text).
+#[derive(Default)]
+struct ByteCount(u64);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The size of `value` as compact JSON.
+fn json_bytes(value: &impl serde::Serialize) -> u64 {
+    let mut count = ByteCount::default();
+    // Writing to a counter cannot fail, and a value that cannot serialise counts as what
+    // was written of it.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+/// The size of a call's output as JSON: its structured result and its content blocks.
+fn output_bytes(output: &ToolOutput) -> u64 {
+    output.structured.as_ref().map_or(0, json_bytes) + json_bytes(&output.content)
 }

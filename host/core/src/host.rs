@@ -20,6 +20,8 @@ use std::sync::Arc;
 use futures::Stream;
 use serde_json::Value;
 
+use crate::audit::Audit;
+pub use crate::audit::{AuditPage, AuditVerdict};
 pub use crate::auth::IssuedToken;
 pub use crate::catalog::{InstallOptions, Installed, Written};
 use crate::config::HostConfig;
@@ -35,20 +37,27 @@ pub use crate::sources::{ComponentSource, InstallRequest};
 pub use crate::startup::{open_store, StartupReport};
 use crate::startup::{Parts, Role};
 pub use crate::webhooks::{DeliveryView, WebhookOutcome};
+use connector_model::audit::{target, Actor};
 /// The attribute a [`PlatformToolHandler`] implementation is written under.
 pub use async_trait::async_trait;
 use connector_model::connector::{Connector, ToolInfo};
 /// How a [`PlatformToolHandler`] reports a failure.
 pub use connector_model::error::HandlerError;
 use connector_model::error::HostResult;
+use connector_model::ids::truncate;
 use connector_model::records::{BindingRecord, DeliveryRecord, Subject, UnitRecord};
 use connector_runtime::Sandbox;
+pub use connector_store::AuditQuery;
 use connector_store::Store;
 
 /// The connector host. Cheap to clone; all clones share one state.
+///
+/// A `Host` acts for someone: what it changes is recorded in the audit log under that
+/// actor ([`Host::acting_as`]; the host itself unless said otherwise).
 #[derive(Clone)]
 pub struct Host {
     parts: Arc<Parts>,
+    actor: Actor,
 }
 
 impl Host {
@@ -65,7 +74,13 @@ impl Host {
         store: Arc<dyn Store>,
     ) -> anyhow::Result<(Host, StartupReport)> {
         let (parts, report) = Parts::open(config, store, Role::Server).await?;
-        Ok((Host { parts }, report))
+        Ok((
+            Host {
+                parts,
+                actor: Actor::host(),
+            },
+            report,
+        ))
     }
 
     /// Opens a host that only serves tools beside a running `serve` on the same database
@@ -80,7 +95,10 @@ impl Host {
         }
         let store = open_store(&config).await?;
         let (parts, _) = Parts::open(config, store, Role::ToolServer).await?;
-        Ok(Host { parts })
+        Ok(Host {
+            parts,
+            actor: Actor::host(),
+        })
     }
 
     // ----- configuration, credentials, replicas ----------------------------------------
@@ -101,6 +119,65 @@ impl Host {
         self.parts.tools.metrics()
     }
 
+    /// This host, acting for `actor`: the audit records of what it does name them.
+    pub fn acting_as(&self, actor: Actor) -> Host {
+        Host {
+            parts: self.parts.clone(),
+            actor,
+        }
+    }
+
+    /// Who this host acts for.
+    pub fn actor(&self) -> &Actor {
+        &self.actor
+    }
+
+    /// Runs `change` with the audit record `audit` describes, recording its refusal if it
+    /// is refused.
+    async fn audited<T>(
+        &self,
+        audit: Audit,
+        change: impl std::future::Future<Output = HostResult<T>>,
+    ) -> HostResult<T> {
+        let result = change.await;
+        self.parts.audit.outcome_of(&audit, result).await
+    }
+
+    fn audit(&self, action: &'static str, target: String) -> Audit {
+        Audit::new(&self.actor, action, target)
+    }
+
+    // ----- the audit log --------------------------------------------------------------
+
+    /// A page of audit records (`query.limit` at most; see [`AuditQuery`]).
+    pub async fn audit_records(&self, query: AuditQuery) -> HostResult<AuditPage> {
+        self.parts.audit.records(query).await
+    }
+
+    /// Recomputes the audit chain from its oldest kept record.
+    pub async fn verify_audit(&self) -> HostResult<AuditVerdict> {
+        self.parts.audit.verify().await
+    }
+
+    /// Records a console sign-in (`signed_in`) or sign-out of the session named
+    /// `session` (a name derived from it, never its cookie), once committed.
+    pub async fn record_console_session(&self, session: &str, signed_in: bool) -> HostResult<()> {
+        let action = if signed_in {
+            "console.sign_in"
+        } else {
+            "console.sign_out"
+        };
+        let actor = Actor::console(Some(session.to_string()));
+        let audit = Audit::new(&actor, action, format!("console:{session}"));
+        self.parts.audit.append(audit.entry("ok")).await
+    }
+
+    /// Prunes audit records older than `audit.retention_days` now (the host also does it
+    /// hourly); returns how many went.
+    pub async fn prune_audit(&self) -> HostResult<u64> {
+        self.parts.audit.prune().await
+    }
+
     /// Whether `token` is the operator token (constant time).
     pub fn is_operator_token(&self, token: &str) -> bool {
         self.parts.credentials.is_operator(token)
@@ -117,14 +194,32 @@ impl Host {
     }
 
     /// Issues an agent token (default one hour, at most 30 days).
-    pub fn issue_agent_token(&self, id: &str, ttl_seconds: Option<u64>) -> HostResult<IssuedToken> {
-        let epoch = self.parts.directory.token_epoch(id)?;
-        self.parts.credentials.issue(id, &epoch, ttl_seconds)
+    /// The token is answered only once its audit record (never the token) is committed.
+    pub async fn issue_agent_token(
+        &self,
+        id: &str,
+        ttl_seconds: Option<u64>,
+    ) -> HostResult<IssuedToken> {
+        let audit = self.audit("token.mint", target::agent(&truncate(id, 128)));
+        let issued = self
+            .parts
+            .directory
+            .token_epoch(id)
+            .and_then(|epoch| self.parts.credentials.issue(id, &epoch, ttl_seconds));
+        let issued = self.parts.audit.outcome_of(&audit, issued).await?;
+        let audit = audit.with_details(serde_json::json!({"expiresAt": issued.expires_at}));
+        self.parts.audit.append(audit.entry("ok")).await?;
+        Ok(issued)
     }
 
     /// Revokes every token minted for agent `id` so far, on every replica.
     pub async fn revoke_agent_tokens(&self, id: &str) -> HostResult<()> {
-        self.parts.directory.revoke_agent_tokens(id).await
+        let audit = self.audit("token.revoke", target::agent(&truncate(id, 128)));
+        self.audited(
+            audit.clone(),
+            self.parts.directory.revoke_agent_tokens(&audit, id),
+        )
+        .await
     }
 
     /// Brings this replica's in-memory state up to date with the shared database: every
@@ -143,7 +238,7 @@ impl Host {
 
     /// Installs or rotates from uploaded bytes or an OCI registry (CONTRACT.md §10).
     pub async fn install(&self, request: InstallRequest) -> HostResult<Installed> {
-        self.parts.install_from(request).await
+        self.parts.install_from(&self.actor, request).await
     }
 
     /// Every installed connector, sorted by slug.
@@ -159,7 +254,14 @@ impl Host {
     /// Removes a connector; while bound it is refused (`409 connector_in_use`) unless
     /// `force`, which unbinds it everywhere first.
     pub async fn remove_connector(&self, slug: &str, force: bool) -> HostResult<()> {
-        self.parts.catalog.remove(slug, force).await
+        let audit = self
+            .audit("connector.delete", target::connector(&truncate(slug, 128)))
+            .with_details(serde_json::json!({"force": force}));
+        self.audited(
+            audit.clone(),
+            self.parts.catalog.remove(&audit, slug, force),
+        )
+        .await
     }
 
     /// The sandbox a call of connector `slug` runs in on behalf of `binding` (if any).
@@ -176,10 +278,14 @@ impl Host {
         parent: Option<&str>,
         display_name: Option<&str>,
     ) -> HostResult<(UnitView, Written)> {
-        self.parts
-            .directory
-            .put_unit(id, parent, display_name)
-            .await
+        let audit = self.audit("unit.put", target::unit(&truncate(id, 128)));
+        self.audited(
+            audit.clone(),
+            self.parts
+                .directory
+                .put_unit(&audit, id, parent, display_name),
+        )
+        .await
     }
 
     /// A unit with its bindings and effective tools.
@@ -190,7 +296,9 @@ impl Host {
     /// Deletes a unit with its bindings, grants and agent memberships; refused while it
     /// has children (`409 has_children`).
     pub async fn delete_unit(&self, id: &str) -> HostResult<()> {
-        self.parts.directory.delete_unit(id).await
+        let audit = self.audit("unit.delete", target::unit(&truncate(id, 128)));
+        self.audited(audit.clone(), self.parts.directory.delete_unit(&audit, id))
+            .await
     }
 
     /// Creates or updates an agent (`units`: first = primary).
@@ -200,10 +308,16 @@ impl Host {
         units: &[String],
         display_name: Option<&str>,
     ) -> HostResult<(AgentView, Written)> {
-        self.parts
-            .directory
-            .put_agent(id, units, display_name)
-            .await
+        let audit = self
+            .audit("agent.put", target::agent(&truncate(id, 128)))
+            .with_details(serde_json::json!({"units": units}));
+        self.audited(
+            audit.clone(),
+            self.parts
+                .directory
+                .put_agent(&audit, id, units, display_name),
+        )
+        .await
     }
 
     /// An agent with its effective tools.
@@ -213,7 +327,9 @@ impl Host {
 
     /// Deletes an agent with its explicit grants and image tools.
     pub async fn delete_agent(&self, id: &str) -> HostResult<()> {
-        self.parts.directory.delete_agent(id).await
+        let audit = self.audit("agent.delete", target::agent(&truncate(id, 128)));
+        self.audited(audit.clone(), self.parts.directory.delete_agent(&audit, id))
+            .await
     }
 
     /// Binds a connector to a unit (or replaces the binding's config).
@@ -223,7 +339,15 @@ impl Host {
         slug: &str,
         config: Value,
     ) -> HostResult<(BindingView, Written)> {
-        self.parts.directory.bind(unit, slug, config).await
+        let audit = self.audit(
+            "binding.put",
+            target::binding(&truncate(unit, 128), &truncate(slug, 128)),
+        );
+        self.audited(
+            audit.clone(),
+            self.parts.directory.bind(&audit, unit, slug, config),
+        )
+        .await
     }
 
     /// The bindings of a unit.
@@ -269,7 +393,15 @@ impl Host {
 
     /// Unbinds: deletes the binding and exactly its grants in one transaction.
     pub async fn unbind(&self, unit: &str, slug: &str) -> HostResult<()> {
-        self.parts.directory.unbind(unit, slug).await
+        let audit = self.audit(
+            "binding.delete",
+            target::binding(&truncate(unit, 128), &truncate(slug, 128)),
+        );
+        self.audited(
+            audit.clone(),
+            self.parts.directory.unbind(&audit, unit, slug),
+        )
+        .await
     }
 
     /// The effective tools of a unit or agent.
@@ -286,15 +418,26 @@ impl Host {
 
     /// Grants a tool id or a whole namespace to a subject explicitly.
     pub async fn grant(&self, subject: Subject, tool_or_namespace: &str) -> HostResult<GrantView> {
-        self.parts.directory.grant(subject, tool_or_namespace).await
+        let audit = self.audit("grant.put", grant_target(&subject, tool_or_namespace));
+        self.audited(
+            audit.clone(),
+            self.parts
+                .directory
+                .grant(&audit, subject, tool_or_namespace),
+        )
+        .await
     }
 
     /// Revokes an explicit grant.
     pub async fn revoke(&self, subject: Subject, tool_or_namespace: &str) -> HostResult<()> {
-        self.parts
-            .directory
-            .revoke(subject, tool_or_namespace)
-            .await
+        let audit = self.audit("grant.delete", grant_target(&subject, tool_or_namespace));
+        self.audited(
+            audit.clone(),
+            self.parts
+                .directory
+                .revoke(&audit, subject, tool_or_namespace),
+        )
+        .await
     }
 
     /// The explicit grants of a subject (`<namespace>.*` or a tool id each), sorted by
@@ -320,18 +463,28 @@ impl Host {
         digest: &str,
         tools: Value,
     ) -> HostResult<Value> {
-        self.parts
-            .directory
-            .put_image_tools(agent, digest, tools)
-            .await
+        let audit = self
+            .audit("image_tools.put", target::agent(&truncate(agent, 128)))
+            .with_details(serde_json::json!({"digest": truncate(digest, 128)}));
+        self.audited(
+            audit.clone(),
+            self.parts
+                .directory
+                .put_image_tools(&audit, agent, digest, tools),
+        )
+        .await
     }
 
     /// Fetches `GET {url}/a2a/tools` from an agent's image and stores the tools.
     pub async fn introspect_image_tools(&self, agent: &str, url: &str) -> HostResult<Value> {
-        self.parts
-            .directory
-            .introspect_image_tools(agent, url)
-            .await
+        let audit = self.audit("image_tools.put", target::agent(&truncate(agent, 128)));
+        self.audited(
+            audit.clone(),
+            self.parts
+                .directory
+                .introspect_image_tools(&audit, agent, url),
+        )
+        .await
     }
 
     /// The env vars and files the container of `agent` starts with.
@@ -357,7 +510,10 @@ impl Host {
         tool: &str,
         arguments: Value,
     ) -> HostResult<crate::ToolOutput> {
-        self.parts.tools.call_tool(agent, tool, arguments).await
+        self.parts
+            .tools
+            .call_tool(&self.actor, agent, tool, arguments)
+            .await
     }
 
     // ----- webhooks and inboxes -------------------------------------------------------
@@ -384,7 +540,21 @@ impl Host {
         headers: &http::HeaderMap,
         body: &[u8],
     ) -> HostResult<WebhookOutcome> {
-        self.parts.webhooks.receive(slug, headers, body).await
+        // A delivery the host refused (no such connector, a signature that does not
+        // verify) came from no one the host knows: recording it would let anybody
+        // write to the audit log. What was accepted is recorded before it is answered.
+        let outcome = self.parts.webhooks.receive(slug, headers, body).await?;
+        let audit = Audit::new(
+            &Actor::webhook(slug),
+            delivery_action(outcome.status),
+            target::delivery(&truncate(slug, 128), &truncate(&outcome.delivery, 128)),
+        )
+        .with_details(serde_json::json!({
+            "verdict": outcome.status.as_str(),
+            "routedTo": outcome.routed_to,
+        }));
+        self.parts.audit.append(audit.entry("ok")).await?;
+        Ok(outcome)
     }
 
     /// Retries one stored delivery now.
@@ -393,7 +563,19 @@ impl Host {
         slug: &str,
         delivery_id: &str,
     ) -> HostResult<WebhookOutcome> {
-        self.parts.webhooks.retry(slug, delivery_id).await
+        let audit = self.audit(
+            "delivery.retry",
+            target::delivery(&truncate(slug, 128), &truncate(delivery_id, 128)),
+        );
+        let outcome = self
+            .audited(audit.clone(), self.parts.webhooks.retry(slug, delivery_id))
+            .await?;
+        let audit = audit.with_details(serde_json::json!({
+            "verdict": outcome.status.as_str(),
+            "routedTo": outcome.routed_to,
+        }));
+        self.parts.audit.append(audit.entry("ok")).await?;
+        Ok(outcome)
     }
 
     /// What the operator sees of one delivery.
@@ -446,5 +628,25 @@ impl Host {
     /// another replica): what MCP resource subscriptions are pushed from.
     pub async fn watch_messages(&self, units: Vec<String>) -> HostResult<MessageWatch> {
         self.parts.inbox.watch(units).await
+    }
+}
+
+/// The record target of a grant of `tool_or_namespace` to `subject`.
+fn grant_target(subject: &Subject, tool_or_namespace: &str) -> String {
+    let subject = match subject {
+        Subject::Unit(id) => target::unit(&truncate(id, 128)),
+        Subject::Agent(id) => target::agent(&truncate(id, 128)),
+    };
+    target::grant(&subject, &truncate(tool_or_namespace, 256))
+}
+
+/// The action a webhook delivery's record names, by what became of it.
+fn delivery_action(status: crate::webhooks::WebhookStatus) -> &'static str {
+    use crate::webhooks::WebhookStatus;
+    match status {
+        WebhookStatus::Accepted => "delivery.routed",
+        WebhookStatus::Duplicate => "delivery.duplicate",
+        WebhookStatus::Ignored => "delivery.ignored",
+        WebhookStatus::Queued => "delivery.queued",
     }
 }

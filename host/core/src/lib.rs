@@ -10,6 +10,7 @@
 
 #![deny(missing_docs)]
 
+pub mod audit;
 pub mod auth;
 mod capabilities;
 mod catalog;

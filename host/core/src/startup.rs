@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use crate::audit::{Audit, AuditLog};
 use crate::auth::{read_or_create_secret, Credentials};
 use crate::catalog::{Catalog, InstallOptions, Installed, Preparing, Provenance};
 use crate::config::HostConfig;
@@ -17,6 +18,7 @@ use crate::replicas::ReplicaSync;
 use crate::sources::{ComponentSource, InstallRequest, Sources};
 use crate::state::State;
 use crate::webhooks::Webhooks;
+use connector_model::audit::{target, Actor};
 use connector_model::error::{ErrorCode, HostResult};
 use connector_model::records::Snapshot;
 use connector_runtime::{ConnectorRuntime, RuntimeOptions};
@@ -91,6 +93,7 @@ pub(crate) struct Parts {
     pub(crate) replicas: Arc<ReplicaSync>,
     pub(crate) credentials: Credentials,
     pub(crate) sources: Sources,
+    pub(crate) audit: Arc<AuditLog>,
 }
 
 impl Parts {
@@ -139,7 +142,13 @@ impl Parts {
         // by `refresh`): on a shared database, one racing another replica's is refused.
         store.refuse_stale_writes();
         let registry = ConnectorRegistry::new(runtime.clone());
-        let state = Arc::new(State::new(store.clone(), registry, &snapshot));
+        let audit = AuditLog::start(store.clone(), config.audit.clone());
+        let state = Arc::new(State::new(
+            store.clone(),
+            audit.clone(),
+            registry,
+            &snapshot,
+        ));
         store.applied(snapshot.version);
         let catalog = Arc::new(Catalog::new(config.clone(), runtime, state.clone()));
         let others_write = store.is_shared() || role == Role::ToolServer;
@@ -158,7 +167,7 @@ impl Parts {
             .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))?;
         let parts = Parts {
             directory: DirectoryService::new(state.clone(), catalog.clone(), http),
-            tools: ToolDispatcher::new(state.clone(), catalog.clone()),
+            tools: ToolDispatcher::new(state.clone(), catalog.clone(), audit.clone()),
             webhooks: Arc::new(Webhooks::new(
                 config.clone(),
                 store.clone(),
@@ -175,6 +184,7 @@ impl Parts {
             replicas,
             credentials,
             sources,
+            audit,
         };
         let parts = Arc::new(parts);
         if role == Role::ToolServer {
@@ -198,6 +208,7 @@ impl Parts {
             .map_err(|e| anyhow::anyhow!("cannot read stored webhook deliveries: {e}"))?;
         parts.replicas.spawn_background_refresh();
         parts.webhooks.spawn_sweeper();
+        parts.audit.spawn_pruning();
         Ok((
             parts,
             StartupReport {
@@ -240,6 +251,7 @@ impl Parts {
                 accept_tool_changes: true,
             };
             self.install(
+                &Actor::host(),
                 Arc::from(bundled.bytes),
                 Some(bundled.digest),
                 Provenance::upload(),
@@ -266,10 +278,13 @@ impl Parts {
                 accept_tool_changes: true,
             };
             let installed = self
-                .install_from(InstallRequest {
-                    source: ComponentSource::Upload(Arc::from(bytes)),
-                    options,
-                })
+                .install_from(
+                    &Actor::host(),
+                    InstallRequest {
+                        source: ComponentSource::Upload(Arc::from(bytes)),
+                        options,
+                    },
+                )
                 .await
                 .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
             if !installed.tool_changes.is_empty() {
@@ -281,9 +296,14 @@ impl Parts {
 
     /// Installs or rotates the component `source` names (uploaded bytes or a registry
     /// reference), under the signature policy.
-    pub(crate) async fn install_from(&self, request: InstallRequest) -> HostResult<Installed> {
+    pub(crate) async fn install_from(
+        &self,
+        actor: &Actor,
+        request: InstallRequest,
+    ) -> HostResult<Installed> {
         let (bytes, provenance) = self.sources.fetch(request.source).await?;
-        self.install(bytes, None, provenance, request.options).await
+        self.install(actor, bytes, None, provenance, request.options)
+            .await
     }
 
     /// Installs or rotates a component. On a shared database another replica's write
@@ -292,6 +312,7 @@ impl Parts {
     /// times. Replicas starting together race for the same rows this way too.
     pub(crate) async fn install(
         &self,
+        actor: &Actor,
         bytes: Arc<[u8]>,
         bundled: Option<&str>,
         provenance: Provenance,
@@ -301,15 +322,21 @@ impl Parts {
             .catalog
             .prepare_install(bytes, bundled, provenance, options)
             .await?;
+        let info = pending.prepared.info();
+        let audit = Audit::new(actor, "connector.install", target::connector(&info.slug))
+            .with_details(serde_json::json!({"digest": info.digest, "version": info.version}));
         let mut attempt = 0;
-        loop {
-            match self.catalog.finish_install(&mut pending).await {
+        let result = loop {
+            match self.catalog.finish_install(&audit, &mut pending).await {
                 Err(e) if e.code == ErrorCode::StateChanged && attempt < 10 => {
                     attempt += 1;
-                    self.replicas.refresh().await?;
+                    if let Err(e) = self.replicas.refresh().await {
+                        break Err(e);
+                    }
                 }
-                other => return other,
+                other => break other,
             }
-        }
+        };
+        self.audit.outcome_of(&audit, result).await
     }
 }

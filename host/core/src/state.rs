@@ -23,8 +23,10 @@ use std::sync::Arc;
 
 use parking_lot::{RwLock, RwLockReadGuard};
 
+use crate::audit::{Audit, AuditLog};
 use crate::grants::{Directory, EffectiveToolResolver, ResolvedTools, ToolCatalog};
 use crate::registry::{ConnectorRegistry, InstalledConnector};
+use connector_model::audit::AuditEntry;
 use connector_model::connector::ToolInfo;
 use connector_model::error::{HostError, HostResult};
 use connector_model::ids::check_id;
@@ -33,7 +35,7 @@ use connector_model::records::{
     UnitRecord,
 };
 use connector_runtime::OutboundPolicy;
-use connector_store::{StateStore, StoreResult};
+use connector_store::{StateStore, StateWrite, StoreResult};
 
 /// One change of the host's state, persisted as one store transaction.
 pub(crate) enum StateChange {
@@ -74,41 +76,48 @@ pub(crate) enum StateChange {
 }
 
 impl StateChange {
-    /// Writes the change in one transaction.
-    pub(crate) async fn persist(&self, store: &dyn StateStore) -> StoreResult<()> {
-        match self {
-            StateChange::Nothing => Ok(()),
-            StateChange::PutUnit(unit) => store.put_unit(unit).await,
-            StateChange::DeleteUnit(id) => store.delete_unit(id).await.map(drop),
-            StateChange::PutAgent(agent) => store.put_agent(agent).await,
-            StateChange::DeleteAgent(id) => store.delete_agent(id).await.map(drop),
-            StateChange::PutBinding(binding, grant) => store.put_binding(binding, grant).await,
+    /// Writes the change and its audit record in one transaction.
+    pub(crate) async fn persist(
+        &self,
+        store: &dyn StateStore,
+        audit: &AuditEntry,
+    ) -> StoreResult<()> {
+        let write = match self {
+            StateChange::Nothing => return Ok(()),
+            StateChange::PutUnit(unit) => StateWrite::PutUnit(unit),
+            StateChange::DeleteUnit(id) => StateWrite::DeleteUnit(id),
+            StateChange::PutAgent(agent) => StateWrite::PutAgent(agent),
+            StateChange::DeleteAgent(id) => StateWrite::DeleteAgent(id),
+            StateChange::PutBinding(binding, grant) => StateWrite::PutBinding(binding, grant),
             StateChange::DeleteBinding { unit, connector } => {
-                store.delete_binding(unit, connector).await.map(drop)
+                StateWrite::DeleteBinding { unit, connector }
             }
-            StateChange::PutGrant(grant) => store.put_grant(grant).await,
+            StateChange::PutGrant(grant) => StateWrite::PutGrant(grant),
             StateChange::DeleteGrant {
                 subject,
                 tool,
                 provenance,
-            } => store
-                .delete_grant(subject, tool, provenance)
-                .await
-                .map(drop),
-            StateChange::PutImageTools(record) => store.put_image_tools(record).await,
+            } => StateWrite::DeleteGrant {
+                subject,
+                tool,
+                provenance,
+            },
+            StateChange::PutImageTools(record) => StateWrite::PutImageTools(record),
             StateChange::InstallConnector {
                 record,
                 component,
                 kept,
                 removed,
                 ..
-            } => {
-                store
-                    .rotate_connector(record, component, kept, removed)
-                    .await
-            }
-            StateChange::RemoveConnector(slug) => store.delete_connector(slug).await.map(drop),
-        }
+            } => StateWrite::RotateConnector {
+                connector: record,
+                component,
+                kept,
+                removed,
+            },
+            StateChange::RemoveConnector(slug) => StateWrite::DeleteConnector(slug),
+        };
+        store.write_audited(write, audit).await
     }
 
     /// Applies the persisted change to memory. The caller holds the directory's write lock
@@ -187,6 +196,8 @@ const RELOAD_ATTEMPTS: u32 = 4;
 /// Everything the host serves from memory (see the module docs).
 pub(crate) struct State {
     store: Arc<dyn StateStore>,
+    /// Where a write that finds nothing to change leaves its record.
+    audit: Arc<AuditLog>,
     /// One write at a time, from deciding to applying.
     writes: tokio::sync::Mutex<()>,
     /// Local writes applied so far (counted under the write lock): a reload prepared from
@@ -206,11 +217,13 @@ impl State {
     /// [`State::install_stored`]).
     pub(crate) fn new(
         store: Arc<dyn StateStore>,
+        audit: Arc<AuditLog>,
         registry: ConnectorRegistry,
         snapshot: &Snapshot,
     ) -> Self {
         let state = Self {
             store,
+            audit,
             writes: tokio::sync::Mutex::new(()),
             local_writes: AtomicU64::new(0),
             directory: RwLock::new(Directory::from_snapshot(snapshot)),
@@ -230,16 +243,29 @@ impl State {
     /// directory's write lock. `decide` is not async: whatever takes time (a guest's
     /// `bind`, a compilation, a fetch) runs before, and `decide` checks that what it was
     /// checked against still holds.
+    ///
+    /// `audit` says what the change records: its record is written in the change's
+    /// transaction (a change that turns out to be nothing still leaves one, marked
+    /// `unchanged`). A refusal is the caller's to record: it may come before this.
     pub(crate) async fn write<T>(
         &self,
+        audit: &Audit,
         decide: impl FnOnce() -> HostResult<(StateChange, T)>,
     ) -> HostResult<T> {
-        let _write = self.writes.lock().await;
+        let write = self.writes.lock().await;
         let (change, out) = decide()?;
         if matches!(change, StateChange::Nothing) {
+            drop(write);
+            let mut entry = audit.entry("ok");
+            if let serde_json::Value::Object(details) = &mut entry.details {
+                details.insert("unchanged".into(), serde_json::Value::Bool(true));
+            }
+            self.audit.append(entry).await?;
             return Ok(out);
         }
-        change.persist(self.store.as_ref()).await?;
+        change
+            .persist(self.store.as_ref(), &audit.entry("ok"))
+            .await?;
         self.local_writes.fetch_add(1, Ordering::SeqCst);
         let mut dir = self.directory.write();
         change.apply(&mut dir, self);
@@ -459,15 +485,26 @@ mod tests {
         let runtime = Arc::new(ConnectorRuntime::new(RuntimeOptions::default()).expect("runtime"));
         let state = State::new(
             store.clone(),
+            AuditLog::start(store.clone(), Default::default()),
             ConnectorRegistry::new(runtime),
             &Snapshot::default(),
         );
         (Arc::new(state), store)
     }
 
+    fn test_audit() -> Audit {
+        Audit::new(
+            &connector_model::audit::Actor::host(),
+            "test.write",
+            "unit:u".into(),
+        )
+    }
+
     async fn put_unit(state: &State, id: &str) {
         state
-            .write(|| Ok((StateChange::PutUnit(unit(id, None)), ())))
+            .write(&test_audit(), || {
+                Ok((StateChange::PutUnit(unit(id, None)), ()))
+            })
             .await
             .expect("put a unit");
     }
@@ -483,7 +520,7 @@ mod tests {
             binding("u", "acme", serde_json::json!({})),
             connector_grant("u", "acme", "acme"),
         );
-        let refused = state.write(|| Ok((change, ()))).await;
+        let refused = state.write(&test_audit(), || Ok((change, ()))).await;
         assert!(refused.is_err());
         {
             let dir = state.directory();
@@ -505,7 +542,7 @@ mod tests {
             let state = state.clone();
             tokio::spawn(async move {
                 state
-                    .write(|| {
+                    .write(&test_audit(), || {
                         let n = state.directory().units().count();
                         Ok((StateChange::PutUnit(unit(&format!("u{n}"), None)), ()))
                     })
@@ -532,19 +569,26 @@ mod tests {
             }),
         ];
         for change in changes {
-            state.write(|| Ok((change, ()))).await.expect("write");
+            state
+                .write(&test_audit(), || Ok((change, ())))
+                .await
+                .expect("write");
         }
         let subject = Subject::Agent("a".into());
         let tools = state.effective_tools(&subject).expect("the agent's tools");
         assert!(tools.get("img.run").is_some());
         state
-            .write(|| Ok((StateChange::DeleteAgent("a".into()), ())))
+            .write(&test_audit(), || {
+                Ok((StateChange::DeleteAgent("a".into()), ()))
+            })
             .await
             .expect("delete");
         assert!(state.effective_tools(&subject).is_err());
         put_unit(&state, "u").await;
         state
-            .write(|| Ok((StateChange::PutAgent(agent("a", &["u"])), ())))
+            .write(&test_audit(), || {
+                Ok((StateChange::PutAgent(agent("a", &["u"])), ()))
+            })
             .await
             .expect("put again");
         let tools = state.effective_tools(&subject).expect("the agent's tools");

@@ -12,6 +12,7 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap};
 
 use connector_core::host::Host;
+use connector_model::audit::Actor;
 use connector_model::error::{ErrorCode, HostError};
 
 /// Which callers a route admits.
@@ -53,6 +54,32 @@ pub fn authorize(host: &Host, headers: &HeaderMap, access: Access<'_>) -> Result
             )),
             None => Err(unauthenticated()),
         },
+    }
+}
+
+/// Who the request's bearer token names, for the audit log: the operator, or the agent
+/// whose token it is. Call it on a request [`authorize`] let through; a request without
+/// a valid token (which never gets that far) is put down to the host itself.
+pub fn caller(host: &Host, headers: &HeaderMap) -> Actor {
+    match bearer(headers) {
+        Some(token) if host.is_operator_token(token) => Actor::operator(),
+        Some(token) => host
+            .agent_of_token(token)
+            .map_or_else(Actor::host, |agent| Actor::agent(&agent)),
+        None => Actor::host(),
+    }
+}
+
+/// The actor a request acts as ([`caller`]); takes nothing from the request but its
+/// headers, and refuses nothing (put it after the extractor that authorizes).
+#[derive(Debug, Clone)]
+pub struct Caller(pub Actor);
+
+impl FromRequestParts<Host> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, host: &Host) -> Result<Self, ApiError> {
+        Ok(Caller(caller(host, &parts.headers)))
     }
 }
 

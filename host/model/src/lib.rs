@@ -3,13 +3,14 @@
 //! one error type ([`error`]), the records that are stored and served ([`records`]), a
 //! connector and its tools as the contract shows them with their naming rules
 //! ([`connector`]), what a tool call returns ([`tool_output`]) and why a subject has a
-//! tool ([`provenance`]).
+//! tool ([`provenance`]), and the audit log's records and their hash chain ([`audit`]).
 //!
 //! It depends on no runtime, database or web framework, so the sandbox, the stores, the
 //! core and the edges can all build on it.
 
 #![deny(missing_docs)]
 
+pub mod audit;
 pub mod bundled;
 pub mod connector;
 pub mod error;

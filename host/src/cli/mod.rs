@@ -14,6 +14,7 @@
 //! an unreadable file, malformed JSON).
 
 pub mod agents;
+pub mod audit;
 pub mod bindings;
 pub mod call;
 pub mod client;
@@ -190,6 +191,11 @@ pub enum Command {
     /// Read the messages (translated webhooks) delivered to a unit
     Messages(messages::MessagesArgs),
 
+    /// Read the audit log (who changed what, every tool call and delivery), or verify
+    /// its hash chain
+    #[command(after_help = audit::HELP)]
+    Audit(audit::AuditArgs),
+
     /// Show an agent's runtime context (env vars and files), or write it out
     Context(context::ContextArgs),
 
@@ -290,6 +296,7 @@ pub fn run_remote(
         Command::Call(args) => call::run_remote(&client, args),
         Command::Connectors(cmd) => connectors::run(&client, cmd, out),
         Command::Messages(args) => messages::run(&client, args, out),
+        Command::Audit(args) => audit::run(&client, args, out),
         Command::Context(args) => context::run(&client, args),
         Command::Mcp(args) => mcp::run(remote, args),
         Command::Serve(_)

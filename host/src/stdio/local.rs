@@ -106,7 +106,7 @@ impl Local {
                 data_dir.display()
             )
         })?;
-        let auth = mint(&host, agent).map_err(|e| match e {
+        let auth = mint(&host, agent).await.map_err(|e| match e {
             Minting::NoAgent => format!(
                 "there is no agent `{agent}` in the host's data in {}: create it (`connector-host agents put {agent} --unit UNIT`), or point --data-dir / --config at the host that has it",
                 data_dir.display()
@@ -145,15 +145,13 @@ impl Local {
                 ),
             );
         }
-        let auth = {
-            let mut current = self.auth.lock();
-            if current.1.elapsed() > TOKEN_RENEW_AFTER {
-                if let Ok(fresh) = mint(&self.host, &self.agent) {
-                    *current = (fresh, Instant::now());
-                }
+        let renew = self.auth.lock().1.elapsed() > TOKEN_RENEW_AFTER;
+        if renew {
+            if let Ok(fresh) = mint(&self.host, &self.agent).await {
+                *self.auth.lock() = (fresh, Instant::now());
             }
-            current.0.clone()
-        };
+        }
+        let auth = self.auth.lock().0.clone();
         let response = self
             .call(method.clone(), headers.clone(), body.clone(), auth)
             .await;
@@ -161,7 +159,7 @@ impl Local {
             return response;
         }
         // The token was refused: the agent's tokens were revoked, or the agent is gone.
-        match mint(&self.host, &self.agent) {
+        match mint(&self.host, &self.agent).await {
             Ok(fresh) => {
                 *self.auth.lock() = (fresh.clone(), Instant::now());
                 self.call(method, headers, body, fresh).await
@@ -234,9 +232,10 @@ enum Minting {
 }
 
 /// `Authorization: Bearer <a token of agent>`.
-fn mint(host: &Host, agent: &str) -> Result<HeaderValue, Minting> {
+async fn mint(host: &Host, agent: &str) -> Result<HeaderValue, Minting> {
     let issued = host
         .issue_agent_token(agent, Some(TOKEN_TTL_SECONDS))
+        .await
         .map_err(|e| {
             if e.code == ErrorCode::NotFound {
                 Minting::NoAgent

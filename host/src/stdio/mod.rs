@@ -248,7 +248,7 @@ enum Transport {
         endpoint: Url,
     },
     /// The endpoint served in this process.
-    Local(local::Local),
+    Local(Box<local::Local>),
 }
 
 struct Bridge {
@@ -480,7 +480,7 @@ impl Bridge {
 
     /// The endpoint in this process (it authenticates each message itself).
     fn local(local: local::Local) -> Self {
-        Bridge::with(Transport::Local(local), None)
+        Bridge::with(Transport::Local(Box::new(local)), None)
     }
 
     fn with(transport: Transport, auth: Option<HeaderValue>) -> Self {

@@ -49,6 +49,7 @@ use tokio_postgres::{IsolationLevel, NoTls, Row};
 
 mod writer;
 
+use connector_model::audit::{AuditAnchor, AuditEntry, AuditRecord};
 use connector_model::provenance::connector_provenance;
 use connector_model::records::{
     AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, GrantRecord,
@@ -58,6 +59,7 @@ use connector_store::rows;
 use connector_store::{
     encode_json, subject_parts, ClaimScope, CommitCounts, StateCheck, StoreError, StoreResult,
 };
+use connector_store::{AuditQuery, AuditStore, StateWrite};
 use connector_store::{DeliveryQueue, InboxStore, ReplicaCoordination, SecretStore, StateStore};
 use writer::{RoutedJob, WriterShared};
 
@@ -70,6 +72,9 @@ const POOL_SIZE: usize = 16;
 /// Advisory lock keys (arbitrary constants, unique to this schema).
 const MIGRATION_LOCK: i64 = 0x636f_6e6e_6d69_6772;
 const INBOX_LOCK: i64 = 0x636f_6e6e_696e_6278;
+/// Held from reading the audit chain's head to the commit: appends of all replicas take
+/// turns, so seqs have no gaps and each record's `prev` is the record before it.
+const AUDIT_LOCK: i64 = 0x636f_6e6e_6175_6474;
 
 /// The schema, one entry per version (entry `i` is version `i + 1`). Append only.
 const MIGRATIONS: &[&str] = &[
@@ -180,6 +185,31 @@ const MIGRATIONS: &[&str] = &[
     // compiled the component.
     r#"
     ALTER TABLE connectors ADD COLUMN manifest TEXT;
+    "#,
+    // 4: the audit log, one hash chain for every replica, and where its kept part starts.
+    r#"
+    CREATE TABLE audit_log (
+        seq        BIGINT PRIMARY KEY,
+        at         TEXT NOT NULL,
+        actor_kind TEXT NOT NULL,
+        actor_id   TEXT,
+        action     TEXT NOT NULL,
+        target     TEXT NOT NULL,
+        outcome    TEXT NOT NULL,
+        details    TEXT NOT NULL,
+        trace_id   TEXT,
+        prev       TEXT NOT NULL,
+        hash       TEXT NOT NULL
+    );
+    CREATE INDEX audit_log_by_target ON audit_log (target, seq);
+    CREATE INDEX audit_log_by_at ON audit_log (at);
+    CREATE TABLE audit_anchor (
+        id   BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (id),
+        seq  BIGINT NOT NULL,
+        hash TEXT NOT NULL
+    );
+    INSERT INTO audit_anchor (id, seq, hash)
+        VALUES (TRUE, 0, 'sha256:0000000000000000000000000000000000000000000000000000000000000000');
     "#,
 ];
 
@@ -385,13 +415,18 @@ impl PostgresStore {
 
 /// Runs `$body` in one state-changing transaction bound to `$tx` and commits it with
 /// [`PostgresStore::commit_state`]; any error rolls the whole transaction back.
+/// With an audit entry (`$audit`: `Option<&AuditEntry>`), the record is appended to the
+/// audit chain after the change, in the same transaction.
 macro_rules! state_tx {
-    ($self:ident, $op:expr, |$tx:ident| $body:block) => {{
+    ($self:ident, $op:expr, $audit:expr, |$tx:ident| $body:block) => {{
         let mut conn = $self.conn($op).await?;
         let $tx = conn.transaction().await.map_err(|e| map_err($op, e))?;
         $self.refuse_stale(&$tx, $op).await?;
         let out: StoreResult<_> = async { $body }.await;
         let out = out?;
+        if let Some(entry) = $audit {
+            append_audit(&$tx, $op, vec![entry.clone()]).await?;
+        }
         $self.commit_state($tx, $op).await?;
         Ok(out)
     }};
@@ -450,6 +485,98 @@ fn pg_opt_text(text: &Option<String>) -> Option<std::borrow::Cow<'_, str>> {
 /// Whether `error` only says that an earlier statement of its transaction failed.
 fn aborted_by_earlier(error: &tokio_postgres::Error) -> bool {
     error.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION)
+}
+
+/// The audit chain's head inside `tx`: the newest record's seq and hash, or the
+/// anchor's when no record is kept.
+async fn audit_head(tx: &Tx<'_>, ctx: &str) -> StoreResult<AuditAnchor> {
+    let db = |e| map_err(ctx, e);
+    let newest = tx
+        .query_opt(
+            "SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1",
+            &[],
+        )
+        .await
+        .map_err(db)?;
+    let row = match newest {
+        Some(row) => row,
+        None => tx
+            .query_one("SELECT seq, hash FROM audit_anchor", &[])
+            .await
+            .map_err(db)?,
+    };
+    Ok(AuditAnchor {
+        seq: col(&row, 0)?,
+        hash: col(&row, 1)?,
+    })
+}
+
+/// Appends `entries` to the audit chain inside `tx`, taking the audit lock (held to the
+/// commit: one chain, appended in turn by every replica); returns the sealed records.
+pub(crate) async fn append_audit(
+    tx: &Tx<'_>,
+    ctx: &str,
+    entries: Vec<AuditEntry>,
+) -> StoreResult<Vec<AuditRecord>> {
+    if entries.is_empty() {
+        return Ok(Vec::new());
+    }
+    let db = |e| map_err(ctx, e);
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&AUDIT_LOCK])
+        .await
+        .map_err(db)?;
+    let head = audit_head(tx, ctx).await?;
+    let (mut seq, mut prev) = (head.seq, head.hash);
+    let mut sealed = Vec::with_capacity(entries.len());
+    let mut columns: [Vec<String>; 8] = Default::default();
+    let mut seqs: Vec<i64> = Vec::with_capacity(entries.len());
+    let mut actor_ids: Vec<Option<String>> = Vec::with_capacity(entries.len());
+    let mut trace_ids: Vec<Option<String>> = Vec::with_capacity(entries.len());
+    for entry in entries {
+        seq += 1;
+        let record = AuditRecord::seal(entry, seq, prev);
+        seqs.push(record.seq);
+        columns[0].push(record.at.clone());
+        columns[1].push(record.actor.kind.as_str().to_string());
+        actor_ids.push(record.actor.id.clone());
+        columns[2].push(record.action.clone());
+        columns[3].push(record.target.clone());
+        columns[4].push(record.outcome.clone());
+        columns[5].push(encode_json(ctx, &record.details)?);
+        trace_ids.push(record.trace_id.clone());
+        columns[6].push(record.prev.clone());
+        columns[7].push(record.hash.clone());
+        prev = record.hash.clone();
+        sealed.push(record);
+    }
+    let insert = tx
+        .prepare_cached(
+            "INSERT INTO audit_log (seq, at, actor_kind, actor_id, action, target, outcome,
+                 details, trace_id, prev, hash)
+             SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[],
+                 $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])",
+        )
+        .await
+        .map_err(db)?;
+    tx.execute(
+        &insert,
+        &[
+            &seqs,
+            &columns[0],
+            &columns[1],
+            &actor_ids,
+            &columns[2],
+            &columns[3],
+            &columns[4],
+            &columns[5],
+            &trace_ids,
+            &columns[6],
+            &columns[7],
+        ],
+    )
+    .await
+    .map_err(db)?;
+    Ok(sealed)
 }
 
 pub(crate) async fn append_messages(
@@ -790,18 +917,131 @@ impl StateStore for PostgresStore {
         row.map(|r| col::<Vec<u8>>(&r, 0)).transpose()
     }
 
+    async fn write_audited(&self, write: StateWrite<'_>, audit: &AuditEntry) -> StoreResult<()> {
+        let audit = Some(audit);
+        match write {
+            StateWrite::PutConnector(c, component) => {
+                self.put_connector_audited(c, component, audit).await
+            }
+            StateWrite::DeleteConnector(slug) => {
+                self.delete_connector_audited(slug, audit).await.map(drop)
+            }
+            StateWrite::RotateConnector {
+                connector,
+                component,
+                kept,
+                removed,
+            } => {
+                self.rotate_connector_audited(connector, component, kept, removed, audit)
+                    .await
+            }
+            StateWrite::PutUnit(u) => self.put_unit_audited(u, audit).await,
+            StateWrite::DeleteUnit(id) => self.delete_unit_audited(id, audit).await.map(drop),
+            StateWrite::PutAgent(a) => self.put_agent_audited(a, audit).await,
+            StateWrite::DeleteAgent(id) => self.delete_agent_audited(id, audit).await.map(drop),
+            StateWrite::PutBinding(b, g) => self.put_binding_audited(b, g, audit).await,
+            StateWrite::DeleteBinding { unit, connector } => self
+                .delete_binding_audited(unit, connector, audit)
+                .await
+                .map(drop),
+            StateWrite::PutGrant(g) => self.put_grant_audited(g, audit).await,
+            StateWrite::DeleteGrant {
+                subject,
+                tool,
+                provenance,
+            } => self
+                .delete_grant_audited(subject, tool, provenance, audit)
+                .await
+                .map(drop),
+            StateWrite::PutImageTools(r) => self.put_image_tools_audited(r, audit).await,
+        }
+    }
+
     async fn put_connector(
         &self,
         connector: &ConnectorRecord,
         component: &[u8],
     ) -> StoreResult<()> {
-        state_tx!(self, "put_connector", |tx| {
+        self.put_connector_audited(connector, component, None).await
+    }
+
+    async fn delete_connector(&self, slug: &str) -> StoreResult<bool> {
+        self.delete_connector_audited(slug, None).await
+    }
+
+    async fn rotate_connector(
+        &self,
+        connector: &ConnectorRecord,
+        component: &[u8],
+        kept: &[(BindingRecord, GrantRecord)],
+        removed: &[String],
+    ) -> StoreResult<()> {
+        self.rotate_connector_audited(connector, component, kept, removed, None)
+            .await
+    }
+
+    async fn put_unit(&self, unit: &UnitRecord) -> StoreResult<()> {
+        self.put_unit_audited(unit, None).await
+    }
+
+    async fn delete_unit(&self, id: &str) -> StoreResult<bool> {
+        self.delete_unit_audited(id, None).await
+    }
+
+    async fn put_agent(&self, agent: &AgentRecord) -> StoreResult<()> {
+        self.put_agent_audited(agent, None).await
+    }
+
+    async fn delete_agent(&self, id: &str) -> StoreResult<bool> {
+        self.delete_agent_audited(id, None).await
+    }
+
+    async fn put_binding(&self, binding: &BindingRecord, grant: &GrantRecord) -> StoreResult<()> {
+        self.put_binding_audited(binding, grant, None).await
+    }
+
+    async fn delete_binding(&self, unit_id: &str, connector: &str) -> StoreResult<bool> {
+        self.delete_binding_audited(unit_id, connector, None).await
+    }
+
+    async fn put_grant(&self, grant: &GrantRecord) -> StoreResult<()> {
+        self.put_grant_audited(grant, None).await
+    }
+
+    async fn delete_grant(
+        &self,
+        subject: &Subject,
+        tool: &str,
+        provenance: &str,
+    ) -> StoreResult<bool> {
+        self.delete_grant_audited(subject, tool, provenance, None)
+            .await
+    }
+
+    async fn put_image_tools(&self, record: &ImageToolsRecord) -> StoreResult<()> {
+        self.put_image_tools_audited(record, None).await
+    }
+}
+
+/// The state writes, each with the audit record (if any) appended in its transaction.
+impl PostgresStore {
+    async fn put_connector_audited(
+        &self,
+        connector: &ConnectorRecord,
+        component: &[u8],
+        audit: Option<&AuditEntry>,
+    ) -> StoreResult<()> {
+        state_tx!(self, "put_connector", audit, |tx| {
             self.write_connector(&tx, connector, component).await
         })
     }
 
-    async fn delete_connector(&self, slug: &str) -> StoreResult<bool> {
-        state_tx!(self, "delete_connector", |tx| {
+    async fn delete_connector_audited(
+        &self,
+        slug: &str,
+        audit: Option<&AuditEntry>,
+    ) -> StoreResult<bool> {
+        state_tx!(self, "delete_connector", audit, |tx| {
             let db = |e| map_err("delete_connector", e);
             tx.execute("DELETE FROM bindings WHERE connector = $1", &[&slug])
                 .await
@@ -820,14 +1060,15 @@ impl StateStore for PostgresStore {
         })
     }
 
-    async fn rotate_connector(
+    async fn rotate_connector_audited(
         &self,
         connector: &ConnectorRecord,
         component: &[u8],
         kept: &[(BindingRecord, GrantRecord)],
         removed: &[String],
+        audit: Option<&AuditEntry>,
     ) -> StoreResult<()> {
-        state_tx!(self, "rotate_connector", |tx| {
+        state_tx!(self, "rotate_connector", audit, |tx| {
             self.write_connector(&tx, connector, component).await?;
             for unit in removed {
                 self.remove_binding(&tx, unit, &connector.slug).await?;
@@ -839,8 +1080,12 @@ impl StateStore for PostgresStore {
         })
     }
 
-    async fn put_unit(&self, unit: &UnitRecord) -> StoreResult<()> {
-        state_tx!(self, "put_unit", |tx| {
+    async fn put_unit_audited(
+        &self,
+        unit: &UnitRecord,
+        audit: Option<&AuditEntry>,
+    ) -> StoreResult<()> {
+        state_tx!(self, "put_unit", audit, |tx| {
             tx.execute(
                 "INSERT INTO units (id, parent, display_name, created_at)
                  VALUES ($1, $2, $3, $4)
@@ -861,8 +1106,8 @@ impl StateStore for PostgresStore {
         })
     }
 
-    async fn delete_unit(&self, id: &str) -> StoreResult<bool> {
-        state_tx!(self, "delete_unit", |tx| {
+    async fn delete_unit_audited(&self, id: &str, audit: Option<&AuditEntry>) -> StoreResult<bool> {
+        state_tx!(self, "delete_unit", audit, |tx| {
             let db = |e| map_err("delete_unit", e);
             tx.execute("DELETE FROM bindings WHERE unit_id = $1", &[&id])
                 .await
@@ -884,8 +1129,12 @@ impl StateStore for PostgresStore {
         })
     }
 
-    async fn put_agent(&self, agent: &AgentRecord) -> StoreResult<()> {
-        state_tx!(self, "put_agent", |tx| {
+    async fn put_agent_audited(
+        &self,
+        agent: &AgentRecord,
+        audit: Option<&AuditEntry>,
+    ) -> StoreResult<()> {
+        state_tx!(self, "put_agent", audit, |tx| {
             let db = |e| map_err("put_agent", e);
             tx.execute(
                 "INSERT INTO agents (id, display_name, created_at, token_epoch)
@@ -920,8 +1169,12 @@ impl StateStore for PostgresStore {
         })
     }
 
-    async fn delete_agent(&self, id: &str) -> StoreResult<bool> {
-        state_tx!(self, "delete_agent", |tx| {
+    async fn delete_agent_audited(
+        &self,
+        id: &str,
+        audit: Option<&AuditEntry>,
+    ) -> StoreResult<bool> {
+        state_tx!(self, "delete_agent", audit, |tx| {
             let db = |e| map_err("delete_agent", e);
             tx.execute("DELETE FROM agent_units WHERE agent_id = $1", &[&id])
                 .await
@@ -943,33 +1196,48 @@ impl StateStore for PostgresStore {
         })
     }
 
-    async fn put_binding(&self, binding: &BindingRecord, grant: &GrantRecord) -> StoreResult<()> {
-        state_tx!(self, "put_binding", |tx| {
+    async fn put_binding_audited(
+        &self,
+        binding: &BindingRecord,
+        grant: &GrantRecord,
+        audit: Option<&AuditEntry>,
+    ) -> StoreResult<()> {
+        state_tx!(self, "put_binding", audit, |tx| {
             self.write_binding(&tx, binding, grant).await
         })
     }
 
-    async fn delete_binding(&self, unit_id: &str, connector: &str) -> StoreResult<bool> {
-        state_tx!(self, "delete_binding", |tx| {
+    async fn delete_binding_audited(
+        &self,
+        unit_id: &str,
+        connector: &str,
+        audit: Option<&AuditEntry>,
+    ) -> StoreResult<bool> {
+        state_tx!(self, "delete_binding", audit, |tx| {
             self.remove_binding(&tx, unit_id, connector).await
         })
     }
 
-    async fn put_grant(&self, grant: &GrantRecord) -> StoreResult<()> {
-        state_tx!(self, "put_grant", |tx| {
+    async fn put_grant_audited(
+        &self,
+        grant: &GrantRecord,
+        audit: Option<&AuditEntry>,
+    ) -> StoreResult<()> {
+        state_tx!(self, "put_grant", audit, |tx| {
             upsert_grant(&tx, grant)
                 .await
                 .map_err(|e| map_err("put_grant", e))
         })
     }
 
-    async fn delete_grant(
+    async fn delete_grant_audited(
         &self,
         subject: &Subject,
         tool: &str,
         provenance: &str,
+        audit: Option<&AuditEntry>,
     ) -> StoreResult<bool> {
-        state_tx!(self, "delete_grant", |tx| {
+        state_tx!(self, "delete_grant", audit, |tx| {
             let (kind, id) = subject_parts(subject);
             let n = tx
                 .execute(
@@ -983,8 +1251,12 @@ impl StateStore for PostgresStore {
         })
     }
 
-    async fn put_image_tools(&self, record: &ImageToolsRecord) -> StoreResult<()> {
-        state_tx!(self, "put_image_tools", |tx| {
+    async fn put_image_tools_audited(
+        &self,
+        record: &ImageToolsRecord,
+        audit: Option<&AuditEntry>,
+    ) -> StoreResult<()> {
+        state_tx!(self, "put_image_tools", audit, |tx| {
             let tools = encode_json("put_image_tools", &record.tools)?;
             tx.execute(
                 "INSERT INTO image_tools (agent_id, digest, tools) VALUES ($1, $2, $3)
@@ -997,6 +1269,103 @@ impl StateStore for PostgresStore {
             .map_err(|e| map_err("put_image_tools", e))?;
             Ok(())
         })
+    }
+}
+
+#[async_trait]
+impl AuditStore for PostgresStore {
+    async fn append_audit(&self, entries: Vec<AuditEntry>) -> StoreResult<Vec<AuditRecord>> {
+        let ctx = "append_audit";
+        let mut conn = self.conn(ctx).await?;
+        let tx = conn.transaction().await.map_err(|e| map_err(ctx, e))?;
+        let sealed = append_audit(&tx, ctx, entries).await?;
+        tx.commit().await.map_err(|e| map_err(ctx, e))?;
+        Ok(sealed)
+    }
+
+    async fn audit_records(&self, query: &AuditQuery) -> StoreResult<Vec<AuditRecord>> {
+        let ctx = "reading the audit log";
+        let conn = self.conn(ctx).await?;
+        let sql = format!(
+            "SELECT {} FROM audit_log
+             WHERE seq > $1
+               AND ($2::text IS NULL OR action = $2)
+               AND ($3::text IS NULL OR actor_kind = $3)
+               AND ($4::text IS NULL OR actor_id = $4)
+               AND ($5::text IS NULL OR target = $5)
+               AND ($6::text IS NULL OR at >= $6)
+               AND ($7::text IS NULL OR at < $7)
+             ORDER BY seq LIMIT $8",
+            rows::AUDIT_COLUMNS
+        );
+        let limit = i64::from(query.limit);
+        let found = conn
+            .query(
+                &sql,
+                &[
+                    &query.after,
+                    &query.action,
+                    &query.actor_kind,
+                    &query.actor_id,
+                    &query.target,
+                    &query.since,
+                    &query.until,
+                    &limit,
+                ],
+            )
+            .await
+            .map_err(|e| map_err(ctx, e))?;
+        found.iter().map(|r| rows::audit_record(&Pg(r))).collect()
+    }
+
+    async fn audit_anchor(&self) -> StoreResult<AuditAnchor> {
+        let ctx = "reading the audit anchor";
+        let conn = self.conn(ctx).await?;
+        let row = conn
+            .query_one("SELECT seq, hash FROM audit_anchor", &[])
+            .await
+            .map_err(|e| map_err(ctx, e))?;
+        Ok(AuditAnchor {
+            seq: col(&row, 0)?,
+            hash: col(&row, 1)?,
+        })
+    }
+
+    async fn prune_audit(&self, before: &str) -> StoreResult<u64> {
+        let ctx = "prune_audit";
+        let db = |e| map_err(ctx, e);
+        let mut conn = self.conn(ctx).await?;
+        let tx = conn.transaction().await.map_err(db)?;
+        // Appends and prunes take turns: the head read by an append is never pruned away
+        // under it.
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&AUDIT_LOCK])
+            .await
+            .map_err(db)?;
+        let last = tx
+            .query_opt(
+                "SELECT seq, hash FROM audit_log
+                 WHERE at < $1 AND seq < (SELECT MAX(seq) FROM audit_log)
+                 ORDER BY seq DESC LIMIT 1",
+                &[&before],
+            )
+            .await
+            .map_err(db)?;
+        let Some(last) = last else {
+            return Ok(0);
+        };
+        let (seq, hash): (i64, String) = (col(&last, 0)?, col(&last, 1)?);
+        let n = tx
+            .execute("DELETE FROM audit_log WHERE seq <= $1", &[&seq])
+            .await
+            .map_err(db)?;
+        tx.execute(
+            "UPDATE audit_anchor SET seq = $1, hash = $2",
+            &[&seq, &hash],
+        )
+        .await
+        .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        Ok(n)
     }
 }
 

@@ -27,11 +27,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::json;
 
+use connector_model::audit::{Actor, AuditAnchor, AuditEntry, AuditRecord, ChainCheck, GENESIS};
 use connector_model::records::{
     BindingRecord, Claim, DeliveryRecord, DeliveryStatus, GrantRecord, ImageToolsRecord,
     MessageRecord, Snapshot, Subject,
 };
-use connector_store::{ClaimScope, StateCheck, Store, StoreError};
+use connector_store::{AuditQuery, ClaimScope, StateCheck, StateWrite, Store, StoreError};
 use faults::{is_injected, Fault};
 use fixtures::*;
 
@@ -95,6 +96,11 @@ macro_rules! store_conformance_tests {
             shared_secret_first_writer_wins
             nul_characters_in_free_text_do_not_fail_a_write
             deliveries_of_lists_one_connectors_newest_first
+            audited_writes_and_appends_form_one_chain
+            a_failed_audited_write_leaves_no_record
+            concurrent_appends_through_two_handles_form_one_chain
+            audit_records_filter_and_page
+            pruning_moves_the_anchor_and_keeps_the_newest_record
         );
     };
     (@cases ($factory:expr) $($case:ident)*) => {
@@ -1910,4 +1916,301 @@ pub async fn deliveries_of_lists_one_connectors_newest_first(factory: &dyn Store
         ["d2", "d3"]
     );
     assert!(store.deliveries_of("nobody", 10).await.unwrap().is_empty());
+}
+
+// ----- the audit log ------------------------------------------------------------------
+
+fn audit_entry(actor: Actor, action: &str, target: &str, at: &str) -> AuditEntry {
+    AuditEntry {
+        at: at.into(),
+        actor,
+        action: action.into(),
+        target: target.into(),
+        outcome: "ok".into(),
+        details: json!({"n": 1}),
+        trace_id: None,
+    }
+}
+
+fn every_record(limit: u32) -> AuditQuery {
+    AuditQuery {
+        limit,
+        ..AuditQuery::default()
+    }
+}
+
+/// `(checked, first broken)` of the records kept, from the anchor.
+async fn check_chain(store: &dyn Store) -> (u64, Option<i64>) {
+    let anchor = store.audit_anchor().await.unwrap();
+    let mut check = ChainCheck::from(&anchor);
+    for record in store.audit_records(&every_record(10_000)).await.unwrap() {
+        check.next(&record);
+    }
+    (check.checked(), check.first_broken())
+}
+
+pub async fn audited_writes_and_appends_form_one_chain(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    let at = "2026-01-01T00:00:00.000Z";
+    store
+        .write_audited(
+            StateWrite::PutUnit(&unit("team", None)),
+            &audit_entry(Actor::operator(), "unit.put", "unit:team", at),
+        )
+        .await
+        .unwrap();
+    let appended = store
+        .append_audit(vec![
+            audit_entry(Actor::agent("ada"), "tool.call", "tool:acme.echo", at),
+            audit_entry(
+                Actor::webhook("acme"),
+                "delivery.routed",
+                "delivery:acme/d1",
+                at,
+            ),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        appended.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        vec![2, 3]
+    );
+    store
+        .put_connector(&connector("acme", "acme", "sha256:aa"), COMPONENT)
+        .await
+        .unwrap();
+    let b = binding("team", "acme", json!({}));
+    let g = connector_grant("team", "acme", "acme");
+    store
+        .write_audited(
+            StateWrite::PutBinding(&b, &g),
+            &audit_entry(Actor::console(None), "binding.put", "binding:team/acme", at),
+        )
+        .await
+        .unwrap();
+    // The change landed with its record.
+    assert_eq!(store.load().await.unwrap().bindings, vec![b]);
+    let records = store.audit_records(&every_record(100)).await.unwrap();
+    let summary: Vec<(i64, &str, &str)> = records
+        .iter()
+        .map(|r| (r.seq, r.action.as_str(), r.target.as_str()))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (1, "unit.put", "unit:team"),
+            (2, "tool.call", "tool:acme.echo"),
+            (3, "delivery.routed", "delivery:acme/d1"),
+            (4, "binding.put", "binding:team/acme"),
+        ]
+    );
+    assert_eq!(records[0].prev, GENESIS);
+    assert_eq!(records[1..3], appended[..]);
+    assert_eq!(records[3].actor, Actor::console(None));
+    assert_eq!(records[3].details, json!({"n": 1}));
+    assert_eq!(check_chain(&*store).await, (4, None));
+    assert_eq!(store.audit_anchor().await.unwrap(), AuditAnchor::default());
+}
+
+pub async fn a_failed_audited_write_leaves_no_record(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    let at = "2026-01-01T00:00:00.000Z";
+    store
+        .put_connector(&connector("acme", "acme", "sha256:aa"), COMPONENT)
+        .await
+        .unwrap();
+    store
+        .write_audited(
+            StateWrite::PutUnit(&unit("team", None)),
+            &audit_entry(Actor::operator(), "unit.put", "unit:team", at),
+        )
+        .await
+        .unwrap();
+    let b = binding("team", "acme", json!({}));
+    let g = connector_grant("team", "acme", "acme");
+    factory.inject(Some(Fault::AfterBindingWrite)).await;
+    let entry = audit_entry(Actor::operator(), "binding.put", "binding:team/acme", at);
+    let err = store
+        .write_audited(StateWrite::PutBinding(&b, &g), &entry)
+        .await
+        .unwrap_err();
+    assert!(is_injected(&err), "{err:?}");
+    assert_eq!(check_chain(&*store).await, (1, None));
+    factory.inject(None).await;
+    store
+        .write_audited(StateWrite::PutBinding(&b, &g), &entry)
+        .await
+        .unwrap();
+    let records = store.audit_records(&every_record(100)).await.unwrap();
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[1].seq, 2);
+    assert_eq!(check_chain(&*store).await, (2, None));
+}
+
+pub async fn concurrent_appends_through_two_handles_form_one_chain(factory: &dyn StoreFactory) {
+    let handles = [factory.open().await, factory.open().await];
+    let results = together(32, |i| {
+        let store = Arc::clone(&handles[i % 2]);
+        async move {
+            let at = "2026-01-01T00:00:00.000Z";
+            if i % 4 == 0 {
+                let u = unit(&format!("u{i}"), None);
+                let entry = audit_entry(Actor::operator(), "unit.put", &format!("unit:u{i}"), at);
+                store
+                    .write_audited(StateWrite::PutUnit(&u), &entry)
+                    .await
+                    .map(|()| 1)
+            } else {
+                let entries = (0..3)
+                    .map(|k| {
+                        audit_entry(
+                            Actor::agent("ada"),
+                            "tool.call",
+                            &format!("tool:t{i}.{k}"),
+                            at,
+                        )
+                    })
+                    .collect();
+                store.append_audit(entries).await.map(|r| r.len())
+            }
+        }
+    })
+    .await;
+    let written: usize = results.into_iter().map(|r| r.unwrap()).sum();
+    assert_eq!(written, 8 + 24 * 3);
+    for store in &handles {
+        let records = store.audit_records(&every_record(1000)).await.unwrap();
+        let seqs: Vec<i64> = records.iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, (1..=written as i64).collect::<Vec<_>>());
+        assert_eq!(check_chain(&**store).await, (written as u64, None));
+    }
+}
+
+pub async fn audit_records_filter_and_page(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    let entries = vec![
+        audit_entry(
+            Actor::operator(),
+            "unit.put",
+            "unit:a",
+            "2026-01-01T00:00:00.000Z",
+        ),
+        audit_entry(
+            Actor::agent("ada"),
+            "tool.call",
+            "tool:acme.echo",
+            "2026-01-02T00:00:00.000Z",
+        ),
+        audit_entry(
+            Actor::agent("bob"),
+            "tool.call",
+            "tool:acme.echo",
+            "2026-01-03T00:00:00.000Z",
+        ),
+        audit_entry(
+            Actor::operator(),
+            "unit.delete",
+            "unit:a",
+            "2026-01-04T00:00:00.000Z",
+        ),
+    ];
+    store.append_audit(entries).await.unwrap();
+    let seqs = |records: Vec<AuditRecord>| records.iter().map(|r| r.seq).collect::<Vec<_>>();
+    let query = |f: fn(&mut AuditQuery)| {
+        let mut q = every_record(100);
+        f(&mut q);
+        q
+    };
+    let cases: Vec<(AuditQuery, Vec<i64>)> = vec![
+        (query(|q| q.action = Some("tool.call".into())), vec![2, 3]),
+        (
+            query(|q| q.actor_kind = Some("operator".into())),
+            vec![1, 4],
+        ),
+        (query(|q| q.actor_id = Some("bob".into())), vec![3]),
+        (query(|q| q.target = Some("unit:a".into())), vec![1, 4]),
+        (
+            query(|q| q.since = Some("2026-01-02T00:00:00.000Z".into())),
+            vec![2, 3, 4],
+        ),
+        (
+            query(|q| q.until = Some("2026-01-02T00:00:00.000Z".into())),
+            vec![1],
+        ),
+        (
+            query(|q| {
+                q.after = 1;
+                q.limit = 2;
+            }),
+            vec![2, 3],
+        ),
+        (
+            query(|q| {
+                q.action = Some("tool.call".into());
+                q.actor_id = Some("ada".into());
+            }),
+            vec![2],
+        ),
+    ];
+    for (q, expected) in cases {
+        assert_eq!(
+            seqs(store.audit_records(&q).await.unwrap()),
+            expected,
+            "{q:?}"
+        );
+    }
+}
+
+pub async fn pruning_moves_the_anchor_and_keeps_the_newest_record(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    let entries = (1..=5)
+        .map(|day| {
+            audit_entry(
+                Actor::operator(),
+                "unit.put",
+                "unit:a",
+                &format!("2026-01-0{day}T00:00:00.000Z"),
+            )
+        })
+        .collect();
+    let sealed = store.append_audit(entries).await.unwrap();
+    assert_eq!(
+        store.prune_audit("2026-01-03T00:00:00.000Z").await.unwrap(),
+        2
+    );
+    assert_eq!(
+        store.audit_anchor().await.unwrap(),
+        AuditAnchor {
+            seq: 2,
+            hash: sealed[1].hash.clone()
+        }
+    );
+    assert_eq!(check_chain(&*store).await, (3, None));
+    // Everything is older than the cutoff: all but the newest go.
+    assert_eq!(
+        store.prune_audit("2027-01-01T00:00:00.000Z").await.unwrap(),
+        2
+    );
+    let kept = store.audit_records(&every_record(100)).await.unwrap();
+    assert_eq!(kept, vec![sealed[4].clone()]);
+    assert_eq!(check_chain(&*store).await, (1, None));
+    // The chain goes on from the kept head.
+    let next = store
+        .append_audit(vec![audit_entry(
+            Actor::host(),
+            "audit.pruned",
+            "unit:a",
+            "2027-01-01T00:00:00.000Z",
+        )])
+        .await
+        .unwrap();
+    assert_eq!(
+        (next[0].seq, next[0].prev.clone()),
+        (6, sealed[4].hash.clone())
+    );
+    assert_eq!(check_chain(&*store).await, (2, None));
+    assert_eq!(
+        store.prune_audit("2000-01-01T00:00:00.000Z").await.unwrap(),
+        0
+    );
 }

@@ -17,6 +17,7 @@ pub mod rows;
 pub mod sqlite;
 
 use async_trait::async_trait;
+use connector_model::audit::{AuditAnchor, AuditEntry, AuditRecord};
 use connector_model::records::{
     AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, GrantRecord,
     ImageToolsRecord, MessageRecord, Snapshot, Subject, UnitRecord,
@@ -163,6 +164,100 @@ pub trait StateStore: Send + Sync + 'static {
     ) -> StoreResult<bool>;
     /// Upserts the image tools of an agent.
     async fn put_image_tools(&self, record: &ImageToolsRecord) -> StoreResult<()>;
+    /// Writes `write` exactly as its own method does and appends `audit` to the audit
+    /// log in the same transaction: the change and its record exist together or not at
+    /// all.
+    async fn write_audited(&self, write: StateWrite<'_>, audit: &AuditEntry) -> StoreResult<()>;
+}
+
+/// One of [`StateStore`]'s writes, named as a value (for [`StateStore::write_audited`]).
+#[derive(Debug, Clone, Copy)]
+pub enum StateWrite<'a> {
+    /// [`StateStore::put_connector`].
+    PutConnector(&'a ConnectorRecord, &'a [u8]),
+    /// [`StateStore::delete_connector`].
+    DeleteConnector(&'a str),
+    /// [`StateStore::rotate_connector`].
+    RotateConnector {
+        /// The connector.
+        connector: &'a ConnectorRecord,
+        /// Its component's bytes.
+        component: &'a [u8],
+        /// Bindings kept, with their re-derived grants.
+        kept: &'a [(BindingRecord, GrantRecord)],
+        /// Units whose binding is removed.
+        removed: &'a [String],
+    },
+    /// [`StateStore::put_unit`].
+    PutUnit(&'a UnitRecord),
+    /// [`StateStore::delete_unit`].
+    DeleteUnit(&'a str),
+    /// [`StateStore::put_agent`].
+    PutAgent(&'a AgentRecord),
+    /// [`StateStore::delete_agent`].
+    DeleteAgent(&'a str),
+    /// [`StateStore::put_binding`].
+    PutBinding(&'a BindingRecord, &'a GrantRecord),
+    /// [`StateStore::delete_binding`].
+    DeleteBinding {
+        /// The unit.
+        unit: &'a str,
+        /// The connector's slug.
+        connector: &'a str,
+    },
+    /// [`StateStore::put_grant`].
+    PutGrant(&'a GrantRecord),
+    /// [`StateStore::delete_grant`].
+    DeleteGrant {
+        /// Whose grant.
+        subject: &'a Subject,
+        /// The tool or `<namespace>.*`.
+        tool: &'a str,
+        /// The grant's provenance.
+        provenance: &'a str,
+    },
+    /// [`StateStore::put_image_tools`].
+    PutImageTools(&'a ImageToolsRecord),
+}
+
+/// Which records [`AuditStore::audit_records`] returns: those after `after` that match
+/// every filter given, oldest first, at most `limit`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditQuery {
+    /// Records with a greater seq.
+    pub after: i64,
+    /// At most this many.
+    pub limit: u32,
+    /// Exactly this action.
+    pub action: Option<String>,
+    /// Exactly this actor kind (`operator`, `agent`, ...).
+    pub actor_kind: Option<String>,
+    /// Exactly this actor id.
+    pub actor_id: Option<String>,
+    /// Exactly this target.
+    pub target: Option<String>,
+    /// At or after this time (an audit time, see `connector_model::audit::audit_time`).
+    pub since: Option<String>,
+    /// Before this time (likewise).
+    pub until: Option<String>,
+}
+
+/// The audit log: one hash chain per database, appended to by every store handle
+/// (replica) in one order.
+#[async_trait]
+pub trait AuditStore: Send + Sync + 'static {
+    /// Appends `entries`, in order, to the chain in one transaction (each gets the next
+    /// seq and the hash of the record before it); returns the sealed records.
+    async fn append_audit(&self, entries: Vec<AuditEntry>) -> StoreResult<Vec<AuditRecord>>;
+    /// The records `query` asks for.
+    async fn audit_records(&self, query: &AuditQuery) -> StoreResult<Vec<AuditRecord>>;
+    /// Where the kept chain starts (moved by [`AuditStore::prune_audit`]).
+    async fn audit_anchor(&self) -> StoreResult<AuditAnchor>;
+    /// Deletes the oldest records up to the last one dated before `before` (an audit
+    /// time), and moves the anchor to the last one deleted, in one transaction; returns
+    /// how many were deleted. The newest record is never deleted: it carries the chain's
+    /// head.
+    async fn prune_audit(&self, before: &str) -> StoreResult<u64>;
 }
 
 /// Verified webhook deliveries: stored before they are acknowledged, claimed by one
@@ -320,10 +415,14 @@ pub trait ReplicaCoordination: Send + Sync + 'static {
 /// each of its parts only the concern it needs (`&dyn StateStore`, `&dyn DeliveryQueue`,
 /// ...).
 pub trait Store:
-    StateStore + DeliveryQueue + InboxStore + SecretStore + ReplicaCoordination
+    StateStore + DeliveryQueue + InboxStore + SecretStore + ReplicaCoordination + AuditStore
 {
 }
-impl<T: StateStore + DeliveryQueue + InboxStore + SecretStore + ReplicaCoordination> Store for T {}
+impl<
+        T: StateStore + DeliveryQueue + InboxStore + SecretStore + ReplicaCoordination + AuditStore,
+    > Store for T
+{
+}
 
 /// Opens the store named by a `database_url` (CONTRACT §2).
 ///

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use super::{decode_json, StoreError, StoreResult};
 
+use connector_model::audit::{Actor, ActorKind, AuditRecord};
 use connector_model::records::{
     AgentRecord, BindingRecord, ConnectorRecord, DeliveryRecord, DeliveryStatus, GrantRecord,
     ImageToolsRecord, MessageRecord, Subject, UnitRecord,
@@ -200,5 +201,38 @@ pub fn message(r: &impl StoredRow) -> StoreResult<MessageRecord> {
         thread_key: r.opt_text(6)?,
         payload: decode_json("message payload", &r.text(7)?)?,
         received_at: r.text(8)?,
+    })
+}
+
+/// An audit record's row.
+pub const AUDIT_COLUMNS: &str =
+    "seq, at, actor_kind, actor_id, action, target, outcome, details, trace_id, prev, hash";
+
+/// A row of [`AUDIT_COLUMNS`] as a record. A row whose actor kind is not one the
+/// contract names is [`StoreError::Corrupt`]; one whose details were edited still reads
+/// (the chain check is what finds it).
+pub fn audit_record(r: &impl StoredRow) -> StoreResult<AuditRecord> {
+    let kind = r.text(2)?;
+    let kind = ActorKind::parse(&kind).ok_or_else(|| {
+        StoreError::Corrupt(format!(
+            "an audit record names an unknown actor kind `{kind}`"
+        ))
+    })?;
+    let details = r.text(7)?;
+    Ok(AuditRecord {
+        seq: r.int(0)?,
+        at: r.text(1)?,
+        actor: Actor {
+            kind,
+            id: r.opt_text(3)?,
+        },
+        action: r.text(4)?,
+        target: r.text(5)?,
+        outcome: r.text(6)?,
+        // Text that is no longer JSON stays visible as a string (and breaks the chain).
+        details: serde_json::from_str(&details).unwrap_or(serde_json::Value::String(details)),
+        trace_id: r.opt_text(8)?,
+        prev: r.text(9)?,
+        hash: r.text(10)?,
     })
 }

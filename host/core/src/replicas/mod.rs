@@ -315,6 +315,7 @@ mod tests {
         let runtime = Arc::new(ConnectorRuntime::new(RuntimeOptions::default()).expect("runtime"));
         let state = Arc::new(State::new(
             ours.clone(),
+            crate::audit::AuditLog::start(ours.clone(), Default::default()),
             ConnectorRegistry::new(runtime.clone()),
             &snapshot,
         ));
@@ -348,7 +349,14 @@ mod tests {
                 let _ = released.await;
                 drop(lock);
                 state
-                    .write(|| Ok((StateChange::PutUnit(unit("ours", None)), ())))
+                    .write(
+                        &crate::audit::Audit::new(
+                            &connector_model::audit::Actor::host(),
+                            "unit.put",
+                            "unit:ours".into(),
+                        ),
+                        || Ok((StateChange::PutUnit(unit("ours", None)), ())),
+                    )
                     .await
             }
         });

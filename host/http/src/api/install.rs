@@ -12,6 +12,7 @@ use super::{ok, read_body, written_status, ApiResult};
 use crate::{ApiError, Operator};
 use connector_core::host::{ComponentSource, Host, InstallOptions, InstallRequest, Installed};
 use connector_core::sources::MAX_COMPONENT_BYTES;
+use connector_model::audit::Actor;
 use connector_model::error::{ErrorCode, HostError};
 
 /// Largest JSON body naming a source.
@@ -49,6 +50,7 @@ pub(super) async fn install_connector(
     query: Result<Query<InstallQuery>, axum::extract::rejection::QueryRejection>,
     body: Body,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     let Query(query) = query.map_err(|e| HostError::invalid_request(e.body_text()))?;
     let options = InstallOptions {
         force: flag("force", query.force.as_deref())?,

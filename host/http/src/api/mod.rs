@@ -4,6 +4,7 @@
 //! serialise the answer. Every rule lives in the host, so the Rust API and the HTTP API
 //! cannot disagree.
 
+pub mod audit;
 mod install;
 mod lists;
 
@@ -17,8 +18,9 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::{AgentOfPath, ApiJson, Operator, PeerOf};
+use crate::{AgentOfPath, ApiJson, Caller, Operator, PeerOf};
 use connector_core::host::{Host, Written};
+use connector_model::audit::Actor;
 use connector_model::error::{ErrorCode, HostError, HostResult};
 use connector_model::records::Subject;
 
@@ -87,6 +89,7 @@ pub fn routes() -> Router<Host> {
         )
         .route("/agents/{agent}/tool-calls", post(call_tool))
         .route("/agents/{agent}/runtime-context", get(runtime_context))
+        .merge(audit::routes())
 }
 
 // ----- connectors ----------------------------------------------------------------
@@ -111,6 +114,7 @@ impl ForceQuery {
 }
 
 async fn list_connectors(State(host): State<Host>, _: Operator) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     ok(
         StatusCode::OK,
         &json!({"connectors": host.list_connectors()}),
@@ -122,6 +126,7 @@ async fn get_connector(
     _: Operator,
     Path(slug): Path<String>,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     ok(StatusCode::OK, host.connector(&slug)?.info())
 }
 
@@ -131,6 +136,7 @@ async fn delete_connector(
     Path(slug): Path<String>,
     query: Result<Query<ForceQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     let Query(query) = query.map_err(|e| HostError::invalid_request(e.body_text()))?;
     host.remove_connector(&slug, query.force()?).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -153,6 +159,7 @@ async fn put_unit(
     Path(unit): Path<String>,
     ApiJson(body): ApiJson<PutUnit>,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     let (view, written) = host
         .put_unit(&unit, body.parent.as_deref(), body.display_name.as_deref())
         .await?;
@@ -160,10 +167,12 @@ async fn put_unit(
 }
 
 async fn get_unit(State(host): State<Host>, _: Operator, Path(unit): Path<String>) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     ok(StatusCode::OK, &host.unit(&unit)?)
 }
 
 async fn delete_unit(State(host): State<Host>, _: Operator, Path(unit): Path<String>) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     host.delete_unit(&unit).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -183,6 +192,7 @@ async fn put_agent(
     Path(agent): Path<String>,
     ApiJson(body): ApiJson<PutAgent>,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     let (view, written) = host
         .put_agent(&agent, &body.units, body.display_name.as_deref())
         .await?;
@@ -198,6 +208,7 @@ async fn delete_agent(
     _: Operator,
     Path(agent): Path<String>,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     host.delete_agent(&agent).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -215,9 +226,10 @@ async fn issue_token(
     Path(agent): Path<String>,
     ApiJson(body): ApiJson<IssueToken>,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     ok(
         StatusCode::CREATED,
-        &host.issue_agent_token(&agent, body.ttl_seconds)?,
+        &host.issue_agent_token(&agent, body.ttl_seconds).await?,
     )
 }
 
@@ -226,6 +238,7 @@ async fn revoke_tokens(
     _: Operator,
     Path(agent): Path<String>,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     host.revoke_agent_tokens(&agent).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -245,6 +258,7 @@ async fn bind(
     Path((unit, slug)): Path<(String, String)>,
     ApiJson(body): ApiJson<PutBinding>,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     let config = body.config.unwrap_or_else(|| json!({}));
     let (view, written) = host.bind(&unit, &slug, config).await?;
     ok(written_status(written), &view)
@@ -255,6 +269,7 @@ async fn list_bindings(
     _: Operator,
     Path(unit): Path<String>,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     ok(StatusCode::OK, &json!({"bindings": host.bindings(&unit)?}))
 }
 
@@ -263,6 +278,7 @@ async fn unbind(
     _: Operator,
     Path((unit, slug)): Path<(String, String)>,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     host.unbind(&unit, &slug).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -270,6 +286,7 @@ async fn unbind(
 // ----- effective tools and grants ---------------------------------------------------
 
 async fn unit_tools(State(host): State<Host>, _: Operator, Path(unit): Path<String>) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     ok(
         StatusCode::OK,
         &json!({"tools": &*host.effective_tools(&Subject::Unit(unit))?}),
@@ -310,6 +327,7 @@ async fn grant_unit(
     Path(unit): Path<String>,
     ApiJson(body): ApiJson<GrantBody>,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     ok(
         StatusCode::CREATED,
         &host.grant(Subject::Unit(unit), &body.target()?).await?,
@@ -322,6 +340,7 @@ async fn grant_agent(
     Path(agent): Path<String>,
     ApiJson(body): ApiJson<GrantBody>,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     ok(
         StatusCode::CREATED,
         &host.grant(Subject::Agent(agent), &body.target()?).await?,
@@ -333,6 +352,7 @@ async fn revoke_unit(
     _: Operator,
     Path((unit, target)): Path<(String, String)>,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     host.revoke(Subject::Unit(unit), &target).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -342,6 +362,7 @@ async fn revoke_agent(
     _: Operator,
     Path((agent, target)): Path<(String, String)>,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     host.revoke(Subject::Agent(agent), &target).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -361,6 +382,7 @@ async fn put_image_tools(
     Path(agent): Path<String>,
     ApiJson(body): ApiJson<ImageTools>,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     ok(
         StatusCode::OK,
         &host
@@ -382,6 +404,7 @@ async fn introspect_image_tools(
     Path(agent): Path<String>,
     ApiJson(body): ApiJson<Introspect>,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     ok(
         StatusCode::OK,
         &host.introspect_image_tools(&agent, &body.url).await?,
@@ -402,8 +425,10 @@ struct ToolCall {
 async fn call_tool(
     State(host): State<Host>,
     AgentOfPath(agent): AgentOfPath,
+    Caller(actor): Caller,
     ApiJson(body): ApiJson<ToolCall>,
 ) -> ApiResult {
+    let host = host.acting_as(actor);
     if body.tool.is_empty() {
         return Err(ApiError(HostError::invalid_request("`tool` is required")));
     }
@@ -491,6 +516,7 @@ async fn get_delivery(
     _: Operator,
     Path((slug, delivery)): Path<(String, String)>,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     ok(StatusCode::OK, &host.delivery(&slug, &delivery).await?)
 }
 
@@ -499,6 +525,7 @@ async fn retry_delivery(
     _: Operator,
     Path((slug, delivery)): Path<(String, String)>,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     let outcome = host.retry_delivery(&slug, &delivery).await?;
     ok(
         StatusCode::OK,
@@ -521,6 +548,7 @@ async fn list_messages(
     Path(unit): Path<String>,
     query: Result<Query<MessagesQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     let Query(query) = query.map_err(|e| HostError::invalid_request(e.body_text()))?;
     ok(
         StatusCode::OK,
@@ -536,6 +564,7 @@ async fn stream_messages(
     headers: HeaderMap,
     Path(unit): Path<String>,
 ) -> ApiResult {
+    let host = host.acting_as(Actor::operator());
     use axum::response::sse::{Event, KeepAlive, Sse};
     use futures::StreamExt;
     let last_event_id = headers

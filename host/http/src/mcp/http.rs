@@ -596,7 +596,8 @@ fn initialize(
         );
     };
     let version = negotiate(requested);
-    let session = match sessions.create(endpoint, version) {
+    let actor = crate::auth::caller(sessions.host(), headers);
+    let session = match sessions.create(endpoint, version, actor) {
         Ok(s) => s,
         Err(e) if e.code == ErrorCode::InvalidRequest => {
             return rpc_error(StatusCode::BAD_REQUEST, id, INVALID_REQUEST, &e.message)
@@ -735,7 +736,7 @@ async fn call(
     params: Option<Value>,
 ) -> Vec<u8> {
     match tools::call(
-        sessions.host(),
+        &sessions.host().acting_as(session.actor.clone()),
         &session.agent,
         &session.naming,
         session.version,

@@ -41,6 +41,9 @@ pub struct Session {
     pub id: Arc<str>,
     /// The agent it acts for.
     pub agent: Arc<str>,
+    /// Who opened the session (the agent, or the operator), as its tool calls are
+    /// recorded in the audit log.
+    pub actor: connector_model::audit::Actor,
     /// How the endpoint that opened the session names tools.
     pub naming: Naming,
     /// The negotiated protocol revision.
@@ -339,12 +342,14 @@ impl Sessions {
         self: &Arc<Self>,
         endpoint: &Endpoint,
         version: &'static str,
+        actor: connector_model::audit::Actor,
     ) -> HostResult<Arc<Session>> {
         let known = self.fingerprint(endpoint)?;
         let agent = &*endpoint.agent;
         let session = Arc::new(Session {
             id: connector_core::auth::random_secret(18).into(),
             agent: endpoint.agent.clone(),
+            actor,
             naming: endpoint.naming.clone(),
             version,
             last_used: AtomicU64::new(self.now_ms()),

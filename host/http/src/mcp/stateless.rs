@@ -456,7 +456,8 @@ pub async fn serve(
                     }
                 }
             }
-            call(host, endpoint, &id, params).await
+            let acting = host.acting_as(crate::auth::caller(host, headers));
+            call(&acting, endpoint, &id, params).await
         }
         "subscriptions/listen" => listen(sessions, endpoint, headers, id, params).await,
         _ => rpc_error(

@@ -65,7 +65,9 @@ use crate::rows;
 use crate::{
     encode_json, subject_parts, ClaimScope, CommitCounts, StateCheck, StoreError, StoreResult,
 };
+use crate::{AuditQuery, AuditStore, StateWrite};
 use crate::{DeliveryQueue, InboxStore, ReplicaCoordination, SecretStore, StateStore};
+use connector_model::audit::{AuditAnchor, AuditEntry, AuditRecord};
 use connector_model::provenance::connector_provenance;
 use connector_model::records::{
     AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus,
@@ -193,6 +195,32 @@ const MIGRATIONS: &[&str] = &[
     // compiled the component.
     r#"
     ALTER TABLE connectors ADD COLUMN manifest TEXT;
+    "#,
+    // 6: the audit log, one hash chain, and where its kept part starts.
+    r#"
+    CREATE TABLE audit_log (
+        seq        INTEGER PRIMARY KEY NOT NULL,
+        at         TEXT NOT NULL,
+        actor_kind TEXT NOT NULL,
+        actor_id   TEXT,
+        action     TEXT NOT NULL,
+        target     TEXT NOT NULL,
+        outcome    TEXT NOT NULL,
+        details    TEXT NOT NULL,
+        trace_id   TEXT,
+        prev       TEXT NOT NULL,
+        hash       TEXT NOT NULL
+    );
+    CREATE INDEX audit_log_by_target ON audit_log (target, seq);
+    CREATE INDEX audit_log_by_at ON audit_log (at);
+
+    CREATE TABLE audit_anchor (
+        id   INTEGER PRIMARY KEY CHECK (id = 1),
+        seq  INTEGER NOT NULL,
+        hash TEXT NOT NULL
+    );
+    INSERT INTO audit_anchor (id, seq, hash)
+        VALUES (1, 0, 'sha256:0000000000000000000000000000000000000000000000000000000000000000');
     "#,
 ];
 
@@ -367,12 +395,27 @@ impl SqliteStore {
 
     /// As [`SqliteStore::write`], for a change to the state: also bumps the state version
     /// in the same transaction and records the new version as this handle's own.
-    async fn write_state<T, F>(&self, op: &'static str, f: F) -> StoreResult<T>
+    /// With `audit`, the record is appended to the audit log in the same transaction,
+    /// after the change.
+    async fn write_state<T, F>(
+        &self,
+        op: &'static str,
+        audit: Option<&AuditEntry>,
+        f: F,
+    ) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&Transaction<'_>) -> StoreResult<T> + Send + 'static,
     {
-        self.transaction(op, true, f).await
+        let audit = audit.cloned();
+        self.transaction(op, true, move |tx| {
+            let out = f(tx)?;
+            if let Some(entry) = audit {
+                append_audit(tx, op, vec![entry])?;
+            }
+            Ok(out)
+        })
+        .await
     }
 
     /// Hands `f` to the writer thread, which runs it in a transaction with the other
@@ -468,6 +511,85 @@ fn append_messages(
         });
     }
     Ok(stored)
+}
+
+/// The chain's head inside `tx`: the newest record's seq and hash, or the anchor's when
+/// no record is kept.
+fn audit_head(tx: &Transaction<'_>, op: &'static str) -> StoreResult<AuditAnchor> {
+    let db = |e| map_err(op, e);
+    let newest = tx
+        .prepare_cached("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1")
+        .and_then(|mut s| {
+            s.query_row([], |r| {
+                Ok(AuditAnchor {
+                    seq: r.get(0)?,
+                    hash: r.get(1)?,
+                })
+            })
+            .optional()
+        })
+        .map_err(db)?;
+    match newest {
+        Some(head) => Ok(head),
+        None => read_audit_anchor(tx, op),
+    }
+}
+
+fn read_audit_anchor(conn: &Connection, op: &'static str) -> StoreResult<AuditAnchor> {
+    conn.prepare_cached("SELECT seq, hash FROM audit_anchor WHERE id = 1")
+        .and_then(|mut s| {
+            s.query_row([], |r| {
+                Ok(AuditAnchor {
+                    seq: r.get(0)?,
+                    hash: r.get(1)?,
+                })
+            })
+        })
+        .map_err(|e| map_err(op, e))
+}
+
+/// Appends `entries` to the audit chain inside `tx` (the caller's transaction is
+/// immediate, so no other connection appends in between); returns the sealed records.
+fn append_audit(
+    tx: &Transaction<'_>,
+    op: &'static str,
+    entries: Vec<AuditEntry>,
+) -> StoreResult<Vec<AuditRecord>> {
+    if entries.is_empty() {
+        return Ok(Vec::new());
+    }
+    let head = audit_head(tx, op)?;
+    let mut insert = tx
+        .prepare_cached(
+            "INSERT INTO audit_log (seq, at, actor_kind, actor_id, action, target, outcome, details, trace_id, prev, hash)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )
+        .map_err(|e| map_err(op, e))?;
+    let (mut seq, mut prev) = (head.seq, head.hash);
+    let mut sealed = Vec::with_capacity(entries.len());
+    for entry in entries {
+        seq += 1;
+        let record = AuditRecord::seal(entry, seq, prev);
+        let details = encode_json(op, &record.details)?;
+        insert
+            .execute(params![
+                record.seq,
+                record.at,
+                record.actor.kind.as_str(),
+                record.actor.id,
+                record.action,
+                record.target,
+                record.outcome,
+                details,
+                record.trace_id,
+                record.prev,
+                record.hash
+            ])
+            .map_err(|e| map_err(op, e))?;
+        prev = record.hash.clone();
+        sealed.push(record);
+    }
+    Ok(sealed)
 }
 
 /// Adds 1 to the state version (inside `tx`) and returns the new version.
@@ -844,22 +966,135 @@ impl StateStore for SqliteStore {
         })?
     }
 
+    async fn write_audited(&self, write: StateWrite<'_>, audit: &AuditEntry) -> StoreResult<()> {
+        let audit = Some(audit);
+        match write {
+            StateWrite::PutConnector(c, component) => {
+                self.put_connector_audited(c, component, audit).await
+            }
+            StateWrite::DeleteConnector(slug) => {
+                self.delete_connector_audited(slug, audit).await.map(drop)
+            }
+            StateWrite::RotateConnector {
+                connector,
+                component,
+                kept,
+                removed,
+            } => {
+                self.rotate_connector_audited(connector, component, kept, removed, audit)
+                    .await
+            }
+            StateWrite::PutUnit(u) => self.put_unit_audited(u, audit).await,
+            StateWrite::DeleteUnit(id) => self.delete_unit_audited(id, audit).await.map(drop),
+            StateWrite::PutAgent(a) => self.put_agent_audited(a, audit).await,
+            StateWrite::DeleteAgent(id) => self.delete_agent_audited(id, audit).await.map(drop),
+            StateWrite::PutBinding(b, g) => self.put_binding_audited(b, g, audit).await,
+            StateWrite::DeleteBinding { unit, connector } => self
+                .delete_binding_audited(unit, connector, audit)
+                .await
+                .map(drop),
+            StateWrite::PutGrant(g) => self.put_grant_audited(g, audit).await,
+            StateWrite::DeleteGrant {
+                subject,
+                tool,
+                provenance,
+            } => self
+                .delete_grant_audited(subject, tool, provenance, audit)
+                .await
+                .map(drop),
+            StateWrite::PutImageTools(r) => self.put_image_tools_audited(r, audit).await,
+        }
+    }
+
     async fn put_connector(
         &self,
         connector: &ConnectorRecord,
         component: &[u8],
     ) -> StoreResult<()> {
+        self.put_connector_audited(connector, component, None).await
+    }
+
+    async fn delete_connector(&self, slug: &str) -> StoreResult<bool> {
+        self.delete_connector_audited(slug, None).await
+    }
+
+    async fn rotate_connector(
+        &self,
+        connector: &ConnectorRecord,
+        component: &[u8],
+        kept: &[(BindingRecord, GrantRecord)],
+        removed: &[String],
+    ) -> StoreResult<()> {
+        self.rotate_connector_audited(connector, component, kept, removed, None)
+            .await
+    }
+
+    async fn put_unit(&self, unit: &UnitRecord) -> StoreResult<()> {
+        self.put_unit_audited(unit, None).await
+    }
+
+    async fn delete_unit(&self, id: &str) -> StoreResult<bool> {
+        self.delete_unit_audited(id, None).await
+    }
+
+    async fn put_agent(&self, agent: &AgentRecord) -> StoreResult<()> {
+        self.put_agent_audited(agent, None).await
+    }
+
+    async fn delete_agent(&self, id: &str) -> StoreResult<bool> {
+        self.delete_agent_audited(id, None).await
+    }
+
+    async fn put_binding(&self, binding: &BindingRecord, grant: &GrantRecord) -> StoreResult<()> {
+        self.put_binding_audited(binding, grant, None).await
+    }
+
+    async fn delete_binding(&self, unit_id: &str, connector: &str) -> StoreResult<bool> {
+        self.delete_binding_audited(unit_id, connector, None).await
+    }
+
+    async fn put_grant(&self, grant: &GrantRecord) -> StoreResult<()> {
+        self.put_grant_audited(grant, None).await
+    }
+
+    async fn delete_grant(
+        &self,
+        subject: &Subject,
+        tool: &str,
+        provenance: &str,
+    ) -> StoreResult<bool> {
+        self.delete_grant_audited(subject, tool, provenance, None)
+            .await
+    }
+
+    async fn put_image_tools(&self, record: &ImageToolsRecord) -> StoreResult<()> {
+        self.put_image_tools_audited(record, None).await
+    }
+}
+
+/// The state writes, each with the audit record (if any) written in its transaction.
+impl SqliteStore {
+    async fn put_connector_audited(
+        &self,
+        connector: &ConnectorRecord,
+        component: &[u8],
+        audit: Option<&AuditEntry>,
+    ) -> StoreResult<()> {
         let c = connector.clone();
         let component = component.to_vec();
-        self.write_state("put_connector", move |tx| {
+        self.write_state("put_connector", audit, move |tx| {
             write_connector(tx, &c, &component)
         })
         .await
     }
 
-    async fn delete_connector(&self, slug: &str) -> StoreResult<bool> {
+    async fn delete_connector_audited(
+        &self,
+        slug: &str,
+        audit: Option<&AuditEntry>,
+    ) -> StoreResult<bool> {
         let slug = slug.to_owned();
-        self.write_state("delete_connector", move |tx| {
+        self.write_state("delete_connector", audit, move |tx| {
             let db = |e| map_err("delete_connector", e);
             tx.execute("DELETE FROM bindings WHERE connector = ?1", [&slug])
                 .map_err(db)?;
@@ -876,18 +1111,19 @@ impl StateStore for SqliteStore {
         .await
     }
 
-    async fn rotate_connector(
+    async fn rotate_connector_audited(
         &self,
         connector: &ConnectorRecord,
         component: &[u8],
         kept: &[(BindingRecord, GrantRecord)],
         removed: &[String],
+        audit: Option<&AuditEntry>,
     ) -> StoreResult<()> {
         let c = connector.clone();
         let component = component.to_vec();
         let kept = kept.to_vec();
         let removed = removed.to_vec();
-        self.write_state("rotate_connector", move |tx| {
+        self.write_state("rotate_connector", audit, move |tx| {
             write_connector(tx, &c, &component)?;
             for unit in &removed {
                 remove_binding(tx, unit, &c.slug)?;
@@ -900,9 +1136,13 @@ impl StateStore for SqliteStore {
         .await
     }
 
-    async fn put_unit(&self, unit: &UnitRecord) -> StoreResult<()> {
+    async fn put_unit_audited(
+        &self,
+        unit: &UnitRecord,
+        audit: Option<&AuditEntry>,
+    ) -> StoreResult<()> {
         let u = unit.clone();
-        self.write_state("put_unit", move |tx| {
+        self.write_state("put_unit", audit, move |tx| {
             tx.execute(
                 "INSERT INTO units (id, parent, display_name, created_at) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (id) DO UPDATE SET
@@ -917,9 +1157,9 @@ impl StateStore for SqliteStore {
         .await
     }
 
-    async fn delete_unit(&self, id: &str) -> StoreResult<bool> {
+    async fn delete_unit_audited(&self, id: &str, audit: Option<&AuditEntry>) -> StoreResult<bool> {
         let id = id.to_owned();
-        self.write_state("delete_unit", move |tx| {
+        self.write_state("delete_unit", audit, move |tx| {
             let db = |e| map_err("delete_unit", e);
             tx.execute("DELETE FROM bindings WHERE unit_id = ?1", [&id])
                 .map_err(db)?;
@@ -938,9 +1178,13 @@ impl StateStore for SqliteStore {
         .await
     }
 
-    async fn put_agent(&self, agent: &AgentRecord) -> StoreResult<()> {
+    async fn put_agent_audited(
+        &self,
+        agent: &AgentRecord,
+        audit: Option<&AuditEntry>,
+    ) -> StoreResult<()> {
         let a = agent.clone();
-        self.write_state("put_agent", move |tx| {
+        self.write_state("put_agent", audit, move |tx| {
             let db = |e| map_err("put_agent", e);
             tx.execute(
                 "INSERT INTO agents (id, display_name, created_at, token_epoch)
@@ -968,9 +1212,13 @@ impl StateStore for SqliteStore {
         .await
     }
 
-    async fn delete_agent(&self, id: &str) -> StoreResult<bool> {
+    async fn delete_agent_audited(
+        &self,
+        id: &str,
+        audit: Option<&AuditEntry>,
+    ) -> StoreResult<bool> {
         let id = id.to_owned();
-        self.write_state("delete_agent", move |tx| {
+        self.write_state("delete_agent", audit, move |tx| {
             let db = |e| map_err("delete_agent", e);
             tx.execute("DELETE FROM agent_units WHERE agent_id = ?1", [&id])
                 .map_err(db)?;
@@ -989,40 +1237,55 @@ impl StateStore for SqliteStore {
         .await
     }
 
-    async fn put_binding(&self, binding: &BindingRecord, grant: &GrantRecord) -> StoreResult<()> {
+    async fn put_binding_audited(
+        &self,
+        binding: &BindingRecord,
+        grant: &GrantRecord,
+        audit: Option<&AuditEntry>,
+    ) -> StoreResult<()> {
         let b = binding.clone();
         let g = grant.clone();
-        self.write_state("put_binding", move |tx| write_binding(tx, &b, &g))
+        self.write_state("put_binding", audit, move |tx| write_binding(tx, &b, &g))
             .await
     }
 
-    async fn delete_binding(&self, unit_id: &str, connector: &str) -> StoreResult<bool> {
+    async fn delete_binding_audited(
+        &self,
+        unit_id: &str,
+        connector: &str,
+        audit: Option<&AuditEntry>,
+    ) -> StoreResult<bool> {
         let unit_id = unit_id.to_owned();
         let connector = connector.to_owned();
-        self.write_state("delete_binding", move |tx| {
+        self.write_state("delete_binding", audit, move |tx| {
             remove_binding(tx, &unit_id, &connector)
         })
         .await
     }
 
-    async fn put_grant(&self, grant: &GrantRecord) -> StoreResult<()> {
+    async fn put_grant_audited(
+        &self,
+        grant: &GrantRecord,
+        audit: Option<&AuditEntry>,
+    ) -> StoreResult<()> {
         let g = grant.clone();
-        self.write_state("put_grant", move |tx| {
+        self.write_state("put_grant", audit, move |tx| {
             upsert_grant(tx, &g).map_err(|e| map_err("put_grant", e))
         })
         .await
     }
 
-    async fn delete_grant(
+    async fn delete_grant_audited(
         &self,
         subject: &Subject,
         tool: &str,
         provenance: &str,
+        audit: Option<&AuditEntry>,
     ) -> StoreResult<bool> {
         let subject = subject.clone();
         let tool = tool.to_owned();
         let provenance = provenance.to_owned();
-        self.write_state("delete_grant", move |tx| {
+        self.write_state("delete_grant", audit, move |tx| {
             let (kind, id) = subject_parts(&subject);
             let n = tx
                 .execute(
@@ -1036,9 +1299,13 @@ impl StateStore for SqliteStore {
         .await
     }
 
-    async fn put_image_tools(&self, record: &ImageToolsRecord) -> StoreResult<()> {
+    async fn put_image_tools_audited(
+        &self,
+        record: &ImageToolsRecord,
+        audit: Option<&AuditEntry>,
+    ) -> StoreResult<()> {
         let r = record.clone();
-        self.write_state("put_image_tools", move |tx| {
+        self.write_state("put_image_tools", audit, move |tx| {
             let tools = encode_json("put_image_tools", &r.tools)?;
             tx.execute(
                 "INSERT INTO image_tools (agent_id, digest, tools) VALUES (?1, ?2, ?3)
@@ -1049,6 +1316,98 @@ impl StateStore for SqliteStore {
             )
             .map_err(|e| map_err("put_image_tools", e))?;
             Ok(())
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl AuditStore for SqliteStore {
+    async fn append_audit(&self, entries: Vec<AuditEntry>) -> StoreResult<Vec<AuditRecord>> {
+        // A write job like any other: entries appended at the same moment share the
+        // writer's transaction (group commit).
+        self.write("append_audit", move |tx| {
+            append_audit(tx, "append_audit", entries)
+        })
+        .await
+    }
+
+    async fn audit_records(&self, query: &AuditQuery) -> StoreResult<Vec<AuditRecord>> {
+        let op = "reading the audit log";
+        let query = query.clone();
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            let conn = inner.conn.lock();
+            let sql = format!(
+                "SELECT {} FROM audit_log
+                 WHERE seq > ?1
+                   AND (?2 IS NULL OR action = ?2)
+                   AND (?3 IS NULL OR actor_kind = ?3)
+                   AND (?4 IS NULL OR actor_id = ?4)
+                   AND (?5 IS NULL OR target = ?5)
+                   AND (?6 IS NULL OR at >= ?6)
+                   AND (?7 IS NULL OR at < ?7)
+                 ORDER BY seq LIMIT ?8",
+                rows::AUDIT_COLUMNS
+            );
+            let params = params![
+                query.after,
+                query.action,
+                query.actor_kind,
+                query.actor_id,
+                query.target,
+                query.since,
+                query.until,
+                query.limit
+            ];
+            select_all(&conn, op, &sql, params, |r| rows::audit_record(r))
+        })
+        .await
+        .map_err(|e| {
+            StoreError::Unavailable(format!("{op}: the database task did not finish: {e}"))
+        })?
+    }
+
+    async fn audit_anchor(&self) -> StoreResult<AuditAnchor> {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            read_audit_anchor(&inner.conn.lock(), "reading the audit anchor")
+        })
+        .await
+        .map_err(|e| {
+            StoreError::Unavailable(format!(
+                "reading the audit anchor: the database task did not finish: {e}"
+            ))
+        })?
+    }
+
+    async fn prune_audit(&self, before: &str) -> StoreResult<u64> {
+        let before = before.to_owned();
+        self.write("prune_audit", move |tx| {
+            let db = |e| map_err("prune_audit", e);
+            // The last record to go: dated before `before`, and never the newest.
+            let last: Option<(i64, String)> = tx
+                .query_row(
+                    "SELECT seq, hash FROM audit_log
+                     WHERE at < ?1 AND seq < (SELECT MAX(seq) FROM audit_log)
+                     ORDER BY seq DESC LIMIT 1",
+                    [&before],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(db)?;
+            let Some((seq, hash)) = last else {
+                return Ok(0);
+            };
+            let n = tx
+                .execute("DELETE FROM audit_log WHERE seq <= ?1", [seq])
+                .map_err(db)?;
+            tx.execute(
+                "UPDATE audit_anchor SET seq = ?1, hash = ?2 WHERE id = 1",
+                params![seq, hash],
+            )
+            .map_err(db)?;
+            Ok(n as u64)
         })
         .await
     }

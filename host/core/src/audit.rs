@@ -1,0 +1,245 @@
+//! The audit log as the host writes and reads it (CONTRACT §9).
+//!
+//! Two ways in, so that nothing acknowledged lacks its record:
+//! - A state change carries an [`Audit`] through the one write path
+//!   (`State::write`), which hands the sealed-to-be record to the store with the change:
+//!   one transaction ([`connector_store::StateStore::write_audited`]).
+//! - Everything else that leaves a record without changing the state (tool calls,
+//!   webhook deliveries, token mints, refusals, a write that found nothing to change)
+//!   goes through [`AuditLog::append`], which waits until its record is committed. The
+//!   appends waiting at one moment are committed together, one transaction for the
+//!   group, as routed webhook deliveries are: a caller that arrives while a group is
+//!   committing joins the next one, so a burst of tool calls costs a few commits, not
+//!   one each.
+//!
+//! Reading ([`AuditLog::records`]), checking the chain ([`AuditLog::verify`]) and
+//! pruning ([`AuditLog::prune`]) go to the store directly.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::config::AuditSettings;
+use connector_model::audit::{audit_time, Actor, AuditEntry, AuditRecord, ChainCheck};
+use connector_model::error::{HostError, HostResult};
+use connector_store::{AuditQuery, AuditStore, StoreResult};
+
+/// The most records one group commit holds.
+const MAX_GROUP: usize = 512;
+/// Records read per page while verifying.
+const VERIFY_PAGE: u32 = 1000;
+/// How often old records are pruned.
+pub(crate) const PRUNE_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// What a change will record about itself: who does it, what and on what, and details
+/// that never hold a secret, a token, a result or a webhook body.
+#[derive(Debug, Clone)]
+pub(crate) struct Audit {
+    pub(crate) actor: Actor,
+    pub(crate) action: &'static str,
+    pub(crate) target: String,
+    pub(crate) details: Value,
+}
+
+impl Audit {
+    pub(crate) fn new(actor: &Actor, action: &'static str, target: String) -> Audit {
+        Audit {
+            actor: actor.clone(),
+            action,
+            target,
+            details: Value::Object(Default::default()),
+        }
+    }
+
+    pub(crate) fn with_details(mut self, details: Value) -> Audit {
+        self.details = details;
+        self
+    }
+
+    /// The entry, made now, with `outcome` (`ok` or an error code).
+    pub(crate) fn entry(&self, outcome: &str) -> AuditEntry {
+        let mut entry = AuditEntry::now(self.actor.clone(), self.action, self.target.clone());
+        entry.outcome = outcome.to_string();
+        entry.details = self.details.clone();
+        entry
+    }
+}
+
+/// One page of records (`GET /audit`).
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditPage {
+    /// The records, oldest first.
+    pub records: Vec<AuditRecord>,
+    /// The seq to pass as `after` for the next page; `None` when this one was the last.
+    pub next: Option<i64>,
+}
+
+/// What recomputing the chain found (`GET /audit/verify`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditVerdict {
+    /// Every kept record holds.
+    pub ok: bool,
+    /// How many records were checked.
+    pub checked: u64,
+    /// The first record whose hash or `prev` does not hold, or the record after a gap.
+    pub first_broken: Option<i64>,
+}
+
+struct Pending {
+    entry: AuditEntry,
+    done: oneshot::Sender<StoreResult<()>>,
+}
+
+/// The host's way into the audit log (see the module docs).
+pub(crate) struct AuditLog {
+    queue: mpsc::UnboundedSender<Pending>,
+    store: Arc<dyn AuditStore>,
+    settings: AuditSettings,
+}
+
+impl AuditLog {
+    /// Starts the group committer on `store`.
+    pub(crate) fn start(store: Arc<dyn AuditStore>, settings: AuditSettings) -> Arc<AuditLog> {
+        let (queue, mut waiting) = mpsc::unbounded_channel::<Pending>();
+        let writer = store.clone();
+        tokio::spawn(async move {
+            let mut group = Vec::new();
+            while waiting.recv_many(&mut group, MAX_GROUP).await > 0 {
+                let entries = group.iter().map(|p| p.entry.clone()).collect();
+                let result = writer.append_audit(entries).await.map(drop);
+                for pending in group.drain(..) {
+                    let _ = pending.done.send(result.clone());
+                }
+            }
+        });
+        Arc::new(AuditLog {
+            queue,
+            store,
+            settings,
+        })
+    }
+
+    /// Whether tool-call records keep their arguments (`audit.record_arguments`).
+    pub(crate) fn record_arguments(&self) -> bool {
+        self.settings.record_arguments
+    }
+
+    /// Appends `entry` and waits until it is committed.
+    pub(crate) async fn append(&self, entry: AuditEntry) -> HostResult<()> {
+        let (done, committed) = oneshot::channel();
+        let action = entry.action.clone();
+        self.queue
+            .send(Pending { entry, done })
+            .map_err(|_| HostError::internal("the audit log writer has stopped"))?;
+        match committed.await {
+            Ok(result) => result.map_err(|e| {
+                tracing::warn!(%action, error = %e, "cannot append to the audit log");
+                HostError::from(e)
+            }),
+            Err(_) => Err(HostError::internal(
+                "the audit log writer stopped before committing",
+            )),
+        }
+    }
+
+    /// Records that `audit`'s change was refused with `error`. A record that cannot be
+    /// written is logged; the caller answers with the refusal either way.
+    pub(crate) async fn refused(&self, audit: &Audit, error: &HostError) {
+        let _ = self.append(audit.entry(error.code.as_str())).await;
+    }
+
+    /// Records the refusal when `result` is one, and hands `result` back.
+    pub(crate) async fn outcome_of<T>(
+        &self,
+        audit: &Audit,
+        result: HostResult<T>,
+    ) -> HostResult<T> {
+        if let Err(error) = &result {
+            self.refused(audit, error).await;
+        }
+        result
+    }
+
+    /// The records `query` asks for, with the cursor of the next page.
+    pub(crate) async fn records(&self, query: AuditQuery) -> HostResult<AuditPage> {
+        let limit = query.limit;
+        let records = self.store.audit_records(&query).await?;
+        let next = (records.len() as u64 == u64::from(limit))
+            .then(|| records.last().map(|r| r.seq))
+            .flatten();
+        Ok(AuditPage { records, next })
+    }
+
+    /// Recomputes the kept chain from its anchor.
+    pub(crate) async fn verify(&self) -> HostResult<AuditVerdict> {
+        let anchor = self.store.audit_anchor().await?;
+        let mut check = ChainCheck::from(&anchor);
+        let mut after = anchor.seq;
+        loop {
+            let page = self
+                .store
+                .audit_records(&AuditQuery {
+                    after,
+                    limit: VERIFY_PAGE,
+                    ..AuditQuery::default()
+                })
+                .await?;
+            for record in &page {
+                check.next(record);
+            }
+            match page.last() {
+                Some(last) if page.len() as u32 == VERIFY_PAGE => after = last.seq,
+                _ => break,
+            }
+        }
+        // Records deleted before the anchor's seq are not read from `after = anchor.seq`;
+        // a record with a smaller seq than the anchor's would be one put back by hand.
+        Ok(AuditVerdict {
+            ok: check.first_broken().is_none(),
+            checked: check.checked(),
+            first_broken: check.first_broken(),
+        })
+    }
+
+    /// Deletes the records older than `audit.retention_days` (the chain's anchor moves
+    /// to the last one deleted); returns how many.
+    pub(crate) async fn prune(&self) -> HostResult<u64> {
+        let cutoff = time::OffsetDateTime::now_utc()
+            - time::Duration::days(i64::from(self.settings.retention_days));
+        Ok(self.store.prune_audit(&audit_time(cutoff)).await?)
+    }
+
+    /// Prunes now and then every [`PRUNE_INTERVAL`], while the log is in use.
+    pub(crate) fn spawn_pruning(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let Some(this) = weak.upgrade() else { return };
+                match this.prune().await {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        tracing::info!(records = n, "pruned audit records past their retention")
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cannot prune the audit log"),
+                }
+                drop(this);
+                tokio::time::sleep(PRUNE_INTERVAL).await;
+            }
+        });
+    }
+}
+
+/// An `RFC 3339` time from a query, as an audit time (`since`, `until`).
+pub fn parse_audit_time(name: &str, text: &str) -> HostResult<String> {
+    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .map(audit_time)
+        .map_err(|_| {
+            HostError::invalid_request(format!(
+                "`{name}` must be an RFC 3339 time such as 2026-01-31T12:00:00Z, not `{text}`"
+            ))
+        })
+}
