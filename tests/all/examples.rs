@@ -53,6 +53,10 @@ const NOT_RUN: &[(&str, &str)] = &[
         "follows until interrupted (tests/all/cli_output.rs)",
     ),
     (
+        "connector-host audit --since 2026-01-01T00:00:00Z --follow",
+        "follows until interrupted",
+    ),
+    (
         "connector-host call FILE.wasm get_issue",
         "calls api.github.com (tests/all/cli.rs runs it without GitHub)",
     ),
@@ -66,6 +70,9 @@ const NOT_RUN: &[(&str, &str)] = &[
 fn example_lines(text: &str) -> Vec<String> {
     text.lines()
         .map(str::trim)
+        // A usage line's second form (`connector-host audit <COMMAND>`) is syntax, not an
+        // example.
+        .filter(|l| !l.contains(" <COMMAND>"))
         .filter(|l| {
             l.starts_with("connector-host ")
                 // `VAR=value connector-host ...`; prose about variables is not an example.

@@ -157,6 +157,7 @@ pub(crate) async fn confirm_delete_unit(
     s: SignedIn,
     Path(id): Path<String>,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     let view = match host.unit(&id) {
         Ok(v) => v,
         Err(e) => return error_response(Some(s.csrf()), &e),
@@ -215,6 +216,7 @@ pub(crate) async fn confirm_unbind(
     s: SignedIn,
     Path((unit, slug)): Path<(String, String)>,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     let bindings = match host.bindings(&unit) {
         Ok(b) => b,
         Err(e) => return error_response(Some(s.csrf()), &e),
@@ -251,6 +253,7 @@ pub(crate) async fn confirm_revoke_tokens(
     s: SignedIn,
     Path(id): Path<String>,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     if let Err(e) = host.agent(&id) {
         return error_response(Some(s.csrf()), &e);
     }
@@ -276,6 +279,7 @@ pub(crate) async fn confirm_delete_agent(
     s: SignedIn,
     Path(id): Path<String>,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     if let Err(e) = host.agent(&id) {
         return error_response(Some(s.csrf()), &e);
     }
@@ -406,6 +410,7 @@ pub(crate) async fn grant_to_unit(
     Path(id): Path<String>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     grant(&host, &s, Subject::Unit(id), form).await
 }
 
@@ -415,6 +420,7 @@ pub(crate) async fn grant_to_agent(
     Path(id): Path<String>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     grant(&host, &s, Subject::Agent(id), form).await
 }
 
@@ -465,6 +471,7 @@ pub(crate) async fn confirm_revoke_unit_grant(
     s: SignedIn,
     Path((id, target)): Path<(String, String)>,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     confirm_revoke_grant(&host, &s, Subject::Unit(id), &target)
 }
 
@@ -473,6 +480,7 @@ pub(crate) async fn confirm_revoke_agent_grant(
     s: SignedIn,
     Path((id, target)): Path<(String, String)>,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     confirm_revoke_grant(&host, &s, Subject::Agent(id), &target)
 }
 
@@ -510,6 +518,7 @@ pub(crate) async fn revoke_unit_grant(
     Path((id, target)): Path<(String, String)>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     revoke_grant(&host, &s, Subject::Unit(id), &target, form).await
 }
 
@@ -519,6 +528,7 @@ pub(crate) async fn revoke_agent_grant(
     Path((id, target)): Path<(String, String)>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     revoke_grant(&host, &s, Subject::Agent(id), &target, form).await
 }
 
@@ -560,6 +570,7 @@ pub(crate) async fn introspect_image_tools(
     Path(agent): Path<String>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
@@ -595,6 +606,7 @@ pub(crate) async fn put_image_tools(
     Path(agent): Path<String>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
@@ -647,6 +659,7 @@ pub(crate) async fn confirm_remove_connector(
     s: SignedIn,
     Path(slug): Path<String>,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     let c = match host.connector(&slug) {
         Ok(c) => c,
         Err(e) => return error_response(Some(s.csrf()), &e),
@@ -693,6 +706,7 @@ pub(crate) async fn remove_connector(
     Path(slug): Path<String>,
     form: FormResult,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
@@ -735,6 +749,7 @@ pub(crate) async fn delivery(
     s: SignedIn,
     Path((slug, id)): Path<(String, String)>,
 ) -> Response {
+    let host = host.acting_as(s.actor());
     let d = match host.delivery_record(&slug, &id).await {
         Ok(d) => d,
         Err(e) => return error_response(Some(s.csrf()), &e),

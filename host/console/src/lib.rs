@@ -1032,7 +1032,7 @@ async fn mint_token(
             )
         }
     };
-    match host.issue_agent_token(&id, ttl) {
+    match host.issue_agent_token(&id, ttl).await {
         // The token travels in the session's one-time notice: shown on the page the
         // redirect lands on, once; a reload mints nothing and shows it no more.
         Ok(issued) => s.done(

@@ -6,6 +6,8 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
+use super::output::OutputArgs;
+
 use super::client::Client;
 use super::CliError;
 
@@ -28,12 +30,10 @@ pub struct AuditArgs {
     pub command: Option<AuditCommand>,
     #[command(flatten)]
     pub filters: Filters,
-    /// Keep printing new records as they are written (until interrupted).
+    /// Keep printing new records as they are written (until interrupted; with --json,
+    /// one object per line).
     #[arg(long)]
     pub follow: bool,
-    /// Print the records as JSON (one object per line with --follow) instead of a table.
-    #[arg(long)]
-    pub json: bool,
 }
 
 /// `audit` subcommands.
@@ -45,11 +45,7 @@ pub enum AuditCommand {
 
 /// `audit verify`.
 #[derive(Debug, Args)]
-pub struct VerifyArgs {
-    /// Print the host's JSON answer instead of a summary.
-    #[arg(long)]
-    pub json: bool,
-}
+pub struct VerifyArgs {}
 
 /// What records to show.
 #[derive(Debug, Args, Default)]
@@ -104,16 +100,16 @@ impl Filters {
 }
 
 /// Runs `audit` or `audit verify`.
-pub fn run(client: &Client, args: AuditArgs) -> Result<(), CliError> {
+pub fn run(client: &Client, args: AuditArgs, out: OutputArgs) -> Result<(), CliError> {
     match args.command {
-        Some(AuditCommand::Verify(verify)) => run_verify(client, verify),
-        None if args.follow => follow(client, &args),
+        Some(AuditCommand::Verify(_)) => run_verify(client, out),
+        None if args.follow => follow(client, &args, out),
         None => {
             let query = args
                 .filters
                 .query(args.filters.after.unwrap_or(0), args.filters.limit);
             let body = client.get(&["audit"], &query)?.body.unwrap_or(Value::Null);
-            if args.json {
+            if out.json {
                 super::print_json(&body);
                 return Ok(());
             }
@@ -134,9 +130,9 @@ fn records_of(body: &Value) -> Result<&Vec<Value>, CliError> {
 }
 
 /// Prints every record from `--after` on, then each new one as it is written.
-fn follow(client: &Client, args: &AuditArgs) -> Result<(), CliError> {
+fn follow(client: &Client, args: &AuditArgs, out: OutputArgs) -> Result<(), CliError> {
     let mut after = args.filters.after.unwrap_or(0);
-    let mut header = !args.json;
+    let mut header = !out.json;
     loop {
         let body = client
             .get(&["audit"], &args.filters.query(after, Some(1000)))?
@@ -146,7 +142,7 @@ fn follow(client: &Client, args: &AuditArgs) -> Result<(), CliError> {
         if let Some(last) = records.last().and_then(|r| r["seq"].as_u64()) {
             after = last;
         }
-        if args.json {
+        if out.json {
             for record in records {
                 super::print_out(&format!(
                     "{}\n",
@@ -163,7 +159,7 @@ fn follow(client: &Client, args: &AuditArgs) -> Result<(), CliError> {
     }
 }
 
-fn run_verify(client: &Client, args: VerifyArgs) -> Result<(), CliError> {
+fn run_verify(client: &Client, out: OutputArgs) -> Result<(), CliError> {
     let body = client
         .get(&["audit", "verify"], &[])?
         .body
@@ -173,7 +169,7 @@ fn run_verify(client: &Client, args: VerifyArgs) -> Result<(), CliError> {
         .and_then(Value::as_bool)
         .ok_or_else(|| CliError::failed("the host answered without `ok`"))?;
     let checked = body.get("checked").and_then(Value::as_u64).unwrap_or(0);
-    if args.json {
+    if out.json {
         super::print_json(&body);
     } else if ok {
         super::print_out(&format!(
