@@ -37,9 +37,9 @@ pub use crate::sources::{ComponentSource, InstallRequest};
 pub use crate::startup::{open_store, StartupReport};
 use crate::startup::{Parts, Role};
 pub use crate::webhooks::{DeliveryView, WebhookOutcome};
-use connector_model::audit::{target, Actor};
 /// The attribute a [`PlatformToolHandler`] implementation is written under.
 pub use async_trait::async_trait;
+use connector_model::audit::{target, Actor};
 use connector_model::connector::{Connector, ToolInfo};
 /// How a [`PlatformToolHandler`] reports a failure.
 pub use connector_model::error::HandlerError;
