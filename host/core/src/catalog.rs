@@ -618,7 +618,7 @@ impl Catalog {
                     Err(why) => broken.push((b.clone(), why.clone())),
                 },
                 // Bound or re-configured since it was checked: check it first.
-                _ => return Ok((StateChange::Nothing, None)),
+                _ => return Ok((StateChange::CheckAgain, None)),
             }
         }
         if !broken.is_empty() && !*force {

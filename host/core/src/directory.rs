@@ -570,7 +570,7 @@ impl DirectoryService {
                     }
                     let connector = self.catalog.get(slug)?;
                     if connector.info().digest != checked.digest {
-                        return Ok((StateChange::Nothing, None));
+                        return Ok((StateChange::CheckAgain, None));
                     }
                     let namespace = connector.info().tool_namespace.clone();
                     let existing = dir.binding(unit, slug);

@@ -39,8 +39,13 @@ use connector_store::{StateStore, StateWrite, StoreResult};
 
 /// One change of the host's state, persisted as one store transaction.
 pub(crate) enum StateChange {
-    /// Nothing to write (e.g. installing the digest already installed).
+    /// Nothing to write (e.g. installing the digest already installed): recorded as an
+    /// unchanged success.
     Nothing,
+    /// What the request was checked against changed before the write lock was taken:
+    /// nothing is written or recorded, and the caller checks the request again (its
+    /// final outcome is what the audit log records, once).
+    CheckAgain,
     PutUnit(UnitRecord),
     /// A unit with its bindings, its grants and its place in agents' unit lists.
     DeleteUnit(String),
@@ -83,7 +88,7 @@ impl StateChange {
         audit: &AuditEntry,
     ) -> StoreResult<()> {
         let write = match self {
-            StateChange::Nothing => return Ok(()),
+            StateChange::Nothing | StateChange::CheckAgain => return Ok(()),
             StateChange::PutUnit(unit) => StateWrite::PutUnit(unit),
             StateChange::DeleteUnit(id) => StateWrite::DeleteUnit(id),
             StateChange::PutAgent(agent) => StateWrite::PutAgent(agent),
@@ -124,7 +129,7 @@ impl StateChange {
     /// and drops the resolver cache afterwards.
     fn apply(self, dir: &mut Directory, memory: &State) {
         match self {
-            StateChange::Nothing => {}
+            StateChange::Nothing | StateChange::CheckAgain => {}
             StateChange::PutUnit(unit) => dir.put_unit(unit),
             StateChange::DeleteUnit(id) => dir.remove_unit(&id),
             StateChange::PutAgent(agent) => dir.put_agent(agent),
@@ -254,6 +259,9 @@ impl State {
     ) -> HostResult<T> {
         let write = self.writes.lock().await;
         let (change, out) = decide()?;
+        if matches!(change, StateChange::CheckAgain) {
+            return Ok(out);
+        }
         if matches!(change, StateChange::Nothing) {
             drop(write);
             let mut entry = audit.entry("ok");
