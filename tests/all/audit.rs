@@ -306,6 +306,15 @@ async fn verify_names_the_record_edited_or_removed_in_the_database() {
         json!({"ok": false, "checked": n - 1, "firstBroken": n})
     );
 
+    // The newest record removed as well: no record follows the gap, but the chain's head
+    // still names it.
+    db.execute("DELETE FROM audit_log WHERE seq = ?1", [n])
+        .unwrap();
+    assert_eq!(
+        verify(&h.client, &h.url).await,
+        json!({"ok": false, "checked": n - 2, "firstBroken": n - 1})
+    );
+
     // Two records swapped (renumbered so that seq still counts up).
     db.execute_batch(&format!(
         "DELETE FROM audit_log WHERE seq >= {};

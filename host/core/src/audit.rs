@@ -176,6 +176,8 @@ impl AuditLog {
 
     /// Recomputes the kept chain from its anchor.
     pub(crate) async fn verify(&self) -> HostResult<AuditVerdict> {
+        // The head first: records appended while the check reads are past it.
+        let head = self.store.audit_head().await?;
         let anchor = self.store.audit_anchor().await?;
         let mut check = ChainCheck::from(&anchor);
         let mut after = anchor.seq;
@@ -196,6 +198,7 @@ impl AuditLog {
                 _ => break,
             }
         }
+        check.ends_at(&head);
         // Records deleted before the anchor's seq are not read from `after = anchor.seq`;
         // a record with a smaller seq than the anchor's would be one put back by hand.
         Ok(AuditVerdict {

@@ -310,6 +310,15 @@ impl ChainCheck {
         self.expected_prev = record.hash.clone();
     }
 
+    /// Ends the check at the chain's `head` (the last record appended, as the store keeps
+    /// it apart from the records, read before them): if the records read stop short of
+    /// it, the newest were removed and the first of them is the first broken record.
+    pub fn ends_at(&mut self, head: &AuditAnchor) {
+        if self.first_broken.is_none() && head.seq >= self.expected_seq {
+            self.first_broken = Some(self.expected_seq);
+        }
+    }
+
     /// How many records were checked.
     pub fn checked(&self) -> u64 {
         self.checked
@@ -455,6 +464,32 @@ mod tests {
 
         // The first record removed without a prune moving the anchor.
         assert_eq!(check(&anchor, &records[1..]).1, Some(2));
+    }
+
+    #[test]
+    fn the_newest_records_removed_are_found_from_the_head() {
+        let anchor = AuditAnchor::default();
+        let records = chain(5);
+        let head = AuditAnchor {
+            seq: 5,
+            hash: records[4].hash.clone(),
+        };
+        let ended = |kept: &[AuditRecord]| {
+            let mut check = ChainCheck::from(&anchor);
+            for r in kept {
+                check.next(r);
+            }
+            check.ends_at(&head);
+            (check.checked(), check.first_broken())
+        };
+        assert_eq!(ended(&records), (5, None));
+        // Without the head the shorter chain holds; with it, the first missing record is
+        // named.
+        assert_eq!(check(&anchor, &records[..3]), (3, None));
+        assert_eq!(ended(&records[..3]), (3, Some(4)));
+        assert_eq!(ended(&[]), (0, Some(1)));
+        // Records appended after the head was read are past it, not missing.
+        assert_eq!(ended(&chain(6)), (6, None));
     }
 
     #[test]

@@ -210,6 +210,13 @@ const MIGRATIONS: &[&str] = &[
     );
     INSERT INTO audit_anchor (id, seq, hash)
         VALUES (TRUE, 0, 'sha256:0000000000000000000000000000000000000000000000000000000000000000');
+    CREATE TABLE audit_head (
+        id   BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (id),
+        seq  BIGINT NOT NULL,
+        hash TEXT NOT NULL
+    );
+    INSERT INTO audit_head (id, seq, hash)
+        VALUES (TRUE, 0, 'sha256:0000000000000000000000000000000000000000000000000000000000000000');
     "#,
 ];
 
@@ -487,24 +494,13 @@ fn aborted_by_earlier(error: &tokio_postgres::Error) -> bool {
     error.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION)
 }
 
-/// The audit chain's head inside `tx`: the newest record's seq and hash, or the
-/// anchor's when no record is kept.
+/// The audit chain's head inside `tx` (the last record appended, kept apart from the
+/// records).
 async fn audit_head(tx: &Tx<'_>, ctx: &str) -> StoreResult<AuditAnchor> {
-    let db = |e| map_err(ctx, e);
-    let newest = tx
-        .query_opt(
-            "SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1",
-            &[],
-        )
+    let row = tx
+        .query_one("SELECT seq, hash FROM audit_head", &[])
         .await
-        .map_err(db)?;
-    let row = match newest {
-        Some(row) => row,
-        None => tx
-            .query_one("SELECT seq, hash FROM audit_anchor", &[])
-            .await
-            .map_err(db)?,
-    };
+        .map_err(|e| map_err(ctx, e))?;
     Ok(AuditAnchor {
         seq: col(&row, 0)?,
         hash: col(&row, 1)?,
@@ -576,6 +572,9 @@ pub(crate) async fn append_audit(
     )
     .await
     .map_err(db)?;
+    tx.execute("UPDATE audit_head SET seq = $1, hash = $2", &[&seq, &prev])
+        .await
+        .map_err(db)?;
     Ok(sealed)
 }
 
@@ -1025,6 +1024,19 @@ impl StateStore for PostgresStore {
 
 /// The state writes, each with the audit record (if any) appended in its transaction.
 impl PostgresStore {
+    /// One of the audit chain's two points (`sql` reads its seq and hash).
+    async fn chain_point(&self, sql: &str, ctx: &str) -> StoreResult<AuditAnchor> {
+        let conn = self.conn(ctx).await?;
+        let row = conn
+            .query_one(sql, &[])
+            .await
+            .map_err(|e| map_err(ctx, e))?;
+        Ok(AuditAnchor {
+            seq: col(&row, 0)?,
+            hash: col(&row, 1)?,
+        })
+    }
+
     async fn put_connector_audited(
         &self,
         connector: &ConnectorRecord,
@@ -1319,16 +1331,16 @@ impl AuditStore for PostgresStore {
     }
 
     async fn audit_anchor(&self) -> StoreResult<AuditAnchor> {
-        let ctx = "reading the audit anchor";
-        let conn = self.conn(ctx).await?;
-        let row = conn
-            .query_one("SELECT seq, hash FROM audit_anchor", &[])
+        self.chain_point(
+            "SELECT seq, hash FROM audit_anchor",
+            "reading the audit anchor",
+        )
+        .await
+    }
+
+    async fn audit_head(&self) -> StoreResult<AuditAnchor> {
+        self.chain_point("SELECT seq, hash FROM audit_head", "reading the audit head")
             .await
-            .map_err(|e| map_err(ctx, e))?;
-        Ok(AuditAnchor {
-            seq: col(&row, 0)?,
-            hash: col(&row, 1)?,
-        })
     }
 
     async fn prune_audit(&self, before: &str) -> StoreResult<u64> {

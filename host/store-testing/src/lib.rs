@@ -2010,6 +2010,14 @@ pub async fn audited_writes_and_appends_form_one_chain(factory: &dyn StoreFactor
     assert_eq!(records[3].details, json!({"n": 1}));
     assert_eq!(check_chain(&*store).await, (4, None));
     assert_eq!(store.audit_anchor().await.unwrap(), AuditAnchor::default());
+    // The head names the last record appended, by every way of appending.
+    assert_eq!(
+        store.audit_head().await.unwrap(),
+        AuditAnchor {
+            seq: 4,
+            hash: records[3].hash.clone()
+        }
+    );
 }
 
 pub async fn a_failed_audited_write_leaves_no_record(factory: &dyn StoreFactory) {

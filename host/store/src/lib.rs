@@ -253,6 +253,10 @@ pub trait AuditStore: Send + Sync + 'static {
     async fn audit_records(&self, query: &AuditQuery) -> StoreResult<Vec<AuditRecord>>;
     /// Where the kept chain starts (moved by [`AuditStore::prune_audit`]).
     async fn audit_anchor(&self) -> StoreResult<AuditAnchor>;
+    /// The chain's head: the seq and hash of the last record appended (what the next
+    /// append follows), kept apart from the records and moved by every append, so that
+    /// removing the newest records is found and their seqs are never given again.
+    async fn audit_head(&self) -> StoreResult<AuditAnchor>;
     /// Deletes the oldest records up to the last one dated before `before` (an audit
     /// time), and moves the anchor to the last one deleted, in one transaction; returns
     /// how many were deleted. The newest record is never deleted: it carries the chain's

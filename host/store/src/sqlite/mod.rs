@@ -221,6 +221,14 @@ const MIGRATIONS: &[&str] = &[
     );
     INSERT INTO audit_anchor (id, seq, hash)
         VALUES (1, 0, 'sha256:0000000000000000000000000000000000000000000000000000000000000000');
+
+    CREATE TABLE audit_head (
+        id   INTEGER PRIMARY KEY CHECK (id = 1),
+        seq  INTEGER NOT NULL,
+        hash TEXT NOT NULL
+    );
+    INSERT INTO audit_head (id, seq, hash)
+        VALUES (1, 0, 'sha256:0000000000000000000000000000000000000000000000000000000000000000');
     "#,
 ];
 
@@ -513,30 +521,17 @@ fn append_messages(
     Ok(stored)
 }
 
-/// The chain's head inside `tx`: the newest record's seq and hash, or the anchor's when
-/// no record is kept.
-fn audit_head(tx: &Transaction<'_>, op: &'static str) -> StoreResult<AuditAnchor> {
-    let db = |e| map_err(op, e);
-    let newest = tx
-        .prepare_cached("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1")
-        .and_then(|mut s| {
-            s.query_row([], |r| {
-                Ok(AuditAnchor {
-                    seq: r.get(0)?,
-                    hash: r.get(1)?,
-                })
-            })
-            .optional()
-        })
-        .map_err(db)?;
-    match newest {
-        Some(head) => Ok(head),
-        None => read_audit_anchor(tx, op),
-    }
-}
-
-fn read_audit_anchor(conn: &Connection, op: &'static str) -> StoreResult<AuditAnchor> {
-    conn.prepare_cached("SELECT seq, hash FROM audit_anchor WHERE id = 1")
+/// The chain's head (`audit_head`) or the start of what is kept (`audit_anchor`).
+fn read_chain_point(
+    conn: &Connection,
+    table: ChainPoint,
+    op: &'static str,
+) -> StoreResult<AuditAnchor> {
+    let sql = match table {
+        ChainPoint::Anchor => "SELECT seq, hash FROM audit_anchor WHERE id = 1",
+        ChainPoint::Head => "SELECT seq, hash FROM audit_head WHERE id = 1",
+    };
+    conn.prepare_cached(sql)
         .and_then(|mut s| {
             s.query_row([], |r| {
                 Ok(AuditAnchor {
@@ -558,7 +553,7 @@ fn append_audit(
     if entries.is_empty() {
         return Ok(Vec::new());
     }
-    let head = audit_head(tx, op)?;
+    let head = read_chain_point(tx, ChainPoint::Head, op)?;
     let mut insert = tx
         .prepare_cached(
             "INSERT INTO audit_log (seq, at, actor_kind, actor_id, action, target, outcome, details, trace_id, prev, hash)
@@ -589,7 +584,21 @@ fn append_audit(
         prev = record.hash.clone();
         sealed.push(record);
     }
+    tx.execute(
+        "UPDATE audit_head SET seq = ?1, hash = ?2 WHERE id = 1",
+        params![seq, prev],
+    )
+    .map_err(|e| map_err(op, e))?;
     Ok(sealed)
+}
+
+/// The two points of the chain the store keeps apart from its records.
+#[derive(Clone, Copy)]
+enum ChainPoint {
+    /// Where the kept chain starts (the last record pruned).
+    Anchor,
+    /// The last record appended.
+    Head,
 }
 
 /// Adds 1 to the state version (inside `tx`) and returns the new version.
@@ -1074,6 +1083,16 @@ impl StateStore for SqliteStore {
 
 /// The state writes, each with the audit record (if any) written in its transaction.
 impl SqliteStore {
+    /// One of the chain's two points, read beside the writer.
+    async fn chain_point(&self, point: ChainPoint, op: &'static str) -> StoreResult<AuditAnchor> {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || read_chain_point(&inner.conn.lock(), point, op))
+            .await
+            .map_err(|e| {
+                StoreError::Unavailable(format!("{op}: the database task did not finish: {e}"))
+            })?
+    }
+
     async fn put_connector_audited(
         &self,
         connector: &ConnectorRecord,
@@ -1369,16 +1388,13 @@ impl AuditStore for SqliteStore {
     }
 
     async fn audit_anchor(&self) -> StoreResult<AuditAnchor> {
-        let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || {
-            read_audit_anchor(&inner.conn.lock(), "reading the audit anchor")
-        })
-        .await
-        .map_err(|e| {
-            StoreError::Unavailable(format!(
-                "reading the audit anchor: the database task did not finish: {e}"
-            ))
-        })?
+        self.chain_point(ChainPoint::Anchor, "reading the audit anchor")
+            .await
+    }
+
+    async fn audit_head(&self) -> StoreResult<AuditAnchor> {
+        self.chain_point(ChainPoint::Head, "reading the audit head")
+            .await
     }
 
     async fn prune_audit(&self, before: &str) -> StoreResult<u64> {
