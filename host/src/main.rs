@@ -7,7 +7,10 @@ use std::process::ExitCode;
 use clap::Parser;
 use connector_host::cli::{self, Cli, CliError, Command};
 use connector_host::config::HostConfig;
-use tracing_subscriber::EnvFilter;
+use connector_trace::export::Exporting;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
 /// mimalloc rather than glibc's allocator: a tool call or a webhook delivery makes
 /// hundreds of short-lived allocations (HTTP, JSON, a fresh guest store), and glibc's
@@ -25,7 +28,14 @@ fn main() -> ExitCode {
         output,
         command,
     } = Cli::parse();
-    init_tracing();
+    // Only a serving host exports traces; the other commands only log.
+    let exporting = match init_tracing(matches!(command, Command::Serve(_))) {
+        Ok(exporting) => exporting,
+        Err(e) => {
+            cli::print_err(&e);
+            return ExitCode::from(2);
+        }
+    };
     let result = match command {
         Command::Serve(args) => serve(args),
         Command::Inspect(args) => block_on(cli::inspect::run(args)),
@@ -38,6 +48,8 @@ fn main() -> ExitCode {
         Command::Mcp(args) => cli::mcp::run(&remote, args),
         command => cli::run_remote(&remote, output, command),
     };
+    // Exports the spans still queued (waiting a few seconds at most).
+    drop(exporting);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -47,14 +59,28 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs go to stderr, filtered by `RUST_LOG` (default `info`).
-fn init_tracing() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+/// Logs go to stderr, filtered by `RUST_LOG` (default `info`). With `export`, spans go to
+/// the OTLP/HTTP collector the standard `OTEL_*` variables name, if they name one
+/// (CONTRACT §11); the spans never appear in the log lines.
+fn init_tracing(export: bool) -> Result<Option<Exporting>, String> {
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    if let Ok(spans_off) = format!("{}=off", connector_trace::TARGET).parse() {
+        filter = filter.add_directive(spans_off);
+    }
+    let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
+        .with_filter(filter);
+    let exporting = match export {
+        true => Exporting::from_env().map_err(|e| e.to_string())?,
+        false => None,
+    };
+    let spans = exporting.as_ref().map(Exporting::layer);
+    let _ = tracing_subscriber::registry()
+        .with(logs)
+        .with(spans)
         .try_init();
+    Ok(exporting)
 }
 
 fn serve(args: cli::ServeArgs) -> Result<(), CliError> {

@@ -36,5 +36,6 @@ mod restart;
 mod runtime;
 mod scaffold;
 mod store_conformance;
+mod traces;
 mod webhooks;
 mod worlds;

@@ -59,11 +59,13 @@ impl Audit {
         self
     }
 
-    /// The entry, made now, with `outcome` (`ok` or an error code).
+    /// The entry, made now, with `outcome` (`ok` or an error code) and the id of the
+    /// trace being recorded, if any.
     pub(crate) fn entry(&self, outcome: &str) -> AuditEntry {
         let mut entry = AuditEntry::now(self.actor.clone(), self.action, self.target.clone());
         entry.outcome = outcome.to_string();
         entry.details = self.details.clone();
+        entry.trace_id = connector_trace::current_trace_id();
         entry
     }
 }

@@ -14,6 +14,7 @@ use parking_lot::RwLock;
 use serde_json::{json, Value};
 
 use std::time::Instant;
+use tracing::Instrument;
 
 use crate::audit::{Audit, AuditLog};
 use crate::catalog::{guest_error, violations_json, Catalog};
@@ -137,6 +138,28 @@ impl ToolDispatcher {
         tool: &str,
         arguments: Value,
     ) -> HostResult<ToolOutput> {
+        let span = tracing::info_span!(
+            target: connector_trace::TARGET,
+            "tool call",
+            agent,
+            tool,
+            connector = tracing::field::Empty,
+            digest = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        self.call_tool_recorded(actor, agent, tool, arguments)
+            .instrument(span)
+            .await
+    }
+
+    /// [`Self::call_tool`] inside its span.
+    async fn call_tool_recorded(
+        &self,
+        actor: &Actor,
+        agent: &str,
+        tool: &str,
+        arguments: Value,
+    ) -> HostResult<ToolOutput> {
         let started = Instant::now();
         let bytes_in = json_bytes(&arguments);
         let kept_arguments = self.audit.record_arguments().then(|| arguments.clone());
@@ -156,7 +179,10 @@ impl ToolDispatcher {
             "bytesIn": bytes_in,
             "bytesOut": result.as_ref().map_or(0, output_bytes),
         });
+        let span = tracing::Span::current();
         if let Some((slug, digest)) = connector {
+            span.record("connector", slug.as_str());
+            span.record("digest", digest.as_str());
             details["connector"] = Value::String(slug);
             details["digest"] = Value::String(digest);
         }
@@ -167,6 +193,7 @@ impl ToolDispatcher {
             Ok(_) => "ok",
             Err(e) => e.code.as_str(),
         };
+        span.record("outcome", outcome);
         let audit = Audit::new(actor, "tool.call", target::tool(&truncate(tool, 256)))
             .with_details(details);
         self.audit.append(audit.entry(outcome)).await?;

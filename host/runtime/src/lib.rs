@@ -42,7 +42,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use connector_model::error::HandlerError;
+use connector_trace::TARGET as TRACE;
 use sha2::{Digest, Sha256};
+use tracing::Instrument;
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap,
@@ -796,6 +798,7 @@ impl ConnectorRuntime {
         &self,
         component: &LoadedComponent,
         sandbox: &Sandbox,
+        export: &'static str,
         f: F,
     ) -> Result<R, GuestError>
     where
@@ -818,10 +821,14 @@ impl ConnectorRuntime {
             };
             let instance = pre
                 .instantiate_async(&mut store)
+                .instrument(tracing::info_span!(target: TRACE, "guest instantiate"))
                 .await
                 .map(world)
                 .map_err(|e| (e, true))?;
-            f(&instance, &mut store).await.map_err(|e| (e, false))
+            f(&instance, &mut store)
+                .instrument(tracing::info_span!(target: TRACE, "guest call", export))
+                .await
+                .map_err(|e| (e, false))
         };
         let outcome = tokio::time::timeout_at(hard_stop, OnTurn::new(slice, guest)).await;
         match outcome {
@@ -908,7 +915,7 @@ impl ConnectorRuntime {
     pub async fn describe(&self, component: &LoadedComponent) -> Result<wit::Manifest, GuestError> {
         let sandbox = Sandbox::isolated("(describe)");
         let manifest = self
-            .run(component, &sandbox, |c, store| {
+            .run(component, &sandbox, "describe-connector", |c, store| {
                 Box::pin(async move {
                     match c {
                         Instance::Current(_) | Instance::Second(_) => {
@@ -944,7 +951,7 @@ impl ConnectorRuntime {
         config: &str,
     ) -> Result<Result<Vec<String>, String>, GuestError> {
         let config = config.to_owned();
-        self.run(component, sandbox, move |c, store| {
+        self.run(component, sandbox, "validate-binding", move |c, store| {
             Box::pin(async move { c.call(store, "validate-binding", (config.as_str(),)).await })
         })
         .await
@@ -962,7 +969,7 @@ impl ConnectorRuntime {
         let tool = tool.to_owned();
         let arguments = arguments.to_owned();
         let result = self
-            .run(component, sandbox, move |c, store| {
+            .run(component, sandbox, "call-tool", move |c, store| {
                 Box::pin(async move {
                     let (tool, arguments) = (tool.as_str(), arguments.as_str());
                     match c {
@@ -1000,7 +1007,7 @@ impl ConnectorRuntime {
         hook: wit::Webhook,
     ) -> Result<Result<Vec<wit::Message>, String>, GuestError> {
         let result = self
-            .run(component, sandbox, move |c, store| {
+            .run(component, sandbox, "translate-webhook", move |c, store| {
                 Box::pin(async move {
                     match c {
                         Instance::Current(_) | Instance::Second(_) => {
@@ -1041,7 +1048,7 @@ impl ConnectorRuntime {
         binding: wit::Binding,
         message: wit::Message,
     ) -> Result<bool, GuestError> {
-        self.run(component, sandbox, move |c, store| {
+        self.run(component, sandbox, "accepts-message", move |c, store| {
             Box::pin(async move {
                 match c {
                     Instance::Current(_) | Instance::Second(_) => {
@@ -1066,7 +1073,7 @@ impl ConnectorRuntime {
         binding: wit::Binding,
     ) -> Result<Result<wit::AgentContext, String>, GuestError> {
         let result = self
-            .run(component, sandbox, move |c, store| {
+            .run(component, sandbox, "runtime-context", move |c, store| {
                 Box::pin(async move {
                     match c {
                         Instance::Current(_) | Instance::Second(_) => {

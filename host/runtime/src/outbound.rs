@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use http_body_util::BodyExt;
 use tokio::net::TcpStream;
+use tracing::Instrument;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
@@ -155,20 +156,56 @@ type SendResult = Result<
 impl WasiHttpHooks for OutboundHooks {
     fn send_request(
         &mut self,
-        request: http::Request<WasiBody>,
+        mut request: http::Request<WasiBody>,
         options: Option<RequestOptions>,
         _fut: Box<dyn std::future::Future<Output = Result<(), HttpError>> + Send>,
     ) -> Box<dyn std::future::Future<Output = SendResult> + Send> {
         let policy = self.policy.clone();
         let connector = self.connector.clone();
         let connections = self.connections.clone();
-        Box::new(async move {
-            let Ok(connection) = connections.acquire_owned().await else {
-                return Err(HttpError::ConnectionRefused);
-            };
-            send_checked(&policy, &connector, request, options, connection).await
-        })
+        let span = outbound_span(&mut request);
+        Box::new(
+            async move {
+                let Ok(connection) = connections.acquire_owned().await else {
+                    return Err(HttpError::ConnectionRefused);
+                };
+                let sent = send_checked(&policy, &connector, request, options, connection).await;
+                if let Ok((response, _)) = &sent {
+                    tracing::Span::current()
+                        .record("http.response.status_code", response.status().as_u16());
+                }
+                sent
+            }
+            .instrument(span),
+        )
     }
+}
+
+/// The span of one outbound request (a child of the guest call making it), whose
+/// `traceparent` the request carries when the call is traced, replacing any the guest set:
+/// the receiver joins the host's trace.
+fn outbound_span(request: &mut http::Request<WasiBody>) -> tracing::Span {
+    let span = tracing::info_span!(
+        target: connector_trace::TARGET,
+        "guest HTTP request",
+        otel.kind = "client",
+        http.request.method = %request.method(),
+        server.address = request.uri().host().unwrap_or_default(),
+        http.response.status_code = tracing::field::Empty,
+    );
+    let traced = connector_trace::headers_of(&span);
+    if traced.is_empty() {
+        return span;
+    }
+    let headers = request.headers_mut();
+    headers.remove(connector_trace::TRACEPARENT);
+    headers.remove(connector_trace::TRACESTATE);
+    for (name, value) in traced {
+        if let Ok(value) = http::HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    }
+    span
 }
 
 async fn send_checked(

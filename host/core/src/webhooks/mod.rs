@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{json, Value};
+use tracing::Instrument;
 
 use crate::catalog::Catalog;
 use crate::config::HostConfig;
@@ -515,6 +516,12 @@ impl Drop for BodyAdmission {
     }
 }
 
+/// The span of appending a delivery's messages to their units' inboxes (with the
+/// delivery's outcome, one transaction).
+fn inbox_span(messages: usize) -> tracing::Span {
+    tracing::info_span!(target: connector_trace::TARGET, "inbox append", messages)
+}
+
 fn now_unix() -> i64 {
     time::OffsetDateTime::now_utc().unix_timestamp()
 }
@@ -699,6 +706,29 @@ impl Webhooks {
         headers: &http::HeaderMap,
         body: &[u8],
     ) -> HostResult<WebhookOutcome> {
+        let span = tracing::info_span!(
+            target: connector_trace::TARGET,
+            "webhook receive",
+            connector = slug,
+            status = tracing::field::Empty,
+        );
+        let received = self
+            .receive_traced(slug, headers, body)
+            .instrument(span.clone())
+            .await;
+        if let Ok(outcome) = &received {
+            span.record("status", outcome.status.as_str());
+        }
+        received
+    }
+
+    /// [`Self::receive`] inside its span.
+    async fn receive_traced(
+        self: &Arc<Self>,
+        slug: &str,
+        headers: &http::HeaderMap,
+        body: &[u8],
+    ) -> HostResult<WebhookOutcome> {
         let scheme = self.accepts(slug)?;
         let secrets = self.config.connector(slug).webhook_secrets;
         let now = now_unix();
@@ -738,10 +768,13 @@ impl Webhooks {
         let (window_over, window_over_rx) = tokio::sync::oneshot::channel();
         let (answer_tx, answer) = tokio::sync::oneshot::channel();
         let this = Arc::clone(self);
-        tokio::spawn(async move {
-            this.route_and_store(record, window_over_rx, answer_tx)
-                .await
-        });
+        tokio::spawn(
+            async move {
+                this.route_and_store(record, window_over_rx, answer_tx)
+                    .await
+            }
+            .instrument(tracing::Span::current()),
+        );
         let mut answer = std::pin::pin!(answer);
         let outcome = match tokio::time::timeout(INLINE_ROUTING, &mut answer).await {
             Ok(outcome) => outcome,
@@ -775,7 +808,7 @@ impl Webhooks {
                 std::future::pending::<()>().await;
             }
         };
-        let routing = self.route_delivery(&record);
+        let routing = self.route_delivery_traced(&record);
         let mut routing = std::pin::pin!(routing);
         let routed = tokio::select! {
             biased;
@@ -787,6 +820,7 @@ impl Webhooks {
                 let stored = self
                     .store
                     .insert_routed_delivery(&record, &messages, &routed_to, DEDUP_WINDOW_SECS)
+                    .instrument(inbox_span(messages.len()))
                     .await;
                 match stored {
                     Ok(Some(stored)) => {
@@ -857,7 +891,7 @@ impl Webhooks {
         let Some(_in_flight) = InFlight::begin(&self.in_flight, &record) else {
             return Err(DeliveryError::InFlight);
         };
-        let routed = self.route_delivery(&record).await;
+        let routed = self.route_delivery_traced(&record).await;
         self.finish_stored(&record, routed).await
     }
 
@@ -877,6 +911,7 @@ impl Webhooks {
                     &messages,
                     &routed_to,
                 )
+                .instrument(inbox_span(messages.len()))
                 .await
             {
                 Ok(Some(stored)) => {
@@ -916,6 +951,15 @@ impl Webhooks {
             tracing::error!(error = %e, "could not record a failed delivery");
         }
         DeliveryError::Failed(error)
+    }
+
+    async fn route_delivery_traced(
+        &self,
+        record: &DeliveryRecord,
+    ) -> Result<(Vec<MessageRecord>, Vec<String>), String> {
+        self.route_delivery(record)
+            .instrument(tracing::info_span!(target: connector_trace::TARGET, "webhook route"))
+            .await
     }
 
     async fn route_delivery(

@@ -12,6 +12,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::jsonrpc::{
     self, classify, params_object, Incoming, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST,
@@ -660,8 +661,21 @@ fn method_not_found(id: &Value, method: &str) -> Vec<u8> {
 #[derive(Serialize)]
 struct Empty {}
 
-/// Answers one request of an open session.
+/// Answers one request of an open session, inside its span.
 async fn request(
+    sessions: &Sessions,
+    session: &Arc<Session>,
+    id: &Value,
+    method: &str,
+    params: Option<Value>,
+) -> Vec<u8> {
+    let span = super::message_span(method, params.as_ref());
+    answer(sessions, session, id, method, params)
+        .instrument(span)
+        .await
+}
+
+async fn answer(
     sessions: &Sessions,
     session: &Arc<Session>,
     id: &Value,

@@ -125,6 +125,27 @@ pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 static STREAMS_END: std::sync::LazyLock<tokio::sync::watch::Sender<bool>> =
     std::sync::LazyLock::new(|| tokio::sync::watch::channel(false).0);
 
+/// The span of one MCP request (CONTRACT §11): a child of the `traceparent` in its
+/// `params._meta` (SEP-414) when there is one, else of the HTTP request carrying it.
+fn message_span(method: &str, params: Option<&serde_json::Value>) -> tracing::Span {
+    let span = tracing::info_span!(
+        target: connector_trace::TARGET,
+        "MCP message",
+        otel.name = %format_args!("MCP {method}"),
+        mcp.method.name = method,
+    );
+    if !span.is_disabled() {
+        let meta = params.and_then(|p| p.get("_meta"));
+        let key = |name: &str| meta.and_then(|m| m.get(name)).and_then(|v| v.as_str());
+        connector_trace::adopt_parent(
+            &span,
+            key(connector_trace::TRACEPARENT),
+            key(connector_trace::TRACESTATE),
+        );
+    }
+    span
+}
+
 /// Ends every open MCP stream of this process, GET and `subscriptions/listen` (and makes
 /// new ones end at once).
 /// A graceful HTTP shutdown waits for responses in flight, and a stream never finishes

@@ -26,6 +26,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
+use tracing::Instrument;
 
 use super::http::{
     invalid_request, json_response, rpc_error, token_revoked, Rejection, ServerInfo, SERVER_INFO,
@@ -370,7 +371,6 @@ pub async fn serve(
     headers: &HeaderMap,
     message: Value,
 ) -> Response {
-    let agent = &*endpoint.agent;
     let (id, method, params) =
         match classify(message) {
             Ok(Incoming::Request { id, method, params }) => (id, method, params),
@@ -387,6 +387,22 @@ pub async fn serve(
     if let Err(refused) = check(headers, &id, &method, params.as_ref()) {
         return *refused;
     }
+    let span = super::message_span(&method, params.as_ref());
+    answer(sessions, endpoint, headers, id, method, params)
+        .instrument(span)
+        .await
+}
+
+/// Answers one checked request.
+async fn answer(
+    sessions: &Arc<Sessions>,
+    endpoint: &Endpoint,
+    headers: &HeaderMap,
+    id: Value,
+    method: String,
+    params: Option<Value>,
+) -> Response {
+    let agent = &*endpoint.agent;
     let host = sessions.host();
     match method.as_str() {
         "server/discover" => complete(

@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
+use tracing::Instrument;
 
 use connector_core::host::Host;
 use connector_model::error::HostError;
@@ -35,7 +36,8 @@ pub fn router_with(host: Host, more: Router<Host>) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(
             host.clone(),
             refresh_first,
-        ));
+        ))
+        .route_layer(axum::middleware::from_fn(record_traced_route));
     Router::new()
         .route("/healthz", get(healthz))
         .route("/api/v1/healthz", get(healthz))
@@ -48,7 +50,53 @@ pub fn router_with(host: Host, more: Router<Host>) -> Router {
             allowed_host_only,
         ))
         .layer(axum::middleware::map_response(json_errors))
+        .layer(axum::middleware::from_fn(traced))
         .with_state(host)
+}
+
+/// Each request is a span (CONTRACT §11), a child of the caller's when it sends a W3C
+/// `traceparent`; nothing is done when no trace is exported.
+async fn traced(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let span = tracing::info_span!(
+        target: connector_trace::TARGET,
+        "HTTP request",
+        otel.name = %request.method(),
+        otel.kind = "server",
+        http.request.method = %request.method(),
+        url.path = request.uri().path(),
+        http.route = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+    );
+    if span.is_disabled() {
+        return next.run(request).await;
+    }
+    {
+        let headers = request.headers();
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        connector_trace::adopt_parent(
+            &span,
+            header(connector_trace::TRACEPARENT),
+            header(connector_trace::TRACESTATE),
+        );
+    }
+    let response = next.run(request).instrument(span.clone()).await;
+    span.record("http.response.status_code", response.status().as_u16());
+    response
+}
+
+/// Records the route the request matched (`/api/v1/agents/{agentId}/tool-calls`) on its
+/// span, so that spans of one route group together whatever the ids in the path.
+async fn record_traced_route(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let span = tracing::Span::current();
+    if !span.is_disabled() {
+        if let Some(route) = request.extensions().get::<axum::extract::MatchedPath>() {
+            span.record("http.route", route.as_str());
+        }
+    }
+    next.run(request).await
 }
 
 /// Puts the errors axum answers by itself (a method the route does not take, a path
@@ -188,13 +236,21 @@ async fn metrics(State(host): State<Host>) -> Response {
          connector_host_store_commits_total {}\n\
          # HELP connector_host_store_writes_total Writes those commits held.\n\
          # TYPE connector_host_store_writes_total counter\n\
-         connector_host_store_writes_total {}\n",
+         connector_host_store_writes_total {}\n\
+         # HELP connector_host_trace_spans_dropped_total Spans dropped because the trace export queue was full.\n\
+         # TYPE connector_host_trace_spans_dropped_total counter\n\
+         connector_host_trace_spans_dropped_total {}\n\
+         # HELP connector_host_trace_spans_not_delivered_total Spans the trace collector did not take.\n\
+         # TYPE connector_host_trace_spans_not_delivered_total counter\n\
+         connector_host_trace_spans_not_delivered_total {}\n",
         m.tool_calls_ok.load(Ordering::Relaxed),
         m.tool_calls_failed.load(Ordering::Relaxed),
         m.tool_calls_rejected.load(Ordering::Relaxed),
         host.list_connectors().len(),
         commits.commits,
         commits.writes,
+        connector_trace::spans_dropped(),
+        connector_trace::spans_not_delivered(),
     );
     (
         [(
