@@ -16,7 +16,9 @@
 //! `HTTP_LOAD_STOP_AFTER=2` (end after scenario 2, to profile the tool-call path alone:
 //! `perf record --call-graph dwarf -- target/release/deps/http_load-* --bench`).
 //! `HTTP_LOAD_TABLE=1` (scenarios 1, 2 and 4 only, without their diagnostics: the rows
-//! `bench/table.py` reads). Every headline figure is also printed as one `@result` line
+//! `bench/table.py` reads). `OTEL_EXPORTER_OTLP_ENDPOINT` (and the other `OTEL_*`
+//! variables): export the host's spans as `serve` does, to measure export's cost. Every
+//! headline figure is also printed as one `@result` line
 //! (`@result <key> rate=… p50_us=… p99_us=… errors=…`) for scripts.
 //!
 //! The load generator is closed-loop: each of N connections (HTTP/1.1 keep-alive,
@@ -220,6 +222,7 @@ impl Beside {
             limits: GuestLimits::default(),
             cache_dir: None,
             installation_tokens: None,
+            credential_log: None,
         })?;
         let hostile = runtime
             .load(&hostile_wasm()?)
@@ -619,6 +622,16 @@ fn main() -> anyhow::Result<()> {
         bail!("HTTP_LOAD_CONNS and HTTP_LOAD_REQS must be > 0, HTTP_LOAD_BINDINGS >= 10");
     }
     let hostile = hostile_wasm()?;
+    // With `OTEL_EXPORTER_OTLP_ENDPOINT` set, the host's spans are exported as
+    // `connector-host serve` exports them (to measure what export costs).
+    let exporting = connector_trace::export::Exporting::from_env()?;
+    if let Some(exporting) = &exporting {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        tracing_subscriber::registry()
+            .with(exporting.layer())
+            .try_init()?;
+    }
 
     let server = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -53,6 +53,7 @@ fn bench(c: &mut Criterion) {
         limits: GuestLimits::default(),
         cache_dir: None,
         installation_tokens: None,
+        credential_log: None,
     })
     .expect("runtime");
     let component = runtime.load(acme()).expect("acme loads");
@@ -106,6 +107,7 @@ fn bench(c: &mut Criterion) {
         limits: GuestLimits::default(),
         cache_dir: Some(dir.path().to_path_buf()),
         installation_tokens: None,
+        credential_log: None,
     })
     .expect("runtime");
     cached.load(acme()).expect("warm the cache");

@@ -38,6 +38,7 @@ fn runtime() -> Arc<ConnectorRuntime> {
             },
             cache_dir: None,
             installation_tokens: None,
+            credential_log: None,
         })
         .expect("runtime"),
     )

@@ -68,6 +68,23 @@ async fn a_connector_cannot_mint_a_token_for_an_installation_its_bind_names() {
     assert_eq!((s, error_code(&b)), (502, "tool_failed"), "{b}");
     assert_eq!(fake.exchanges(), 0, "the host asked GitHub for a token");
     assert!(fake.issued_tokens().is_empty());
+    // The refusal is in the audit log (CONTRACT §9).
+    let (s, page) = h
+        .op(
+            reqwest::Method::GET,
+            "/api/v1/audit?action=installation_token.mint",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{page}");
+    let records = page["records"].as_array().expect("records");
+    assert_eq!(records.len(), 1, "{page}");
+    assert_eq!(records[0]["outcome"], "forbidden", "{page}");
+    assert_eq!(records[0]["target"], "connector:git-hub", "{page}");
+    assert_eq!(
+        records[0]["details"]["installationId"], FOREIGN_INSTALLATION,
+        "{page}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -365,3 +365,88 @@ async fn bad_bindings_are_refused_and_suspension_is_reported() {
         "{b}"
     );
 }
+
+/// CONTRACT §9: every installation token a guest is handed and every secret it reads
+/// leaves one record, its actor the agent the call ran for; a refused one its refusal;
+/// never the token's or the secret's value. (A token the binding does not name is
+/// recorded as `forbidden`: `containment::`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installation_tokens_and_secret_reads_are_recorded_without_their_values() {
+    let (h, fake) = setup().await;
+    h.unit("stranger", None).await;
+    h.bind(
+        "stranger",
+        "github",
+        json!({"repo": "octo-org/stranger", "installationId": INSTALLATION + 1}),
+    )
+    .await;
+    h.agent("outsider", &["stranger"]).await;
+    for agent in ["dev", "writer", "outsider"] {
+        // Whatever GitHub answers, the credential was asked for first.
+        let (s, b) = h
+            .call_tool(agent, "github.get_issue", json!({"number": 1}))
+            .await;
+        assert!(s == 200 || s == 502, "{agent}: {s} {b}");
+    }
+    let (s, page) = h
+        .op(Method::GET, "/api/v1/audit?target=connector:github", None)
+        .await;
+    assert_eq!(s, 200, "{page}");
+    let records = page["records"].as_array().expect("records").clone();
+    let uses: Vec<(String, String, String, Value)> = records
+        .iter()
+        .filter(|r| r["action"] != "connector.install")
+        .map(|r| {
+            (
+                r["action"].as_str().unwrap_or_default().to_string(),
+                r["actor"]["id"].as_str().unwrap_or_default().to_string(),
+                r["outcome"].as_str().unwrap_or_default().to_string(),
+                r["details"].clone(),
+            )
+        })
+        .collect();
+    assert!(
+        uses.contains(&(
+            "installation_token.mint".into(),
+            "dev".into(),
+            "ok".into(),
+            json!({"installationId": INSTALLATION})
+        )),
+        "{uses:#?}"
+    );
+    assert!(
+        uses.contains(&(
+            "secret.read".into(),
+            "writer".into(),
+            "ok".into(),
+            json!({"name": "ci-bot"})
+        )),
+        "{uses:#?}"
+    );
+    assert!(
+        uses.contains(&(
+            "installation_token.mint".into(),
+            "outsider".into(),
+            "tool_failed".into(),
+            json!({"installationId": INSTALLATION + 1})
+        )),
+        "a token GitHub would not mint (no such installation) is recorded as refused: {uses:#?}"
+    );
+    for r in records
+        .iter()
+        .filter(|r| r["action"] != "connector.install")
+    {
+        assert_eq!(r["actor"]["kind"], "agent", "{r}");
+    }
+    let (_, everything) = h.op(Method::GET, "/api/v1/audit?limit=1000", None).await;
+    let text = everything.to_string();
+    assert!(
+        !text.contains(PAT),
+        "the secret's value is in the audit log"
+    );
+    let minted = fake.issued_tokens();
+    assert!(!minted.is_empty(), "the fake minted no token");
+    for token in minted {
+        assert!(!text.contains(&token), "a minted token is in the audit log");
+    }
+}

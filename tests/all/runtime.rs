@@ -16,6 +16,7 @@ fn runtime_with(limits: GuestLimits) -> Arc<ConnectorRuntime> {
             limits,
             cache_dir: None,
             installation_tokens: None,
+            credential_log: None,
         })
         .expect("runtime"),
     )
@@ -535,6 +536,7 @@ async fn a_known_digest_is_checked_before_compiling_and_never_files_other_bytes(
         limits: limits(5_000),
         cache_dir: Some(dir.path().to_path_buf()),
         installation_tokens: None,
+        credential_log: None,
     };
     let acme_digest = runtime_with(limits(5_000))
         .compile_uncached(acme_bytes())
@@ -590,6 +592,7 @@ async fn compiled_components_are_cached_and_a_corrupt_cache_is_recompiled() {
         limits: limits(5_000),
         cache_dir: Some(dir.path().to_path_buf()),
         installation_tokens: None,
+        credential_log: None,
     };
     let rt = ConnectorRuntime::new(options.clone()).unwrap();
     assert_eq!(

@@ -69,6 +69,7 @@ fn main() {
             limits: GuestLimits::default(),
             cache_dir: None,
             installation_tokens: None,
+            credential_log: None,
         })
         .expect("runtime");
         let github = runtime

@@ -65,6 +65,7 @@ async fn measure(name: &str, bytes: Vec<u8>, path: Option<PathBuf>) {
         limits: GuestLimits::default(),
         cache_dir: None,
         installation_tokens: None,
+        credential_log: None,
     })
     .expect("runtime");
     let started = Instant::now();

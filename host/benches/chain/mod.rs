@@ -40,6 +40,7 @@ pub fn chain(
         },
         cache_dir: None,
         installation_tokens: None,
+        credential_log: None,
     })
     .expect("runtime");
     let component = runtime

@@ -148,6 +148,17 @@ impl AuditLog {
         }
     }
 
+    /// Queues `entry` without waiting for its commit. Only for what a call records while
+    /// it runs (a secret read, an installation token): the call's own record, appended
+    /// and waited for afterwards, is committed in the same group or a later one (groups
+    /// keep the queue's order), so an acknowledged call has these records too.
+    fn enqueue(&self, entry: AuditEntry) {
+        let (done, _) = oneshot::channel();
+        if self.queue.send(Pending { entry, done }).is_err() {
+            tracing::warn!("the audit log writer has stopped; a credential use goes unrecorded");
+        }
+    }
+
     /// Records that `audit`'s change was refused with `error`. A record that cannot be
     /// written is logged; the caller answers with the refusal either way.
     pub(crate) async fn refused(&self, audit: &Audit, error: &HostError) {
@@ -247,4 +258,44 @@ pub fn parse_audit_time(name: &str, text: &str) -> HostResult<String> {
                 "`{name}` must be an RFC 3339 time such as 2026-01-31T12:00:00Z, not `{text}`"
             ))
         })
+}
+
+/// The credentials guests use (CONTRACT §9: every installation token minted and secret
+/// read): one record each, its actor the caller the guest ran for, queued behind the call
+/// that made it (see [`AuditLog::enqueue`]). Names and installation ids only, never a
+/// value.
+impl connector_runtime::CredentialLog for AuditLog {
+    fn record(
+        &self,
+        connector: &str,
+        caller: &connector_runtime::Caller,
+        used: connector_runtime::CredentialUse,
+    ) {
+        use connector_model::audit::target;
+        use connector_model::ids::truncate;
+        use connector_runtime::{Caller, CredentialUse};
+        let actor = match caller {
+            Caller::Agent(id) => Actor::agent(id),
+            Caller::Webhooks(slug) => Actor::webhook(slug),
+            Caller::Host => Actor::host(),
+        };
+        let target = target::connector(&truncate(connector, 128));
+        let (action, outcome, details) = match used {
+            CredentialUse::Secret { name, granted } => (
+                "secret.read",
+                if granted { "ok" } else { "forbidden" },
+                serde_json::json!({"name": truncate(&name, 128)}),
+            ),
+            CredentialUse::InstallationToken {
+                installation_id,
+                refused,
+            } => (
+                "installation_token.mint",
+                refused.unwrap_or("ok"),
+                serde_json::json!({"installationId": installation_id}),
+            ),
+        };
+        let audit = Audit::new(&actor, action, target).with_details(details);
+        self.enqueue(audit.entry(outcome));
+    }
 }

@@ -120,11 +120,13 @@ impl Parts {
             )),
             None => None,
         };
+        let audit = AuditLog::start(store.clone(), config.audit.clone());
         let runtime = Arc::new(ConnectorRuntime::new(RuntimeOptions {
             limits: config.runtime_limits(),
             cache_dir: Some(config.data_dir.join("compiled")),
             installation_tokens: github_app
                 .map(|app| app as Arc<dyn connector_runtime::InstallationTokens>),
+            credential_log: Some(audit.clone()),
         })?);
         let (credentials, generated_operator_token) =
             Credentials::open(&config, store.as_ref()).await?;
@@ -142,7 +144,6 @@ impl Parts {
         // by `refresh`): on a shared database, one racing another replica's is refused.
         store.refuse_stale_writes();
         let registry = ConnectorRegistry::new(runtime.clone());
-        let audit = AuditLog::start(store.clone(), config.audit.clone());
         let state = Arc::new(State::new(
             store.clone(),
             audit.clone(),

@@ -111,6 +111,37 @@ pub trait InstallationTokens: Send + Sync {
     ) -> Result<wit::AccessToken, HandlerError>;
 }
 
+/// One use a guest made of the host's credentials: a secret read or an installation token
+/// asked for, granted or refused (what the audit log records of it, CONTRACT §9).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialUse {
+    /// `connectors.<slug>.secrets.<name>`: handed to the guest, or refused (the binding
+    /// does not name it, or no such secret exists).
+    Secret {
+        /// The secret's name (never its value).
+        name: String,
+        /// Whether the guest got it.
+        granted: bool,
+    },
+    /// A GitHub App installation token: handed to the guest (minted or cached), or
+    /// refused.
+    InstallationToken {
+        /// The installation.
+        installation_id: u64,
+        /// Why not, when the guest got none, as an error code: `forbidden` (its binding
+        /// does not name the installation), `github_app_not_configured`, or `tool_failed`
+        /// (GitHub did not mint one).
+        refused: Option<&'static str>,
+    },
+}
+
+/// Where the runtime reports each [`CredentialUse`], from the guest's call path: an
+/// implementation queues what it records and returns at once.
+pub trait CredentialLog: Send + Sync {
+    /// `connector`'s guest, running for `caller`, made `used`.
+    fn record(&self, connector: &str, caller: &Caller, used: CredentialUse);
+}
+
 /// Settings of a [`ConnectorRuntime`].
 #[derive(Clone, Default)]
 pub struct RuntimeOptions {
@@ -120,6 +151,8 @@ pub struct RuntimeOptions {
     pub cache_dir: Option<PathBuf>,
     /// Where GitHub installation tokens come from; `None`: no GitHub App configured.
     pub installation_tokens: Option<Arc<dyn InstallationTokens>>,
+    /// Where secret reads and installation tokens asked for are reported; `None`: nowhere.
+    pub credential_log: Option<Arc<dyn CredentialLog>>,
 }
 
 /// What one guest call may do beyond computing: reach hosts, ask for credentials.
@@ -251,6 +284,7 @@ pub struct ConnectorRuntime {
     limits: GuestLimits,
     cache: ComponentCache,
     installation_tokens: Option<Arc<dyn InstallationTokens>>,
+    credential_log: Option<Arc<dyn CredentialLog>>,
     share: HostShare,
     ticker_stop: Arc<AtomicBool>,
     /// Slots for compiling components (see [`ConnectorRuntime::load_off_thread`]).
@@ -289,6 +323,8 @@ pub(crate) struct GuestState {
     installations: Arc<[u64]>,
     secrets: Arc<BTreeMap<String, String>>,
     installation_tokens: Option<Arc<dyn InstallationTokens>>,
+    credential_log: Option<Arc<dyn CredentialLog>>,
+    caller: Caller,
     deadline: Instant,
     /// The call's CPU turn (see `share`).
     slice: Arc<CpuSlice>,
@@ -414,34 +450,12 @@ impl bindings::spring::connector::host::Host for GuestState {
         &mut self,
         installation_id: u64,
     ) -> Result<wit::AccessToken, String> {
-        if self.installations.is_empty() {
-            tracing::warn!(
-                connector = &*self.hooks.connector,
-                installation_id,
-                "refused a token: this call may mint none (no github_app grant, or no installation in its binding)"
-            );
-            return Err(format!(
-                "installation {installation_id} is not named by this binding: this call may mint no GitHub installation token (the operator lets connector `{0}` mint them with `connectors.{0}.github_app = true`, and only for the installation its binding's config names)",
-                self.hooks.connector
-            ));
-        }
-        if !self.installations.contains(&installation_id) {
-            tracing::warn!(
-                connector = &*self.hooks.connector,
-                installation_id,
-                "refused a token for an installation the calling binding does not name"
-            );
-            return Err(format!(
-                "installation {installation_id} is not named by this binding; a connector may only ask for the installation of its own binding"
-            ));
-        }
-        let Some(tokens) = self.installation_tokens.clone() else {
-            return Err("no GitHub App is configured on this host (github_app.app_id and github_app.private_key_path)".into());
-        };
-        tokens
-            .installation_token(installation_id)
-            .await
-            .map_err(|e| e.message().to_string())
+        let token = self.installation_token_for(installation_id).await;
+        self.record(CredentialUse::InstallationToken {
+            installation_id,
+            refused: token.as_ref().err().map(|(code, _)| *code),
+        });
+        token.map_err(|(_, message)| message)
     }
 
     async fn secret(&mut self, name: String) -> Option<String> {
@@ -449,7 +463,53 @@ impl bindings::spring::connector::host::Host for GuestState {
         if value.is_none() {
             tracing::warn!(connector = &*self.hooks.connector, secret = %connector_model::ids::escape_controls(&name), "refused a secret the calling binding does not name");
         }
+        self.record(CredentialUse::Secret {
+            granted: value.is_some(),
+            name,
+        });
         value
+    }
+}
+
+impl GuestState {
+    fn record(&self, used: CredentialUse) {
+        if let Some(log) = &self.credential_log {
+            log.record(&self.hooks.connector, &self.caller, used);
+        }
+    }
+
+    async fn installation_token_for(
+        &mut self,
+        installation_id: u64,
+    ) -> Result<wit::AccessToken, (&'static str, String)> {
+        if self.installations.is_empty() {
+            tracing::warn!(
+                connector = &*self.hooks.connector,
+                installation_id,
+                "refused a token: this call may mint none (no github_app grant, or no installation in its binding)"
+            );
+            return Err(("forbidden", format!(
+                "installation {installation_id} is not named by this binding: this call may mint no GitHub installation token (the operator lets connector `{0}` mint them with `connectors.{0}.github_app = true`, and only for the installation its binding's config names)",
+                self.hooks.connector
+            )));
+        }
+        if !self.installations.contains(&installation_id) {
+            tracing::warn!(
+                connector = &*self.hooks.connector,
+                installation_id,
+                "refused a token for an installation the calling binding does not name"
+            );
+            return Err(("forbidden", format!(
+                "installation {installation_id} is not named by this binding; a connector may only ask for the installation of its own binding"
+            )));
+        }
+        let Some(tokens) = self.installation_tokens.clone() else {
+            return Err(("github_app_not_configured", "no GitHub App is configured on this host (github_app.app_id and github_app.private_key_path)".into()));
+        };
+        tokens
+            .installation_token(installation_id)
+            .await
+            .map_err(|e| ("tool_failed", e.message().to_string()))
     }
 }
 
@@ -558,6 +618,7 @@ impl ConnectorRuntime {
             limits,
             cache,
             installation_tokens: options.installation_tokens,
+            credential_log: options.credential_log,
             share: HostShare::new(&limits),
             ticker_stop,
             compiling: tokio::sync::Semaphore::new(compilation_slots()),
@@ -768,6 +829,8 @@ impl ConnectorRuntime {
             installations: sandbox.installations.clone(),
             secrets: sandbox.secrets.clone(),
             installation_tokens: self.installation_tokens.clone(),
+            credential_log: self.credential_log.clone(),
+            caller: sandbox.caller.clone(),
             deadline,
             slice: self.share.cpu_slice(&sandbox.caller),
             log_lines: 0,

@@ -160,6 +160,7 @@ impl Harness {
             },
             cache_dir: None,
             installation_tokens: None,
+            credential_log: None,
         };
         let (registry, connector) = rt.block_on(async {
             let runtime = ConnectorRuntime::new(options)
