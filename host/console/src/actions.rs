@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, Request};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -152,12 +152,8 @@ fn list_words(items: &[String]) -> Markup {
     }
 }
 
-pub(crate) async fn confirm_delete_unit(
-    State(host): State<Host>,
-    s: SignedIn,
-    Path(id): Path<String>,
-) -> Response {
-    let host = host.acting_as(s.actor());
+pub(crate) async fn confirm_delete_unit(s: SignedIn, Path(id): Path<String>) -> Response {
+    let host = s.host();
     let view = match host.unit(&id) {
         Ok(v) => v,
         Err(e) => return error_response(Some(s.csrf()), &e),
@@ -212,11 +208,10 @@ pub(crate) async fn confirm_delete_unit(
 }
 
 pub(crate) async fn confirm_unbind(
-    State(host): State<Host>,
     s: SignedIn,
     Path((unit, slug)): Path<(String, String)>,
 ) -> Response {
-    let host = host.acting_as(s.actor());
+    let host = s.host();
     let bindings = match host.bindings(&unit) {
         Ok(b) => b,
         Err(e) => return error_response(Some(s.csrf()), &e),
@@ -248,12 +243,8 @@ pub(crate) async fn confirm_unbind(
     )
 }
 
-pub(crate) async fn confirm_revoke_tokens(
-    State(host): State<Host>,
-    s: SignedIn,
-    Path(id): Path<String>,
-) -> Response {
-    let host = host.acting_as(s.actor());
+pub(crate) async fn confirm_revoke_tokens(s: SignedIn, Path(id): Path<String>) -> Response {
+    let host = s.host();
     if let Err(e) = host.agent(&id) {
         return error_response(Some(s.csrf()), &e);
     }
@@ -274,12 +265,8 @@ pub(crate) async fn confirm_revoke_tokens(
     )
 }
 
-pub(crate) async fn confirm_delete_agent(
-    State(host): State<Host>,
-    s: SignedIn,
-    Path(id): Path<String>,
-) -> Response {
-    let host = host.acting_as(s.actor());
+pub(crate) async fn confirm_delete_agent(s: SignedIn, Path(id): Path<String>) -> Response {
+    let host = s.host();
     if let Err(e) = host.agent(&id) {
         return error_response(Some(s.csrf()), &e);
     }
@@ -405,23 +392,21 @@ async fn grant(host: &Host, s: &SignedIn, subject: Subject, form: FormResult) ->
 }
 
 pub(crate) async fn grant_to_unit(
-    State(host): State<Host>,
     s: SignedIn,
     Path(id): Path<String>,
     form: FormResult,
 ) -> Response {
-    let host = host.acting_as(s.actor());
-    grant(&host, &s, Subject::Unit(id), form).await
+    let host = s.host();
+    grant(host, &s, Subject::Unit(id), form).await
 }
 
 pub(crate) async fn grant_to_agent(
-    State(host): State<Host>,
     s: SignedIn,
     Path(id): Path<String>,
     form: FormResult,
 ) -> Response {
-    let host = host.acting_as(s.actor());
-    grant(&host, &s, Subject::Agent(id), form).await
+    let host = s.host();
+    grant(host, &s, Subject::Agent(id), form).await
 }
 
 fn confirm_revoke_grant(host: &Host, s: &SignedIn, subject: Subject, target: &str) -> Response {
@@ -467,21 +452,19 @@ fn confirm_revoke_grant(host: &Host, s: &SignedIn, subject: Subject, target: &st
 }
 
 pub(crate) async fn confirm_revoke_unit_grant(
-    State(host): State<Host>,
     s: SignedIn,
     Path((id, target)): Path<(String, String)>,
 ) -> Response {
-    let host = host.acting_as(s.actor());
-    confirm_revoke_grant(&host, &s, Subject::Unit(id), &target)
+    let host = s.host();
+    confirm_revoke_grant(host, &s, Subject::Unit(id), &target)
 }
 
 pub(crate) async fn confirm_revoke_agent_grant(
-    State(host): State<Host>,
     s: SignedIn,
     Path((id, target)): Path<(String, String)>,
 ) -> Response {
-    let host = host.acting_as(s.actor());
-    confirm_revoke_grant(&host, &s, Subject::Agent(id), &target)
+    let host = s.host();
+    confirm_revoke_grant(host, &s, Subject::Agent(id), &target)
 }
 
 async fn revoke_grant(
@@ -513,23 +496,21 @@ async fn revoke_grant(
 }
 
 pub(crate) async fn revoke_unit_grant(
-    State(host): State<Host>,
     s: SignedIn,
     Path((id, target)): Path<(String, String)>,
     form: FormResult,
 ) -> Response {
-    let host = host.acting_as(s.actor());
-    revoke_grant(&host, &s, Subject::Unit(id), &target, form).await
+    let host = s.host();
+    revoke_grant(host, &s, Subject::Unit(id), &target, form).await
 }
 
 pub(crate) async fn revoke_agent_grant(
-    State(host): State<Host>,
     s: SignedIn,
     Path((id, target)): Path<(String, String)>,
     form: FormResult,
 ) -> Response {
-    let host = host.acting_as(s.actor());
-    revoke_grant(&host, &s, Subject::Agent(id), &target, form).await
+    let host = s.host();
+    revoke_grant(host, &s, Subject::Agent(id), &target, form).await
 }
 
 // ----- image tools ------------------------------------------------------------------
@@ -565,12 +546,11 @@ fn tool_count(v: &Value) -> usize {
 }
 
 pub(crate) async fn introspect_image_tools(
-    State(host): State<Host>,
     s: SignedIn,
     Path(agent): Path<String>,
     form: FormResult,
 ) -> Response {
-    let host = host.acting_as(s.actor());
+    let host = s.host();
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
@@ -601,12 +581,11 @@ pub(crate) async fn introspect_image_tools(
 }
 
 pub(crate) async fn put_image_tools(
-    State(host): State<Host>,
     s: SignedIn,
     Path(agent): Path<String>,
     form: FormResult,
 ) -> Response {
-    let host = host.acting_as(s.actor());
+    let host = s.host();
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
@@ -654,18 +633,14 @@ fn bound_units(host: &Host, slug: &str) -> Vec<String> {
     units
 }
 
-pub(crate) async fn confirm_remove_connector(
-    State(host): State<Host>,
-    s: SignedIn,
-    Path(slug): Path<String>,
-) -> Response {
-    let host = host.acting_as(s.actor());
+pub(crate) async fn confirm_remove_connector(s: SignedIn, Path(slug): Path<String>) -> Response {
+    let host = s.host();
     let c = match host.connector(&slug) {
         Ok(c) => c,
         Err(e) => return error_response(Some(s.csrf()), &e),
     };
     let info = c.info();
-    let bound = bound_units(&host, &slug);
+    let bound = bound_units(host, &slug);
     confirm_page(
         &s,
         Confirm {
@@ -701,18 +676,17 @@ pub(crate) async fn confirm_remove_connector(
 }
 
 pub(crate) async fn remove_connector(
-    State(host): State<Host>,
     s: SignedIn,
     Path(slug): Path<String>,
     form: FormResult,
 ) -> Response {
-    let host = host.acting_as(s.actor());
+    let host = s.host();
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
     };
     let force = f.get("force") == Some("true");
-    let bound = bound_units(&host, &slug);
+    let bound = bound_units(host, &slug);
     match host.remove_connector(&slug, force).await {
         Ok(()) => {
             let unbound = if force && !bound.is_empty() {
@@ -744,12 +718,8 @@ pub(crate) async fn remove_connector(
 /// The most of a payload the details page shows.
 const PAYLOAD_SHOWN: usize = 256 * 1024;
 
-pub(crate) async fn delivery(
-    State(host): State<Host>,
-    s: SignedIn,
-    Path((slug, id)): Path<(String, String)>,
-) -> Response {
-    let host = host.acting_as(s.actor());
+pub(crate) async fn delivery(s: SignedIn, Path((slug, id)): Path<(String, String)>) -> Response {
+    let host = s.host();
     let d = match host.delivery_record(&slug, &id).await {
         Ok(d) => d,
         Err(e) => return error_response(Some(s.csrf()), &e),

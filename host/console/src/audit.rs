@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Query, State};
+use axum::extract::Query;
 use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{html, Markup};
@@ -12,7 +12,7 @@ use maud::{html, Markup};
 use super::pages::{page, Section};
 use super::{error_response, html, SignedIn};
 use connector_core::audit::parse_audit_time;
-use connector_core::host::{AuditPage, AuditQuery, Host};
+use connector_core::host::{AuditPage, AuditQuery};
 use connector_model::audit::ActorKind;
 use connector_model::error::HostError;
 
@@ -76,10 +76,10 @@ fn query_of(filters: &BTreeMap<String, String>) -> Result<AuditQuery, HostError>
 
 /// `GET /console/audit`.
 pub(super) async fn audit(
-    State(host): State<Host>,
     s: SignedIn,
     Query(filters): Query<BTreeMap<String, String>>,
 ) -> Response {
+    let host = s.host();
     let query = match query_of(&filters) {
         Ok(q) => q,
         Err(e) => return error_response(Some(s.csrf()), &e),

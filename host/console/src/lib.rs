@@ -279,16 +279,18 @@ fn written_word(w: connector_core::host::Written) -> &'static str {
 
 // ----- sessions ----------------------------------------------------------------------
 
-/// A signed-in request. A request without a live session is sent to the sign-in page
-/// (a `GET`) or refused (anything else).
-pub struct SignedIn(Session, Actor);
+/// A signed-in request, and the host acting as its session: every change a handler makes
+/// through [`SignedIn::host`] is recorded with the session as its actor (CONTRACT §9), so
+/// no handler can forget to say who acts. A request without a live session is sent to the
+/// sign-in page (a `GET`) or refused (anything else).
+pub struct SignedIn(Session, Host);
 
 impl axum::extract::FromRequestParts<Host> for SignedIn {
     type Rejection = Response;
 
     async fn from_request_parts(
         parts: &mut axum::http::request::Parts,
-        _: &Host,
+        host: &Host,
     ) -> Result<Self, Response> {
         let sessions = parts
             .extensions
@@ -309,7 +311,7 @@ impl axum::extract::FromRequestParts<Host> for SignedIn {
                 // The session's id is its cookie, a secret: the audit log names it by a
                 // digest that cannot be turned back into the cookie.
                 let digest = session::cookie_id(&parts.headers).map(session_name);
-                Ok(SignedIn(s, Actor::console(digest)))
+                Ok(SignedIn(s, host.acting_as(Actor::console(digest))))
             }
             None if parts.method == Method::GET || parts.method == Method::HEAD => {
                 Err(see_other("/console/sign-in"))
@@ -329,9 +331,9 @@ fn session_name(id: &str) -> String {
 }
 
 impl SignedIn {
-    /// The session as the audit log names it.
-    fn actor(&self) -> Actor {
-        self.1.clone()
+    /// The host, acting as this session.
+    fn host(&self) -> &Host {
+        &self.1
     }
 
     fn csrf(&self) -> &str {
@@ -482,14 +484,13 @@ async fn sign_in(
 }
 
 async fn sign_out(
-    State(host): State<Host>,
     s: SignedIn,
     Extension(sessions): Extension<Arc<Sessions>>,
     request_headers: HeaderMap,
     uri: axum::http::Uri,
     form: FormResult,
 ) -> Response {
-    let host = host.acting_as(s.actor());
+    let host = s.host();
     if let Err(r) = fields(&s, form) {
         return *r;
     }
@@ -522,13 +523,13 @@ fn units_page(host: &Host, s: &SignedIn, status: StatusCode) -> Response {
     html(status, pages::units(s.csrf(), &list, &bound))
 }
 
-async fn units(State(host): State<Host>, s: SignedIn) -> Response {
-    let host = host.acting_as(s.actor());
-    units_page(&host, &s, StatusCode::OK)
+async fn units(s: SignedIn) -> Response {
+    let host = s.host();
+    units_page(host, &s, StatusCode::OK)
 }
 
-async fn put_unit(State(host): State<Host>, s: SignedIn, form: FormResult) -> Response {
-    let host = host.acting_as(s.actor());
+async fn put_unit(s: SignedIn, form: FormResult) -> Response {
+    let host = s.host();
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
@@ -574,9 +575,9 @@ fn unit_page(host: &Host, s: &SignedIn, id: &str, message: Option<Markup>) -> Re
     html(StatusCode::OK, pages::unit(s.csrf(), &overview, message))
 }
 
-async fn unit(State(host): State<Host>, s: SignedIn, Path(id): Path<String>) -> Response {
-    let host = host.acting_as(s.actor());
-    unit_page(&host, &s, &id, None)
+async fn unit(s: SignedIn, Path(id): Path<String>) -> Response {
+    let host = s.host();
+    unit_page(host, &s, &id, None)
 }
 
 /// A Tools page's query: `q` searches the tools.
@@ -587,14 +588,13 @@ struct ToolsQuery {
 }
 
 async fn unit_tools(
-    State(host): State<Host>,
     s: SignedIn,
     Path(id): Path<String>,
     query: Result<Query<ToolsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let host = host.acting_as(s.actor());
+    let host = s.host();
     let q = query.map(|Query(q)| q.q).unwrap_or_default();
-    match tools_page(&host, s.csrf(), &Subject::Unit(id), &q) {
+    match tools_page(host, s.csrf(), &Subject::Unit(id), &q) {
         Ok(page) => html(StatusCode::OK, page),
         Err(e) => error_response(Some(s.csrf()), &e),
     }
@@ -630,13 +630,8 @@ pub fn tools_page(
     }
 }
 
-async fn delete_unit(
-    State(host): State<Host>,
-    s: SignedIn,
-    Path(id): Path<String>,
-    form: FormResult,
-) -> Response {
-    let host = host.acting_as(s.actor());
+async fn delete_unit(s: SignedIn, Path(id): Path<String>, form: FormResult) -> Response {
+    let host = s.host();
     if let Err(r) = fields(&s, form) {
         return *r;
     }
@@ -686,12 +681,8 @@ async fn bind_form_query(
     }
 }
 
-async fn bind_form(
-    State(host): State<Host>,
-    s: SignedIn,
-    Path((unit, slug)): Path<(String, String)>,
-) -> Response {
-    let host = host.acting_as(s.actor());
+async fn bind_form(s: SignedIn, Path((unit, slug)): Path<(String, String)>) -> Response {
+    let host = s.host();
     let connector = match host.connector(&slug) {
         Ok(c) => c,
         Err(e) => return error_response(Some(s.csrf()), &e),
@@ -699,7 +690,7 @@ async fn bind_form(
     if let Err(e) = host.bindings(&unit) {
         return error_response(Some(s.csrf()), &e);
     }
-    let current = shown_config(&host, &unit, &slug, &connector.info().config_schema);
+    let current = shown_config(host, &unit, &slug, &connector.info().config_schema);
     html(
         StatusCode::OK,
         pages::bind_form(
@@ -734,12 +725,11 @@ fn shown_config(
 }
 
 async fn bind(
-    State(host): State<Host>,
     s: SignedIn,
     Path((unit, slug)): Path<(String, String)>,
     form: FormResult,
 ) -> Response {
-    let host = host.acting_as(s.actor());
+    let host = s.host();
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
@@ -751,7 +741,7 @@ async fn bind(
     let info = connector.info();
     // A secret left empty (or sent back as the mask) keeps the stored value: read from
     // the stored binding here and handed straight back to the host, never rendered.
-    let stored = stored_config(&host, &unit, &slug);
+    let stored = stored_config(host, &unit, &slug);
     let masked = stored
         .as_ref()
         .map(|c| form::masked(&info.config_schema, c));
@@ -789,12 +779,11 @@ async fn bind(
 }
 
 async fn unbind(
-    State(host): State<Host>,
     s: SignedIn,
     Path((unit, slug)): Path<(String, String)>,
     form: FormResult,
 ) -> Response {
-    let host = host.acting_as(s.actor());
+    let host = s.host();
     if let Err(r) = fields(&s, form) {
         return *r;
     }
@@ -862,17 +851,16 @@ async fn newest_messages(
 }
 
 async fn inbox(
-    State(host): State<Host>,
     s: SignedIn,
     Path(unit): Path<String>,
     query: Result<Query<BeforeQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let host = host.acting_as(s.actor());
+    let host = s.host();
     let before = query.ok().and_then(|Query(q)| q.before);
     if let Err(e) = host.unit(&unit) {
         return error_response(Some(s.csrf()), &e);
     }
-    match newest_messages(&host, &unit, before).await {
+    match newest_messages(host, &unit, before).await {
         Ok((messages, older)) => html(
             StatusCode::OK,
             pages::inbox_newest_first(s.csrf(), &unit, &messages, before, older),
@@ -885,13 +873,13 @@ async fn inbox(
 /// event per message, its data the row's cells as JSON. The stream ends, sending nothing
 /// more, once its session has ended (sign-out or expiry).
 async fn inbox_stream(
-    State(host): State<Host>,
-    _: SignedIn,
+    s: SignedIn,
     Extension(sessions): Extension<Arc<Sessions>>,
     Path(unit): Path<String>,
     headers: HeaderMap,
     query: Result<Query<AfterQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
+    let host = s.host();
     use axum::response::sse::{Event, KeepAlive, Sse};
     let after = headers
         .get("last-event-id")
@@ -927,16 +915,16 @@ async fn inbox_stream(
 
 // ----- agents ------------------------------------------------------------------------
 
-async fn agents(State(host): State<Host>, s: SignedIn) -> Response {
-    let host = host.acting_as(s.actor());
+async fn agents(s: SignedIn) -> Response {
+    let host = s.host();
     html(
         StatusCode::OK,
         pages::agents(s.csrf(), &host.list_agents(), &host.list_units()),
     )
 }
 
-async fn put_agent(State(host): State<Host>, s: SignedIn, form: FormResult) -> Response {
-    let host = host.acting_as(s.actor());
+async fn put_agent(s: SignedIn, form: FormResult) -> Response {
+    let host = s.host();
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
@@ -983,35 +971,29 @@ fn agent_page(
     }
 }
 
-async fn agent(State(host): State<Host>, s: SignedIn, Path(id): Path<String>) -> Response {
-    let host = host.acting_as(s.actor());
-    agent_page(&host, &s, &id, None, None)
+async fn agent(s: SignedIn, Path(id): Path<String>) -> Response {
+    let host = s.host();
+    agent_page(host, &s, &id, None, None)
 }
 
 async fn agent_tools(
-    State(host): State<Host>,
     s: SignedIn,
     Path(id): Path<String>,
     query: Result<Query<ToolsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let host = host.acting_as(s.actor());
+    let host = s.host();
     if let Err(e) = host.agent(&id) {
         return error_response(Some(s.csrf()), &e);
     }
     let q = query.map(|Query(q)| q.q).unwrap_or_default();
-    match tools_page(&host, s.csrf(), &Subject::Agent(id), &q) {
+    match tools_page(host, s.csrf(), &Subject::Agent(id), &q) {
         Ok(page) => html(StatusCode::OK, page),
         Err(e) => error_response(Some(s.csrf()), &e),
     }
 }
 
-async fn mint_token(
-    State(host): State<Host>,
-    s: SignedIn,
-    Path(id): Path<String>,
-    form: FormResult,
-) -> Response {
-    let host = host.acting_as(s.actor());
+async fn mint_token(s: SignedIn, Path(id): Path<String>, form: FormResult) -> Response {
+    let host = s.host();
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
@@ -1021,7 +1003,7 @@ async fn mint_token(
         Some(Ok(n)) => Some(n),
         Some(Err(_)) => {
             return agent_page(
-                &host,
+                host,
                 &s,
                 &id,
                 None,
@@ -1043,13 +1025,8 @@ async fn mint_token(
     }
 }
 
-async fn revoke_tokens(
-    State(host): State<Host>,
-    s: SignedIn,
-    Path(id): Path<String>,
-    form: FormResult,
-) -> Response {
-    let host = host.acting_as(s.actor());
+async fn revoke_tokens(s: SignedIn, Path(id): Path<String>, form: FormResult) -> Response {
+    let host = s.host();
     if let Err(r) = fields(&s, form) {
         return *r;
     }
@@ -1065,13 +1042,8 @@ async fn revoke_tokens(
     }
 }
 
-async fn delete_agent(
-    State(host): State<Host>,
-    s: SignedIn,
-    Path(id): Path<String>,
-    form: FormResult,
-) -> Response {
-    let host = host.acting_as(s.actor());
+async fn delete_agent(s: SignedIn, Path(id): Path<String>, form: FormResult) -> Response {
+    let host = s.host();
     if let Err(r) = fields(&s, form) {
         return *r;
     }
@@ -1089,8 +1061,8 @@ async fn delete_agent(
 
 // ----- connectors ----------------------------------------------------------------------
 
-async fn connectors(State(host): State<Host>, s: SignedIn) -> Response {
-    let host = host.acting_as(s.actor());
+async fn connectors(s: SignedIn) -> Response {
+    let host = s.host();
     html(
         StatusCode::OK,
         pages::connectors(s.csrf(), &host.list_connectors(), None),
@@ -1098,12 +1070,11 @@ async fn connectors(State(host): State<Host>, s: SignedIn) -> Response {
 }
 
 async fn connector(
-    State(host): State<Host>,
     s: SignedIn,
     Path(slug): Path<String>,
     query: Result<Query<ToolsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let host = host.acting_as(s.actor());
+    let host = s.host();
     let q = query.map(|Query(q)| q.q).unwrap_or_default();
     match host.connector(&slug) {
         Ok(c) => {
@@ -1123,8 +1094,8 @@ async fn connector(
     }
 }
 
-async fn upload(State(host): State<Host>, s: SignedIn, multipart: Multipart) -> Response {
-    let host = host.acting_as(s.actor());
+async fn upload(s: SignedIn, multipart: Multipart) -> Response {
+    let host = s.host();
     let upload = match read_upload(&s, multipart).await {
         Ok(u) => u,
         Err(UploadError::Csrf(r)) => return *r,
@@ -1153,12 +1124,12 @@ async fn upload(State(host): State<Host>, s: SignedIn, multipart: Multipart) -> 
     let installed = host
         .install(connector_core::host::InstallRequest { source, options })
         .await;
-    installed_page(&host, &s, installed, None)
+    installed_page(host, &s, installed, None)
 }
 
 /// Installs or rotates from an OCI reference (the form of [`trust::pull_form`]).
-async fn pull(State(host): State<Host>, s: SignedIn, form: FormResult) -> Response {
-    let host = host.acting_as(s.actor());
+async fn pull(s: SignedIn, form: FormResult) -> Response {
+    let host = s.host();
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
@@ -1173,7 +1144,7 @@ async fn pull(State(host): State<Host>, s: SignedIn, form: FormResult) -> Respon
         options,
     };
     let pulled = host.install(request).await;
-    installed_page(&host, &s, pulled, Some(&source))
+    installed_page(host, &s, pulled, Some(&source))
 }
 
 /// The page after an install or rotation: what happened, with the tool changes it made,
@@ -1317,12 +1288,11 @@ struct DeliveriesQuery {
 }
 
 async fn deliveries(
-    State(host): State<Host>,
     s: SignedIn,
     Path(slug): Path<String>,
     query: Result<Query<DeliveriesQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let host = host.acting_as(s.actor());
+    let host = s.host();
     if let Err(e) = host.connector(&slug) {
         return error_response(Some(s.csrf()), &e);
     }
@@ -1363,12 +1333,11 @@ async fn deliveries(
 }
 
 async fn retry_delivery(
-    State(host): State<Host>,
     s: SignedIn,
     Path((slug, delivery)): Path<(String, String)>,
     form: FormResult,
 ) -> Response {
-    let host = host.acting_as(s.actor());
+    let host = s.host();
     let f = match fields(&s, form) {
         Ok(f) => f,
         Err(r) => return *r,
