@@ -916,109 +916,40 @@ impl StateStore for PostgresStore {
         row.map(|r| col::<Vec<u8>>(&r, 0)).transpose()
     }
 
-    async fn write_audited(&self, write: StateWrite<'_>, audit: &AuditEntry) -> StoreResult<()> {
-        let audit = Some(audit);
+    async fn write(&self, write: StateWrite<'_>, audit: Option<&AuditEntry>) -> StoreResult<bool> {
+        let put = |done: StoreResult<()>| done.map(|()| true);
         match write {
             StateWrite::PutConnector(c, component) => {
-                self.put_connector_audited(c, component, audit).await
+                put(self.put_connector_audited(c, component, audit).await)
             }
-            StateWrite::DeleteConnector(slug) => {
-                self.delete_connector_audited(slug, audit).await.map(drop)
-            }
+            StateWrite::DeleteConnector(slug) => self.delete_connector_audited(slug, audit).await,
             StateWrite::RotateConnector {
                 connector,
                 component,
                 kept,
                 removed,
-            } => {
-                self.rotate_connector_audited(connector, component, kept, removed, audit)
-                    .await
+            } => put(self
+                .rotate_connector_audited(connector, component, kept, removed, audit)
+                .await),
+            StateWrite::PutUnit(u) => put(self.put_unit_audited(u, audit).await),
+            StateWrite::DeleteUnit(id) => self.delete_unit_audited(id, audit).await,
+            StateWrite::PutAgent(a) => put(self.put_agent_audited(a, audit).await),
+            StateWrite::DeleteAgent(id) => self.delete_agent_audited(id, audit).await,
+            StateWrite::PutBinding(b, g) => put(self.put_binding_audited(b, g, audit).await),
+            StateWrite::DeleteBinding { unit, connector } => {
+                self.delete_binding_audited(unit, connector, audit).await
             }
-            StateWrite::PutUnit(u) => self.put_unit_audited(u, audit).await,
-            StateWrite::DeleteUnit(id) => self.delete_unit_audited(id, audit).await.map(drop),
-            StateWrite::PutAgent(a) => self.put_agent_audited(a, audit).await,
-            StateWrite::DeleteAgent(id) => self.delete_agent_audited(id, audit).await.map(drop),
-            StateWrite::PutBinding(b, g) => self.put_binding_audited(b, g, audit).await,
-            StateWrite::DeleteBinding { unit, connector } => self
-                .delete_binding_audited(unit, connector, audit)
-                .await
-                .map(drop),
-            StateWrite::PutGrant(g) => self.put_grant_audited(g, audit).await,
+            StateWrite::PutGrant(g) => put(self.put_grant_audited(g, audit).await),
             StateWrite::DeleteGrant {
                 subject,
                 tool,
                 provenance,
-            } => self
-                .delete_grant_audited(subject, tool, provenance, audit)
-                .await
-                .map(drop),
-            StateWrite::PutImageTools(r) => self.put_image_tools_audited(r, audit).await,
+            } => {
+                self.delete_grant_audited(subject, tool, provenance, audit)
+                    .await
+            }
+            StateWrite::PutImageTools(r) => put(self.put_image_tools_audited(r, audit).await),
         }
-    }
-
-    async fn put_connector(
-        &self,
-        connector: &ConnectorRecord,
-        component: &[u8],
-    ) -> StoreResult<()> {
-        self.put_connector_audited(connector, component, None).await
-    }
-
-    async fn delete_connector(&self, slug: &str) -> StoreResult<bool> {
-        self.delete_connector_audited(slug, None).await
-    }
-
-    async fn rotate_connector(
-        &self,
-        connector: &ConnectorRecord,
-        component: &[u8],
-        kept: &[(BindingRecord, GrantRecord)],
-        removed: &[String],
-    ) -> StoreResult<()> {
-        self.rotate_connector_audited(connector, component, kept, removed, None)
-            .await
-    }
-
-    async fn put_unit(&self, unit: &UnitRecord) -> StoreResult<()> {
-        self.put_unit_audited(unit, None).await
-    }
-
-    async fn delete_unit(&self, id: &str) -> StoreResult<bool> {
-        self.delete_unit_audited(id, None).await
-    }
-
-    async fn put_agent(&self, agent: &AgentRecord) -> StoreResult<()> {
-        self.put_agent_audited(agent, None).await
-    }
-
-    async fn delete_agent(&self, id: &str) -> StoreResult<bool> {
-        self.delete_agent_audited(id, None).await
-    }
-
-    async fn put_binding(&self, binding: &BindingRecord, grant: &GrantRecord) -> StoreResult<()> {
-        self.put_binding_audited(binding, grant, None).await
-    }
-
-    async fn delete_binding(&self, unit_id: &str, connector: &str) -> StoreResult<bool> {
-        self.delete_binding_audited(unit_id, connector, None).await
-    }
-
-    async fn put_grant(&self, grant: &GrantRecord) -> StoreResult<()> {
-        self.put_grant_audited(grant, None).await
-    }
-
-    async fn delete_grant(
-        &self,
-        subject: &Subject,
-        tool: &str,
-        provenance: &str,
-    ) -> StoreResult<bool> {
-        self.delete_grant_audited(subject, tool, provenance, None)
-            .await
-    }
-
-    async fn put_image_tools(&self, record: &ImageToolsRecord) -> StoreResult<()> {
-        self.put_image_tools_audited(record, None).await
     }
 }
 

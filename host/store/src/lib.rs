@@ -118,15 +118,30 @@ pub trait StateStore: Send + Sync + 'static {
     /// The component bytes of connector `slug`, if it is stored with digest `digest`
     /// (`None`: no such connector, or another digest by now).
     async fn component(&self, slug: &str, digest: &str) -> StoreResult<Option<Vec<u8>>>;
+    /// Writes `write` in one transaction, with `audit` appended to the audit log in the
+    /// same transaction when given (the change and its record exist together or not at
+    /// all). `false`: a delete found nothing to delete (a put is always `true`). The
+    /// methods below name each write.
+    async fn write(&self, write: StateWrite<'_>, audit: Option<&AuditEntry>) -> StoreResult<bool>;
+
     /// Upserts a connector with its component's bytes. In the same transaction, every
     /// grant with provenance `connector:<slug>` is re-derived to the record's namespace
     /// (`<namespace>.*`), so a rotation that changes the namespace never leaves stale
     /// grants.
-    async fn put_connector(&self, connector: &ConnectorRecord, component: &[u8])
-        -> StoreResult<()>;
+    async fn put_connector(
+        &self,
+        connector: &ConnectorRecord,
+        component: &[u8],
+    ) -> StoreResult<()> {
+        self.write(StateWrite::PutConnector(connector, component), None)
+            .await
+            .map(drop)
+    }
     /// Deletes a connector, every binding of it and every grant with provenance
     /// `connector:<slug>`, in one transaction.
-    async fn delete_connector(&self, slug: &str) -> StoreResult<bool>;
+    async fn delete_connector(&self, slug: &str) -> StoreResult<bool> {
+        self.write(StateWrite::DeleteConnector(slug), None).await
+    }
     /// A rotation in one transaction: upserts the connector (re-deriving its grants as
     /// `put_connector` does), deletes the bindings of `removed` units (with their grants)
     /// and upserts the `kept` bindings with their grants (new routing keys).
@@ -136,38 +151,83 @@ pub trait StateStore: Send + Sync + 'static {
         component: &[u8],
         kept: &[(BindingRecord, GrantRecord)],
         removed: &[String],
-    ) -> StoreResult<()>;
+    ) -> StoreResult<()> {
+        let write = StateWrite::RotateConnector {
+            connector,
+            component,
+            kept,
+            removed,
+        };
+        self.write(write, None).await.map(drop)
+    }
     /// Upserts a unit.
-    async fn put_unit(&self, unit: &UnitRecord) -> StoreResult<()>;
+    async fn put_unit(&self, unit: &UnitRecord) -> StoreResult<()> {
+        self.write(StateWrite::PutUnit(unit), None).await.map(drop)
+    }
     /// Deletes a unit with its bindings, every grant whose subject is the unit and its
     /// place in every agent's unit list, in one transaction. Children are the caller's
     /// concern (it refuses to delete a parent).
-    async fn delete_unit(&self, id: &str) -> StoreResult<bool>;
+    async fn delete_unit(&self, id: &str) -> StoreResult<bool> {
+        self.write(StateWrite::DeleteUnit(id), None).await
+    }
     /// Upserts an agent with its unit memberships (order kept).
-    async fn put_agent(&self, agent: &AgentRecord) -> StoreResult<()>;
+    async fn put_agent(&self, agent: &AgentRecord) -> StoreResult<()> {
+        self.write(StateWrite::PutAgent(agent), None)
+            .await
+            .map(drop)
+    }
     /// Deletes an agent with its explicit grants and image tools.
-    async fn delete_agent(&self, id: &str) -> StoreResult<bool>;
+    async fn delete_agent(&self, id: &str) -> StoreResult<bool> {
+        self.write(StateWrite::DeleteAgent(id), None).await
+    }
     /// Upserts a binding and its grant in one transaction (the grant is keyed by
     /// subject + tool + provenance, so re-binding does not duplicate it).
-    async fn put_binding(&self, binding: &BindingRecord, grant: &GrantRecord) -> StoreResult<()>;
+    async fn put_binding(&self, binding: &BindingRecord, grant: &GrantRecord) -> StoreResult<()> {
+        self.write(StateWrite::PutBinding(binding, grant), None)
+            .await
+            .map(drop)
+    }
     /// Deletes a binding and the unit's grants with provenance `connector:<slug>` in one
     /// transaction; `false` if there was no such binding.
-    async fn delete_binding(&self, unit_id: &str, connector: &str) -> StoreResult<bool>;
+    async fn delete_binding(&self, unit_id: &str, connector: &str) -> StoreResult<bool> {
+        let write = StateWrite::DeleteBinding {
+            unit: unit_id,
+            connector,
+        };
+        self.write(write, None).await
+    }
     /// Upserts a grant (keyed by subject + tool + provenance).
-    async fn put_grant(&self, grant: &GrantRecord) -> StoreResult<()>;
+    async fn put_grant(&self, grant: &GrantRecord) -> StoreResult<()> {
+        self.write(StateWrite::PutGrant(grant), None)
+            .await
+            .map(drop)
+    }
     /// Deletes the grants of `subject` for `tool` with provenance `provenance`.
     async fn delete_grant(
         &self,
         subject: &Subject,
         tool: &str,
         provenance: &str,
-    ) -> StoreResult<bool>;
+    ) -> StoreResult<bool> {
+        let write = StateWrite::DeleteGrant {
+            subject,
+            tool,
+            provenance,
+        };
+        self.write(write, None).await
+    }
     /// Upserts the image tools of an agent.
-    async fn put_image_tools(&self, record: &ImageToolsRecord) -> StoreResult<()>;
+    async fn put_image_tools(&self, record: &ImageToolsRecord) -> StoreResult<()> {
+        self.write(StateWrite::PutImageTools(record), None)
+            .await
+            .map(drop)
+    }
     /// Writes `write` exactly as its own method does and appends `audit` to the audit
     /// log in the same transaction: the change and its record exist together or not at
     /// all.
-    async fn write_audited(&self, write: StateWrite<'_>, audit: &AuditEntry) -> StoreResult<()>;
+    async fn write_audited(&self, write: StateWrite<'_>, audit: &AuditEntry) -> StoreResult<()> {
+        self.write(write, Some(audit)).await.map(drop)
+    }
 }
 
 /// One of [`StateStore`]'s writes, named as a value (for [`StateStore::write_audited`]).
