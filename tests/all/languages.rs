@@ -396,6 +396,7 @@ async fn the_scaffold_builds_installs_and_answers(lang: Lang) {
     let inspect = Command::new(host_binary())
         .arg("inspect")
         .arg(&wasm)
+        .arg("--json")
         .env(
             "CONNECTOR_HOST_CACHE_DIR",
             target_dir().join("langs/cli-cache"),

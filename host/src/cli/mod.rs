@@ -124,7 +124,7 @@ pub enum Command {
     #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),
 
-    /// Load a component locally and print its `Connector` description as JSON
+    /// Load a component locally and describe it (--json: its `Connector` JSON)
     #[command(after_help = inspect::HELP)]
     Inspect(inspect::InspectArgs),
 
@@ -293,11 +293,11 @@ pub fn run_remote(
         Command::Tools(args) => tools::list(&client, args, out),
         Command::Grant(args) => tools::grant(&client, args, out),
         Command::Revoke(args) => tools::revoke(&client, args, out),
-        Command::Call(args) => call::run_remote(&client, args),
+        Command::Call(args) => call::run_remote(&client, args, out),
         Command::Connectors(cmd) => connectors::run(&client, cmd, out),
         Command::Messages(args) => messages::run(&client, args, out),
         Command::Audit(args) => audit::run(&client, args, out),
-        Command::Context(args) => context::run(&client, args),
+        Command::Context(args) => context::run(&client, args, out),
         Command::Mcp(args) => mcp::run(remote, args),
         Command::Serve(_)
         | Command::Inspect(_)
