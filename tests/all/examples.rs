@@ -9,7 +9,9 @@
 //! `BINDING.json` a binding config), and `DIR` a folder there, so the text runs
 //! unchanged. In an `oci://` reference `REGISTRY` is the OCI registry the test starts
 //! (the one `tests/all/oci.rs` uses), `REPOSITORY:TAG` what the push example published
-//! and `DIGEST` the digest it printed; `~` is the examples' folder (`HOME`). Before the
+//! and `DIGEST` the digest it printed; `~` is the examples' folder (`HOME`). `new`
+//! builds its crate as it would anywhere, keeping cargo's intermediate files in the
+//! scaffold tests' folder (`CARGO_BUILD_BUILD_DIR`). Before the
 //! examples, a few commands create the units, the agent and the message they refer to.
 //! Examples that run until interrupted ([`FOREGROUND`]: `--follow`, `mcp`, `dev`) pass
 //! when their first line comes, and are then stopped. Examples that cannot run here are
@@ -39,11 +41,6 @@ const NOT_RUN: &[(&str, &str)] = &[
     (
         "CONNECTOR_HOST_GITHUB_WEBHOOK_SECRET=",
         "starts a host in the foreground on 127.0.0.1:8787 (as above)",
-    ),
-    (
-        "connector-host new ",
-        "builds a new crate with cargo, minutes without a warm cache (tests/all/scaffold.rs \
-         runs `new`, its build and its `dev --live` loop)",
     ),
     (
         "connector-host dev COMPONENT",
@@ -246,6 +243,23 @@ fn readme_examples() -> Vec<String> {
     example_lines(&section[block..end])
 }
 
+/// `$VAR`, else `$HOME/<folder>`: where a tool keeps its home before HOME is changed.
+fn tool_home(var: &str, folder: &str) -> std::path::PathBuf {
+    std::env::var_os(var).map_or_else(
+        || Path::new(&std::env::var_os("HOME").unwrap_or_default()).join(folder),
+        std::path::PathBuf::from,
+    )
+}
+
+/// The scaffold tests' shared cargo folder, `target/scaffold`.
+fn scaffold_build_dir() -> std::path::PathBuf {
+    host_binary()
+        .parent()
+        .and_then(Path::parent)
+        .expect("the target directory")
+        .join("scaffold")
+}
+
 /// `sh -c LINE` in `dir`, with the host binary first on PATH and `dir` as HOME.
 fn sh_command(dir: &Path, url: &str, line: &str) -> Command {
     let bin_dir = host_binary().parent().expect("bin dir").to_path_buf();
@@ -260,6 +274,14 @@ fn sh_command(dir: &Path, url: &str, line: &str) -> Command {
         .current_dir(dir)
         .env("PATH", path)
         .env("HOME", dir)
+        // rustup and cargo keep their homes (toolchains, the registry cache) under the
+        // real HOME.
+        .env("RUSTUP_HOME", tool_home("RUSTUP_HOME", ".rustup"))
+        .env("CARGO_HOME", tool_home("CARGO_HOME", ".cargo"))
+        // `new` builds the crate: its intermediate files go where tests/all/scaffold.rs
+        // builds (dependencies compile once), from the local registry cache.
+        .env("CARGO_BUILD_BUILD_DIR", scaffold_build_dir())
+        .env("CARGO_NET_OFFLINE", "true")
         .env("CONNECTOR_HOST_URL", url)
         .env("CONNECTOR_HOST_OPERATOR_TOKEN", OPERATOR_TOKEN)
         .env("RUST_LOG", "error");
@@ -464,6 +486,8 @@ async fn every_example_runs_as_written() {
             "github-pr.wasm",
             "build/weather.wasm",
             "crm.wasm",
+            "weather/target/wasm32-wasip2/release/weather.wasm",
+            "src/acme-crm/target/wasm32-wasip2/release/acme_crm.wasm",
         ] {
             assert!(d.join(written).is_file(), "no {written}");
         }

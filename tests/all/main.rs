@@ -21,6 +21,7 @@ mod fair_share_surfaces;
 mod fair_share_writes;
 mod github;
 mod github_app;
+mod guide_examples;
 mod interop;
 mod languages;
 mod layout;
