@@ -11,6 +11,7 @@ mod cli;
 mod cli_output;
 mod console;
 mod console_actions;
+mod console_edits;
 mod containment;
 mod context;
 mod declarative;

@@ -31,6 +31,7 @@
 
 pub mod actions;
 mod audit;
+mod edit;
 pub mod form;
 pub mod markdown;
 pub mod pages;
@@ -570,8 +571,32 @@ fn unit_page(host: &Host, s: &SignedIn, id: &str, message: Option<Markup>) -> Re
             .filter(|a| a.units.iter().any(|u| u == id))
             .map(|a| a.id.as_str())
             .collect(),
+        parent_choices: pages::tree_order(&all_units)
+            .into_iter()
+            .filter(|(_, u)| !below_or_self(&all_units, &u.id, id))
+            .map(|(depth, u)| (depth, u.id.as_str()))
+            .collect(),
     };
     html(StatusCode::OK, pages::unit(s.csrf(), &overview, message))
+}
+
+/// Whether `unit` is `root` or below it (a parent `root` cannot move under).
+fn below_or_self(units: &[connector_model::records::UnitRecord], unit: &str, root: &str) -> bool {
+    let mut current = Some(unit);
+    // A parent chain is at most as long as the unit list.
+    for _ in 0..=units.len() {
+        match current {
+            Some(u) if u == root => return true,
+            Some(u) => {
+                current = units
+                    .iter()
+                    .find(|r| r.id == u)
+                    .and_then(|r| r.parent.as_deref())
+            }
+            None => return false,
+        }
+    }
+    false
 }
 
 async fn unit(State(host): State<Host>, s: SignedIn, Path(id): Path<String>) -> Response {
@@ -966,6 +991,8 @@ fn agent_page(
     minted: Option<(&str, &str)>,
     message: Option<Markup>,
 ) -> Response {
+    let all_units = host.list_units();
+    let known_units: Vec<&str> = all_units.iter().map(|u| u.id.as_str()).collect();
     match host.agent(id) {
         Ok(a) => html(
             StatusCode::OK,
@@ -974,6 +1001,7 @@ fn agent_page(
                 &a.id,
                 a.display_name.as_deref(),
                 &a.units,
+                &known_units,
                 &a.effective_tools,
                 minted,
                 message,
