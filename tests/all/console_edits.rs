@@ -51,6 +51,8 @@ async fn changed_tool_definitions_are_shown_side_by_side_and_accepted_in_the_bro
         .await
         .expect("choose the file");
     b.click("form[action='/console/connectors'] button").await;
+    // The answer comes at the same path: wait for its text.
+    b.wait_text("Tool definitions changed").await;
     assert_eq!(b.text("h1").await, "Tool definitions changed");
     assert_eq!(
         b.text("table.changes tbody tr td code").await,
