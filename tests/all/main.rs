@@ -12,6 +12,7 @@ mod cli_output;
 mod console;
 mod console_actions;
 mod console_edits;
+mod console_reads;
 mod containment;
 mod context;
 mod declarative;
