@@ -72,8 +72,9 @@ Examples (FILE.wasm and MANIFEST.yaml stand for your own files):
   connector-host call ada acme.echo '{\"message\": \"hi\"}'
   connector-host units list
 
-Output: a table or a one-line summary; --json prints the full JSON answer, and --raw the one
-value where there is one (agents token, connectors install).
+Output: a table or a one-line summary (call: the tool's result as text, the outcome on
+stderr); --json prints the full JSON answer, and --raw the one value where there is one
+(agents token, connectors install).
 Exit codes: 0 success, 1 the request or call failed, 2 bad usage or unreadable input.";
 
 /// `connector-host`.
