@@ -38,13 +38,13 @@ fn main() -> ExitCode {
     };
     let result = match command {
         Command::Serve(args) => serve(args),
-        Command::Inspect(args) => block_on(cli::inspect::run(args)),
+        Command::Inspect(args) => block_on(cli::inspect::run(args, output)),
         Command::New(args) => cli::new::run(args),
         Command::Pack(args) => cli::pack::run(args),
         Command::Push(args) => block_on(cli::registry::run_push(args)),
         Command::Keygen(args) => cli::registry::run_keygen(args),
         Command::Dev(args) => block_on(cli::dev::run(args, &remote)),
-        Command::Call(args) if args.is_local() => block_on(cli::call::run_local(args)),
+        Command::Call(args) if args.is_local() => block_on(cli::call::run_local(args, output)),
         Command::Mcp(args) => cli::mcp::run(&remote, args),
         command => cli::run_remote(&remote, output, command),
     };

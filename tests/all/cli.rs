@@ -30,7 +30,7 @@ fn stdout_json(out: &Output) -> Value {
 
 #[test]
 fn inspect_prints_the_connector_or_names_the_broken_rule() {
-    let out = run(&["inspect", guests::HOSTILE], None);
+    let out = run(&["inspect", guests::HOSTILE, "--json"], None);
     assert!(
         out.status.success(),
         "{}",

@@ -324,3 +324,112 @@ async fn messages_follow_prints_each_message_as_it_arrives() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("not_found"), "{}", stderr(&out));
 }
+
+/// `call`, `inspect` and `context` by the same rule: text a person reads by default
+/// (a call's content blocks as text with its outcome on stderr, a connector's description,
+/// the context's tables), the full JSON with `--json`; a failed call exits 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_inspect_and_context_print_text_and_json_with_the_flag() {
+    let data = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(data.path(), &[]).await;
+    let url = server.url.clone();
+    tokio::task::spawn_blocking(move || {
+        let url = url.as_str();
+        ok(url, &["connectors", "install", guests::RICH]);
+        ok(url, &["units", "put", "eng"]);
+        ok(url, &["agents", "put", "ada", "--unit", "eng"]);
+        ok(url, &["bind", "eng", "rich"]);
+        ok(
+            url,
+            &["bind", "eng", "acme", "--config", r#"{"greeting": "hi"}"#],
+        );
+
+        // A text block: its text alone on stdout, the outcome on stderr.
+        let out = run(url, &["call", "ada", "rich.text"]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert_eq!(
+            stdout(&out),
+            "This is a simple text response for testing.\n"
+        );
+        assert!(
+            stderr(&out).contains("ok: rich.text as agent `ada` in ")
+                && stderr(&out).contains("1 content block"),
+            "{}",
+            stderr(&out)
+        );
+        // Several blocks: the text, then a line naming each other block; never base64.
+        let mixed = ok(url, &["call", "ada", "rich.mixed"]);
+        let lines: Vec<&str> = mixed.lines().collect();
+        assert_eq!(lines[0], "Multiple content types test:", "{mixed}");
+        assert!(lines[1].starts_with("[image image/png, "), "{mixed}");
+        assert_eq!(
+            lines[2], "[resource test://mixed-content-resource, application/octet-stream, 4 bytes]",
+            "{mixed}"
+        );
+        let whole = ok_json(url, &["call", "ada", "rich.mixed"]);
+        assert_eq!(
+            whole["content"].as_array().map(Vec::len),
+            Some(3),
+            "{whole}"
+        );
+        assert_eq!(
+            whole["content"][2]["resource"]["blob"], "AAEC/w==",
+            "{whole}"
+        );
+        // A structured result without blocks: the JSON itself; --json the whole answer.
+        let echoed = ok(url, &["call", "ada", "acme.echo", r#"{"message": "hi"}"#]);
+        assert_eq!(
+            serde_json::from_str::<Value>(&echoed).unwrap(),
+            json!({"message": "hi"})
+        );
+        assert_eq!(
+            ok_json(url, &["call", "ada", "acme.echo", r#"{"message": "hi"}"#]),
+            json!({"result": {"message": "hi"}})
+        );
+        // A failed call: its error on stderr, nothing on stdout, exit 1.
+        let out = run(url, &["call", "ada", "rich.fail", r#"{"message": "boom"}"#]);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(stderr(&out).contains("tool_failed") && stderr(&out).contains("boom"));
+        assert_eq!(stdout(&out), "");
+
+        // inspect: the description `connectors get` shows; --json the Connector.
+        let described = ok(url, &["inspect", guests::RICH]);
+        assert!(
+            described.starts_with("connector:     rich\n")
+                && described.contains("world:         spring:connector@0.3.0")
+                && described.contains("rich.mixed"),
+            "{described}"
+        );
+        assert!(
+            serde_json::from_str::<Value>(&described).is_err(),
+            "{described}"
+        );
+        let info = ok_json(url, &["inspect", guests::RICH]);
+        assert_eq!(info["slug"], "rich");
+        assert!(
+            info["tools"].as_array().is_some_and(|t| t.len() > 5),
+            "{info}"
+        );
+
+        // context: the env vars and files as tables; --json the answer.
+        let tables = ok(url, &["context", "ada"]);
+        let first = tables.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("ENV") && first.contains("VALUE"),
+            "{tables}"
+        );
+        assert!(
+            tables
+                .lines()
+                .any(|l| l.starts_with("SPRING_CONNECTOR_ACME_GREETING") && l.ends_with(" hi")),
+            "{tables}"
+        );
+        assert!(serde_json::from_str::<Value>(&tables).is_err(), "{tables}");
+        let context = ok_json(url, &["context", "ada"]);
+        assert_eq!(context["env"]["SPRING_CONNECTOR_ACME_GREETING"], "hi");
+        assert!(context["files"].is_array(), "{context}");
+    })
+    .await
+    .unwrap();
+    drop(server);
+}

@@ -157,6 +157,22 @@ impl Browser {
         }
     }
 
+    /// Waits until the page's text contains `text` (up to 10 s); the text.
+    pub(crate) async fn wait_text(&self, text: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let body = self.body_text().await;
+            if body.contains(text) {
+                return body;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {text:?} on the page within 10 s:\n{body}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     pub(crate) async fn find(&self, css: &str) -> fantoccini::elements::Element {
         self.client
             .wait()
@@ -652,12 +668,10 @@ async fn deliveries_inbox_uploads_and_a_forged_post_in_a_browser() {
         .await
         .expect("choose the file");
     b.click("form[action='/console/connectors'] button").await;
-    b.find("h1").await;
-    let page = b.body_text().await;
-    assert!(
-        page.contains("Rotation refused") && page.contains("u1") && page.contains("region"),
-        "{page}"
-    );
+    // The answer comes at the same path: wait for its text, not for any h1 (the old
+    // page's would do).
+    let page = b.wait_text("Rotation refused").await;
+    assert!(page.contains("u1") && page.contains("region"), "{page}");
     b.shot("rotation-refused").await;
     let (_, c) = h.op(Method::GET, "/api/v1/connectors/hostile", None).await;
     assert_ne!(c["version"], "2.0.0", "nothing changed");

@@ -203,8 +203,34 @@ async fn the_guide_packs_installs_binds_and_calls_a_manifest() {
         pack.contains("notes.get_note") && pack.contains("notes.add_note"),
         "{pack}"
     );
-    // `inspect`: binding config holds the settings and `folder`; the model sees `id` only.
+    // `inspect`: the tools, and the settings and `folder` as binding config fields.
     let inspect = &outputs[1];
+    let config = inspect
+        .lines()
+        .find(|l| l.starts_with("config:"))
+        .unwrap_or_else(|| panic!("inspect names the config fields: {inspect}"));
+    for field in ["api_key", "base_url", "folder"] {
+        assert!(config.contains(field), "{field} in {config}");
+    }
+    assert!(
+        inspect.contains("notes.get_note") && inspect.contains("notes.add_note"),
+        "{inspect}"
+    );
+    // With --json, as the guide says: `api_key` is write-only, the model sees `id` only.
+    let (dir_path, url) = (dir.path().to_path_buf(), server.url.clone());
+    let inspect_json = tokio::task::spawn_blocking(move || {
+        let argv: Vec<String> = ["connector-host", "inspect", "notes.wasm", "--json"]
+            .map(String::from)
+            .to_vec();
+        run(&dir_path, &url, &argv)
+    })
+    .await
+    .unwrap();
+    assert!(
+        GUIDE.contains("`inspect notes.wasm --json`"),
+        "the guide names the --json form this checks"
+    );
+    let inspect = &inspect_json;
     let described: Value = serde_json::from_str(
         inspect
             .split("stdout: ")

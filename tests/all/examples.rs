@@ -4,57 +4,70 @@
 //! that changes or a new one is run too: drift fails here.
 //!
 //! Placeholders are files of those very names in the directory the examples run in
-//! (`FILE.wasm` is the bundled `acme` component, `BINDING.json` a binding config), and
-//! `DIR` a folder there, so the text runs unchanged. Before the examples, one command
-//! creates the units and the agent they refer to. Examples that cannot run against a
-//! local host in a test (they start servers, stay in the foreground, build crates or
-//! need GitHub or a registry) are listed in [`NOT_RUN`] with the reason; each of them
-//! must still be shown by some `--help`, so the list cannot go stale.
+//! (`FILE.wasm` is the bundled `acme` component, written again before every example,
+//! `MANIFEST.yaml` and the manifests `pack` names are declarative manifests,
+//! `BINDING.json` a binding config), and `DIR` a folder there, so the text runs
+//! unchanged. In an `oci://` reference `REGISTRY` is the OCI registry the test starts
+//! (the one `tests/all/oci.rs` uses), `REPOSITORY:TAG` what the push example published
+//! and `DIGEST` the digest it printed; `~` is the examples' folder (`HOME`). `new`
+//! builds its crate as it would anywhere, keeping cargo's intermediate files in the
+//! scaffold tests' folder (`CARGO_BUILD_BUILD_DIR`). Before the
+//! examples, a few commands create the units, the agent and the message they refer to.
+//! Examples that run until interrupted ([`FOREGROUND`]: `--follow`, `mcp`, `dev`) pass
+//! when their first line comes, and are then stopped. Examples that cannot run here are
+//! listed in [`NOT_RUN`] with the reason; each of them must still be shown by some
+//! `--help`, so the list cannot go stale.
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use integration_tests::harness::{host_binary, ServerProcess, OPERATOR_TOKEN};
+use integration_tests::guests;
+use integration_tests::harness::{
+    host_binary, now_unix, send_standard_webhook, ServerProcess, OPERATOR_TOKEN,
+};
+use integration_tests::registry::Registry;
 
 const README: &str = include_str!("../../README.md");
 
 /// Examples not run, by the text they start with, and why.
 const NOT_RUN: &[(&str, &str)] = &[
-    ("connector-host serve", "starts a server in the foreground"),
-    ("CONNECTOR_HOST_GITHUB_WEBHOOK_SECRET=", "starts a server"),
-    ("connector-host dev ", "watches a file in the foreground"),
     (
-        "connector-host new ",
-        "builds a new crate (tests/all/scaffold.rs runs it)",
+        "connector-host serve",
+        "starts a host in the foreground on the default address 127.0.0.1:8787, which another \
+         test may hold (the examples run against a serve on a free port)",
     ),
     (
-        "connector-host mcp ",
-        "serves MCP on stdin/stdout (tests/all/mcp_local.rs runs it)",
-    ),
-    ("CONNECTOR_HOST_AGENT_TOKEN=", "serves MCP on stdin/stdout"),
-    (
-        "connector-host pack ",
-        "needs the manifest it names (tests/all/declarative_guide.rs runs the guide's)",
+        "CONNECTOR_HOST_GITHUB_WEBHOOK_SECRET=",
+        "starts a host in the foreground on 127.0.0.1:8787 (as above)",
     ),
     (
-        "connector-host push ",
-        "needs an OCI registry (tests/all/oci.rs)",
+        "connector-host dev COMPONENT",
+        "COMPONENT is the component `new` builds (tests/all/scaffold.rs runs this loop)",
     ),
     (
-        "connector-host keygen",
-        "asks for a password (tests/all/oci.rs)",
+        "connector-host mcp --agent ada --data-dir /var/lib/connector-host",
+        "reads a system folder the test cannot own (the same local server runs from ./data \
+         in the example before it)",
     ),
     (
-        "connector-host connectors install oci://",
-        "needs an OCI registry (tests/all/oci.rs)",
+        "connector-host mcp --agent ada --url http://127.0.0.1:8787",
+        "names the default address, 127.0.0.1:8787, where no test host listens (the bridge \
+         runs in tests/all/mcp_local.rs)",
     ),
     (
-        "connector-host messages engineering --follow",
-        "follows until interrupted (tests/all/cli_output.rs)",
+        "CONNECTOR_HOST_AGENT_TOKEN=...",
+        "`...` stands for an agent token (the bridge runs in tests/all/mcp_local.rs)",
     ),
     (
-        "connector-host audit --since 2026-01-01T00:00:00Z --follow",
-        "follows until interrupted",
+        "connector-host pack remote.yaml --mcp-url http://127.0.0.1:8000/mcp",
+        "lists the tools of an MCP server at a fixed address, 127.0.0.1:8000 \
+         (tests/all/declarative.rs packs against a real MCP server)",
+    ),
+    (
+        "connector-host push FILE.wasm oci://ghcr.io/",
+        "publishes to ghcr.io, which tests cannot reach",
     ),
     (
         "connector-host call FILE.wasm get_issue",
@@ -62,9 +75,91 @@ const NOT_RUN: &[(&str, &str)] = &[
     ),
     (
         "connector-host call FILE.wasm fetch",
-        "needs a component with a fetch tool and a server",
+        "needs a component with a fetch tool and a server on 127.0.0.1:8080",
     ),
 ];
+
+/// The `initialize` request an `mcp` example answers first.
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"examples","version":"0"}}}"#;
+
+/// Examples that run until interrupted, by the text they start with, with what they read
+/// on stdin and what their first line must contain.
+const FOREGROUND: &[(&str, &str, &str)] = &[
+    (
+        "connector-host messages engineering --follow",
+        "",
+        "said hello",
+    ),
+    // The table's header comes with the first records.
+    ("connector-host audit --since", "", "ACTION"),
+    (
+        "connector-host mcp --agent ada --local",
+        INITIALIZE,
+        r#""result""#,
+    ),
+    ("connector-host dev FILE.wasm", "", "loaded"),
+];
+
+/// The manifests `pack` examples name: the examples folder's `github-pr` (also as
+/// `MANIFEST.yaml`), and two small ones.
+const MANIFESTS: &[(&str, &str)] = &[
+    (
+        "MANIFEST.yaml",
+        include_str!("../../connectors/examples/github-pr.yaml"),
+    ),
+    (
+        "github-pr.yaml",
+        include_str!("../../connectors/examples/github-pr.yaml"),
+    ),
+    (
+        "tools/weather.yaml",
+        r#"kind: "commonagents.info/v1beta2/tool"
+namespace: "weather"
+name: "weather"
+description: "The weather in a city."
+actions:
+  - name: now
+    description: "Current weather in a city."
+    parameters:
+      properties:
+        city: { type: string }
+    execute:
+      stateless_http:
+        method: GET
+        url: "https://api.weather.example.com/now?city={parameters.city}"
+"#,
+    ),
+    (
+        "crm.yaml",
+        r#"kind: "commonagents.info/v1beta2/tool"
+namespace: "crm"
+name: "crm"
+description: "Contacts in the CRM."
+settings:
+  properties:
+    api_url:
+      type: string
+      description: "The CRM's base URL."
+actions:
+  - name: find_contact
+    description: "Finds a contact by name."
+    parameters:
+      properties:
+        name: { type: string }
+    execute:
+      stateless_http:
+        method: GET
+        url: "{settings.api_url}/contacts?name={parameters.name}"
+"#,
+    ),
+];
+
+/// The webhook secret of the `hostile` test connector, which delivers the message the
+/// `messages` examples read.
+const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+
+/// Where the push example publishes (`REPOSITORY:TAG` in the install examples).
+const PUSHED: &str = "acme/echo:v1";
 
 /// The `connector-host` lines of `text` (indented, as help texts show them).
 fn example_lines(text: &str) -> Vec<String> {
@@ -148,55 +243,174 @@ fn readme_examples() -> Vec<String> {
     example_lines(&section[block..end])
 }
 
-fn sh(dir: &Path, url: &str, line: &str) -> std::process::Output {
+/// `$VAR`, else `$HOME/<folder>`: where a tool keeps its home before HOME is changed.
+fn tool_home(var: &str, folder: &str) -> std::path::PathBuf {
+    std::env::var_os(var).map_or_else(
+        || Path::new(&std::env::var_os("HOME").unwrap_or_default()).join(folder),
+        std::path::PathBuf::from,
+    )
+}
+
+/// The scaffold tests' shared cargo folder, `target/scaffold`.
+fn scaffold_build_dir() -> std::path::PathBuf {
+    host_binary()
+        .parent()
+        .and_then(Path::parent)
+        .expect("the target directory")
+        .join("scaffold")
+}
+
+/// `sh -c LINE` in `dir`, with the host binary first on PATH and `dir` as HOME.
+fn sh_command(dir: &Path, url: &str, line: &str) -> Command {
     let bin_dir = host_binary().parent().expect("bin dir").to_path_buf();
     let path = format!(
         "{}:{}",
         bin_dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    Command::new("sh")
-        .arg("-c")
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
         .arg(line)
         .current_dir(dir)
         .env("PATH", path)
+        .env("HOME", dir)
+        // rustup and cargo keep their homes (toolchains, the registry cache) under the
+        // real HOME.
+        .env("RUSTUP_HOME", tool_home("RUSTUP_HOME", ".rustup"))
+        .env("CARGO_HOME", tool_home("CARGO_HOME", ".cargo"))
+        // `new` builds the crate: its intermediate files go where tests/all/scaffold.rs
+        // builds (dependencies compile once), from the local registry cache.
+        .env("CARGO_BUILD_BUILD_DIR", scaffold_build_dir())
+        .env("CARGO_NET_OFFLINE", "true")
         .env("CONNECTOR_HOST_URL", url)
         .env("CONNECTOR_HOST_OPERATOR_TOKEN", OPERATOR_TOKEN)
-        .env("RUST_LOG", "error")
-        .output()
-        .expect("run sh")
+        .env("RUST_LOG", "error");
+    cmd
+}
+
+fn sh(dir: &Path, url: &str, line: &str) -> std::process::Output {
+    sh_command(dir, url, line).output().expect("run sh")
+}
+
+/// Runs an example that stays in the foreground (`exec`, so stopping it stops the
+/// command), writes `input` to its stdin, and returns its first line of stdout (or why
+/// there was none within 60 s). It is stopped then.
+fn first_line(dir: &Path, url: &str, line: &str, input: &str) -> Result<String, String> {
+    let mut child = sh_command(dir, url, &format!("exec {line}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start sh");
+    let mut stdin = child.stdin.take().expect("stdin");
+    if !input.is_empty() {
+        writeln!(stdin, "{input}").expect("write stdin");
+    }
+    let stdout = child.stdout.take().expect("stdout");
+    let (send, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut first = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut first);
+        let _ = send.send(first);
+    });
+    let first = lines.recv_timeout(Duration::from_secs(60));
+    let exited = child.try_wait().expect("status");
+    let _ = child.kill();
+    let status = child.wait().expect("wait");
+    drop(stdin);
+    let mut stderr = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+    }
+    match first {
+        Ok(first) if !first.is_empty() && exited.is_none_or(|s| s.success()) => Ok(first),
+        Ok(_) => Err(format!(
+            "it ended ({status}) without a line; stderr: {stderr}"
+        )),
+        Err(_) => Err(format!("no line within 60 s; stderr: {stderr}")),
+    }
+}
+
+/// `line` with its OCI placeholders filled in (see the module docs).
+fn with_registry(line: &str, registry: &str, digest: &str) -> String {
+    line.replace("oci://REGISTRY/", &format!("oci://{registry}/"))
+        .replace("REPOSITORY:TAG", PUSHED)
+        .replace(
+            "REPOSITORY@sha256:DIGEST",
+            &format!("{}@{digest}", PUSHED.split(':').next().unwrap_or(PUSHED)),
+        )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_example_runs_as_written() {
-    let data = tempfile::tempdir().unwrap();
-    let server = ServerProcess::start(data.path(), &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_path_buf();
+    // The host keeps its data in ./data of the examples' folder, where `mcp --local`
+    // finds it; the `hostile` test connector delivers webhooks to units.
+    let connectors = dir.path().join("connectors");
+    std::fs::create_dir_all(&connectors).unwrap();
+    std::fs::copy(guests::HOSTILE, connectors.join("hostile.wasm")).unwrap();
+    let server = ServerProcess::start(
+        &d.join("data"),
+        &[
+            ("CONNECTOR_HOST_HOSTILE_WEBHOOK_SECRET", SECRET),
+            (
+                "CONNECTOR_HOST_CONNECTORS_DIR",
+                connectors.to_str().unwrap(),
+            ),
+        ],
+    )
+    .await;
+    let registry = Registry::start().await;
     let url = server.url.clone();
+
+    let (u, folder) = (url.clone(), d.clone());
     tokio::task::spawn_blocking(move || {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        std::fs::write(
-            d.join("FILE.wasm"),
-            connector_bundled::component("acme").expect("bundled acme"),
-        )
-        .unwrap();
+        let d = folder.as_path();
         std::fs::write(d.join("BINDING.json"), r#"{"repo": "octo/hello"}"#).unwrap();
         std::fs::create_dir(d.join("DIR")).unwrap();
+        for (name, text) in MANIFESTS {
+            let path = d.join(name);
+            std::fs::create_dir_all(path.parent().expect("a folder")).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
         // What the examples refer to without creating it first.
         for setup in [
             "connector-host units put acme-corp",
             "connector-host units put engineering --parent acme-corp",
             "connector-host units put research",
             "connector-host agents put ada --unit engineering",
+            r#"connector-host bind engineering hostile --config '{"routes": ["r1"]}'"#,
         ] {
-            let out = sh(d, &url, setup);
+            let out = sh(d, &u, setup);
             assert!(
                 out.status.success(),
                 "{setup}: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
         }
+    })
+    .await
+    .unwrap();
+    // One message in engineering's inbox, for `messages` to show.
+    let body = r#"{"messages": [{"route": "r1", "kind": "note.said", "threadKey": "t-1", "payload": {"text": "said hello"}}]}"#;
+    let (status, answer) = send_standard_webhook(
+        &reqwest::Client::new(),
+        &url,
+        "hostile",
+        "m-1",
+        body.as_bytes(),
+        SECRET,
+        now_unix(),
+    )
+    .await
+    .expect("delivered");
+    assert_eq!(status, 202, "{answer}");
 
+    let registry_host = registry.as_ref().map(|r| r.host.clone());
+    tokio::task::spawn_blocking(move || {
+        let d = d.as_path();
+        let acme = connector_bundled::component("acme").expect("bundled acme");
         let helps = help_examples();
         for (prefix, _) in NOT_RUN {
             assert!(
@@ -204,29 +418,82 @@ async fn every_example_runs_as_written() {
                 "NOT_RUN lists `{prefix}`, which no --help shows any more"
             );
         }
+        for (prefix, _, _) in FOREGROUND {
+            assert!(
+                helps.iter().any(|l| l.starts_with(prefix)),
+                "FOREGROUND lists `{prefix}`, which no --help shows any more"
+            );
+        }
         let mut ran = 0;
+        let mut digest = String::new();
         for line in helps.iter().chain(readme_examples().iter()) {
             if NOT_RUN.iter().any(|(p, _)| line.starts_with(p)) {
                 continue;
             }
-            let out = sh(d, &url, line);
+            let line = if line.contains("oci://REGISTRY/") {
+                let Some(host) = &registry_host else {
+                    eprintln!("skipped (no OCI registry): {line}");
+                    continue;
+                };
+                with_registry(line, host, &digest)
+            } else {
+                line.clone()
+            };
+            // Every example starts from the same placeholder component.
+            std::fs::write(d.join("FILE.wasm"), acme).unwrap();
+            if let Some((_, input, expect)) =
+                FOREGROUND.iter().find(|(p, _, _)| line.starts_with(p))
+            {
+                let first = first_line(d, &url, &line, input)
+                    .unwrap_or_else(|why| panic!("the example `{line}` failed: {why}"));
+                assert!(
+                    first.contains(expect),
+                    "the example `{line}` printed first {first:?}, without {expect:?}"
+                );
+                ran += 1;
+                continue;
+            }
+            let out = sh(d, &url, &line);
+            let stdout = String::from_utf8_lossy(&out.stdout);
             assert!(
                 out.status.success(),
-                "the example `{line}` failed ({}):\nstdout: {}\nstderr: {}",
+                "the example `{line}` failed ({}):\nstdout: {stdout}\nstderr: {}",
                 out.status,
-                String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             );
+            if line.starts_with("connector-host push ") {
+                // The pinned reference it printed: oci://…@sha256:<64 hex digits>.
+                digest = stdout
+                    .split_once("@sha256:")
+                    .and_then(|(_, rest)| rest.get(..64))
+                    .map(|hex| format!("sha256:{hex}"))
+                    .unwrap_or_else(|| panic!("`{line}` printed no pinned reference: {stdout}"));
+            }
             ran += 1;
         }
-        assert!(ran >= 30, "only {ran} examples ran");
+        assert!(ran >= 40, "only {ran} examples ran");
         // What the examples did is there: `context ada --write-files DIR` wrote the
-        // files of the connectors bound above ada's unit.
+        // files of the connectors bound above ada's unit; keygen and pack wrote theirs.
         assert!(
             d.join("DIR/.spring/connectors").is_dir(),
             "context --write-files DIR wrote nothing"
         );
+        for written in [
+            "cosign.key",
+            "cosign.pub",
+            "release.key",
+            "release.pub",
+            "github-pr.wasm",
+            "build/weather.wasm",
+            "crm.wasm",
+            "weather/target/wasm32-wasip2/release/weather.wasm",
+            "src/acme-crm/target/wasm32-wasip2/release/acme_crm.wasm",
+        ] {
+            assert!(d.join(written).is_file(), "no {written}");
+        }
     })
     .await
     .unwrap();
+    drop(server);
+    drop(registry);
 }

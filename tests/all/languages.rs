@@ -6,7 +6,8 @@
 //! - a probe connector per language (tests/guests/probe-js, probe-py) is refused a host
 //!   outside its allow-list and reaches a local server inside it; reads only the secrets
 //!   its binding names; gets an installation token for its binding's installation and
-//!   none for another (the hostile case); translates and filters a webhook; returns
+//!   none for another (the hostile case); sends a POST body with its Content-Length (a
+//!   server answering 411 to chunked bodies takes it); translates and filters a webhook; returns
 //!   content blocks and structured output checked against its output schema; and a
 //!   looping tool is stopped at the deadline, a memory hog at its own limit
 //!   (`connectors.<slug>.memory_mib`).
@@ -187,6 +188,34 @@ async fn probe_host(lang: Lang) -> Option<(TestHost, FakeGithub)> {
     Some((h, fake))
 }
 
+/// A server on 127.0.0.1 that answers `411 Length Required` to a request body sent
+/// chunked or without a Content-Length (as many servers do), and otherwise echoes the
+/// length and the body as `{"contentLength", "body"}`. Its base URL.
+async fn length_required_server() -> String {
+    use axum::http::{HeaderMap, StatusCode};
+    let app =
+        axum::Router::new().fallback(|headers: HeaderMap, body: axum::body::Bytes| async move {
+            let length = headers
+                .get("content-length")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            match length {
+                Some(length) if !headers.contains_key("transfer-encoding") => (
+                    StatusCode::OK,
+                    json!({"contentLength": length, "body": String::from_utf8_lossy(&body)})
+                        .to_string(),
+                ),
+                _ => (StatusCode::LENGTH_REQUIRED, "Length Required".to_string()),
+            }
+        });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the strict server");
+    let url = format!("http://{}", listener.local_addr().expect("its address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
 async fn probe_keeps_the_rules(lang: Lang) {
     let Some((h, fake)) = probe_host(lang).await else {
         return;
@@ -208,6 +237,28 @@ async fn probe_keeps_the_rules(lang: Lang) {
     )
     .await;
     assert_eq!((s, error_code(&b)), (502, "tool_failed"), "{b}");
+
+    // Request bodies go out with their Content-Length: a server that answers 411 to a
+    // chunked body, or one without a length, takes the SDK's POST.
+    let strict = length_required_server().await;
+    let sent = r#"{"title": "New York"}"#;
+    let (s, b) = call(
+        "post",
+        json!({"url": format!("{strict}/notes"), "body": sent}),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        b["result"]["status"], 200,
+        "the body went out without a length: {b}"
+    );
+    let echoed: Value =
+        serde_json::from_str(b["result"]["body"].as_str().unwrap_or_default()).unwrap_or_default();
+    assert_eq!(
+        echoed,
+        json!({"contentLength": sent.len().to_string(), "body": sent}),
+        "{b}"
+    );
 
     // Secrets: the one the binding names, not another of the same connector.
     let (s, b) = call("secret_value", json!({"name": "pat"})).await;
@@ -396,6 +447,7 @@ async fn the_scaffold_builds_installs_and_answers(lang: Lang) {
     let inspect = Command::new(host_binary())
         .arg("inspect")
         .arg(&wasm)
+        .arg("--json")
         .env(
             "CONNECTOR_HOST_CACHE_DIR",
             target_dir().join("langs/cli-cache"),

@@ -115,7 +115,7 @@ fn scaffold() -> &'static Scaffold {
         assert_eq!(again.status.code(), Some(2), "{}", text(&again));
 
         // 2. Inspect.
-        let out = host(&["inspect", built.to_str().expect("utf-8 path")]);
+        let out = host(&["inspect", built.to_str().expect("utf-8 path"), "--json"]);
         assert!(out.status.success(), "inspect: {}", text(&out));
         let info: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
         assert_eq!(info["slug"], "demo_conn");

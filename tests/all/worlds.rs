@@ -416,22 +416,34 @@ async fn inspect_and_the_cli_show_the_world_and_the_content() {
             String::from_utf8_lossy(&out.stderr).to_string(),
         )
     };
-    let (code, out, err) = run(&["inspect", old.to_str().unwrap()]);
+    let (code, out, err) = run(&["inspect", old.to_str().unwrap(), "--json"]);
     assert_eq!(code, Some(0), "{err}");
     let info: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(info["world"], FIRST);
     let second = dir.path().join("acme-0.2.0.wasm");
     std::fs::write(&second, built_in(SECOND, "acme")).unwrap();
-    let (code, out, err) = run(&["inspect", second.to_str().unwrap()]);
+    let (code, out, err) = run(&["inspect", second.to_str().unwrap(), "--json"]);
     assert_eq!(code, Some(0), "{err}");
     let info: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(info["world"], SECOND);
-    let (code, out, err) = run(&["inspect", guests::RICH]);
+    let (code, out, err) = run(&["inspect", guests::RICH, "--json"]);
     assert_eq!(code, Some(0), "{err}");
     let info: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(info["world"], CURRENT);
+    // Without --json: the description a person reads, naming the world.
+    let (code, out, err) = run(&["inspect", guests::RICH]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains(&format!("world:         {CURRENT}")) && out.contains("rich.image"),
+        "{out}"
+    );
+    assert!(
+        serde_json::from_str::<Value>(&out).is_err(),
+        "not JSON: {out}"
+    );
 
-    // A local call prints a JSON result as is and a rich one as {"result", "content"}.
+    // A local call prints a JSON result as is, and a rich one's blocks as text (with
+    // --json: the whole answer, {"result", "content"}).
     let (code, out, err) = run(&[
         "call",
         old.to_str().unwrap(),
@@ -456,10 +468,15 @@ async fn inspect_and_the_cli_show_the_world_and_the_content() {
         "hi",
         "{out}"
     );
-    let (code, out, err) = run(&["call", guests::RICH, "image"]);
+    let (code, out, err) = run(&["call", guests::RICH, "image", "--json"]);
     assert_eq!(code, Some(0), "{err}");
     let shown: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(shown["content"][0]["data"], PNG_B64, "{out}");
+    let (code, out, err) = run(&["call", guests::RICH, "image"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("[image image/png, "), "{out}");
+    assert!(!out.contains(PNG_B64), "no base64 in the text form: {out}");
+    assert!(err.contains("ok: rich.image locally"), "{err}");
     let (code, _, err) = run(&["call", guests::RICH, "broken_output"]);
     assert_eq!(code, Some(1));
     assert!(err.contains("output schema"), "{err}");

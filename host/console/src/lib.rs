@@ -31,6 +31,7 @@
 
 pub mod actions;
 mod audit;
+mod edit;
 pub mod form;
 pub mod markdown;
 pub mod pages;
@@ -55,7 +56,7 @@ use serde::Deserialize;
 use connector_core::host::{Host, Message};
 use connector_http::PeerOf;
 use connector_model::error::{ErrorCode, HostError};
-use connector_model::records::Subject;
+use connector_model::records::{DeliveryStatus, Subject};
 use pages::{href, notice};
 use session::{Session, Sessions};
 
@@ -71,8 +72,6 @@ const JS: &str = include_str!("assets/console.js");
 const MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
 /// Deliveries listed per connector.
 const DELIVERIES_SHOWN: u32 = 100;
-/// Newest deliveries a status filter looks through.
-const DELIVERIES_SCANNED: u32 = 2000;
 /// Messages per inbox page.
 const INBOX_PAGE: u32 = 100;
 
@@ -571,8 +570,32 @@ fn unit_page(host: &Host, s: &SignedIn, id: &str, message: Option<Markup>) -> Re
             .filter(|a| a.units.iter().any(|u| u == id))
             .map(|a| a.id.as_str())
             .collect(),
+        parent_choices: pages::tree_order(&all_units)
+            .into_iter()
+            .filter(|(_, u)| !below_or_self(&all_units, &u.id, id))
+            .map(|(depth, u)| (depth, u.id.as_str()))
+            .collect(),
     };
     html(StatusCode::OK, pages::unit(s.csrf(), &overview, message))
+}
+
+/// Whether `unit` is `root` or below it (a parent `root` cannot move under).
+fn below_or_self(units: &[connector_model::records::UnitRecord], unit: &str, root: &str) -> bool {
+    let mut current = Some(unit);
+    // A parent chain is at most as long as the unit list.
+    for _ in 0..=units.len() {
+        match current {
+            Some(u) if u == root => return true,
+            Some(u) => {
+                current = units
+                    .iter()
+                    .find(|r| r.id == u)
+                    .and_then(|r| r.parent.as_deref())
+            }
+            None => return false,
+        }
+    }
+    false
 }
 
 async fn unit(s: SignedIn, Path(id): Path<String>) -> Response {
@@ -813,41 +836,18 @@ struct BeforeQuery {
     before: Option<i64>,
 }
 
-/// Messages read per store query while looking for the newest ones.
-const INBOX_SCAN: u32 = 500;
-
 /// The newest [`INBOX_PAGE`] messages of `unit` with a cursor below `before` (all when
-/// `None`), newest first, and whether older ones exist. The inbox is read by cursor
-/// from its start (the store lists it oldest first only), keeping the last page.
+/// `None`), newest first, and whether older ones exist (read newest first from the
+/// store's index: one more than a page says so).
 async fn newest_messages(
     host: &Host,
     unit: &str,
     before: Option<i64>,
 ) -> Result<(Vec<Message>, bool), HostError> {
-    let mut kept = std::collections::VecDeque::with_capacity(INBOX_PAGE as usize + 1);
-    let mut older = false;
-    let mut after: Option<String> = None;
-    'pages: loop {
-        let page = host
-            .messages(unit, after.as_deref(), Some(INBOX_SCAN))
-            .await?;
-        let full = page.messages.len() as u32 >= INBOX_SCAN;
-        for m in page.messages {
-            if before.is_some_and(|b| m.cursor >= b) {
-                break 'pages;
-            }
-            kept.push_back(m);
-            if kept.len() > INBOX_PAGE as usize {
-                kept.pop_front();
-                older = true;
-            }
-        }
-        if !full {
-            break;
-        }
-        after = Some(page.next);
-    }
-    Ok((kept.into_iter().rev().collect(), older))
+    let mut page = host.newest_messages(unit, before, INBOX_PAGE + 1).await?;
+    let older = page.len() > INBOX_PAGE as usize;
+    page.truncate(INBOX_PAGE as usize);
+    Ok((page, older))
 }
 
 async fn inbox(
@@ -954,6 +954,8 @@ fn agent_page(
     minted: Option<(&str, &str)>,
     message: Option<Markup>,
 ) -> Response {
+    let all_units = host.list_units();
+    let known_units: Vec<&str> = all_units.iter().map(|u| u.id.as_str()).collect();
     match host.agent(id) {
         Ok(a) => html(
             StatusCode::OK,
@@ -962,6 +964,7 @@ fn agent_page(
                 &a.id,
                 a.display_name.as_deref(),
                 &a.units,
+                &known_units,
                 &a.effective_tools,
                 minted,
                 message,
@@ -1313,21 +1316,26 @@ async fn deliveries(
             }
         },
     };
-    // Filtered here among the newest stored (the store lists by connector only).
-    let scanned = if status.is_empty() {
-        DELIVERIES_SHOWN
-    } else {
-        DELIVERIES_SCANNED
-    };
-    match host.deliveries(&slug, scanned).await {
-        Ok(mut list) => {
-            list.retain(|d| status.is_empty() || d.status.as_str() == status);
-            list.truncate(DELIVERIES_SHOWN as usize);
-            html(
-                StatusCode::OK,
-                pages::deliveries_with(s.csrf(), &slug, &list, None, status),
-            )
+    // A status is read by status in the store, however many others are newer.
+    let listed = match [
+        DeliveryStatus::Pending,
+        DeliveryStatus::Failed,
+        DeliveryStatus::Done,
+    ]
+    .into_iter()
+    .find(|s| s.as_str() == status)
+    {
+        Some(wanted) => {
+            host.deliveries_with_status(&slug, wanted, None, DELIVERIES_SHOWN)
+                .await
         }
+        None => host.deliveries(&slug, DELIVERIES_SHOWN).await,
+    };
+    match listed {
+        Ok(list) => html(
+            StatusCode::OK,
+            pages::deliveries_with(s.csrf(), &slug, &list, None, status),
+        ),
         Err(e) => error_response(Some(s.csrf()), &e),
     }
 }

@@ -282,6 +282,8 @@ pub struct UnitOverview<'a> {
     pub bindings: &'a [BindingView],
     pub connectors: &'a [Connector],
     pub agents: Vec<&'a str>,
+    /// The units it may move under, in tree order with their depth.
+    pub parent_choices: Vec<(usize, &'a str)>,
 }
 
 pub fn unit(csrf: &str, u: &UnitOverview<'_>, message: Option<Markup>) -> Markup {
@@ -318,6 +320,8 @@ pub fn unit(csrf: &str, u: &UnitOverview<'_>, message: Option<Markup>) -> Markup
                     }
                 }
             }
+            h2 { "Edit" }
+            (super::edit::unit_form(csrf, u.id, u.parent, u.display_name, &u.parent_choices))
             h2 { "Bindings" }
             (bindings_table(u.id, u.bindings, u.connectors))
             h2 { "Bind a connector" }
@@ -812,11 +816,13 @@ pub fn agents(csrf: &str, agents: &[AgentSummary], units: &[UnitRecord]) -> Mark
 
 const AGENT_TABS: [(&str, &str); 2] = [("", "Overview"), ("tools", "Tools")];
 
+#[allow(clippy::too_many_arguments)]
 pub fn agent(
     csrf: &str,
     id: &str,
     display_name: Option<&str>,
     units: &[String],
+    known_units: &[&str],
     tools: &ResolvedTools,
     minted: Option<(&str, &str)>,
     message: Option<Markup>,
@@ -841,6 +847,8 @@ pub fn agent(
                 }
                 dt { "Effective tools" } dd { a href=(href(&["agents", id, "tools"])) { (tools.len()) " tools" } }
             }
+            h2 { "Edit" }
+            (super::edit::agent_form(csrf, id, units, display_name, known_units))
             h2 { "Tokens" }
             @if let Some((token, expires)) = minted {
                 div.notice.ok role="status" {

@@ -45,7 +45,9 @@ use connector_model::connector::{Connector, ToolInfo};
 pub use connector_model::error::HandlerError;
 use connector_model::error::HostResult;
 use connector_model::ids::truncate;
-use connector_model::records::{BindingRecord, DeliveryRecord, Subject, UnitRecord};
+use connector_model::records::{
+    BindingRecord, DeliveryRecord, DeliveryStatus, Subject, UnitRecord,
+};
 use connector_runtime::Sandbox;
 pub use connector_store::AuditQuery;
 use connector_store::Store;
@@ -599,6 +601,24 @@ impl Host {
         Ok(self.parts.store.deliveries_of(slug, limit).await?)
     }
 
+    /// The deliveries stored for connector `slug` with `status`, newest first, at most
+    /// `limit`, without their bodies; `after` is the `(received_unix, delivery_id)` of
+    /// the previous page's last one. Read by status in the store: none is missed behind
+    /// deliveries of other statuses.
+    pub async fn deliveries_with_status(
+        &self,
+        slug: &str,
+        status: DeliveryStatus,
+        after: Option<(i64, &str)>,
+        limit: u32,
+    ) -> HostResult<Vec<DeliveryRecord>> {
+        Ok(self
+            .parts
+            .store
+            .deliveries_with_status(slug, status, after, limit)
+            .await?)
+    }
+
     /// Deletes finished deliveries older than the de-duplication window.
     pub async fn prune_deliveries(&self) -> HostResult<u64> {
         self.parts.webhooks.prune().await
@@ -612,6 +632,17 @@ impl Host {
         limit: Option<u32>,
     ) -> HostResult<MessagePage> {
         self.parts.inbox.page(unit, cursor, limit).await
+    }
+
+    /// A unit's messages with a cursor below `before` (the newest when `None`), newest
+    /// first, at most `limit` (1 to 500).
+    pub async fn newest_messages(
+        &self,
+        unit: &str,
+        before: Option<i64>,
+        limit: u32,
+    ) -> HostResult<Vec<Message>> {
+        self.parts.inbox.newest(unit, before, limit).await
     }
 
     /// A live subscription to a unit's inbox: every message after `cursor`, each exactly

@@ -165,6 +165,32 @@ impl Inbox {
         })
     }
 
+    /// A unit's messages with a cursor below `before` (the newest when `None`), newest
+    /// first, at most `limit` (1 to 500), read backwards from the store's index.
+    pub(crate) async fn newest(
+        &self,
+        unit: &str,
+        before: Option<i64>,
+        limit: u32,
+    ) -> HostResult<Vec<Message>> {
+        check_id("unit", unit)?;
+        if self.state.directory().unit(unit).is_none() {
+            return Err(HostError::not_found(format!(
+                "unit `{unit}` does not exist"
+            )));
+        }
+        if limit == 0 || limit > 500 {
+            return Err(HostError::invalid_request(
+                "`limit` must be between 1 and 500",
+            ));
+        }
+        let records = self
+            .store
+            .messages_newest_first(unit, before, limit)
+            .await?;
+        Ok(records.iter().map(Message::from).collect())
+    }
+
     /// A live subscription to a unit's inbox: every message after `cursor` (stored ones
     /// first, then new ones as they arrive), each exactly once, in order.
     pub(crate) fn subscribe(

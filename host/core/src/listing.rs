@@ -1,10 +1,10 @@
 //! Paged lists of units and agents (CONTRACT §3 `GET /units`, `GET /agents`).
 //!
-//! Both lists are read from the in-memory directory, sorted by id; the cursor is the id
-//! of the last entry a page returned, so a page stays correct while entries are added or
-//! removed between requests (nothing is skipped or shown twice that existed throughout).
-
-use std::collections::HashMap;
+//! Both lists are read from the in-memory directory's sorted id indexes, from the cursor
+//! on and only as far as one page: the cursor is the id of the last entry a page
+//! returned, so a page stays correct while entries are added or removed between
+//! requests (nothing is skipped or shown twice that existed throughout). Agent counts
+//! come from the directory's per-unit count, not a pass over every agent.
 
 use serde::Serialize;
 
@@ -73,26 +73,18 @@ fn bounds(after: Option<&str>, limit: Option<u32>) -> HostResult<usize> {
     Ok(limit as usize)
 }
 
-/// Cuts the sorted `ids` to the page after `after` of `limit` entries.
-fn page_of<T>(
-    mut sorted: Vec<T>,
-    id: impl Fn(&T) -> &str,
-    after: Option<&str>,
-    limit: usize,
-) -> Page<T> {
-    if let Some(after) = after {
-        sorted.retain(|e| id(e) > after);
-    }
-    let next = if sorted.len() > limit {
-        sorted.truncate(limit);
-        sorted.last().map(|e| id(e).to_string())
+/// The first `limit` entries of `sorted` (an iterator in id order, already past the
+/// cursor), and the cursor of the next page when there is more: one entry past the
+/// page is read to know, never the rest.
+fn page_of<T>(sorted: impl Iterator<Item = T>, id: impl Fn(&T) -> &str, limit: usize) -> Page<T> {
+    let mut entries: Vec<T> = sorted.take(limit + 1).collect();
+    let next = if entries.len() > limit {
+        entries.truncate(limit);
+        entries.last().map(|e| id(e).to_string())
     } else {
         None
     };
-    Page {
-        entries: sorted,
-        next,
-    }
+    Page { entries, next }
 }
 
 /// A page of units, sorted by id.
@@ -109,25 +101,14 @@ pub fn units(
             return Err(HostError::not_found(format!("unit `{p}` does not exist")));
         }
     }
-    let mut chosen: Vec<_> = directory
-        .units()
-        .filter(|u| match parent {
-            ParentFilter::Any => true,
-            ParentFilter::Roots => u.parent.is_none(),
-            ParentFilter::Of(p) => u.parent.as_deref() == Some(p.as_str()),
-        })
-        .collect();
-    chosen.sort_by(|a, b| a.id.cmp(&b.id));
-    let page = page_of(chosen, |u| u.id.as_str(), after, limit);
-    let mut agents: HashMap<&str, usize> =
-        page.entries.iter().map(|u| (u.id.as_str(), 0)).collect();
-    for a in directory.agents() {
-        for u in &a.units {
-            if let Some(n) = agents.get_mut(u.as_str()) {
-                *n += 1;
-            }
-        }
-    }
+    // The directory's sorted index from the cursor on, as far as one page (and one
+    // more) of matching units.
+    let chosen = directory.units_after(after).filter(|u| match parent {
+        ParentFilter::Any => true,
+        ParentFilter::Roots => u.parent.is_none(),
+        ParentFilter::Of(p) => u.parent.as_deref() == Some(p.as_str()),
+    });
+    let page = page_of(chosen, |u| u.id.as_str(), limit);
     let entries = page
         .entries
         .iter()
@@ -139,7 +120,7 @@ pub fn units(
                 .bindings_of(&u.id)
                 .map(|b| b.connector.clone())
                 .collect(),
-            agents: agents.get(u.id.as_str()).copied().unwrap_or(0),
+            agents: directory.member_count(&u.id),
         })
         .collect();
     Ok(Page {
@@ -162,12 +143,10 @@ pub fn agents(
             return Err(HostError::not_found(format!("unit `{u}` does not exist")));
         }
     }
-    let mut chosen: Vec<_> = directory
-        .agents()
-        .filter(|a| unit.is_none_or(|u| a.units.iter().any(|x| x == u)))
-        .collect();
-    chosen.sort_by(|a, b| a.id.cmp(&b.id));
-    let page = page_of(chosen, |a| a.id.as_str(), after, limit);
+    let chosen = directory
+        .agents_after(after)
+        .filter(|a| unit.is_none_or(|u| a.units.iter().any(|x| x == u)));
+    let page = page_of(chosen, |a| a.id.as_str(), limit);
     Ok(Page {
         entries: page
             .entries

@@ -3,12 +3,14 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 use clap::Args;
 use serde_json::{json, Value};
 
 use super::client::{Body, Client};
 use super::inspect::{local_registry, prepare, read_component};
+use super::output::OutputArgs;
 use super::{print_json, read_json_arg, CliError};
 use connector_core::registry::SchemaViolation;
 use connector_runtime::{wit, Caller, GuestError, OutboundPolicy, Sandbox};
@@ -25,9 +27,12 @@ addresses are refused unless --allow-private-networks. TOOL may omit the namespa
 With AGENT the call goes through the running host (POST /api/v1/agents/AGENT/tool-calls)
 and passes its grant and schema checks.
 
-A JSON result is printed as is. A result with content blocks (text, images, audio,
-resources) is printed as the HTTP API returns it: {\"result\": <structured JSON or null>,
-\"content\": [blocks]}, binary data in base64.
+Output: the result as text: the text of its content blocks (an image, audio or resource
+block as one bracketed line naming it), else the structured result (a string as is, other
+JSON pretty); the outcome (tool, where it ran, time taken) goes to stderr. --json prints the
+whole answer as the HTTP API returns it: {\"result\": <structured JSON or null>,
+\"content\": [blocks]} (content only when the connector returned blocks; binary data in
+base64). A refused or failed call prints its error and exits 1.
 
 Examples (FILE.wasm stands for your component file, token.txt for a file holding a token):
   connector-host call FILE.wasm echo '{\"message\": \"hi\"}'
@@ -92,7 +97,7 @@ impl CallArgs {
 }
 
 /// A call through the running host on behalf of agent TARGET.
-pub fn run_remote(client: &Client, args: CallArgs) -> Result<(), CliError> {
+pub fn run_remote(client: &Client, args: CallArgs, out: OutputArgs) -> Result<(), CliError> {
     if args.has_local_flags() {
         return Err(CliError::usage(format!(
             "--config, --secret, --allow-host and --allow-private-networks only apply to a local call of a component file, \
@@ -101,13 +106,135 @@ pub fn run_remote(client: &Client, args: CallArgs) -> Result<(), CliError> {
         )));
     }
     let arguments = read_json_arg("the JSON arguments", &args.arguments)?;
+    let started = Instant::now();
     let reply = client.post(
         &["agents", &args.target, "tool-calls"],
         Body::Json(json!({"tool": args.tool, "arguments": arguments})),
     )?;
     let body = reply.body.unwrap_or(Value::Null);
-    print_json(shown_result(&body));
+    show_answer(
+        out,
+        &body,
+        &format!("{} as agent `{}`", args.tool, args.target),
+        started,
+    );
     Ok(())
+}
+
+/// Prints a tool call's answer by the output rule: the whole answer with `--json`, else
+/// [`readable`] on stdout and the outcome (`called` says what ran where) on stderr.
+fn show_answer(out: OutputArgs, body: &Value, called: &str, started: Instant) {
+    if out.json {
+        print_json(body);
+        return;
+    }
+    let text = readable(body);
+    if !text.is_empty() {
+        super::print_out(&text);
+    }
+    super::print_err(&format!(
+        "ok: {called} in {} ms ({})",
+        started.elapsed().as_millis(),
+        shape(body)
+    ));
+}
+
+/// A tool call's answer `{"result", "content"?}` as text for a person: each content
+/// block on its own (a text block's text; an image, audio or resource as one bracketed
+/// line naming it, with a resource's text after it), else the structured result (a
+/// string as is, null as nothing, other JSON pretty). Ends with a newline unless empty.
+pub(crate) fn readable(body: &Value) -> String {
+    let mut text = String::new();
+    let blocks = body
+        .get("content")
+        .and_then(Value::as_array)
+        .filter(|b| !b.is_empty());
+    if let Some(blocks) = blocks {
+        for block in blocks {
+            text.push_str(&block_text(block));
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+        }
+        return text;
+    }
+    match body.get("result").unwrap_or(&Value::Null) {
+        Value::Null => {}
+        Value::String(s) => text.push_str(s),
+        other => text.push_str(&super::json_for_terminals(
+            &serde_json::to_string_pretty(other).unwrap_or_else(|_| other.to_string()),
+        )),
+    }
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text
+}
+
+/// One content block as text (see [`readable`]).
+fn block_text(block: &Value) -> String {
+    let s = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_string();
+    let kind = s(block, "type");
+    match kind.as_str() {
+        "text" => s(block, "text"),
+        "image" | "audio" => {
+            // Base64 without padding: 3 bytes per 4 characters.
+            let data = s(block, "data");
+            let bytes = data.trim_end_matches('=').len() * 3 / 4;
+            format!("[{kind} {}, {bytes} bytes]", or_dash(&s(block, "mimeType")))
+        }
+        "resource_link" => {
+            let name = s(block, "name");
+            let mut line = format!("[resource link {}", or_dash(&s(block, "uri")));
+            if !name.is_empty() {
+                line.push_str(&format!(" ({name})"));
+            }
+            line.push(']');
+            line
+        }
+        "resource" => {
+            let resource = block.get("resource").unwrap_or(&Value::Null);
+            let mut line = format!("[resource {}", or_dash(&s(resource, "uri")));
+            let mime = s(resource, "mimeType");
+            if !mime.is_empty() {
+                line.push_str(&format!(", {mime}"));
+            }
+            match resource.get("text").and_then(Value::as_str) {
+                Some(body) => format!("{line}]\n{body}"),
+                None => {
+                    let bytes = s(resource, "blob").trim_end_matches('=').len() * 3 / 4;
+                    format!("{line}, {bytes} bytes]")
+                }
+            }
+        }
+        other => format!("[{} block]", or_dash(other)),
+    }
+}
+
+fn or_dash(text: &str) -> &str {
+    if text.is_empty() {
+        "-"
+    } else {
+        text
+    }
+}
+
+/// What an answer held, for the outcome line: `3 content blocks`, `a JSON result`, …
+fn shape(body: &Value) -> String {
+    let blocks = body
+        .get("content")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    let result = match body.get("result").unwrap_or(&Value::Null) {
+        Value::Null => "no structured result",
+        Value::String(_) => "a string result",
+        _ => "a JSON result",
+    };
+    match blocks {
+        0 => result.to_string(),
+        1 => format!("1 content block, {result}"),
+        n => format!("{n} content blocks, {result}"),
+    }
 }
 
 /// What `call` prints of a tool-call answer `{"result", "content"?}`: the result alone
@@ -120,7 +247,7 @@ pub(crate) fn shown_result(body: &Value) -> &Value {
 }
 
 /// A local call in the component file TARGET.
-pub async fn run_local(args: CallArgs) -> Result<(), CliError> {
+pub async fn run_local(args: CallArgs, out: OutputArgs) -> Result<(), CliError> {
     let bytes = read_component(Path::new(&args.target))?;
     // Malformed input is reported before the (slow) component load.
     let config = read_json_arg("--config", args.config.as_deref().unwrap_or("{}"))?;
@@ -222,6 +349,7 @@ pub async fn run_local(args: CallArgs) -> Result<(), CliError> {
         agent: None,
         call_id: format!("local-{:016x}", rand::random::<u64>()),
     };
+    let started = Instant::now();
     let outcome = runtime
         .call_tool(component, &sandbox, ctx, &tool_id, &arguments.to_string())
         .await
@@ -236,7 +364,7 @@ pub async fn run_local(args: CallArgs) -> Result<(), CliError> {
             })?;
             let body = serde_json::to_value(&output)
                 .map_err(|e| CliError::failed(format!("the result cannot be shown: {e}")))?;
-            print_json(shown_result(&body));
+            show_answer(out, &body, &format!("{tool_id} locally"), started);
             Ok(())
         }
         Err(wit::ToolError::Failed(m)) => Err(CliError::failed(format!("tool_failed: {m}"))),
@@ -344,6 +472,36 @@ mod tests {
         std::fs::write(&file, "from-file\n").unwrap();
         let given = parse_secrets(&[format!("f=@{}", file.display())]).unwrap();
         assert_eq!(given["f"], "from-file");
+    }
+
+    #[test]
+    fn answers_read_as_text() {
+        // Content blocks win over the structured result; each block is one piece.
+        let rich = json!({
+            "result": {"n": 1},
+            "content": [
+                {"type": "text", "text": "look\nhere"},
+                {"type": "image", "data": "AQID", "mimeType": "image/png"},
+                {"type": "resource_link", "uri": "file:///a.txt", "name": "a"},
+                {"type": "resource", "resource": {"uri": "mem://n", "mimeType": "text/plain", "text": "inside"}},
+                {"type": "audio", "data": "AQI=", "mimeType": "audio/wav"}
+            ]
+        });
+        assert_eq!(
+            readable(&rich),
+            "look\nhere\n[image image/png, 3 bytes]\n[resource link file:///a.txt (a)]\n[resource mem://n, text/plain]\ninside\n[audio audio/wav, 2 bytes]\n"
+        );
+        assert_eq!(shape(&rich), "5 content blocks, a JSON result");
+        // A string result as is; other JSON pretty; null as nothing.
+        assert_eq!(readable(&json!({"result": "Hello, Ada!"})), "Hello, Ada!\n");
+        assert_eq!(
+            readable(&json!({"result": {"message": "hi"}})),
+            "{\n  \"message\": \"hi\"\n}\n"
+        );
+        assert_eq!(readable(&json!({"result": null})), "");
+        assert_eq!(shape(&json!({"result": null})), "no structured result");
+        // An empty content list falls back to the result.
+        assert_eq!(readable(&json!({"result": 1, "content": []})), "1\n");
     }
 
     #[test]

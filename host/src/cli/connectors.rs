@@ -177,8 +177,8 @@ fn webhook(c: &Value) -> String {
         .unwrap_or_else(|| "-".to_string())
 }
 
-/// A connector as `connectors get` shows it: its fields, then its tools.
-fn describe(c: &Value) -> String {
+/// A connector as `connectors get` and `inspect` show it: its fields, then its tools.
+pub(crate) fn describe(c: &Value) -> String {
     let hosts: Vec<String> = c
         .get("allowedHosts")
         .and_then(Value::as_array)
@@ -218,10 +218,11 @@ fn describe(c: &Value) -> String {
         }
     };
     format!(
-        "connector:     {}\nnamespace:     {}\nname:          {}\nversion:       {}\ndigest:        {}\nwebhook:       {}\nallowed hosts: {}\nconfig:        {} (--json for the schema)\n\n{}",
+        "connector:     {}\nnamespace:     {}\nname:          {}\nworld:         {}\nversion:       {}\ndigest:        {}\nwebhook:       {}\nallowed hosts: {}\nconfig:        {} (--json for the schema)\n\n{}",
         field(c, "slug"),
         field(c, "toolNamespace"),
         field(c, "displayName"),
+        field(c, "world"),
         field(c, "version"),
         field(c, "digest"),
         webhook(c),

@@ -14,6 +14,7 @@ use rustix::fs::{Mode, OFlags};
 use serde_json::{Map, Value};
 
 use super::client::Client;
+use super::output::{self, OutputArgs};
 use super::CliError;
 
 /// How `--env` prints the variables.
@@ -30,13 +31,13 @@ pub enum EnvFormat {
 /// `context`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  connector-host context ada                         # the JSON answer\n  connector-host context ada --env                   # NAME='value' lines: eval \"$(connector-host context ada --env)\"\n  connector-host context ada --env --format dotenv   # NAME=\"value\" lines for an env file\n  connector-host context ada --write-files DIR       # writes .spring/connectors/<slug>/... under DIR (a placeholder)"
+    after_help = "Examples:\n  connector-host context ada                         # the env vars and files as tables (--json: the answer)\n  connector-host context ada --env                   # NAME='value' lines: eval \"$(connector-host context ada --env)\"\n  connector-host context ada --env --format dotenv   # NAME=\"value\" lines for an env file\n  connector-host context ada --write-files DIR       # writes .spring/connectors/<slug>/... under DIR (a placeholder)"
 )]
 pub struct ContextArgs {
     /// The agent.
     #[arg(value_name = "AGENT")]
     pub agent: String,
-    /// Print the env vars instead of the JSON answer.
+    /// Print the env vars for a shell (or --format) instead of the tables.
     #[arg(long)]
     pub env: bool,
     /// How `--env` prints them.
@@ -48,11 +49,11 @@ pub struct ContextArgs {
 }
 
 /// Runs `context`.
-pub fn run(client: &Client, args: ContextArgs) -> Result<(), CliError> {
+pub fn run(client: &Client, args: ContextArgs, out: OutputArgs) -> Result<(), CliError> {
     let reply = client.get(&["agents", &args.agent, "runtime-context"], &[])?;
     let body = reply.body.unwrap_or(Value::Null);
     if !args.env && args.write_files.is_none() {
-        super::print_json(&body);
+        output::show(out, &body, || tables(&body));
         return Ok(());
     }
     if args.env {
@@ -67,6 +68,38 @@ pub fn run(client: &Client, args: ContextArgs) -> Result<(), CliError> {
         )?;
     }
     Ok(())
+}
+
+/// The context as two tables: env vars with their values (cut to one short line), and
+/// files with their sizes.
+fn tables(body: &Value) -> String {
+    let env: Vec<[String; 2]> = body
+        .get("env")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(name, value)| {
+            let value = value
+                .as_str()
+                .map_or_else(|| value.to_string(), str::to_string);
+            [output::cell(name), output::cut(&output::cell(&value), 60)]
+        })
+        .collect();
+    let files: Vec<[String; 2]> = body
+        .get("files")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|f| {
+            let bytes = f.get("content").and_then(Value::as_str).map_or(0, str::len);
+            [output::field(f, "path"), bytes.to_string()]
+        })
+        .collect();
+    format!(
+        "{}\n{}",
+        output::table(["ENV", "VALUE"], &env, "(no env vars)"),
+        output::table(["FILE", "BYTES"], &files, "(no files)")
+    )
 }
 
 /// The env vars in `format`. A name that is not `[A-Za-z_][A-Za-z0-9_]*` is refused.
@@ -234,6 +267,22 @@ mod tests {
             "x LD_PRELOAD=/e.so 'q'"
         );
         assert_eq!(shell_quote("plain"), "'plain'");
+    }
+
+    #[test]
+    fn the_default_is_two_tables() {
+        let body = json!({
+            "env": {"SPRING_CONNECTOR_ACME_GREETING": "hi\u{1b}[2J"},
+            "files": [{"path": ".spring/connectors/acme/a.txt", "content": "hello"}]
+        });
+        assert_eq!(
+            tables(&body),
+            "ENV                             VALUE\nSPRING_CONNECTOR_ACME_GREETING  hi\\u{1b}[2J\n\nFILE                           BYTES\n.spring/connectors/acme/a.txt  5\n"
+        );
+        assert_eq!(
+            tables(&json!({"env": {}, "files": []})),
+            "(no env vars)\n\n(no files)\n"
+        );
     }
 
     #[test]

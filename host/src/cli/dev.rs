@@ -212,7 +212,7 @@ async fn reload(
             secrets: Vec::new(),
         };
         say(&format!("call {} {}:", call[0], call[1]));
-        if let Err(e) = super::call::run_local(call_args).await {
+        if let Err(e) = super::call::run_local(call_args, Default::default()).await {
             super::print_out(&format!("{}\n", indent(&e.message)));
         }
     }

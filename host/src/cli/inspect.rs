@@ -6,14 +6,17 @@ use std::sync::Arc;
 
 use clap::Args;
 
+use super::output::OutputArgs;
 use super::CliError;
 use connector_core::registry::{ConnectorRegistry, InstallError, InstalledConnector};
 use connector_runtime::{ConnectorRuntime, GuestLimits, RuntimeOptions};
 
 pub(crate) const HELP: &str = "\
 Runs the same checks as installing into a host (component world, naming rules, schemas),
-without a host. Prints the `Connector` JSON on success; on failure prints the error, the
-rule it broke and the offending id, and exits with 1.
+without a host. On success prints the connector as `connectors get` does (slug, namespace,
+world, version, digest, webhook scheme, allowed hosts, config fields, its tools); --json
+prints the `Connector` JSON. On failure prints the error, the rule it broke and the
+offending id, and exits with 1.
 
 Example (FILE.wasm stands for your component file):
   connector-host inspect FILE.wasm";
@@ -27,15 +30,21 @@ pub struct InspectArgs {
 }
 
 /// Runs `inspect`.
-pub async fn run(args: InspectArgs) -> Result<(), CliError> {
+pub async fn run(args: InspectArgs, out: OutputArgs) -> Result<(), CliError> {
     let bytes = read_component(&args.file)?;
     let registry = local_registry()?;
     let connector = prepare(&registry, &bytes).await?;
-    // Serialised straight from the struct: fields in the contract's order.
-    let json = serde_json::to_string_pretty(connector.info()).map_err(|e| {
+    let unrenderable = |e: serde_json::Error| {
         CliError::failed(format!("could not render the connector description: {e}"))
-    })?;
-    super::print_out(&format!("{}\n", super::json_for_terminals(&json)));
+    };
+    if out.json {
+        // Serialised straight from the struct: fields in the contract's order.
+        let json = serde_json::to_string_pretty(connector.info()).map_err(unrenderable)?;
+        super::print_out(&format!("{}\n", super::json_for_terminals(&json)));
+    } else {
+        let info = serde_json::to_value(connector.info()).map_err(unrenderable)?;
+        super::print_out(&super::connectors::describe(&info));
+    }
     Ok(())
 }
 

@@ -72,8 +72,9 @@ Examples (FILE.wasm and MANIFEST.yaml stand for your own files):
   connector-host call ada acme.echo '{\"message\": \"hi\"}'
   connector-host units list
 
-Output: a table or a one-line summary; --json prints the full JSON answer, and --raw the one
-value where there is one (agents token, connectors install).
+Output: a table or a one-line summary (call: the tool's result as text, the outcome on
+stderr); --json prints the full JSON answer, and --raw the one value where there is one
+(agents token, connectors install).
 Exit codes: 0 success, 1 the request or call failed, 2 bad usage or unreadable input.";
 
 /// `connector-host`.
@@ -124,7 +125,7 @@ pub enum Command {
     #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),
 
-    /// Load a component locally and print its `Connector` description as JSON
+    /// Load a component locally and describe it (--json: its `Connector` JSON)
     #[command(after_help = inspect::HELP)]
     Inspect(inspect::InspectArgs),
 
@@ -293,11 +294,11 @@ pub fn run_remote(
         Command::Tools(args) => tools::list(&client, args, out),
         Command::Grant(args) => tools::grant(&client, args, out),
         Command::Revoke(args) => tools::revoke(&client, args, out),
-        Command::Call(args) => call::run_remote(&client, args),
+        Command::Call(args) => call::run_remote(&client, args, out),
         Command::Connectors(cmd) => connectors::run(&client, cmd, out),
         Command::Messages(args) => messages::run(&client, args, out),
         Command::Audit(args) => audit::run(&client, args, out),
-        Command::Context(args) => context::run(&client, args),
+        Command::Context(args) => context::run(&client, args, out),
         Command::Mcp(args) => mcp::run(remote, args),
         Command::Serve(_)
         | Command::Inspect(_)

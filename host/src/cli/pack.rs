@@ -48,7 +48,8 @@ pub struct PackArgs {
     #[arg(value_name = "TOOL.yaml")]
     pub manifest: PathBuf,
 
-    /// Where to write the component [default: the manifest's path with `.wasm`].
+    /// Where to write the component (its folder is created when missing) [default: the
+    /// manifest's path with `.wasm`].
     #[arg(short = 'o', long, value_name = "TOOL.wasm")]
     pub output: Option<PathBuf>,
 
@@ -138,6 +139,8 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     let tmp = dir.join(format!(".{name}.{}.{nanos}.tmp", std::process::id()));
+    // `-o build/x.wasm` makes `build/`, as a compiler's output flag would.
+    std::fs::create_dir_all(&dir)?;
     let result = (|| {
         let mut file = std::fs::OpenOptions::new()
             .write(true)

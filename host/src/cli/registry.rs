@@ -23,9 +23,10 @@ plain HTTP, any other over HTTPS unless --insecure.
 Prints the pinned reference (oci://registry/repository@sha256:...); --raw prints only the
 manifest digest.
 
-Examples:
+Examples (FILE.wasm is your component, REGISTRY a registry such as 127.0.0.1:5000, OWNER your
+GitHub account):
   connector-host keygen
-  connector-host push FILE.wasm oci://127.0.0.1:5000/acme/echo:v1 --sign cosign.key
+  connector-host push FILE.wasm oci://REGISTRY/acme/echo:v1 --sign cosign.key
   connector-host push FILE.wasm oci://ghcr.io/OWNER/echo:v1 --username OWNER --password-env GHCR_TOKEN";
 
 pub const KEYGEN_HELP: &str = "\

@@ -52,8 +52,8 @@ mod writer;
 use connector_model::audit::{AuditAnchor, AuditEntry, AuditRecord};
 use connector_model::provenance::connector_provenance;
 use connector_model::records::{
-    AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, GrantRecord,
-    ImageToolsRecord, MessageRecord, Snapshot, Subject, UnitRecord,
+    AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus,
+    GrantRecord, ImageToolsRecord, MessageRecord, Snapshot, Subject, UnitRecord,
 };
 use connector_store::rows;
 use connector_store::{
@@ -1568,6 +1568,44 @@ impl DeliveryQueue for PostgresStore {
             .map_err(|e| map_err("deliveries_of", e))?;
         rows.iter().map(|r| rows::delivery(&Pg(r))).collect()
     }
+
+    async fn deliveries_with_status(
+        &self,
+        connector: &str,
+        status: DeliveryStatus,
+        after: Option<(i64, &str)>,
+        limit: u32,
+    ) -> StoreResult<Vec<DeliveryRecord>> {
+        let db = |e| map_err("deliveries_with_status", e);
+        let conn = self.conn("deliveries_with_status").await?;
+        let columns = DELIVERY_COLUMNS.replace(" body,", " ''::bytea AS body,");
+        let (status, limit) = (status.as_str(), i64::from(limit));
+        let found = match after {
+            None => {
+                conn.query(
+                    &format!(
+                        "SELECT {columns} FROM deliveries WHERE connector = $1 AND status = $2
+                         ORDER BY received_unix DESC, delivery_id DESC LIMIT $3"
+                    ),
+                    &[&connector, &status, &limit],
+                )
+                .await
+            }
+            Some((at, id)) => {
+                conn.query(
+                    &format!(
+                        "SELECT {columns} FROM deliveries WHERE connector = $1 AND status = $2
+                           AND (received_unix, delivery_id) < ($3, $4)
+                         ORDER BY received_unix DESC, delivery_id DESC LIMIT $5"
+                    ),
+                    &[&connector, &status, &at, &id, &limit],
+                )
+                .await
+            }
+        }
+        .map_err(db)?;
+        found.iter().map(|r| rows::delivery(&Pg(r))).collect()
+    }
 }
 
 #[async_trait]
@@ -1587,6 +1625,30 @@ impl InboxStore for PostgresStore {
         let stmt = conn.prepare_cached(&sql).await.map_err(db)?;
         let found = conn
             .query(&stmt, &[&unit_id, &after, &i64::from(limit)])
+            .await
+            .map_err(db)?;
+        found.iter().map(|r| rows::message(&Pg(r))).collect()
+    }
+
+    async fn messages_newest_first(
+        &self,
+        unit_id: &str,
+        before: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<MessageRecord>> {
+        let db = |e| map_err("messages_newest_first", e);
+        let conn = self.conn("messages_newest_first").await?;
+        // The (unit_id, seq) index read backwards from `before`.
+        let sql = format!(
+            "SELECT {} FROM messages WHERE unit_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3",
+            rows::MESSAGE_COLUMNS
+        );
+        let stmt = conn.prepare_cached(&sql).await.map_err(db)?;
+        let found = conn
+            .query(
+                &stmt,
+                &[&unit_id, &before.unwrap_or(i64::MAX), &i64::from(limit)],
+            )
             .await
             .map_err(db)?;
         found.iter().map(|r| rows::message(&Pg(r))).collect()

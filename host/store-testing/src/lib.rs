@@ -96,6 +96,8 @@ macro_rules! store_conformance_tests {
             shared_secret_first_writer_wins
             nul_characters_in_free_text_do_not_fail_a_write
             deliveries_of_lists_one_connectors_newest_first
+            deliveries_with_status_page_newest_first_past_any_other_status
+            inboxes_read_newest_first_by_cursor
             audited_writes_and_appends_form_one_chain
             a_failed_audited_write_leaves_no_record
             concurrent_appends_through_two_handles_form_one_chain
@@ -1916,6 +1918,148 @@ pub async fn deliveries_of_lists_one_connectors_newest_first(factory: &dyn Store
         ["d2", "d3"]
     );
     assert!(store.deliveries_of("nobody", 10).await.unwrap().is_empty());
+}
+
+pub async fn deliveries_with_status_page_newest_first_past_any_other_status(
+    factory: &dyn StoreFactory,
+) {
+    let store = factory.open().await;
+    // Failed ones among many newer pending ones; d7 and d8 at the same second.
+    let failed = [
+        ("d2", 1_002),
+        ("d4", 1_004),
+        ("d5", 1_005),
+        ("d7", 1_007),
+        ("d8", 1_007),
+    ];
+    for (id, at) in failed {
+        assert!(store
+            .insert_delivery(&delivery(id, at), 60, &claim("a", at + 30))
+            .await
+            .unwrap());
+        store.fail_delivery("acme", id, "boom").await.unwrap();
+    }
+    for n in 0..20 {
+        let id = format!("p{n:02}");
+        assert!(store
+            .insert_delivery(&delivery(&id, 2_000 + n), 60, &claim("a", 3_000))
+            .await
+            .unwrap());
+    }
+    let elsewhere = DeliveryRecord {
+        connector: "other".into(),
+        ..delivery("d9", 1_006)
+    };
+    assert!(store
+        .insert_delivery(&elsewhere, 60, &claim("a", 1_036))
+        .await
+        .unwrap());
+    store.fail_delivery("other", "d9", "boom").await.unwrap();
+
+    let all = store
+        .deliveries_with_status("acme", DeliveryStatus::Failed, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(&all), ["d8", "d7", "d5", "d4", "d2"]);
+    assert!(all
+        .iter()
+        .all(|d| d.body.is_empty() && d.status == DeliveryStatus::Failed));
+    assert_eq!(all[0].error.as_deref(), Some("boom"));
+    // Page by page, the same order, the tie included.
+    let first = store
+        .deliveries_with_status("acme", DeliveryStatus::Failed, None, 1)
+        .await
+        .unwrap();
+    assert_eq!(ids(&first), ["d8"]);
+    let second = store
+        .deliveries_with_status("acme", DeliveryStatus::Failed, Some((1_007, "d8")), 2)
+        .await
+        .unwrap();
+    assert_eq!(ids(&second), ["d7", "d5"]);
+    let last = store
+        .deliveries_with_status("acme", DeliveryStatus::Failed, Some((1_005, "d5")), 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(&last), ["d4", "d2"]);
+    assert!(store
+        .deliveries_with_status("acme", DeliveryStatus::Failed, Some((1_002, "d2")), 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let pending = store
+        .deliveries_with_status("acme", DeliveryStatus::Pending, None, 3)
+        .await
+        .unwrap();
+    assert_eq!(ids(&pending), ["p19", "p18", "p17"]);
+    assert!(store
+        .deliveries_with_status("acme", DeliveryStatus::Done, None, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        ids(&store
+            .deliveries_with_status("other", DeliveryStatus::Failed, None, 10)
+            .await
+            .unwrap()),
+        ["d9"]
+    );
+}
+
+pub async fn inboxes_read_newest_first_by_cursor(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    assert!(store
+        .insert_delivery(&delivery("d1", 1_000), 60, &claim("a", 1_060))
+        .await
+        .unwrap());
+    let messages: Vec<MessageRecord> = ["m1", "m2", "m3", "m4", "m5"]
+        .iter()
+        .map(|id| message(id, "team", "d1"))
+        .chain([message("r1", "root", "d1")])
+        .collect();
+    let stored = store
+        .complete_delivery("acme", "d1", &messages, &["team".into(), "root".into()])
+        .await
+        .unwrap()
+        .expect("stored");
+    let team: Vec<i64> = stored
+        .iter()
+        .filter(|m| m.unit_id == "team")
+        .map(|m| m.seq)
+        .rev()
+        .collect();
+    let seqs = |page: &[MessageRecord]| page.iter().map(|m| m.seq).collect::<Vec<_>>();
+
+    let newest = store.messages_newest_first("team", None, 10).await.unwrap();
+    assert_eq!(seqs(&newest), team);
+    assert_eq!(newest[0].id, "m5");
+    assert_eq!(newest[0], stored[4]);
+    let first = store.messages_newest_first("team", None, 2).await.unwrap();
+    assert_eq!(seqs(&first), team[..2]);
+    let next = store
+        .messages_newest_first("team", Some(first[1].seq), 2)
+        .await
+        .unwrap();
+    assert_eq!(seqs(&next), team[2..4]);
+    let rest = store
+        .messages_newest_first("team", Some(next[1].seq), 2)
+        .await
+        .unwrap();
+    assert_eq!(seqs(&rest), team[4..]);
+    assert!(store
+        .messages_newest_first("team", Some(team[4]), 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let root = store.messages_newest_first("root", None, 10).await.unwrap();
+    assert_eq!(
+        root.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(),
+        ["r1"]
+    );
+    assert!(store
+        .messages_newest_first("nobody", None, 10)
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 // ----- the audit log ------------------------------------------------------------------

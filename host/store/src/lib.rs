@@ -19,8 +19,8 @@ pub mod sqlite;
 use async_trait::async_trait;
 use connector_model::audit::{AuditAnchor, AuditEntry, AuditRecord};
 use connector_model::records::{
-    AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, GrantRecord,
-    ImageToolsRecord, MessageRecord, Snapshot, Subject, UnitRecord,
+    AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus,
+    GrantRecord, ImageToolsRecord, MessageRecord, Snapshot, Subject, UnitRecord,
 };
 
 /// Which unfinished deliveries [`DeliveryQueue::claim_deliveries`] takes.
@@ -401,6 +401,18 @@ pub trait DeliveryQueue: Send + Sync + 'static {
     /// The deliveries stored for `connector`, newest first, at most `limit`, for the
     /// operator to look at: bodies are left out (an empty `body`), whatever their size.
     async fn deliveries_of(&self, connector: &str, limit: u32) -> StoreResult<Vec<DeliveryRecord>>;
+    /// The deliveries stored for `connector` with `status`, newest first (by received
+    /// time, then delivery id, descending), at most `limit`, bodies left out as in
+    /// [`DeliveryQueue::deliveries_of`]. `after` is the `(received_unix, delivery_id)` of
+    /// the last delivery of the previous page: this page holds the ones after it in that
+    /// order. However many deliveries of other statuses there are, none is skipped.
+    async fn deliveries_with_status(
+        &self,
+        connector: &str,
+        status: DeliveryStatus,
+        after: Option<(i64, &str)>,
+        limit: u32,
+    ) -> StoreResult<Vec<DeliveryRecord>>;
 }
 
 /// Commits and the writes they held, since the store handle was opened.
@@ -422,6 +434,16 @@ pub trait InboxStore: Send + Sync + 'static {
         &self,
         unit_id: &str,
         after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<MessageRecord>>;
+
+    /// A unit's messages with cursor less than `before` (every one when `None`), newest
+    /// first, at most `limit`: an inbox's newest page, and the pages before it, read
+    /// from the unit's index without the older messages.
+    async fn messages_newest_first(
+        &self,
+        unit_id: &str,
+        before: Option<i64>,
         limit: u32,
     ) -> StoreResult<Vec<MessageRecord>>;
 

@@ -36,6 +36,20 @@ export default connector({
       },
     }),
     tool({
+      name: "post",
+      description: "POSTs a JSON body to a URL; answers its status and body.",
+      input: z.object({ url: z.string(), body: z.string() }),
+      hints: { openWorld: true },
+      run: async ({ url, body }) => {
+        const response = await fetch(url, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body,
+        });
+        return { status: response.status, body: await response.text() };
+      },
+    }),
+    tool({
       name: "secret_value",
       description: "Reads a secret by name.",
       input: z.object({ name: z.string() }),

@@ -37,6 +37,13 @@ def fetch(url: str) -> dict:
     return {"status": response.status, "body": response.text()}
 
 
+@probe.tool(open_world=True)
+def post(url: str, body: str) -> dict:
+    """POSTs a JSON body to a URL; answers its status and body."""
+    response = http.post(url, body, {"content-type": "application/json"})
+    return {"status": response.status, "body": response.text()}
+
+
 @probe.tool()
 def secret_value(name: str) -> dict:
     """Reads a secret by name."""

@@ -6,6 +6,7 @@
 //! counter that invalidates the resolver's cache.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
 
 use connector_model::provenance::connector_provenance;
 use connector_model::records::{
@@ -16,8 +17,14 @@ use connector_model::records::{
 #[derive(Debug, Default, Clone)]
 pub struct Directory {
     units: HashMap<String, UnitRecord>,
+    /// Unit ids, sorted: list pages read a range of it instead of sorting every unit.
+    unit_ids: BTreeSet<String>,
     children: HashMap<String, usize>,
     agents: HashMap<String, AgentRecord>,
+    /// Agent ids, sorted (as `unit_ids`).
+    agent_ids: BTreeSet<String>,
+    /// unit → how many agents have it among their units.
+    members: HashMap<String, usize>,
     /// unit → connector slug → binding (a unit's bindings in slug order).
     bindings: HashMap<String, BTreeMap<String, BindingRecord>>,
     grants: HashMap<Subject, Vec<GrantRecord>>,
@@ -100,6 +107,7 @@ impl Directory {
         if let Some(p) = &unit.parent {
             *self.children.entry(p.clone()).or_default() += 1;
         }
+        self.unit_ids.insert(unit.id.clone());
         self.units.insert(unit.id.clone(), unit);
     }
 
@@ -109,6 +117,8 @@ impl Directory {
         for agent in self.agents.values_mut() {
             agent.units.retain(|u| u != id);
         }
+        self.members.remove(id);
+        self.unit_ids.remove(id);
         if let Some(old) = self.units.remove(id) {
             if let Some(p) = &old.parent {
                 if let Some(n) = self.children.get_mut(p) {
@@ -124,9 +134,51 @@ impl Directory {
         self.grants.remove(&Subject::Unit(id.to_string()));
     }
 
-    /// Every agent (unordered).
+    /// Every unit, in no order.
     pub fn units(&self) -> impl Iterator<Item = &UnitRecord> {
         self.units.values()
+    }
+
+    /// The units whose id sorts after `after` (every unit when `None`), in id order,
+    /// read from the sorted index as far as the caller takes.
+    pub fn units_after<'a>(
+        &'a self,
+        after: Option<&'a str>,
+    ) -> impl Iterator<Item = &'a UnitRecord> + 'a {
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.unit_ids
+            .range::<str, _>((from, Bound::Unbounded))
+            .filter_map(|id| self.units.get(id))
+    }
+
+    /// The agents whose id sorts after `after` (every agent when `None`), in id order.
+    pub fn agents_after<'a>(
+        &'a self,
+        after: Option<&'a str>,
+    ) -> impl Iterator<Item = &'a AgentRecord> + 'a {
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.agent_ids
+            .range::<str, _>((from, Bound::Unbounded))
+            .filter_map(|id| self.agents.get(id))
+    }
+
+    /// How many agents have `unit` among their units.
+    pub fn member_count(&self, unit: &str) -> usize {
+        self.members.get(unit).copied().unwrap_or(0)
+    }
+
+    /// Counts `agent`'s units in or out of [`Directory::member_count`].
+    fn count_members(&mut self, agent: &AgentRecord, counted: bool) {
+        for u in &agent.units {
+            if counted {
+                *self.members.entry(u.clone()).or_default() += 1;
+            } else if let Some(n) = self.members.get_mut(u) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.members.remove(u);
+                }
+            }
+        }
     }
 
     /// Every agent, in no order.
@@ -136,12 +188,20 @@ impl Directory {
 
     /// Adds or replaces an agent.
     pub fn put_agent(&mut self, agent: AgentRecord) {
+        if let Some(old) = self.agents.remove(&agent.id) {
+            self.count_members(&old, false);
+        }
+        self.count_members(&agent, true);
+        self.agent_ids.insert(agent.id.clone());
         self.agents.insert(agent.id.clone(), agent);
     }
 
     /// Removes an agent with its grants and image tools.
     pub fn remove_agent(&mut self, id: &str) {
-        self.agents.remove(id);
+        if let Some(old) = self.agents.remove(id) {
+            self.count_members(&old, false);
+        }
+        self.agent_ids.remove(id);
         self.grants.remove(&Subject::Agent(id.to_string()));
         self.image_tools.remove(id);
     }
@@ -308,5 +368,81 @@ impl Directory {
     /// Sets an agent's image tools.
     pub fn put_image_tools(&mut self, record: ImageToolsRecord) {
         self.image_tools.insert(record.agent_id.clone(), record);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit(id: &str) -> UnitRecord {
+        UnitRecord {
+            id: id.into(),
+            parent: None,
+            display_name: None,
+            created_at: String::new(),
+        }
+    }
+
+    fn agent(id: &str, units: &[String]) -> AgentRecord {
+        AgentRecord {
+            id: id.into(),
+            units: units.to_vec(),
+            display_name: None,
+            created_at: String::new(),
+            token_epoch: String::new(),
+        }
+    }
+
+    /// After any mix of puts and removes, the sorted indexes and member counts say what
+    /// sorting and counting the maps would.
+    #[test]
+    fn sorted_indexes_and_member_counts_follow_every_change() {
+        let mut d = Directory::default();
+        // A fixed pseudo-random walk (an LCG): reproducible, many orders of changes.
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = |n: u64| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) % n
+        };
+        for _ in 0..2_000 {
+            let u = format!("u{:02}", next(30));
+            let a = format!("a{:02}", next(30));
+            match next(5) {
+                0 | 1 => d.put_unit(unit(&u)),
+                2 => d.remove_unit(&u),
+                3 => {
+                    let units: Vec<String> = d
+                        .units()
+                        .map(|u| u.id.clone())
+                        .filter(|_| next(3) == 0)
+                        .collect();
+                    d.put_agent(agent(&a, &units));
+                }
+                _ => d.remove_agent(&a),
+            }
+        }
+        let mut units: Vec<&str> = d.units().map(|u| u.id.as_str()).collect();
+        units.sort_unstable();
+        let listed: Vec<&str> = d.units_after(None).map(|u| u.id.as_str()).collect();
+        assert_eq!(listed, units);
+        let cut = units[units.len() / 2];
+        let after: Vec<&str> = d.units_after(Some(cut)).map(|u| u.id.as_str()).collect();
+        assert_eq!(after, units[units.len() / 2 + 1..]);
+        let mut agents: Vec<&str> = d.agents().map(|a| a.id.as_str()).collect();
+        agents.sort_unstable();
+        let listed: Vec<&str> = d.agents_after(None).map(|a| a.id.as_str()).collect();
+        assert_eq!(listed, agents);
+        assert!(d.units_after(Some("u99")).next().is_none());
+        for u in &units {
+            let counted = d
+                .agents()
+                .filter(|a| a.units.iter().any(|x| x == u))
+                .count();
+            assert_eq!(d.member_count(u), counted, "{u}");
+        }
+        assert_eq!(d.member_count("gone"), 0);
     }
 }

@@ -1594,6 +1594,45 @@ impl DeliveryQueue for SqliteStore {
         })
         .await
     }
+
+    async fn deliveries_with_status(
+        &self,
+        connector: &str,
+        status: DeliveryStatus,
+        after: Option<(i64, &str)>,
+        limit: u32,
+    ) -> StoreResult<Vec<DeliveryRecord>> {
+        let connector = connector.to_owned();
+        let after = after.map(|(at, id)| (at, id.to_owned()));
+        self.write("deliveries_with_status", move |tx| {
+            let columns = rows::DELIVERY_COLUMNS.replace(" body,", " X'' AS body,");
+            let limit = i64::from(limit);
+            match &after {
+                None => select_all(
+                    tx,
+                    "deliveries_with_status",
+                    &format!(
+                        "SELECT {columns} FROM deliveries WHERE connector = ?1 AND status = ?2
+                         ORDER BY received_unix DESC, delivery_id DESC LIMIT ?3"
+                    ),
+                    params![connector, status.as_str(), limit],
+                    |r| rows::delivery(r),
+                ),
+                Some((at, id)) => select_all(
+                    tx,
+                    "deliveries_with_status",
+                    &format!(
+                        "SELECT {columns} FROM deliveries WHERE connector = ?1 AND status = ?2
+                           AND (received_unix < ?3 OR (received_unix = ?3 AND delivery_id < ?4))
+                         ORDER BY received_unix DESC, delivery_id DESC LIMIT ?5"
+                    ),
+                    params![connector, status.as_str(), at, id, limit],
+                    |r| rows::delivery(r),
+                ),
+            }
+        })
+        .await
+    }
 }
 
 #[async_trait]
@@ -1623,6 +1662,37 @@ impl InboxStore for SqliteStore {
         .await
         .map_err(|e| {
             StoreError::Unavailable(format!("messages: the database task did not finish: {e}"))
+        })?
+    }
+
+    async fn messages_newest_first(
+        &self,
+        unit_id: &str,
+        before: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<MessageRecord>> {
+        let unit_id = unit_id.to_owned();
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            let conn = inner.conn.lock();
+            // `messages_by_unit (unit_id, seq)` read backwards from `before`.
+            let sql = format!(
+                "SELECT {} FROM messages WHERE unit_id = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
+                rows::MESSAGE_COLUMNS
+            );
+            select_all(
+                &conn,
+                "messages_newest_first",
+                &sql,
+                params![unit_id, before.unwrap_or(i64::MAX), limit],
+                |r| rows::message(r),
+            )
+        })
+        .await
+        .map_err(|e| {
+            StoreError::Unavailable(format!(
+                "messages_newest_first: the database task did not finish: {e}"
+            ))
         })?
     }
 
