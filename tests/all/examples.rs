@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use integration_tests::guests;
 use integration_tests::harness::{
-    host_binary, now_unix, send_standard_webhook, ServerProcess, OPERATOR_TOKEN,
+    example_shell, host_binary, now_unix, send_standard_webhook, ServerProcess,
 };
 use integration_tests::registry::Registry;
 
@@ -34,13 +34,14 @@ const README: &str = include_str!("../../README.md");
 /// Examples not run, by the text they start with, and why.
 const NOT_RUN: &[(&str, &str)] = &[
     (
-        "connector-host serve",
-        "starts a host in the foreground on the default address 127.0.0.1:8787, which another \
-         test may hold (the examples run against a serve on a free port)",
+        "connector-host serve --config /etc/connector-host/host.toml",
+        "reads /etc/connector-host/host.toml, a system file the test cannot own (the bare \
+         `connector-host serve` example runs)",
     ),
     (
         "CONNECTOR_HOST_GITHUB_WEBHOOK_SECRET=",
-        "starts a host in the foreground on 127.0.0.1:8787 (as above)",
+        "keeps its data in /var/lib/connector-host, a system folder the test cannot own (the \
+         bare `connector-host serve` example runs)",
     ),
     (
         "connector-host dev COMPONENT",
@@ -98,7 +99,17 @@ const FOREGROUND: &[(&str, &str, &str)] = &[
         r#""result""#,
     ),
     ("connector-host dev FILE.wasm", "", "loaded"),
+    // On the default address, 127.0.0.1:8787, which no test holds; it says where it
+    // listens on stderr (see `ON_STDERR`).
+    (
+        "connector-host serve",
+        "",
+        "connector-host listening on http://127.0.0.1:8787",
+    ),
 ];
+
+/// Foreground examples whose first line is on stderr: `serve` keeps stdout for nothing.
+const ON_STDERR: &[&str] = &["connector-host serve"];
 
 /// The manifests `pack` examples name: the examples folder's `github-pr` (also as
 /// `MANIFEST.yaml`), and two small ones.
@@ -251,40 +262,14 @@ fn tool_home(var: &str, folder: &str) -> std::path::PathBuf {
     )
 }
 
-/// The scaffold tests' shared cargo folder, `target/scaffold`.
-fn scaffold_build_dir() -> std::path::PathBuf {
-    host_binary()
-        .parent()
-        .and_then(Path::parent)
-        .expect("the target directory")
-        .join("scaffold")
-}
-
-/// `sh -c LINE` in `dir`, with the host binary first on PATH and `dir` as HOME.
+/// `sh -c LINE` in `dir` (see [`example_shell`]), with `dir` as HOME.
 fn sh_command(dir: &Path, url: &str, line: &str) -> Command {
-    let bin_dir = host_binary().parent().expect("bin dir").to_path_buf();
-    let path = format!(
-        "{}:{}",
-        bin_dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg(line)
-        .current_dir(dir)
-        .env("PATH", path)
-        .env("HOME", dir)
+    let mut cmd = example_shell(dir, url, line);
+    cmd.env("HOME", dir)
         // rustup and cargo keep their homes (toolchains, the registry cache) under the
         // real HOME.
         .env("RUSTUP_HOME", tool_home("RUSTUP_HOME", ".rustup"))
-        .env("CARGO_HOME", tool_home("CARGO_HOME", ".cargo"))
-        // `new` builds the crate: its intermediate files go where tests/all/scaffold.rs
-        // builds (dependencies compile once), from the local registry cache.
-        .env("CARGO_BUILD_BUILD_DIR", scaffold_build_dir())
-        .env("CARGO_NET_OFFLINE", "true")
-        .env("CONNECTOR_HOST_URL", url)
-        .env("CONNECTOR_HOST_OPERATOR_TOKEN", OPERATOR_TOKEN)
-        .env("RUST_LOG", "error");
+        .env("CARGO_HOME", tool_home("CARGO_HOME", ".cargo"));
     cmd
 }
 
@@ -293,9 +278,15 @@ fn sh(dir: &Path, url: &str, line: &str) -> std::process::Output {
 }
 
 /// Runs an example that stays in the foreground (`exec`, so stopping it stops the
-/// command), writes `input` to its stdin, and returns its first line of stdout (or why
-/// there was none within 60 s). It is stopped then.
-fn first_line(dir: &Path, url: &str, line: &str, input: &str) -> Result<String, String> {
+/// command), writes `input` to its stdin, and returns its first line of stdout (of stderr
+/// with `on_stderr`), or why there was none within 60 s. It is stopped then.
+fn first_line(
+    dir: &Path,
+    url: &str,
+    line: &str,
+    input: &str,
+    on_stderr: bool,
+) -> Result<String, String> {
     let mut child = sh_command(dir, url, &format!("exec {line}"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -306,11 +297,15 @@ fn first_line(dir: &Path, url: &str, line: &str, input: &str) -> Result<String, 
     if !input.is_empty() {
         writeln!(stdin, "{input}").expect("write stdin");
     }
-    let stdout = child.stdout.take().expect("stdout");
+    let read: Box<dyn std::io::Read + Send> = if on_stderr {
+        Box::new(child.stderr.take().expect("stderr"))
+    } else {
+        Box::new(child.stdout.take().expect("stdout"))
+    };
     let (send, lines) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut first = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut first);
+        let _ = BufReader::new(read).read_line(&mut first);
         let _ = send.send(first);
     });
     let first = lines.recv_timeout(Duration::from_secs(60));
@@ -444,7 +439,15 @@ async fn every_example_runs_as_written() {
             if let Some((_, input, expect)) =
                 FOREGROUND.iter().find(|(p, _, _)| line.starts_with(p))
             {
-                let first = first_line(d, &url, &line, input)
+                let on_stderr = ON_STDERR.iter().any(|p| line.starts_with(p));
+                if on_stderr && std::net::TcpListener::bind("127.0.0.1:8787").is_err() {
+                    integration_tests::harness::skip_or_fail::<()>(
+                        &format!("the example `{line}`"),
+                        "127.0.0.1:8787, its default address, is taken on this machine",
+                    );
+                    continue;
+                }
+                let first = first_line(d, &url, &line, input, on_stderr)
                     .unwrap_or_else(|why| panic!("the example `{line}` failed: {why}"));
                 assert!(
                     first.contains(expect),

@@ -13,11 +13,11 @@
 //! run here are in [`NOT_RUN`] with the reason.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use integration_tests::harness::{host_binary, ServerProcess, OPERATOR_TOKEN};
+use integration_tests::harness::{example_shell, ServerProcess};
 use integration_tests::registry::Registry;
 
 const GUIDE: &str = include_str!("../../docs/writing-a-connector.md");
@@ -96,34 +96,8 @@ fn promised_output() -> serde_json::Value {
     serde_json::from_str(&rest[start..end]).expect("the promised output is JSON")
 }
 
-/// The scaffold's shared cargo folder (as `scaffold.rs` names it).
-fn scaffold_target_dir() -> PathBuf {
-    host_binary()
-        .parent()
-        .and_then(Path::parent)
-        .expect("the target directory")
-        .join("scaffold")
-}
-
 fn sh(dir: &Path, url: &str, line: &str) -> Command {
-    let bin_dir = host_binary().parent().expect("bin dir").to_path_buf();
-    let path = format!(
-        "{}:{}",
-        bin_dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg(line)
-        .current_dir(dir)
-        .env("PATH", path)
-        .env("CONNECTOR_HOST_URL", url)
-        .env("CONNECTOR_HOST_OPERATOR_TOKEN", OPERATOR_TOKEN)
-        .env_remove("CARGO_TARGET_DIR")
-        .env("CARGO_BUILD_BUILD_DIR", scaffold_target_dir())
-        .env("CARGO_NET_OFFLINE", "true")
-        .env("RUST_LOG", "error");
-    cmd
+    example_shell(dir, url, line)
 }
 
 /// Runs a foreground line until a line of its stdout contains `expect` (within 300 s:

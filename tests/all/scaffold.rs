@@ -14,7 +14,7 @@ use std::time::Instant;
 use connector_testing::Harness;
 use integration_tests::guests;
 use integration_tests::harness::{
-    host_binary, machine_load_blocking, send, ServerProcess, OPERATOR_TOKEN,
+    host_binary, machine_load_blocking, scaffold_target_dir, send, ServerProcess, OPERATOR_TOKEN,
 };
 use serde_json::json;
 
@@ -32,16 +32,6 @@ fn text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
-}
-
-/// `target/scaffold`, next to the profile directory of this test run.
-fn scaffold_target_dir() -> PathBuf {
-    let bin = host_binary();
-    let target = bin
-        .parent()
-        .and_then(Path::parent)
-        .expect("the target directory");
-    target.join("scaffold")
 }
 
 fn cargo_build(dir: &Path, offline: bool) -> Output {

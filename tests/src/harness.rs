@@ -298,6 +298,41 @@ pub fn host_binary() -> PathBuf {
     bin
 }
 
+/// `target/scaffold`, beside the profile directory of this test run: where the scaffold
+/// and example tests build the crates they generate (their dependencies compile once for
+/// all of them).
+pub fn scaffold_target_dir() -> PathBuf {
+    host_binary()
+        .parent()
+        .and_then(Path::parent)
+        .expect("the target directory")
+        .join("scaffold")
+}
+
+/// `sh -c LINE` in `dir`, as someone following the documentation runs it: this run's
+/// `connector-host` first on PATH, the host at `url` with the operator token, cargo
+/// offline with its build files in [`scaffold_target_dir`], and only errors logged.
+pub fn example_shell(dir: &Path, url: &str, line: &str) -> Command {
+    let bin_dir = host_binary().parent().expect("bin dir").to_path_buf();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(line)
+        .current_dir(dir)
+        .env("PATH", path)
+        .env("CONNECTOR_HOST_URL", url)
+        .env("CONNECTOR_HOST_OPERATOR_TOKEN", OPERATOR_TOKEN)
+        .env_remove("CARGO_TARGET_DIR")
+        .env("CARGO_BUILD_BUILD_DIR", scaffold_target_dir())
+        .env("CARGO_NET_OFFLINE", "true")
+        .env("RUST_LOG", "error");
+    cmd
+}
+
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
