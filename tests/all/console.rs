@@ -1315,6 +1315,14 @@ async fn a_rotation_with_pinned_tool_changes_shows_them_and_asks_to_accept() {
     assert_eq!(r.status(), 409);
     let page = r.text().await.unwrap_or_default();
     assert!(page.contains("Tool definitions changed"), "{page}");
+    assert!(
+        !page.contains("acceptToolChanges"),
+        "the console names the API's query parameter: {page}"
+    );
+    assert!(
+        page.contains("accept them with the button under them"),
+        "{page}"
+    );
     for shown in [
         "rotor.status",
         "description",

@@ -69,6 +69,15 @@ pub fn changes_table(changes: &[Value]) -> Markup {
     }
 }
 
+/// `message` with the API's way of accepting (`?acceptToolChanges=true`) replaced by the
+/// console's (the button under the changes).
+fn in_console_words(message: &str) -> String {
+    message.replace(
+        "install again with ?acceptToolChanges=true to accept them",
+        "accept them with the button under them",
+    )
+}
+
 /// The answer to a rotation refused because it changes pinned tool definitions
 /// (`409 tool_definitions_changed`): the changes, and how to accept them.
 pub fn tool_changes_refused(
@@ -88,7 +97,7 @@ pub fn tool_changes_refused(
         Section::Connectors,
         html! {
             h1 { "Tool definitions changed" }
-            (notice("error", message))
+            (notice("error", &in_console_words(message)))
             p { "Nothing changed: the installed version still runs. A model reads these descriptions and schemas and trusts them; "
                 "this host asks before a new version changes them. Review each change:" }
             (changes_table(&changes))
