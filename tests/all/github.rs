@@ -450,3 +450,51 @@ async fn installation_tokens_and_secret_reads_are_recorded_without_their_values(
         assert!(!text.contains(&token), "a minted token is in the audit log");
     }
 }
+
+/// A credential reaches a guest only once its use is recorded (CONTRACT §9): when the
+/// audit log cannot take the record, the guest gets neither the token nor the secret, and
+/// the call says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_whose_use_cannot_be_recorded_is_not_handed_over() {
+    let (h, fake) = setup().await;
+    let refused_with = |b: &Value| {
+        b["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    // Recorded: the guest gets its credentials (whatever GitHub then answers).
+    for agent in ["dev", "writer"] {
+        let (_, b) = h
+            .call_tool(agent, "github.get_issue", json!({"number": 1}))
+            .await;
+        let m = refused_with(&b);
+        assert!(
+            !m.contains("could not record") && !m.contains("not configured on this host"),
+            "{agent}: {b}"
+        );
+    }
+    h.inject(Some(
+        connector_store_testing::faults::Fault::CredentialRecord,
+    ));
+    let (s_token, token) = h
+        .call_tool("dev", "github.get_issue", json!({"number": 1}))
+        .await;
+    let (s_secret, secret) = h
+        .call_tool("writer", "github.get_issue", json!({"number": 1}))
+        .await;
+    h.inject(None);
+    assert_eq!(s_token, 502, "{token}");
+    assert!(
+        refused_with(&token).contains("could not record this use of a credential"),
+        "{token}"
+    );
+    assert_eq!(s_secret, 502, "{secret}");
+    assert!(
+        refused_with(&secret).contains("`ci-bot` named by patSecret is not configured"),
+        "{secret}"
+    );
+    for t in fake.issued_tokens() {
+        assert!(!token.to_string().contains(&t), "{token}");
+    }
+}

@@ -148,17 +148,6 @@ impl AuditLog {
         }
     }
 
-    /// Queues `entry` without waiting for its commit. Only for what a call records while
-    /// it runs (a secret read, an installation token): the call's own record, appended
-    /// and waited for afterwards, is committed in the same group or a later one (groups
-    /// keep the queue's order), so an acknowledged call has these records too.
-    fn enqueue(&self, entry: AuditEntry) {
-        let (done, _) = oneshot::channel();
-        if self.queue.send(Pending { entry, done }).is_err() {
-            tracing::warn!("the audit log writer has stopped; a credential use goes unrecorded");
-        }
-    }
-
     /// Records that `audit`'s change was refused with `error`. A record that cannot be
     /// written is logged; the caller answers with the refusal either way.
     pub(crate) async fn refused(&self, audit: &Audit, error: &HostError) {
@@ -261,16 +250,17 @@ pub fn parse_audit_time(name: &str, text: &str) -> HostResult<String> {
 }
 
 /// The credentials guests use (CONTRACT §9: every installation token minted and secret
-/// read): one record each, its actor the caller the guest ran for, queued behind the call
-/// that made it (see [`AuditLog::enqueue`]). Names and installation ids only, never a
-/// value.
+/// read): one record each, its actor the caller the guest ran for, committed before the
+/// guest gets the credential (the runtime refuses it otherwise). Names and installation
+/// ids only, never a value.
+#[async_trait::async_trait]
 impl connector_runtime::CredentialLog for AuditLog {
-    fn record(
+    async fn record(
         &self,
         connector: &str,
         caller: &connector_runtime::Caller,
         used: connector_runtime::CredentialUse,
-    ) {
+    ) -> Result<(), String> {
         use connector_model::audit::target;
         use connector_model::ids::truncate;
         use connector_runtime::{Caller, CredentialUse};
@@ -296,6 +286,8 @@ impl connector_runtime::CredentialLog for AuditLog {
             ),
         };
         let audit = Audit::new(&actor, action, target).with_details(details);
-        self.enqueue(audit.entry(outcome));
+        self.append(audit.entry(outcome))
+            .await
+            .map_err(|e| e.message)
     }
 }

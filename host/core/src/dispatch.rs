@@ -141,8 +141,8 @@ impl ToolDispatcher {
         let span = tracing::info_span!(
             target: connector_trace::TARGET,
             "tool call",
-            agent,
-            tool,
+            agent = truncate(agent, 128).as_str(),
+            tool = truncate(tool, 256).as_str(),
             connector = tracing::field::Empty,
             digest = tracing::field::Empty,
             outcome = tracing::field::Empty,

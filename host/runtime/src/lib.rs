@@ -113,7 +113,7 @@ pub trait InstallationTokens: Send + Sync {
 
 /// One use a guest made of the host's credentials: a secret read or an installation token
 /// asked for, granted or refused (what the audit log records of it, CONTRACT §9).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum CredentialUse {
     /// `connectors.<slug>.secrets.<name>`: handed to the guest, or refused (the binding
     /// does not name it, or no such secret exists).
@@ -135,12 +135,25 @@ pub enum CredentialUse {
     },
 }
 
-/// Where the runtime reports each [`CredentialUse`], from the guest's call path: an
-/// implementation queues what it records and returns at once.
+/// Where the runtime records each [`CredentialUse`] before the guest gets what it asked
+/// for: a secret or token is handed over only once its use is recorded, and refused when
+/// it cannot be. Each distinct use is recorded once per call, and a call may make at most
+/// [`MAX_CREDENTIAL_USES_PER_CALL`] distinct ones (a guest cannot flood the record).
+#[async_trait::async_trait]
 pub trait CredentialLog: Send + Sync {
-    /// `connector`'s guest, running for `caller`, made `used`.
-    fn record(&self, connector: &str, caller: &Caller, used: CredentialUse);
+    /// Records that `connector`'s guest, running for `caller`, made `used`; `Err` says why
+    /// it could not be recorded.
+    async fn record(
+        &self,
+        connector: &str,
+        caller: &Caller,
+        used: CredentialUse,
+    ) -> Result<(), String>;
 }
+
+/// Distinct credential uses one call may make (each recorded once); further ones are
+/// refused.
+pub const MAX_CREDENTIAL_USES_PER_CALL: usize = 32;
 
 /// Settings of a [`ConnectorRuntime`].
 #[derive(Clone, Default)]
@@ -324,6 +337,8 @@ pub(crate) struct GuestState {
     secrets: Arc<BTreeMap<String, String>>,
     installation_tokens: Option<Arc<dyn InstallationTokens>>,
     credential_log: Option<Arc<dyn CredentialLog>>,
+    /// The credential uses this call has recorded (see [`CredentialLog`]).
+    recorded: std::collections::HashSet<CredentialUse>,
     caller: Caller,
     deadline: Instant,
     /// The call's CPU turn (see `share`).
@@ -454,7 +469,8 @@ impl bindings::spring::connector::host::Host for GuestState {
         self.record(CredentialUse::InstallationToken {
             installation_id,
             refused: token.as_ref().err().map(|(code, _)| *code),
-        });
+        })
+        .await?;
         token.map_err(|(_, message)| message)
     }
 
@@ -463,19 +479,38 @@ impl bindings::spring::connector::host::Host for GuestState {
         if value.is_none() {
             tracing::warn!(connector = &*self.hooks.connector, secret = %connector_model::ids::escape_controls(&name), "refused a secret the calling binding does not name");
         }
-        self.record(CredentialUse::Secret {
+        let used = CredentialUse::Secret {
             granted: value.is_some(),
             name,
-        });
+        };
+        // Not recorded, not handed over.
+        self.record(used).await.ok()?;
         value
     }
 }
 
 impl GuestState {
-    fn record(&self, used: CredentialUse) {
-        if let Some(log) = &self.credential_log {
-            log.record(&self.hooks.connector, &self.caller, used);
+    /// Records `used` (once per call); `Err` is what the guest is told when it cannot be.
+    async fn record(&mut self, used: CredentialUse) -> Result<(), String> {
+        let Some(log) = self.credential_log.clone() else {
+            return Ok(());
+        };
+        if self.recorded.contains(&used) {
+            return Ok(());
         }
+        if self.recorded.len() >= MAX_CREDENTIAL_USES_PER_CALL {
+            return Err(format!(
+                "this call asked for more than {MAX_CREDENTIAL_USES_PER_CALL} different credentials; refused"
+            ));
+        }
+        log.record(&self.hooks.connector, &self.caller, used.clone())
+            .await
+            .map_err(|e| {
+                tracing::warn!(connector = &*self.hooks.connector, error = %e, "a credential was refused: its use could not be recorded");
+                "the host could not record this use of a credential, so it is not handed over; try again".to_string()
+            })?;
+        self.recorded.insert(used);
+        Ok(())
     }
 
     async fn installation_token_for(
@@ -830,6 +865,7 @@ impl ConnectorRuntime {
             secrets: sandbox.secrets.clone(),
             installation_tokens: self.installation_tokens.clone(),
             credential_log: self.credential_log.clone(),
+            recorded: std::collections::HashSet::new(),
             caller: sandbox.caller.clone(),
             deadline,
             slice: self.share.cpu_slice(&sandbox.caller),

@@ -23,6 +23,9 @@ pub enum Fault {
     AfterMessagesWrite,
     /// Any write of a message into an inbox (a delivery then stays unfinished).
     InboxWrite,
+    /// The audit record of a credential a guest asked for (`secret.read`,
+    /// `installation_token.mint`); every other record is written.
+    CredentialRecord,
 }
 
 /// What every injected failure says (in the store's error, whatever its kind).
@@ -51,6 +54,11 @@ fn trigger_of(fault: Fault) -> (&'static str, &'static str, Option<&'static str>
             ),
         ),
         Fault::InboxWrite => ("AFTER INSERT", "messages", None),
+        Fault::CredentialRecord => (
+            "BEFORE INSERT",
+            "audit_log",
+            Some("NEW.action IN ('secret.read', 'installation_token.mint')"),
+        ),
     }
 }
 
@@ -75,7 +83,7 @@ pub fn inject_sqlite(path: &std::path::Path, fault: Option<Fault>) -> rusqlite::
 pub async fn inject_postgres(url: &str, fault: Option<Fault>) -> Result<(), tokio_postgres::Error> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
     let driver = tokio::spawn(connection);
-    let tables = ["grants", "messages"];
+    let tables = ["grants", "messages", "audit_log"];
     for table in tables {
         client
             .batch_execute(&format!("DROP TRIGGER IF EXISTS {TRIGGER} ON {table};"))

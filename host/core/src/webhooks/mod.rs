@@ -709,7 +709,7 @@ impl Webhooks {
         let span = tracing::info_span!(
             target: connector_trace::TARGET,
             "webhook receive",
-            connector = slug,
+            connector = connector_model::ids::truncate(slug, 128).as_str(),
             status = tracing::field::Empty,
         );
         let received = self
@@ -1105,7 +1105,9 @@ impl Webhooks {
         // Its own task, as for a received delivery: a caller that goes away mid-flight
         // (a client disconnecting drops the request's future) does not cut the work short.
         let this = Arc::clone(self);
-        let task = tokio::spawn(async move { this.process_delivery(record).await });
+        let task = tokio::spawn(
+            async move { this.process_delivery(record).await }.instrument(tracing::Span::current()),
+        );
         let outcome = task
             .await
             .map_err(|e| HostError::internal(format!("the retry task failed: {e}")))?;

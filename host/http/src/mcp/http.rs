@@ -396,6 +396,7 @@ async fn one(
     match message {
         Incoming::Request { id, method, params } => {
             if method == "initialize" {
+                let _span = super::message_span(&method, params.as_ref()).entered();
                 return initialize(sessions, endpoint, headers, &id, params);
             }
             if !METHODS.contains(&method.as_str()) && !headers.contains_key(SESSION_HEADER) {

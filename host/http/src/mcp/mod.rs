@@ -131,8 +131,8 @@ fn message_span(method: &str, params: Option<&serde_json::Value>) -> tracing::Sp
     let span = tracing::info_span!(
         target: connector_trace::TARGET,
         "MCP message",
-        otel.name = %format_args!("MCP {method}"),
-        mcp.method.name = method,
+        otel.name = %format_args!("MCP {}", connector_model::ids::truncate(method, 64)),
+        mcp.method.name = connector_model::ids::truncate(method, 64).as_str(),
     );
     if !span.is_disabled() {
         let meta = params.and_then(|p| p.get("_meta"));
