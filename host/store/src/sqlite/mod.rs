@@ -956,23 +956,16 @@ impl StateStore for SqliteStore {
     async fn component(&self, slug: &str, digest: &str) -> StoreResult<Option<Vec<u8>>> {
         let op = "reading a connector's component";
         let (slug, digest) = (slug.to_owned(), digest.to_owned());
-        let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || {
-            inner
-                .conn
-                .lock()
-                .query_row(
-                    "SELECT component FROM connectors WHERE slug = ?1 AND digest = ?2",
-                    [&slug, &digest],
-                    |r| r.get::<_, Vec<u8>>(0),
-                )
-                .optional()
-                .map_err(|e| map_err(op, e))
+        self.read(op, move |conn| {
+            conn.query_row(
+                "SELECT component FROM connectors WHERE slug = ?1 AND digest = ?2",
+                [&slug, &digest],
+                |r| r.get::<_, Vec<u8>>(0),
+            )
+            .optional()
+            .map_err(|e| map_err(op, e))
         })
         .await
-        .map_err(|e| {
-            StoreError::Unavailable(format!("{op}: the database task did not finish: {e}"))
-        })?
     }
 
     async fn write(&self, write: StateWrite<'_>, audit: Option<&AuditEntry>) -> StoreResult<bool> {
@@ -1014,14 +1007,25 @@ impl StateStore for SqliteStore {
 
 /// The state writes, each with the audit record (if any) written in its transaction.
 impl SqliteStore {
-    /// One of the chain's two points, read beside the writer.
-    async fn chain_point(&self, point: ChainPoint, op: &'static str) -> StoreResult<AuditAnchor> {
+    /// Runs the read `read` on the connection, off the async threads (`op` names it in
+    /// errors).
+    async fn read<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        read: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    ) -> StoreResult<T> {
         let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || read_chain_point(&inner.conn.lock(), point, op))
+        tokio::task::spawn_blocking(move || read(&inner.conn.lock()))
             .await
             .map_err(|e| {
                 StoreError::Unavailable(format!("{op}: the database task did not finish: {e}"))
             })?
+    }
+
+    /// One of the chain's two points, read beside the writer.
+    async fn chain_point(&self, point: ChainPoint, op: &'static str) -> StoreResult<AuditAnchor> {
+        self.read(op, move |conn| read_chain_point(conn, point, op))
+            .await
     }
 
     async fn put_connector_audited(
@@ -1285,9 +1289,7 @@ impl AuditStore for SqliteStore {
     async fn audit_records(&self, query: &AuditQuery) -> StoreResult<Vec<AuditRecord>> {
         let op = "reading the audit log";
         let query = query.clone();
-        let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || {
-            let conn = inner.conn.lock();
+        self.read(op, move |conn| {
             let sql = format!(
                 "SELECT {} FROM audit_log
                  WHERE seq > ?1
@@ -1310,12 +1312,9 @@ impl AuditStore for SqliteStore {
                 query.until,
                 query.limit
             ];
-            select_all(&conn, op, &sql, params, |r| rows::audit_record(r))
+            select_all(conn, op, &sql, params, |r| rows::audit_record(r))
         })
         .await
-        .map_err(|e| {
-            StoreError::Unavailable(format!("{op}: the database task did not finish: {e}"))
-        })?
     }
 
     async fn audit_anchor(&self) -> StoreResult<AuditAnchor> {
@@ -1644,15 +1643,13 @@ impl InboxStore for SqliteStore {
         limit: u32,
     ) -> StoreResult<Vec<MessageRecord>> {
         let unit_id = unit_id.to_owned();
-        let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || {
-            let conn = inner.conn.lock();
+        self.read("messages", move |conn| {
             let sql = format!(
                 "SELECT {} FROM messages WHERE unit_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
                 rows::MESSAGE_COLUMNS
             );
             select_all(
-                &conn,
+                conn,
                 "messages",
                 &sql,
                 params![unit_id, after, limit],
@@ -1660,9 +1657,6 @@ impl InboxStore for SqliteStore {
             )
         })
         .await
-        .map_err(|e| {
-            StoreError::Unavailable(format!("messages: the database task did not finish: {e}"))
-        })?
     }
 
     async fn messages_newest_first(
@@ -1672,16 +1666,14 @@ impl InboxStore for SqliteStore {
         limit: u32,
     ) -> StoreResult<Vec<MessageRecord>> {
         let unit_id = unit_id.to_owned();
-        let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || {
-            let conn = inner.conn.lock();
+        self.read("messages_newest_first", move |conn| {
             // `messages_by_unit (unit_id, seq)` read backwards from `before`.
             let sql = format!(
                 "SELECT {} FROM messages WHERE unit_id = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
                 rows::MESSAGE_COLUMNS
             );
             select_all(
-                &conn,
+                conn,
                 "messages_newest_first",
                 &sql,
                 params![unit_id, before.unwrap_or(i64::MAX), limit],
@@ -1689,28 +1681,16 @@ impl InboxStore for SqliteStore {
             )
         })
         .await
-        .map_err(|e| {
-            StoreError::Unavailable(format!(
-                "messages_newest_first: the database task did not finish: {e}"
-            ))
-        })?
     }
 
     async fn last_message_cursor(&self, unit_id: &str) -> StoreResult<i64> {
         let unit_id = unit_id.to_owned();
-        let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || {
-            let conn = inner.conn.lock();
+        self.read("last_message_cursor", move |conn| {
             conn.prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE unit_id = ?1")
                 .and_then(|mut s| s.query_row(params![unit_id], |r| r.get::<_, i64>(0)))
                 .map_err(|e| map_err("last_message_cursor", e))
         })
         .await
-        .map_err(|e| {
-            StoreError::Unavailable(format!(
-                "last_message_cursor: the database task did not finish: {e}"
-            ))
-        })?
     }
 }
 
