@@ -111,10 +111,11 @@ impl AuditLog {
         tokio::spawn(async move {
             let mut group = Vec::new();
             while waiting.recv_many(&mut group, MAX_GROUP).await > 0 {
-                let entries = group.iter().map(|p| p.entry.clone()).collect();
+                let (entries, answers): (Vec<_>, Vec<_>) =
+                    group.drain(..).map(|p| (p.entry, p.done)).unzip();
                 let result = writer.append_audit(entries).await.map(drop);
-                for pending in group.drain(..) {
-                    let _ = pending.done.send(result.clone());
+                for done in answers {
+                    let _ = done.send(result.clone());
                 }
             }
         });

@@ -126,10 +126,9 @@ impl ToolDispatcher {
 
     // ----- tool calls -----------------------------------------------------------------
 
-    /// Calls a tool on behalf of an agent: grant check, schema check, then the guest (or
-    /// the platform handler) with the closest granting binding.
-    /// Calls `tool` for `agent` on behalf of `actor`, and answers once the call's audit
-    /// record is committed (outcome, duration, bytes in and out, the connector's digest;
+    /// Calls `tool` for `agent` on behalf of `actor` (grant check, schema check, then the
+    /// guest or the platform handler with the closest granting binding), and answers once
+    /// the call's audit record is committed (outcome, duration, bytes in and out, the connector's digest;
     /// the arguments only with `audit.record_arguments`, the result never).
     pub(crate) async fn call_tool(
         &self,
