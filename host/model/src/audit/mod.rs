@@ -4,14 +4,17 @@
 //! what, how it ended); the store that appends it gives it the next `seq` and the hash of
 //! the record before it, and seals it into an [`AuditRecord`]:
 //! `hash = "sha256:" + hex(SHA-256(prev + "\n" + JCS(record without hash)))`, JCS being
-//! RFC 8785 canonical JSON (the `serde_json_canonicalizer` crate, not hand-written: number
-//! and string serialisation are where canonicalisers go wrong). The chain starts at
-//! [`GENESIS`]; pruning moves its start (the [`AuditAnchor`]) to the last pruned record,
+//! RFC 8785 canonical JSON, written straight from the record by the `canonical` module
+//! (number forms other than plain integers by the `serde_json_canonicalizer` crate,
+//! against which it is tested: number and string serialisation are where canonicalisers
+//! go wrong). The chain starts at [`GENESIS`]; pruning moves its start (the [`AuditAnchor`]) to the last pruned record,
 //! so what is kept still verifies from its first record ([`ChainCheck`]).
 //!
 //! Times are written as `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC, always three fraction digits), so
 //! their text order is their time order and the stores filter and prune by comparing
 //! text.
+
+mod canonical;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -228,26 +231,16 @@ impl AuditRecord {
 
     /// The hash this record's content gives (whatever its `hash` field says).
     pub fn computed_hash(&self) -> String {
-        let body = serde_json::json!({
-            "seq": self.seq,
-            "at": self.at,
-            "actor": {"kind": self.actor.kind.as_str(), "id": self.actor.id},
-            "action": self.action,
-            "target": self.target,
-            "outcome": self.outcome,
-            "details": self.details,
-            "traceId": self.trace_id,
-            "prev": self.prev,
-        });
-        // A `Value` always canonicalises (its numbers are finite, its keys strings); an
-        // error here could only come from the canonicaliser itself, and leaves a hash
-        // that can never verify rather than a panic.
-        let canonical = serde_json_canonicalizer::to_string(&body).unwrap_or_default();
-        let mut hasher = Sha256::new();
-        hasher.update(self.prev.as_bytes());
-        hasher.update(b"\n");
-        hasher.update(canonical.as_bytes());
-        format!("sha256:{}", hex::encode(hasher.finalize()))
+        let mut text = Vec::with_capacity(512 + self.prev.len());
+        text.extend_from_slice(self.prev.as_bytes());
+        text.push(b'\n');
+        // A record always canonicalises (its numbers are finite, its keys strings); an
+        // error here could only come from writing JSON itself, and leaves a hash that can
+        // never verify rather than a panic.
+        if canonical::record_body(&mut text, self).is_err() {
+            text.truncate(self.prev.len() + 1);
+        }
+        format!("sha256:{}", hex::encode(Sha256::digest(&text)))
     }
 }
 
