@@ -124,7 +124,10 @@ impl Receiver {
     }
 
     /// The spans of `trace`, once one of them is named `last` (waits up to 20 s).
-    async fn trace(&self, trace: &str, last: &str) -> Vec<Span> {
+    /// The spans of `trace` received once every span named in `names` is among them
+    /// (spans arrive in the order they end, a batch at a time: waiting for one is not
+    /// waiting for the ones that end after it).
+    async fn trace(&self, trace: &str, names: &[&str]) -> Vec<Span> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let spans: Vec<Span> = self
@@ -135,12 +138,12 @@ impl Receiver {
                 .filter(|s| s.trace_id == trace)
                 .cloned()
                 .collect();
-            if spans.iter().any(|s| s.name == last) {
+            if names.iter().all(|n| spans.iter().any(|s| s.name == *n)) {
                 return spans;
             }
             assert!(
                 Instant::now() < deadline,
-                "no span `{last}` in trace {trace} after 20 s; its spans: {spans:#?}"
+                "not every span of {names:?} in trace {trace} after 20 s; its spans: {spans:#?}"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -279,7 +282,18 @@ async fn one_mcp_tool_call_is_one_trace_down_to_the_guests_outbound_request() {
         .unwrap();
     assert_eq!(answer["result"]["isError"], false, "{answer}");
 
-    let spans = receiver.trace(TRACE, "guest HTTP request").await;
+    let spans = receiver
+        .trace(
+            TRACE,
+            &[
+                "MCP tools/call",
+                "tool call",
+                "guest instantiate",
+                "guest call",
+                "guest HTTP request",
+            ],
+        )
+        .await;
     let message = named(&spans, "MCP tools/call");
     assert_eq!(message.parent_span_id, CALLER_SPAN, "{spans:#?}");
     assert_eq!(message.service, "connector-host");
@@ -330,7 +344,9 @@ async fn one_mcp_tool_call_is_one_trace_down_to_the_guests_outbound_request() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let spans = receiver.trace(rest_trace, "guest call").await;
+    let spans = receiver
+        .trace(rest_trace, &["POST", "tool call", "guest call"])
+        .await;
     let request = spans
         .iter()
         .find(|s| s.parent_span_id == rest_caller)
@@ -376,7 +392,17 @@ async fn one_mcp_tool_call_is_one_trace_down_to_the_guests_outbound_request() {
         (202, Some("accepted")),
         "{b}"
     );
-    let spans = receiver.trace(hook_trace, "inbox append").await;
+    let spans = receiver
+        .trace(
+            hook_trace,
+            &[
+                "webhook receive",
+                "webhook route",
+                "inbox append",
+                "guest call",
+            ],
+        )
+        .await;
     let receipt = named(&spans, "webhook receive");
     assert_eq!(receipt.attributes["connector"], "hostile");
     let routing = named(&spans, "webhook route");
