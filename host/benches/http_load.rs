@@ -421,7 +421,7 @@ async fn store_only(beside: &Arc<Beside>, body: &Bytes, prefix: &str, limits: Li
             }
             let m = message_record(&id, "bench.event", &payload, &record.received_at);
             h.store
-                .complete_delivery("hostile", &id, &[m], &["w0".to_string()])
+                .complete_delivery("hostile", &id, &[m], &["w0".to_string()], None)
                 .await
                 .map_err(|e| e.to_string())?;
             Ok(())
@@ -590,7 +590,7 @@ async fn webhook_steps(
         let t = Instant::now();
         beside
             .store
-            .complete_delivery("hostile", &id, &[stored], &["w0".to_string()])
+            .complete_delivery("hostile", &id, &[stored], &["w0".to_string()], None)
             .await?;
         complete.push(t.elapsed().as_nanos() as u64);
     }

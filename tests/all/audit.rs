@@ -638,12 +638,41 @@ async fn a_webhook_delivery_is_recorded_without_its_body_and_a_forged_one_not_at
     assert_eq!((s, b["status"].as_str()), (202, Some("accepted")), "{b}");
     let (s, _) = send("d-2", "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA").await;
     assert_eq!(s, 401);
+    let (s, b) = send("d-1", SECRET).await;
+    assert_eq!((s, b["status"].as_str()), (202, Some("duplicate")), "{b}");
+    // A delivery whose inbox write fails is kept for a retry; the retry routes it.
+    h.inject(Some(connector_store_testing::faults::Fault::InboxWrite));
+    let (s, b) = send("f-1", SECRET).await;
+    assert_eq!((s, b["status"].as_str()), (202, Some("queued")), "{b}");
+    h.inject(None);
+    let (s, b) = h
+        .op(
+            Method::POST,
+            "/api/v1/webhooks/hostile/deliveries/f-1/retry",
+            None,
+        )
+        .await;
+    assert_eq!((s, b["status"].as_str()), (200, Some("accepted")), "{b}");
 
     let records = all_records(&h.client, &h.url).await;
     let routed = one(&records, "delivery.routed", "delivery:hostile/d-1");
     assert_eq!(routed["actor"], json!({"kind": "webhook", "id": "hostile"}));
     assert_eq!(routed["details"]["verdict"], "accepted");
     assert_eq!(routed["details"]["routedTo"], json!(["u1"]));
+    let duplicate = one(&records, "delivery.duplicate", "delivery:hostile/d-1");
+    assert_eq!(duplicate["details"]["verdict"], "duplicate");
+    one(&records, "delivery.queued", "delivery:hostile/f-1");
+    // The retry that routed it is its one record of being routed, by the operator, written
+    // with its messages.
+    let retried = one(&records, "delivery.retry", "delivery:hostile/f-1");
+    assert_eq!(retried["actor"], json!({"kind": "operator", "id": null}));
+    assert_eq!(
+        (&retried["outcome"], &retried["details"]["verdict"]),
+        (&json!("ok"), &json!("accepted"))
+    );
+    assert_eq!(retried["details"]["routedTo"], json!(["u1"]));
+    assert!(records_of(&records, "delivery.routed", "delivery:hostile/f-1").is_empty());
+    assert_eq!(verify(&h.client, &h.url).await["ok"], true);
     assert!(records
         .iter()
         .all(|r| !r["target"].as_str().unwrap().contains("d-2")));
@@ -651,4 +680,135 @@ async fn a_webhook_delivery_is_recorded_without_its_body_and_a_forged_one_not_at
     for secret in ["body-text-that-must-not-be-recorded", SECRET] {
         assert!(!text.contains(secret), "`{secret}` is in an audit record");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_install_refused_before_its_component_is_named_is_recorded() {
+    let h = TestHost::start().await;
+    let (s, b) = integration_tests::harness::upload_component(
+        &h.client,
+        &h.url,
+        b"not a component".to_vec(),
+        "",
+    )
+    .await;
+    assert!((400..500).contains(&s), "{s} {b}");
+    let upload_code = b["error"]["code"]
+        .as_str()
+        .expect("an error code")
+        .to_string();
+    // A registry that is not there, named with a user name and password.
+    let reference = "oci://reader:registry-password-1@127.0.0.1:9/team/weather:1.0";
+    let (s, b) = h
+        .op(
+            Method::POST,
+            "/api/v1/connectors",
+            Some(json!({"source": reference})),
+        )
+        .await;
+    assert!(s >= 400, "{s} {b}");
+    let registry_code = b["error"]["code"]
+        .as_str()
+        .expect("an error code")
+        .to_string();
+
+    let records = all_records(&h.client, &h.url).await;
+    let refused = records_of(&records, "connector.install", "connector:?");
+    assert_eq!(refused.len(), 2, "{records:#?}");
+    assert_eq!(refused[0]["outcome"], json!(upload_code));
+    assert_eq!(refused[0]["details"]["source"], "upload");
+    assert_eq!(refused[0]["actor"]["kind"], "operator");
+    assert_eq!(refused[1]["outcome"], json!(registry_code));
+    assert_eq!(
+        refused[1]["details"]["source"],
+        "oci://127.0.0.1:9/team/weather:1.0"
+    );
+    let text = serde_json::to_string(&records).unwrap();
+    assert!(!text.contains("registry-password-1"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pruning_keeps_the_chain_verifiable_even_while_it_is_verified() {
+    // Retention of zero days: every record but the newest is past it.
+    let h = TestHost::start_with(|c| c.audit.retention_days = 0).await;
+    for i in 0..20 {
+        h.unit(&format!("u{i}"), None).await;
+    }
+    let host = h.host.clone();
+    let pruning = tokio::spawn(async move {
+        let mut pruned = 0;
+        for i in 0..150 {
+            host.put_unit(&format!("p{i}"), None, None)
+                .await
+                .expect("a unit");
+            pruned += host.prune_audit().await.expect("a prune");
+        }
+        pruned
+    });
+    // Each check reads the anchor and then the records after it; a prune in between
+    // removes records from under it, which is not a broken chain.
+    let mut checks = 0;
+    while !pruning.is_finished() {
+        let verdict = h.host.verify_audit().await.expect("a verdict");
+        assert!(
+            verdict.ok,
+            "a chain being pruned verified as broken: {verdict:?}"
+        );
+        checks += 1;
+    }
+    let pruned = pruning.await.expect("the pruning task");
+    assert!(pruned >= 150, "{pruned} records pruned");
+    assert!(checks > 10, "only {checks} checks ran beside the pruning");
+    let records = all_records(&h.client, &h.url).await;
+    assert!(records.len() <= 3, "{records:#?}");
+    assert!(records[0]["seq"].as_i64().unwrap() > 150);
+    let verdict = verify(&h.client, &h.url).await;
+    assert_eq!(
+        (verdict["ok"].as_bool(), verdict["checked"].as_u64()),
+        (Some(true), Some(records.len() as u64))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_call_records_at_most_32_credential_uses_and_is_refused_the_rest() {
+    let h = TestHost::start().await;
+    h.install(integration_tests::guests::HOSTILE).await;
+    h.unit("team", None).await;
+    h.agent("ada", &["team"]).await;
+    h.bind("team", "hostile", json!({})).await;
+    let token = h.agent_token("ada").await;
+    let (s, b) = h
+        .as_token(
+            &token,
+            Method::POST,
+            "/api/v1/agents/ada/tool-calls",
+            Some(json!({"tool": "hostile.token", "arguments": {
+                "installation_id": 1, "more": (2..=40).collect::<Vec<u64>>()}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let answers: Vec<String> =
+        serde_json::from_value(b["result"]["answers"].clone()).expect("answers");
+    assert_eq!(answers.len(), 40);
+    assert!(
+        answers[..32]
+            .iter()
+            .all(|a| a.contains("not named by this binding")),
+        "{answers:#?}"
+    );
+    assert!(
+        answers[32..]
+            .iter()
+            .all(|a| a.contains("more than 32 different credentials")),
+        "{answers:#?}"
+    );
+    let records = all_records(&h.client, &h.url).await;
+    let minted = records_of(&records, "installation_token.mint", "connector:hostile");
+    assert_eq!(minted.len(), 32);
+    assert!(minted.iter().all(|r| r["outcome"] == "forbidden"));
+    let ids: BTreeSet<u64> = minted
+        .iter()
+        .map(|r| r["details"]["installationId"].as_u64().expect("an id"))
+        .collect();
+    assert_eq!(ids, (1..=32).collect());
 }

@@ -151,6 +151,53 @@ mod postgres {
         a.put_unit(&unit("late")).await.expect("current again");
     }
 
+    /// PostgreSQL only: the audit chain and the inboxes are appended correctly whatever
+    /// isolation level the database makes the default (here REPEATABLE READ, whose
+    /// snapshot would predate the lock an append waits for): replicas appending at once
+    /// all succeed and form one chain.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn appends_hold_under_a_stricter_default_isolation() {
+        use connector_model::audit::{Actor, AuditEntry, ChainCheck};
+        use connector_store::{AuditQuery, AuditStore};
+        let Some(pg) = require_postgres() else { return };
+        let url = pg.fresh_database("isolation").expect("a fresh database");
+        let db = url.rsplit('/').next().expect("database name");
+        pg.psql(
+            db,
+            &format!("ALTER DATABASE {db} SET default_transaction_isolation = 'repeatable read'"),
+        )
+        .expect("psql");
+        let handles: Vec<PostgresStore> =
+            futures::future::join_all((0..4).map(|_| PostgresStore::connect(&url)))
+                .await
+                .into_iter()
+                .map(|s| s.expect("a handle"))
+                .collect();
+        let appends = handles.iter().enumerate().flat_map(|(h, store)| {
+            (0..10).map(move |i| {
+                let mut entry =
+                    AuditEntry::now(Actor::operator(), "unit.put", format!("unit:h{h}-{i}"));
+                entry.details = serde_json::json!({"i": i});
+                store.append_audit(vec![entry])
+            })
+        });
+        for result in futures::future::join_all(appends).await {
+            result.expect("every concurrent append succeeds");
+        }
+        let store = &handles[0];
+        let records = store
+            .audit_records(&AuditQuery {
+                limit: 1000,
+                ..AuditQuery::default()
+            })
+            .await
+            .expect("records");
+        assert_eq!(records.len(), 40);
+        let mut check = ChainCheck::from(&store.audit_anchor().await.expect("anchor"));
+        records.iter().for_each(|r| check.next(r));
+        assert_eq!((check.checked(), check.first_broken()), (40, None));
+    }
+
     /// PostgreSQL only: a database written by a newer host is refused, not misread.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_database_from_a_newer_host_is_refused() {

@@ -31,6 +31,8 @@ use connector_store::{AuditQuery, AuditStore, StoreResult};
 const MAX_GROUP: usize = 512;
 /// Records read per page while verifying.
 const VERIFY_PAGE: u32 = 1000;
+/// The most records one pruning transaction deletes.
+const PRUNE_BATCH: u32 = 5000;
 /// How often old records are pruned.
 pub(crate) const PRUNE_INTERVAL: Duration = Duration::from_secs(3600);
 
@@ -62,9 +64,14 @@ impl Audit {
     /// The entry, made now, with `outcome` (`ok` or an error code) and the id of the
     /// trace being recorded, if any.
     pub(crate) fn entry(&self, outcome: &str) -> AuditEntry {
-        let mut entry = AuditEntry::now(self.actor.clone(), self.action, self.target.clone());
+        self.clone().into_entry(outcome)
+    }
+
+    /// [`Self::entry`], moving the target and details into it instead of copying them.
+    pub(crate) fn into_entry(self, outcome: &str) -> AuditEntry {
+        let mut entry = AuditEntry::now(self.actor, self.action, self.target);
         entry.outcome = outcome.to_string();
-        entry.details = self.details.clone();
+        entry.details = self.details;
         entry.trace_id = connector_trace::current_trace_id();
         entry
     }
@@ -177,8 +184,22 @@ impl AuditLog {
         Ok(AuditPage { records, next })
     }
 
-    /// Recomputes the kept chain from its anchor.
+    /// Recomputes the kept chain from its anchor. A prune that moved the anchor while
+    /// the chain was read (its records gone from under the check) is not a break: the
+    /// check starts again from the new anchor.
     pub(crate) async fn verify(&self) -> HostResult<AuditVerdict> {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let (verdict, anchor) = self.verify_once().await?;
+            if verdict.ok || attempts == 3 || self.store.audit_anchor().await?.seq == anchor {
+                return Ok(verdict);
+            }
+        }
+    }
+
+    /// One check from the anchor as it is now; the verdict and the anchor's seq.
+    async fn verify_once(&self) -> HostResult<(AuditVerdict, i64)> {
         // The head first: records appended while the check reads are past it.
         let head = self.store.audit_head().await?;
         let anchor = self.store.audit_anchor().await?;
@@ -204,19 +225,30 @@ impl AuditLog {
         check.ends_at(&head);
         // Records deleted before the anchor's seq are not read from `after = anchor.seq`;
         // a record with a smaller seq than the anchor's would be one put back by hand.
-        Ok(AuditVerdict {
+        let verdict = AuditVerdict {
             ok: check.first_broken().is_none(),
             checked: check.checked(),
             first_broken: check.first_broken(),
-        })
+        };
+        Ok((verdict, anchor.seq))
     }
 
     /// Deletes the records older than `audit.retention_days` (the chain's anchor moves
     /// to the last one deleted); returns how many.
+    /// Deleted in batches of [`PRUNE_BATCH`], each its own transaction, so appends go on
+    /// between them.
     pub(crate) async fn prune(&self) -> HostResult<u64> {
         let cutoff = time::OffsetDateTime::now_utc()
             - time::Duration::days(i64::from(self.settings.retention_days));
-        Ok(self.store.prune_audit(&audit_time(cutoff)).await?)
+        let cutoff = audit_time(cutoff);
+        let mut pruned = 0;
+        loop {
+            let n = self.store.prune_audit(&cutoff, PRUNE_BATCH).await?;
+            pruned += n;
+            if n < u64::from(PRUNE_BATCH) {
+                return Ok(pruned);
+            }
+        }
     }
 
     /// Prunes now and then every [`PRUNE_INTERVAL`], while the log is in use.

@@ -195,7 +195,7 @@ impl ToolDispatcher {
         span.record("outcome", outcome);
         let audit = Audit::new(actor, "tool.call", target::tool(&truncate(tool, 256)))
             .with_details(details);
-        self.audit.append(audit.entry(outcome)).await?;
+        self.audit.append(audit.into_entry(outcome)).await?;
         result
     }
 

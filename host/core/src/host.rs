@@ -36,6 +36,7 @@ use crate::registry::InstalledConnector;
 pub use crate::sources::{ComponentSource, InstallRequest};
 pub use crate::startup::{open_store, StartupReport};
 use crate::startup::{Parts, Role};
+use crate::webhooks::{DeliveryAudit, WebhookStatus};
 pub use crate::webhooks::{DeliveryView, WebhookOutcome};
 /// The attribute a [`PlatformToolHandler`] implementation is written under.
 pub use async_trait::async_trait;
@@ -545,17 +546,18 @@ impl Host {
         // A delivery the host refused (no such connector, a signature that does not
         // verify) came from no one the host knows: recording it would let anybody
         // write to the audit log. What was accepted is recorded before it is answered.
+        // A routed delivery was recorded with its messages; the other verdicts store no
+        // messages and are recorded here.
         let outcome = self.parts.webhooks.receive(slug, headers, body).await?;
-        let audit = Audit::new(
-            &Actor::webhook(slug),
-            delivery_action(outcome.status),
-            target::delivery(&truncate(slug, 128), &truncate(&outcome.delivery, 128)),
-        )
-        .with_details(serde_json::json!({
-            "verdict": outcome.status.as_str(),
-            "routedTo": outcome.routed_to,
-        }));
-        self.parts.audit.append(audit.entry("ok")).await?;
+        if outcome.status != WebhookStatus::Accepted {
+            let entry = DeliveryAudit::by(Actor::webhook(slug)).entry(
+                slug,
+                &outcome.delivery,
+                outcome.status,
+                &outcome.routed_to,
+            );
+            self.parts.audit.append(entry).await?;
+        }
         Ok(outcome)
     }
 
@@ -569,14 +571,20 @@ impl Host {
             "delivery.retry",
             target::delivery(&truncate(slug, 128), &truncate(delivery_id, 128)),
         );
+        let recorded = DeliveryAudit::retry_by(self.actor.clone());
         let outcome = self
-            .audited(audit.clone(), self.parts.webhooks.retry(slug, delivery_id))
+            .audited(
+                audit,
+                self.parts
+                    .webhooks
+                    .retry(slug, delivery_id, recorded.clone()),
+            )
             .await?;
-        let audit = audit.with_details(serde_json::json!({
-            "verdict": outcome.status.as_str(),
-            "routedTo": outcome.routed_to,
-        }));
-        self.parts.audit.append(audit.entry("ok")).await?;
+        // Routed, it was recorded with its messages.
+        if outcome.status != WebhookStatus::Accepted {
+            let entry = recorded.entry(slug, delivery_id, outcome.status, &outcome.routed_to);
+            self.parts.audit.append(entry).await?;
+        }
         Ok(outcome)
     }
 
@@ -669,15 +677,4 @@ fn grant_target(subject: &Subject, tool_or_namespace: &str) -> String {
         Subject::Agent(id) => target::agent(&truncate(id, 128)),
     };
     target::grant(&subject, &truncate(tool_or_namespace, 256))
-}
-
-/// The action a webhook delivery's record names, by what became of it.
-fn delivery_action(status: crate::webhooks::WebhookStatus) -> &'static str {
-    use crate::webhooks::WebhookStatus;
-    match status {
-        WebhookStatus::Accepted => "delivery.routed",
-        WebhookStatus::Duplicate => "delivery.duplicate",
-        WebhookStatus::Ignored => "delivery.ignored",
-        WebhookStatus::Queued => "delivery.queued",
-    }
 }

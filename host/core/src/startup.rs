@@ -297,13 +297,19 @@ impl Parts {
 
     /// Installs or rotates the component `source` names (uploaded bytes or a registry
     /// reference), under the signature policy.
+    /// A refusal before the component names its slug (a registry that does not answer, a
+    /// signature or a component that does not check) is recorded too, on target
+    /// `connector:?`, with where the component came from.
     pub(crate) async fn install_from(
         &self,
         actor: &Actor,
         request: InstallRequest,
     ) -> HostResult<Installed> {
-        let (bytes, provenance) = self.sources.fetch(request.source).await?;
-        self.install(actor, bytes, None, provenance, request.options)
+        let unnamed = Audit::new(actor, "connector.install", target::connector("?"))
+            .with_details(serde_json::json!({"source": source_detail(&request.source)}));
+        let fetched = self.sources.fetch(request.source).await;
+        let (bytes, provenance) = self.audit.outcome_of(&unnamed, fetched).await?;
+        self.install_as(actor, &unnamed, bytes, None, provenance, request.options)
             .await
     }
 
@@ -319,10 +325,32 @@ impl Parts {
         provenance: Provenance,
         options: InstallOptions,
     ) -> HostResult<Installed> {
-        let mut pending = self
+        let source = match bundled {
+            Some(name) => format!("bundled:{name}"),
+            None => "upload".to_string(),
+        };
+        let unnamed = Audit::new(actor, "connector.install", target::connector("?"))
+            .with_details(serde_json::json!({"source": source}));
+        self.install_as(actor, &unnamed, bytes, bundled, provenance, options)
+            .await
+    }
+
+    /// [`Self::install`]; a component refused before its slug is known is recorded as
+    /// `unnamed`.
+    async fn install_as(
+        &self,
+        actor: &Actor,
+        unnamed: &Audit,
+        bytes: Arc<[u8]>,
+        bundled: Option<&str>,
+        provenance: Provenance,
+        options: InstallOptions,
+    ) -> HostResult<Installed> {
+        let prepared = self
             .catalog
             .prepare_install(bytes, bundled, provenance, options)
-            .await?;
+            .await;
+        let mut pending = self.audit.outcome_of(unnamed, prepared).await?;
         let info = pending.prepared.info();
         let audit = Audit::new(actor, "connector.install", target::connector(&info.slug))
             .with_details(serde_json::json!({"digest": info.digest, "version": info.version}));
@@ -339,5 +367,19 @@ impl Parts {
             }
         };
         self.audit.outcome_of(&audit, result).await
+    }
+}
+
+/// Where a component to install comes from, as its audit record says it: `upload`, or
+/// the registry reference (without any user name or password written into it).
+fn source_detail(source: &ComponentSource) -> String {
+    match source {
+        ComponentSource::Upload(_) => "upload".to_string(),
+        ComponentSource::Registry(reference) => {
+            let rest = reference.strip_prefix("oci://").unwrap_or(reference);
+            let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+            let authority = authority.rsplit('@').next().unwrap_or(authority);
+            connector_model::ids::truncate(&format!("oci://{authority}/{path}"), 256)
+        }
     }
 }

@@ -255,6 +255,20 @@ type Conn = deadpool_postgres::Object;
 /// A transaction on a pooled connection.
 type Tx<'a> = deadpool_postgres::Transaction<'a>;
 
+/// Begins a transaction at READ COMMITTED, whatever the server's or the role's default:
+/// the audit chain and the inbox cursors are appended after taking their lock and then
+/// reading the head, which must see what the lock's previous holder committed (at
+/// REPEATABLE READ the snapshot is older than the lock, and two replicas would both
+/// append after the same head).
+async fn read_committed(
+    conn: &mut deadpool_postgres::Object,
+) -> Result<Tx<'_>, tokio_postgres::Error> {
+    conn.build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
+        .start()
+        .await
+}
+
 impl PostgresStore {
     /// Connects to the database named by `url` (`postgres://user:password@host:port/db`,
     /// or `postgresql://…`, with libpq-style options) and brings its schema up to date.
@@ -331,7 +345,7 @@ impl PostgresStore {
         let ctx = "migrating the database schema";
         let db = |e| map_err(ctx, e);
         let mut conn = self.conn(ctx).await?;
-        let tx = conn.transaction().await.map_err(db)?;
+        let tx = read_committed(&mut conn).await.map_err(db)?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
             .await
             .map_err(db)?;
@@ -427,7 +441,9 @@ impl PostgresStore {
 macro_rules! state_tx {
     ($self:ident, $op:expr, $audit:expr, |$tx:ident| $body:block) => {{
         let mut conn = $self.conn($op).await?;
-        let $tx = conn.transaction().await.map_err(|e| map_err($op, e))?;
+        let $tx = read_committed(&mut conn)
+            .await
+            .map_err(|e| map_err($op, e))?;
         $self.refuse_stale(&$tx, $op).await?;
         let out: StoreResult<_> = async { $body }.await;
         let out = out?;
@@ -1220,7 +1236,9 @@ impl AuditStore for PostgresStore {
     async fn append_audit(&self, entries: Vec<AuditEntry>) -> StoreResult<Vec<AuditRecord>> {
         let ctx = "append_audit";
         let mut conn = self.conn(ctx).await?;
-        let tx = conn.transaction().await.map_err(|e| map_err(ctx, e))?;
+        let tx = read_committed(&mut conn)
+            .await
+            .map_err(|e| map_err(ctx, e))?;
         let sealed = append_audit(&tx, ctx, entries).await?;
         tx.commit().await.map_err(|e| map_err(ctx, e))?;
         Ok(sealed)
@@ -1274,11 +1292,11 @@ impl AuditStore for PostgresStore {
             .await
     }
 
-    async fn prune_audit(&self, before: &str) -> StoreResult<u64> {
+    async fn prune_audit(&self, before: &str, max: u32) -> StoreResult<u64> {
         let ctx = "prune_audit";
         let db = |e| map_err(ctx, e);
         let mut conn = self.conn(ctx).await?;
-        let tx = conn.transaction().await.map_err(db)?;
+        let tx = read_committed(&mut conn).await.map_err(db)?;
         // Appends and prunes take turns: the head read by an append is never pruned away
         // under it.
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&AUDIT_LOCK])
@@ -1286,10 +1304,11 @@ impl AuditStore for PostgresStore {
             .map_err(db)?;
         let last = tx
             .query_opt(
-                "SELECT seq, hash FROM audit_log
+                "SELECT seq, hash FROM
+                     (SELECT seq, hash, at FROM audit_log ORDER BY seq LIMIT $2) oldest
                  WHERE at < $1 AND seq < (SELECT MAX(seq) FROM audit_log)
                  ORDER BY seq DESC LIMIT 1",
-                &[&before],
+                &[&before, &i64::from(max)],
             )
             .await
             .map_err(db)?;
@@ -1378,6 +1397,7 @@ impl DeliveryQueue for PostgresStore {
         messages: &[MessageRecord],
         routed_to: &[String],
         dedup_window_secs: i64,
+        audit: Option<&AuditEntry>,
     ) -> StoreResult<Option<Vec<MessageRecord>>> {
         let ctx = "insert_routed_delivery";
         let (reply, answer) = tokio::sync::oneshot::channel();
@@ -1386,6 +1406,7 @@ impl DeliveryQueue for PostgresStore {
             messages: messages.to_vec(),
             routed_to: routed_to.to_vec(),
             window_secs: dedup_window_secs,
+            audit: audit.cloned(),
             reply,
         };
         self.routed
@@ -1446,12 +1467,13 @@ impl DeliveryQueue for PostgresStore {
         delivery_id: &str,
         messages: &[MessageRecord],
         routed_to: &[String],
+        audit: Option<&AuditEntry>,
     ) -> StoreResult<Option<Vec<MessageRecord>>> {
         let ctx = "complete_delivery";
         let db = |e| map_err(ctx, e);
         let routed = encode_json(ctx, &routed_to)?;
         let mut conn = self.conn(ctx).await?;
-        let tx = conn.transaction().await.map_err(db)?;
+        let tx = read_committed(&mut conn).await.map_err(db)?;
         // Marking it done takes the row lock: two replicas completing the same delivery
         // take turns, and the second finds it done and writes nothing.
         let marked = tx
@@ -1477,6 +1499,7 @@ impl DeliveryQueue for PostgresStore {
             }
         }
         let stored = append_messages(&tx, ctx, messages).await?;
+        append_audit(&tx, ctx, audit.into_iter().cloned().collect()).await?;
         tx.commit().await.map_err(db)?;
         Ok(Some(stored))
     }

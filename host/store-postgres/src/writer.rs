@@ -28,7 +28,8 @@ use std::sync::Arc;
 use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::{append_messages, map_err};
+use crate::{append_audit, append_messages, map_err};
+use connector_model::audit::AuditEntry;
 use connector_model::records::{DeliveryRecord, MessageRecord};
 use connector_store::encode_json;
 use connector_store::{StoreError, StoreResult};
@@ -50,6 +51,8 @@ pub(crate) struct RoutedJob {
     pub messages: Vec<MessageRecord>,
     pub routed_to: Vec<String>,
     pub window_secs: i64,
+    /// Appended to the audit log with the delivery, if it is stored.
+    pub audit: Option<AuditEntry>,
     pub reply: oneshot::Sender<Stored>,
 }
 
@@ -211,7 +214,7 @@ async fn store_in(
     }
     let window = jobs.first().map_or(0, |j| j.window_secs);
 
-    let tx = conn.transaction().await.map_err(db)?;
+    let tx = crate::read_committed(conn).await.map_err(db)?;
     let insert = tx
         .prepare_cached(
             "INSERT INTO deliveries (connector, delivery_id, event, headers, body,
@@ -269,6 +272,9 @@ async fn store_in(
         .flat_map(|&i| jobs[i].messages.iter().cloned())
         .collect();
     let stored = append_messages(&tx, ctx, &messages).await?;
+    // After the inbox lock, as every transaction that takes both does.
+    let records = stored_jobs.iter().filter_map(|&i| jobs[i].audit.clone());
+    append_audit(&tx, ctx, records.collect()).await?;
     tx.commit().await.map_err(db)?;
 
     let mut by_id: HashMap<&str, MessageRecord> =

@@ -26,6 +26,9 @@ pub enum Fault {
     /// The audit record of a credential a guest asked for (`secret.read`,
     /// `installation_token.mint`); every other record is written.
     CredentialRecord,
+    /// The audit record of a webhook delivery (`delivery.*`); every other record is
+    /// written.
+    DeliveryRecord,
 }
 
 /// What every injected failure says (in the store's error, whatever its kind).
@@ -58,6 +61,11 @@ fn trigger_of(fault: Fault) -> (&'static str, &'static str, Option<&'static str>
             "BEFORE INSERT",
             "audit_log",
             Some("NEW.action IN ('secret.read', 'installation_token.mint')"),
+        ),
+        Fault::DeliveryRecord => (
+            "BEFORE INSERT",
+            "audit_log",
+            Some("NEW.action LIKE 'delivery.%'"),
         ),
     }
 }

@@ -103,6 +103,7 @@ macro_rules! store_conformance_tests {
             concurrent_appends_through_two_handles_form_one_chain
             audit_records_filter_and_page
             pruning_moves_the_anchor_and_keeps_the_newest_record
+            a_stored_delivery_has_its_record_in_its_transaction_once
         );
     };
     (@cases ($factory:expr) $($case:ident)*) => {
@@ -950,7 +951,7 @@ pub async fn deliveries_and_messages_round_trip(factory: &dyn StoreFactory) {
     ];
     let routed = vec!["team".to_string(), "root".to_string()];
     let stored = store
-        .complete_delivery("acme", "d1", &messages, &routed)
+        .complete_delivery("acme", "d1", &messages, &routed, None)
         .await
         .unwrap()
         .expect("first completion stores");
@@ -1113,7 +1114,7 @@ pub async fn complete_delivery_fault_stores_no_messages(factory: &dyn StoreFacto
 
     factory.inject(Some(Fault::AfterMessagesWrite)).await;
     let err = store
-        .complete_delivery("acme", "d1", &messages, &routed)
+        .complete_delivery("acme", "d1", &messages, &routed, None)
         .await
         .unwrap_err();
     assert!(is_injected(&err), "{err:?}");
@@ -1123,7 +1124,7 @@ pub async fn complete_delivery_fault_stores_no_messages(factory: &dyn StoreFacto
 
     // The retry stores the messages once.
     let stored = store
-        .complete_delivery("acme", "d1", &messages, &routed)
+        .complete_delivery("acme", "d1", &messages, &routed, None)
         .await
         .unwrap()
         .unwrap();
@@ -1142,17 +1143,17 @@ pub async fn complete_twice_stores_messages_once(factory: &dyn StoreFactory) {
 
     // One after the other, through two handles.
     let stored = a
-        .complete_delivery("acme", "d1", &[message("m1", "team", "d1")], &routed)
+        .complete_delivery("acme", "d1", &[message("m1", "team", "d1")], &routed, None)
         .await
         .unwrap()
         .unwrap();
     let again = b
-        .complete_delivery("acme", "d1", &[message("m1b", "team", "d1")], &routed)
+        .complete_delivery("acme", "d1", &[message("m1b", "team", "d1")], &routed, None)
         .await
         .unwrap();
     assert_eq!(again, None);
     let again = a
-        .complete_delivery("acme", "d1", &[message("m1c", "root", "d1")], &routed)
+        .complete_delivery("acme", "d1", &[message("m1c", "root", "d1")], &routed, None)
         .await
         .unwrap();
     assert_eq!(again, None);
@@ -1168,7 +1169,7 @@ pub async fn complete_twice_stores_messages_once(factory: &dyn StoreFactory) {
         async move {
             let m = message(&format!("m2-{i}"), "root", "d2");
             store
-                .complete_delivery("acme", "d2", &[m], &["root".to_string()])
+                .complete_delivery("acme", "d2", &[m], &["root".to_string()], None)
                 .await
                 .unwrap()
         }
@@ -1187,7 +1188,7 @@ pub async fn a_routed_delivery_is_stored_done_with_its_messages_once(factory: &d
     // A fault after the messages leaves neither the delivery nor its messages.
     factory.inject(Some(Fault::AfterMessagesWrite)).await;
     let err = a
-        .insert_routed_delivery(&delivery("d1", 1_000), &messages, &routed, 60)
+        .insert_routed_delivery(&delivery("d1", 1_000), &messages, &routed, 60, None)
         .await
         .unwrap_err();
     assert!(is_injected(&err), "{err:?}");
@@ -1197,7 +1198,7 @@ pub async fn a_routed_delivery_is_stored_done_with_its_messages_once(factory: &d
 
     // Stored done, attempted once, routed, unclaimed, with its messages in order.
     let stored = a
-        .insert_routed_delivery(&delivery("d1", 1_000), &messages, &routed, 60)
+        .insert_routed_delivery(&delivery("d1", 1_000), &messages, &routed, 60, None)
         .await
         .unwrap()
         .expect("stored");
@@ -1230,6 +1231,7 @@ pub async fn a_routed_delivery_is_stored_done_with_its_messages_once(factory: &d
             &[message("m3", "team", "d1")],
             &routed,
             60,
+            None,
         )
         .await
         .unwrap();
@@ -1248,6 +1250,7 @@ pub async fn a_routed_delivery_is_stored_done_with_its_messages_once(factory: &d
             &[message("m4", "team", "d2")],
             &routed,
             60,
+            None,
         )
         .await
         .unwrap();
@@ -1261,7 +1264,13 @@ pub async fn a_routed_delivery_is_stored_done_with_its_messages_once(factory: &d
         async move {
             let m = message(&format!("m5-{i}"), "root", "d3");
             store
-                .insert_routed_delivery(&delivery("d3", 1_000), &[m], &["root".to_string()], 60)
+                .insert_routed_delivery(
+                    &delivery("d3", 1_000),
+                    &[m],
+                    &["root".to_string()],
+                    60,
+                    None,
+                )
                 .await
                 .unwrap()
         }
@@ -1278,6 +1287,7 @@ pub async fn a_routed_delivery_is_stored_done_with_its_messages_once(factory: &d
             &[message("m6", "root", "d1")],
             &routed,
             60,
+            None,
         )
         .await
         .unwrap();
@@ -1334,7 +1344,7 @@ pub async fn complete_and_fail_release_the_claim(factory: &dyn StoreFactory) {
 
     let routed = ["team".to_string()];
     store
-        .complete_delivery("acme", "d1", &[message("m1", "team", "d1")], &routed)
+        .complete_delivery("acme", "d1", &[message("m1", "team", "d1")], &routed, None)
         .await
         .unwrap()
         .unwrap();
@@ -1379,7 +1389,7 @@ pub async fn sweep_skips_live_claims_and_takes_lapsed_ones(factory: &dyn StoreFa
     store.fail_delivery("acme", "failed", "boom").await.unwrap();
     insert("done", 5, claim("a", now - 1)).await;
     store
-        .complete_delivery("acme", "done", &[], &[])
+        .complete_delivery("acme", "done", &[], &[], None)
         .await
         .unwrap()
         .unwrap();
@@ -1452,7 +1462,7 @@ pub async fn startup_takes_own_claims_and_unheld_failed_ones(factory: &dyn Store
     insert("lapsed", 4, claim("c", now - 5)).await;
     insert("done", 5, claim("a", now + 600)).await;
     store
-        .complete_delivery("acme", "done", &[], &[])
+        .complete_delivery("acme", "done", &[], &[], None)
         .await
         .unwrap()
         .unwrap();
@@ -1749,7 +1759,7 @@ pub async fn deliveries_messages_and_secrets_keep_the_version(factory: &dyn Stor
         .await
         .unwrap();
     a.fail_delivery("acme", "d2", "boom").await.unwrap();
-    a.complete_delivery("acme", "d1", &[message("m1", "team", "d1")], &[])
+    a.complete_delivery("acme", "d1", &[message("m1", "team", "d1")], &[], None)
         .await
         .unwrap()
         .unwrap();
@@ -1849,7 +1859,7 @@ pub async fn nul_characters_in_free_text_do_not_fail_a_write(factory: &dyn Store
     m.kind = "acme.\0push".into();
     m.thread_key = Some("t\0".into());
     let stored = store
-        .complete_delivery("acme", "nul-1", &[m], &["team".to_string()])
+        .complete_delivery("acme", "nul-1", &[m], &["team".to_string()], None)
         .await
         .unwrap()
         .expect("first completion stores");
@@ -2017,7 +2027,13 @@ pub async fn inboxes_read_newest_first_by_cursor(factory: &dyn StoreFactory) {
         .chain([message("r1", "root", "d1")])
         .collect();
     let stored = store
-        .complete_delivery("acme", "d1", &messages, &["team".into(), "root".into()])
+        .complete_delivery(
+            "acme",
+            "d1",
+            &messages,
+            &["team".into(), "root".into()],
+            None,
+        )
         .await
         .unwrap()
         .expect("stored");
@@ -2327,7 +2343,10 @@ pub async fn pruning_moves_the_anchor_and_keeps_the_newest_record(factory: &dyn 
         .collect();
     let sealed = store.append_audit(entries).await.unwrap();
     assert_eq!(
-        store.prune_audit("2026-01-03T00:00:00.000Z").await.unwrap(),
+        store
+            .prune_audit("2026-01-03T00:00:00.000Z", 1000)
+            .await
+            .unwrap(),
         2
     );
     assert_eq!(
@@ -2338,10 +2357,29 @@ pub async fn pruning_moves_the_anchor_and_keeps_the_newest_record(factory: &dyn 
         }
     );
     assert_eq!(check_chain(&*store).await, (3, None));
-    // Everything is older than the cutoff: all but the newest go.
+    // Everything is older than the cutoff: all but the newest go, at most `max` at a
+    // time.
     assert_eq!(
-        store.prune_audit("2027-01-01T00:00:00.000Z").await.unwrap(),
-        2
+        store
+            .prune_audit("2027-01-01T00:00:00.000Z", 1)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        store.audit_anchor().await.unwrap(),
+        AuditAnchor {
+            seq: 3,
+            hash: sealed[2].hash.clone()
+        }
+    );
+    assert_eq!(check_chain(&*store).await, (2, None));
+    assert_eq!(
+        store
+            .prune_audit("2027-01-01T00:00:00.000Z", 1000)
+            .await
+            .unwrap(),
+        1
     );
     let kept = store.audit_records(&every_record(100)).await.unwrap();
     assert_eq!(kept, vec![sealed[4].clone()]);
@@ -2362,7 +2400,98 @@ pub async fn pruning_moves_the_anchor_and_keeps_the_newest_record(factory: &dyn 
     );
     assert_eq!(check_chain(&*store).await, (2, None));
     assert_eq!(
-        store.prune_audit("2000-01-01T00:00:00.000Z").await.unwrap(),
+        store
+            .prune_audit("2000-01-01T00:00:00.000Z", 1000)
+            .await
+            .unwrap(),
         0
     );
+}
+
+pub async fn a_stored_delivery_has_its_record_in_its_transaction_once(factory: &dyn StoreFactory) {
+    let (a, b) = (factory.open().await, factory.open().await);
+    let at = "2026-01-01T00:00:00.000Z";
+    let routed = ["team".to_string()];
+    let record = |id: &str| {
+        audit_entry(
+            Actor::webhook("acme"),
+            "delivery.routed",
+            &format!("delivery:acme/{id}"),
+            at,
+        )
+    };
+    let targets = |records: Vec<AuditRecord>| -> Vec<String> {
+        records.into_iter().map(|r| r.target).collect()
+    };
+
+    // A routed delivery whose record cannot be written is not stored, nor are its
+    // messages; one that fails to store leaves no record.
+    for fault in [Fault::DeliveryRecord, Fault::InboxWrite] {
+        factory.inject(Some(fault)).await;
+        let err = a
+            .insert_routed_delivery(
+                &delivery("d1", 1_000),
+                &[message("m1", "team", "d1")],
+                &routed,
+                60,
+                Some(&record("d1")),
+            )
+            .await
+            .unwrap_err();
+        assert!(is_injected(&err), "{fault:?}: {err:?}");
+        factory.inject(None).await;
+        assert_eq!(a.delivery("acme", "d1").await.unwrap(), None, "{fault:?}");
+        assert!(a.messages("team", 0, 10).await.unwrap().is_empty());
+        assert!(a.audit_records(&every_record(10)).await.unwrap().is_empty());
+    }
+
+    // Stored: its record with it; a duplicate stores neither.
+    for expected in [true, false] {
+        let stored = a
+            .insert_routed_delivery(
+                &delivery("d1", 1_000),
+                &[message("m1", "team", "d1")],
+                &routed,
+                60,
+                Some(&record("d1")),
+            )
+            .await
+            .unwrap();
+        assert_eq!(stored.is_some(), expected);
+    }
+    assert_eq!(
+        targets(a.audit_records(&every_record(10)).await.unwrap()),
+        ["delivery:acme/d1"]
+    );
+
+    // A stored delivery completed by two handles at once: one completion, one record.
+    a.insert_delivery(&delivery("d2", 1_001), 60, &claim("a", 2_000))
+        .await
+        .unwrap();
+    let (m, r) = ([message("m2", "team", "d2")], record("d2"));
+    factory.inject(Some(Fault::DeliveryRecord)).await;
+    let err = a
+        .complete_delivery("acme", "d2", &m, &routed, Some(&r))
+        .await
+        .unwrap_err();
+    assert!(is_injected(&err), "{err:?}");
+    factory.inject(None).await;
+    let d2 = a
+        .delivery("acme", "d2")
+        .await
+        .unwrap()
+        .expect("still stored");
+    assert_eq!(d2.status, DeliveryStatus::Pending);
+    assert_eq!(a.messages("team", 0, 10).await.unwrap().len(), 1);
+    let (first, second) = tokio::join!(
+        a.complete_delivery("acme", "d2", &m, &routed, Some(&r)),
+        b.complete_delivery("acme", "d2", &m, &routed, Some(&r)),
+    );
+    let completed = [first.unwrap(), second.unwrap()];
+    assert_eq!(completed.iter().filter(|c| c.is_some()).count(), 1);
+    assert_eq!(
+        targets(b.audit_records(&every_record(10)).await.unwrap()),
+        ["delivery:acme/d1", "delivery:acme/d2"]
+    );
+    assert_eq!(check_chain(&*b).await, (2, None));
 }

@@ -317,11 +317,12 @@ pub trait AuditStore: Send + Sync + 'static {
     /// append follows), kept apart from the records and moved by every append, so that
     /// removing the newest records is found and their seqs are never given again.
     async fn audit_head(&self) -> StoreResult<AuditAnchor>;
-    /// Deletes the oldest records up to the last one dated before `before` (an audit
-    /// time), and moves the anchor to the last one deleted, in one transaction; returns
-    /// how many were deleted. The newest record is never deleted: it carries the chain's
-    /// head.
-    async fn prune_audit(&self, before: &str) -> StoreResult<u64>;
+    /// Of the `max` oldest records, deletes those up to the last one dated before
+    /// `before` (an audit time), and moves the anchor to the last one deleted, in one
+    /// transaction; returns how many were deleted (fewer than `max`: nothing older is
+    /// left). The newest record is never deleted: it carries the chain's head. Bounded
+    /// by `max` so that no prune holds the database's writer for long.
+    async fn prune_audit(&self, before: &str, max: u32) -> StoreResult<u64>;
 }
 
 /// Verified webhook deliveries: stored before they are acknowledged, claimed by one
@@ -343,13 +344,16 @@ pub trait DeliveryQueue: Send + Sync + 'static {
     /// `messages` appended to their units' inboxes — unless the same (connector, delivery
     /// id) was stored within the last `dedup_window_secs`: then nothing is written and
     /// `None` is returned (a duplicate). Returns the stored messages (with their cursors).
-    /// Atomic across processes, as [`DeliveryQueue::insert_delivery`] is.
+    /// Atomic across processes, as [`DeliveryQueue::insert_delivery`] is. With `audit`,
+    /// its record is appended to the audit log in the same transaction (and, like the
+    /// rest, not for a duplicate).
     async fn insert_routed_delivery(
         &self,
         delivery: &DeliveryRecord,
         messages: &[MessageRecord],
         routed_to: &[String],
         dedup_window_secs: i64,
+        audit: Option<&AuditEntry>,
     ) -> StoreResult<Option<Vec<MessageRecord>>>;
     /// Claims up to `limit` unfinished deliveries (oldest first) for `claim.owner` until
     /// `claim.until_unix`, per `scope`, and returns them with the new claim. `now_unix`
@@ -365,13 +369,15 @@ pub trait DeliveryQueue: Send + Sync + 'static {
     /// In one transaction: appends `messages` to their units' inboxes and marks the
     /// delivery done. If it is already done, nothing is written and `None` is returned, so
     /// a delivery's messages are stored at most once. Returns the stored messages (with
-    /// their cursors).
+    /// their cursors). With `audit`, its record is appended to the audit log in the same
+    /// transaction (and, like the rest, not when the delivery was already done).
     async fn complete_delivery(
         &self,
         connector: &str,
         delivery_id: &str,
         messages: &[MessageRecord],
         routed_to: &[String],
+        audit: Option<&AuditEntry>,
     ) -> StoreResult<Option<Vec<MessageRecord>>>;
     /// Marks a delivery failed with `error` (it stays stored for a retry) and releases
     /// its claim.

@@ -31,13 +31,15 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tracing::Instrument;
 
+use crate::audit::Audit;
 use crate::catalog::Catalog;
 use crate::config::HostConfig;
 use crate::inbox::Inbox;
 use crate::replicas::ReplicaSync;
 use crate::state::State;
+use connector_model::audit::{target, Actor, AuditEntry};
 use connector_model::error::{ErrorCode, HostError, HostResult};
-use connector_model::ids::now_rfc3339;
+use connector_model::ids::{now_rfc3339, truncate};
 use connector_model::records::Claim;
 use connector_model::records::{DeliveryRecord, DeliveryStatus, MessageRecord};
 use connector_runtime::{wit, Caller};
@@ -72,6 +74,56 @@ impl WebhookStatus {
             WebhookStatus::Ignored => "ignored",
             WebhookStatus::Queued => "queued",
         }
+    }
+}
+
+/// How a delivery's audit record names who finished it and as what: the record is
+/// written in the transaction that stores the delivery's messages, so a delivery that
+/// reached an inbox always has it.
+#[derive(Debug, Clone)]
+pub(crate) struct DeliveryAudit {
+    actor: Actor,
+    /// The action whatever the verdict; `None`: `delivery.<verdict>`.
+    action: Option<&'static str>,
+}
+
+impl DeliveryAudit {
+    /// `delivery.<verdict>` (`delivery.routed` once routed) by `actor`: the sender for a
+    /// delivery it sent, the host for one a sweep finished.
+    pub(crate) fn by(actor: Actor) -> DeliveryAudit {
+        DeliveryAudit {
+            actor,
+            action: None,
+        }
+    }
+
+    /// `delivery.retry` by `actor` (whoever asked for the retry), whatever the verdict.
+    pub(crate) fn retry_by(actor: Actor) -> DeliveryAudit {
+        DeliveryAudit {
+            actor,
+            action: Some("delivery.retry"),
+        }
+    }
+
+    /// The record of delivery `delivery` to connector `slug` ending as `status`, routed to
+    /// `routed_to`.
+    pub(crate) fn entry(
+        &self,
+        slug: &str,
+        delivery: &str,
+        status: WebhookStatus,
+        routed_to: &[String],
+    ) -> AuditEntry {
+        let action = self.action.unwrap_or(match status {
+            WebhookStatus::Accepted => "delivery.routed",
+            WebhookStatus::Duplicate => "delivery.duplicate",
+            WebhookStatus::Ignored => "delivery.ignored",
+            WebhookStatus::Queued => "delivery.queued",
+        });
+        let target = target::delivery(&truncate(slug, 128), &truncate(delivery, 128));
+        Audit::new(&self.actor, action, target)
+            .with_details(json!({"verdict": status.as_str(), "routedTo": routed_to}))
+            .into_entry("ok")
     }
 }
 
@@ -666,7 +718,9 @@ impl Webhooks {
     /// others).
     async fn process_claimed(&self, batch: Vec<DeliveryRecord>) {
         futures::future::join_all(batch.into_iter().map(|record| async move {
-            let _ = self.process_delivery(record).await;
+            let _ = self
+                .process_delivery(record, &DeliveryAudit::by(Actor::host()))
+                .await;
         }))
         .await;
     }
@@ -797,6 +851,7 @@ impl Webhooks {
         answer: tokio::sync::oneshot::Sender<HostResult<WebhookOutcome>>,
     ) {
         let delivery = record.delivery_id.clone();
+        let sender = DeliveryAudit::by(Actor::webhook(&record.connector));
         let outcome = |status, routed_to| WebhookOutcome {
             delivery: delivery.clone(),
             status,
@@ -817,9 +872,21 @@ impl Webhooks {
         };
         let error = match routed {
             Some(Ok((messages, routed_to))) => {
+                let audit = sender.entry(
+                    &record.connector,
+                    &record.delivery_id,
+                    WebhookStatus::Accepted,
+                    &routed_to,
+                );
                 let stored = self
                     .store
-                    .insert_routed_delivery(&record, &messages, &routed_to, DEDUP_WINDOW_SECS)
+                    .insert_routed_delivery(
+                        &record,
+                        &messages,
+                        &routed_to,
+                        DEDUP_WINDOW_SECS,
+                        Some(&audit),
+                    )
                     .instrument(inbox_span(messages.len()))
                     .await;
                 match stored {
@@ -858,7 +925,7 @@ impl Webhooks {
                 let Some(_in_flight) = InFlight::begin(&self.in_flight, &record) else {
                     return;
                 };
-                let _ = self.finish_stored(&record, routing.await).await;
+                let _ = self.finish_stored(&record, routing.await, &sender).await;
                 return;
             }
         };
@@ -883,24 +950,27 @@ impl Webhooks {
     }
 
     /// Translates and routes a stored delivery; returns the units that got messages.
-    /// Failures are recorded on the delivery.
+    /// Failures are recorded on the delivery; a routed delivery is recorded in the audit
+    /// log as `audit` says.
     pub(crate) async fn process_delivery(
         &self,
         record: DeliveryRecord,
+        audit: &DeliveryAudit,
     ) -> Result<Vec<String>, DeliveryError> {
         let Some(_in_flight) = InFlight::begin(&self.in_flight, &record) else {
             return Err(DeliveryError::InFlight);
         };
         let routed = self.route_delivery_traced(&record).await;
-        self.finish_stored(&record, routed).await
+        self.finish_stored(&record, routed, audit).await
     }
 
-    /// Completes a stored delivery with its routing (messages and the delivery marked done,
-    /// in one transaction), or records the routing's failure on it.
+    /// Completes a stored delivery with its routing (messages, the delivery marked done and
+    /// its audit record, in one transaction), or records the routing's failure on it.
     async fn finish_stored(
         &self,
         record: &DeliveryRecord,
         routed: Result<(Vec<MessageRecord>, Vec<String>), String>,
+        audit: &DeliveryAudit,
     ) -> Result<Vec<String>, DeliveryError> {
         let outcome = match routed {
             Ok((messages, routed_to)) => match self
@@ -910,6 +980,12 @@ impl Webhooks {
                     &record.delivery_id,
                     &messages,
                     &routed_to,
+                    Some(&audit.entry(
+                        &record.connector,
+                        &record.delivery_id,
+                        WebhookStatus::Accepted,
+                        &routed_to,
+                    )),
                 )
                 .instrument(inbox_span(messages.len()))
                 .await
@@ -1087,11 +1163,13 @@ impl Webhooks {
             })
     }
 
-    /// Retries one stored delivery now.
+    /// Retries one stored delivery now; routed, it is recorded as `audit` says with its
+    /// messages.
     pub(crate) async fn retry(
         self: &Arc<Self>,
         slug: &str,
         delivery_id: &str,
+        audit: DeliveryAudit,
     ) -> HostResult<WebhookOutcome> {
         let record = self.stored_delivery(slug, delivery_id).await?;
         if record.status == DeliveryStatus::Done {
@@ -1106,7 +1184,8 @@ impl Webhooks {
         // (a client disconnecting drops the request's future) does not cut the work short.
         let this = Arc::clone(self);
         let task = tokio::spawn(
-            async move { this.process_delivery(record).await }.instrument(tracing::Span::current()),
+            async move { this.process_delivery(record, &audit).await }
+                .instrument(tracing::Span::current()),
         );
         let outcome = task
             .await

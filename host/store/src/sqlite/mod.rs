@@ -1,12 +1,17 @@
 //! The default [`Store`]: one SQLite database file (`<data_dir>/host.db`).
 //!
-//! - One connection behind a mutex. Every write runs as one `BEGIN IMMEDIATE`
+//! - One writing connection behind a mutex. Every write runs as one `BEGIN IMMEDIATE`
 //!   transaction — or, when writes arrive together, as one savepoint each inside a shared
 //!   one, committed at once ([`writer`]: group commit) — so a failure anywhere in a write
 //!   rolls that whole write back, and two
 //!   handles (or processes) on the same file never interleave inside one method: the
 //!   de-duplication check of [`DeliveryQueue::insert_delivery`](crate::DeliveryQueue::insert_delivery) and the row selection of
 //!   [`DeliveryQueue::claim_deliveries`](crate::DeliveryQueue::claim_deliveries) are atomic with their writes.
+//! - Reads (the audit log, inboxes, deliveries, components) run on [`READERS`] read-only
+//!   connections of their own, each statement on the last committed state (WAL readers
+//!   never wait for the writer, nor it for them): a long read — an operator's audit
+//!   query, a verify — never holds up writes. An in-memory database has only the one
+//!   connection, which reads share with the writer.
 //! - WAL journal, `synchronous=NORMAL`, `foreign_keys=ON`, a busy timeout of
 //!   [`BUSY_TIMEOUT`]. A database locked for longer than that is reported as
 //!   [`StoreError::Unavailable`]. The log is copied back into the database file on a
@@ -309,9 +314,16 @@ impl OwnVersions {
     }
 }
 
+/// Read-only connections of a database file (see the module docs).
+const READERS: usize = 2;
+
 /// The state shared with the writer thread and the blocking read tasks.
 pub(super) struct Inner {
     pub(super) conn: Mutex<Connection>,
+    /// Connections for reads; empty for an in-memory database (reads use `conn`).
+    readers: Vec<Mutex<Connection>>,
+    /// Which reader a read waits for when all are busy (round robin).
+    next_reader: std::sync::atomic::AtomicUsize,
     /// Locked after `conn`, never before.
     pub(super) own_versions: Mutex<OwnVersions>,
     /// Commits of the writer and the writes they held ([`CommitCounts`]).
@@ -353,9 +365,21 @@ impl SqliteStore {
             }
         }
         create_private_file(path)?;
-        let conn = Connection::open(path)
-            .map_err(|e| map_err(&format!("opening the database {}", path.display()), e))?;
+        let ctx = format!("opening the database {}", path.display());
+        let conn = Connection::open(path).map_err(|e| map_err(&ctx, e))?;
         Self::init(conn, Some(path.to_path_buf()))
+    }
+
+    /// A read-only connection to the database file at `path` (opened after the writer's,
+    /// so the file is in WAL mode and migrated).
+    fn open_reader(path: &Path) -> StoreResult<Connection> {
+        let ctx = format!("opening a reader of the database {}", path.display());
+        let conn = Connection::open(path).map_err(|e| map_err(&ctx, e))?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| map_err(&ctx, e))?;
+        conn.pragma_update(None, "query_only", "ON")
+            .map_err(|e| map_err(&ctx, e))?;
+        Ok(conn)
     }
 
     /// A fresh database that lives in memory only (tests, throw-away hosts).
@@ -377,8 +401,16 @@ impl SqliteStore {
             Some(path) => Some(checkpoint::Checkpoints::start(path, &conn)?),
             None => None,
         };
+        let readers = match &path {
+            Some(path) => (0..READERS)
+                .map(|_| Self::open_reader(path).map(Mutex::new))
+                .collect::<StoreResult<Vec<_>>>()?,
+            None => Vec::new(),
+        };
         let inner = Arc::new(Inner {
             conn: Mutex::new(conn),
+            readers,
+            next_reader: std::sync::atomic::AtomicUsize::new(0),
             own_versions: Mutex::new(OwnVersions::default()),
             commits: AtomicU64::new(0),
             writes: AtomicU64::new(0),
@@ -1007,19 +1039,30 @@ impl StateStore for SqliteStore {
 
 /// The state writes, each with the audit record (if any) written in its transaction.
 impl SqliteStore {
-    /// Runs the read `read` on the connection, off the async threads (`op` names it in
-    /// errors).
+    /// Runs the read `read` on a free reader (or the one whose turn it is, when all are
+    /// busy), off the async threads (`op` names it in errors).
     async fn read<T: Send + 'static>(
         &self,
         op: &'static str,
         read: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     ) -> StoreResult<T> {
         let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || read(&inner.conn.lock()))
-            .await
-            .map_err(|e| {
-                StoreError::Unavailable(format!("{op}: the database task did not finish: {e}"))
-            })?
+        tokio::task::spawn_blocking(move || {
+            let readers = &inner.readers;
+            if readers.is_empty() {
+                return read(&inner.conn.lock());
+            }
+            let free = readers.iter().find_map(|r| r.try_lock());
+            let conn = free.unwrap_or_else(|| {
+                let turn = inner.next_reader.fetch_add(1, Ordering::Relaxed);
+                readers[turn % readers.len()].lock()
+            });
+            read(&conn)
+        })
+        .await
+        .map_err(|e| {
+            StoreError::Unavailable(format!("{op}: the database task did not finish: {e}"))
+        })?
     }
 
     /// One of the chain's two points, read beside the writer.
@@ -1327,17 +1370,19 @@ impl AuditStore for SqliteStore {
             .await
     }
 
-    async fn prune_audit(&self, before: &str) -> StoreResult<u64> {
+    async fn prune_audit(&self, before: &str, max: u32) -> StoreResult<u64> {
         let before = before.to_owned();
         self.write("prune_audit", move |tx| {
             let db = |e| map_err("prune_audit", e);
-            // The last record to go: dated before `before`, and never the newest.
+            // The last record to go: of the `max` oldest, the last dated before `before`,
+            // and never the newest.
             let last: Option<(i64, String)> = tx
                 .query_row(
-                    "SELECT seq, hash FROM audit_log
+                    "SELECT seq, hash FROM
+                         (SELECT seq, hash, at FROM audit_log ORDER BY seq LIMIT ?2)
                      WHERE at < ?1 AND seq < (SELECT MAX(seq) FROM audit_log)
                      ORDER BY seq DESC LIMIT 1",
-                    [&before],
+                    params![before, max],
                     |r| Ok((r.get(0)?, r.get(1)?)),
                 )
                 .optional()
@@ -1383,6 +1428,7 @@ impl DeliveryQueue for SqliteStore {
         messages: &[MessageRecord],
         routed_to: &[String],
         dedup_window_secs: i64,
+        audit: Option<&AuditEntry>,
     ) -> StoreResult<Option<Vec<MessageRecord>>> {
         let op = "insert_routed_delivery";
         let d = DeliveryRecord {
@@ -1395,11 +1441,13 @@ impl DeliveryQueue for SqliteStore {
             ..delivery.clone()
         };
         let messages = messages.to_vec();
+        let audit = audit.cloned();
         self.write(op, move |tx| {
             if !store_unless_recent(tx, op, &d, dedup_window_secs, None)? {
                 return Ok(None);
             }
             let stored = append_messages(tx, op, messages)?;
+            append_audit(tx, op, audit.into_iter().collect())?;
             Ok(Some(stored))
         })
         .await
@@ -1469,10 +1517,12 @@ impl DeliveryQueue for SqliteStore {
         delivery_id: &str,
         messages: &[MessageRecord],
         routed_to: &[String],
+        audit: Option<&AuditEntry>,
     ) -> StoreResult<Option<Vec<MessageRecord>>> {
         let connector = connector.to_owned();
         let delivery_id = delivery_id.to_owned();
         let messages = messages.to_vec();
+        let audit = audit.cloned();
         let routed = encode_json("complete_delivery", &routed_to)?;
         self.write("complete_delivery", move |tx| {
             let db = |e| map_err("complete_delivery", e);
@@ -1495,6 +1545,7 @@ impl DeliveryQueue for SqliteStore {
                 params![connector, delivery_id, routed],
             )
             .map_err(db)?;
+            append_audit(tx, "complete_delivery", audit.into_iter().collect())?;
             Ok(Some(stored))
         })
         .await
@@ -1530,7 +1581,7 @@ impl DeliveryQueue for SqliteStore {
         delivery_id: &str,
     ) -> StoreResult<Option<DeliveryRecord>> {
         let (connector, delivery_id) = (connector.to_owned(), delivery_id.to_owned());
-        self.write("delivery", move |tx| {
+        self.read("delivery", move |tx| {
             let sql = format!(
                 "SELECT {} FROM deliveries WHERE connector = ?1 AND delivery_id = ?2",
                 rows::DELIVERY_COLUMNS
@@ -1544,7 +1595,7 @@ impl DeliveryQueue for SqliteStore {
     }
 
     async fn unfinished_deliveries(&self) -> StoreResult<Vec<DeliveryRecord>> {
-        self.write("unfinished_deliveries", move |tx| {
+        self.read("unfinished_deliveries", move |tx| {
             let sql = format!(
                 "SELECT {} FROM deliveries WHERE status != 'done' ORDER BY received_unix, rowid",
                 rows::DELIVERY_COLUMNS
@@ -1576,7 +1627,7 @@ impl DeliveryQueue for SqliteStore {
 
     async fn deliveries_of(&self, connector: &str, limit: u32) -> StoreResult<Vec<DeliveryRecord>> {
         let connector = connector.to_owned();
-        self.write("deliveries_of", move |tx| {
+        self.read("deliveries_of", move |tx| {
             // The body is left out: an operator's list never holds megabytes of payloads.
             let sql = format!(
                 "SELECT {} FROM deliveries WHERE connector = ?1
@@ -1603,7 +1654,7 @@ impl DeliveryQueue for SqliteStore {
     ) -> StoreResult<Vec<DeliveryRecord>> {
         let connector = connector.to_owned();
         let after = after.map(|(at, id)| (at, id.to_owned()));
-        self.write("deliveries_with_status", move |tx| {
+        self.read("deliveries_with_status", move |tx| {
             let columns = rows::DELIVERY_COLUMNS.replace(" body,", " X'' AS body,");
             let limit = i64::from(limit);
             match &after {

@@ -333,7 +333,7 @@ mod tests {
             let s = store.clone();
             completes = Some(tokio::spawn(async move {
                 let both = [message("m1", "u1", "d1"), message("m2", "u1", "d1")];
-                s.complete_delivery("acme", "d1", &both, &["u1".into()])
+                s.complete_delivery("acme", "d1", &both, &["u1".into()], None)
                     .await
             }));
             vec![first, spawn_insert("d2"), spawn_insert("d3")]
@@ -378,7 +378,13 @@ mod tests {
         }
         // And the failed one goes through on its own afterwards.
         let stored = store
-            .complete_delivery("acme", "d1", &[message("m1", "u1", "d1")], &["u1".into()])
+            .complete_delivery(
+                "acme",
+                "d1",
+                &[message("m1", "u1", "d1")],
+                &["u1".into()],
+                None,
+            )
             .await
             .expect("complete")
             .expect("first completion");

@@ -65,10 +65,14 @@ struct FetchArgs {
     url: String,
 }
 
-/// `{installation_id}`.
+/// `{installation_id, more?}`.
 #[derive(Deserialize, JsonSchema)]
 struct TokenArgs {
     installation_id: u64,
+    /// Asks for these too, in the same call, and answers each one's outcome instead of
+    /// failing (for the per-call bound on credential uses).
+    #[serde(default)]
+    more: Vec<u64>,
 }
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -339,6 +343,16 @@ fn fetch(_: &CallContext, args: FetchArgs) -> Result<Value, ToolError> {
 }
 
 fn token(_: &CallContext, args: TokenArgs) -> Result<Value, ToolError> {
+    if !args.more.is_empty() {
+        let answers: Vec<String> = std::iter::once(args.installation_id)
+            .chain(args.more)
+            .map(|id| match connector_sdk::github::installation_token(id) {
+                Ok(_) => "ok".to_string(),
+                Err(e) => e,
+            })
+            .collect();
+        return Ok(json!({"answers": answers}));
+    }
     let token = connector_sdk::github::installation_token(args.installation_id)
         .map_err(ToolError::Failed)?;
     Ok(json!({"token": token.token, "expiresAt": token.expires_at}))
