@@ -706,6 +706,7 @@ fn main() -> anyhow::Result<()> {
         tool_req.clone(),
         check_tool_call,
     ));
+    let commits_before = tools.host.commit_counts();
     let calls = client.block_on(loadgen::http(
         &[tools.addr],
         limits,
@@ -713,6 +714,13 @@ fn main() -> anyhow::Result<()> {
         check_tool_call,
     ));
     calls.print("tool calls", "req");
+    let commits = tools.host.commit_counts();
+    let n = commits.commits - commits_before.commits;
+    println!(
+        "  store: {n} commits for {} tool-call audit records ({:.1} per commit)",
+        calls.ok,
+        calls.ok as f64 / n.max(1) as f64
+    );
     let call_ratio = calls.rate() / echo.rate().max(1e-9);
     let p99 = calls.percentile(0.99);
     let met = calls.rate() >= 10_000.0

@@ -15,6 +15,7 @@
 //! Reading ([`AuditLog::records`]), checking the chain ([`AuditLog::verify`]) and
 //! pruning ([`AuditLog::prune`]) go to the store directly.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,14 +99,29 @@ pub struct AuditVerdict {
     pub first_broken: Option<i64>,
 }
 
+/// A record announced by [`AuditLog::expect`]; dropping it ends the announcement.
+pub(crate) struct ExpectedRecord(Arc<AtomicUsize>);
+
+impl Drop for ExpectedRecord {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 struct Pending {
     entry: AuditEntry,
     done: oneshot::Sender<StoreResult<()>>,
 }
 
+/// Scheduler turns the committer lets pass, while records are expected, before it
+/// commits what it has (see [`AuditLog::expect`]).
+const GATHER_TURNS: usize = 8;
+
 /// The host's way into the audit log (see the module docs).
 pub(crate) struct AuditLog {
     queue: mpsc::UnboundedSender<Pending>,
+    /// Records announced by [`AuditLog::expect`] and not yet appended.
+    expected: Arc<AtomicUsize>,
     store: Arc<dyn AuditStore>,
     settings: AuditSettings,
 }
@@ -115,9 +131,26 @@ impl AuditLog {
     pub(crate) fn start(store: Arc<dyn AuditStore>, settings: AuditSettings) -> Arc<AuditLog> {
         let (queue, mut waiting) = mpsc::unbounded_channel::<Pending>();
         let writer = store.clone();
+        let expected = Arc::new(AtomicUsize::new(0));
+        let coming = Arc::clone(&expected);
         tokio::spawn(async move {
             let mut group = Vec::new();
             while waiting.recv_many(&mut group, MAX_GROUP).await > 0 {
+                // Records of calls still running come in a moment: a few turns of the
+                // scheduler (no timer, nothing waits when nothing else is ready) let
+                // them join this commit instead of each paying for one.
+                for _ in 0..GATHER_TURNS {
+                    if group.len() >= MAX_GROUP || coming.load(Ordering::Relaxed) == 0 {
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                    while group.len() < MAX_GROUP {
+                        match waiting.try_recv() {
+                            Ok(pending) => group.push(pending),
+                            Err(_) => break,
+                        }
+                    }
+                }
                 let (entries, answers): (Vec<_>, Vec<_>) =
                     group.drain(..).map(|p| (p.entry, p.done)).unzip();
                 let result = writer.append_audit(entries).await.map(drop);
@@ -128,9 +161,18 @@ impl AuditLog {
         });
         Arc::new(AuditLog {
             queue,
+            expected,
             store,
             settings,
         })
+    }
+
+    /// Announces a record that will be appended soon (a tool call's, from its start):
+    /// the committer gives such records a few turns to join its next commit. The
+    /// announcement ends when the guard is dropped.
+    pub(crate) fn expect(&self) -> ExpectedRecord {
+        self.expected.fetch_add(1, Ordering::Relaxed);
+        ExpectedRecord(Arc::clone(&self.expected))
     }
 
     /// Whether tool-call records keep their arguments (`audit.record_arguments`).

@@ -159,6 +159,7 @@ impl ToolDispatcher {
         tool: &str,
         arguments: Value,
     ) -> HostResult<ToolOutput> {
+        let expected = self.audit.expect();
         let started = Instant::now();
         let bytes_in = json_bytes(&arguments);
         let kept_arguments = self.audit.record_arguments().then(|| arguments.clone());
@@ -195,7 +196,9 @@ impl ToolDispatcher {
         span.record("outcome", outcome);
         let audit = Audit::new(actor, "tool.call", target::tool(&truncate(tool, 256)))
             .with_details(details);
-        self.audit.append(audit.into_entry(outcome)).await?;
+        let entry = audit.into_entry(outcome);
+        drop(expected);
+        self.audit.append(entry).await?;
         result
     }
 

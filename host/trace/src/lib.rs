@@ -58,6 +58,12 @@ pub fn set_propagation(propagation: impl Propagation) -> bool {
     PROPAGATION.set(Box::new(propagation)).is_ok()
 }
 
+/// Whether spans join traces in this process (a [`Propagation`] is registered): without
+/// one, nothing that only serves tracing needs to run.
+pub fn is_tracing() -> bool {
+    PROPAGATION.get().is_some()
+}
+
 /// Makes `span` the child of the remote span that `traceparent` (W3C Trace Context
 /// format) names, with `tracestate` kept. A missing or malformed value is ignored: the
 /// span then starts a trace of its own. Call it right after creating `span`, before it

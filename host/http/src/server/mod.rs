@@ -29,16 +29,21 @@ pub fn router(host: Host) -> Router {
 pub fn router_with(host: Host, more: Router<Host>) -> Router {
     // Everything that reads or writes state first catches up with other replicas
     // (a no-op unless the database is shared); liveness and metrics do not.
-    let stateful = Router::new()
+    let mut stateful = Router::new()
         .nest("/api/v1", crate::api::routes())
         .merge(more)
         .merge(crate::mcp::router(host.clone()))
         .route_layer(axum::middleware::from_fn_with_state(
             host.clone(),
             refresh_first,
-        ))
-        .route_layer(axum::middleware::from_fn(record_traced_route));
-    Router::new()
+        ));
+    // The request spans' layers only where spans are traced (`connector_trace::is_tracing`,
+    // decided before the router is built): each layer costs every request a turn.
+    let tracing = connector_trace::is_tracing();
+    if tracing {
+        stateful = stateful.route_layer(axum::middleware::from_fn(record_traced_route));
+    }
+    let router = Router::new()
         .route("/healthz", get(healthz))
         .route("/api/v1/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -49,9 +54,13 @@ pub fn router_with(host: Host, more: Router<Host>) -> Router {
             host.clone(),
             allowed_host_only,
         ))
-        .layer(axum::middleware::map_response(json_errors))
-        .layer(axum::middleware::from_fn(traced))
-        .with_state(host)
+        .layer(axum::middleware::map_response(json_errors));
+    let router = if tracing {
+        router.layer(axum::middleware::from_fn(traced))
+    } else {
+        router
+    };
+    router.with_state(host)
 }
 
 /// Each request is a span (CONTRACT §11), a child of the caller's when it sends a W3C
