@@ -697,31 +697,49 @@ async fn an_install_refused_before_its_component_is_named_is_recorded() {
         .as_str()
         .expect("an error code")
         .to_string();
-    // A registry that is not there, named with a user name and password.
-    let reference = "oci://reader:registry-password-1@127.0.0.1:9/team/weather:1.0";
-    let (s, b) = h
-        .op(
-            Method::POST,
-            "/api/v1/connectors",
-            Some(json!({"source": reference})),
-        )
-        .await;
-    assert!(s >= 400, "{s} {b}");
-    let registry_code = b["error"]["code"]
-        .as_str()
-        .expect("an error code")
-        .to_string();
+    // A registry that is not there; then a reference with a user name and password
+    // written into it (which does not parse).
+    let mut codes = Vec::new();
+    for reference in [
+        "oci://127.0.0.1:9/team/weather:1.0",
+        "oci://reader:registry-password-1@127.0.0.1:9/team/weather:1.0",
+    ] {
+        let (s, b) = h
+            .op(
+                Method::POST,
+                "/api/v1/connectors",
+                Some(json!({"source": reference})),
+            )
+            .await;
+        assert!(s >= 400, "{s} {b}");
+        assert!(!b.to_string().contains("registry-password-1"), "{b}");
+        codes.push(
+            b["error"]["code"]
+                .as_str()
+                .expect("an error code")
+                .to_string(),
+        );
+    }
 
     let records = all_records(&h.client, &h.url).await;
     let refused = records_of(&records, "connector.install", "connector:?");
-    assert_eq!(refused.len(), 2, "{records:#?}");
+    assert_eq!(refused.len(), 3, "{records:#?}");
     assert_eq!(refused[0]["outcome"], json!(upload_code));
     assert_eq!(refused[0]["details"]["source"], "upload");
     assert_eq!(refused[0]["actor"]["kind"], "operator");
-    assert_eq!(refused[1]["outcome"], json!(registry_code));
     assert_eq!(
-        refused[1]["details"]["source"],
-        "oci://127.0.0.1:9/team/weather:1.0"
+        (&refused[1]["outcome"], &refused[1]["details"]["source"]),
+        (
+            &json!(codes[0]),
+            &json!("oci://127.0.0.1:9/team/weather:1.0")
+        )
+    );
+    assert_eq!(
+        (&refused[2]["outcome"], &refused[2]["details"]["source"]),
+        (
+            &json!(codes[1]),
+            &json!("registry (a reference that does not parse)")
+        )
     );
     let text = serde_json::to_string(&records).unwrap();
     assert!(!text.contains("registry-password-1"), "{text}");

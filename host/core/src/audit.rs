@@ -25,11 +25,13 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::config::AuditSettings;
 use connector_model::audit::{audit_time, Actor, AuditEntry, AuditRecord, ChainCheck};
-use connector_model::error::{HostError, HostResult};
+use connector_model::error::{ErrorCode, HostError, HostResult};
 use connector_store::{AuditQuery, AuditStore, StoreResult};
 
 /// The most records one group commit holds.
 const MAX_GROUP: usize = 512;
+/// Checks `verify` makes of a chain that is pruned while it is read.
+const VERIFY_ATTEMPTS: usize = 3;
 /// Records read per page while verifying.
 const VERIFY_PAGE: u32 = 1000;
 /// The most records one pruning transaction deletes.
@@ -226,43 +228,49 @@ impl AuditLog {
         Ok(AuditPage { records, next })
     }
 
-    /// Recomputes the kept chain from its anchor. A prune that moved the anchor while
-    /// the chain was read (its records gone from under the check) is not a break: the
-    /// check starts again from the new anchor.
+    /// Recomputes the kept chain from its anchor. A prune while the chain is read is not
+    /// a break: the check starts from the anchor as it is once the first page is read,
+    /// and starts again when a prune went past that page. A chain pruned under three
+    /// checks in a row is not judged at all (`409 state_changed`, check again): a break
+    /// is only ever reported on a chain that held still while it was read.
     pub(crate) async fn verify(&self) -> HostResult<AuditVerdict> {
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
+        for _ in 0..VERIFY_ATTEMPTS {
             let (verdict, anchor) = self.verify_once().await?;
-            if verdict.ok || attempts == 3 || self.store.audit_anchor().await?.seq == anchor {
+            if verdict.ok || self.store.audit_anchor().await?.seq == anchor {
                 return Ok(verdict);
             }
         }
+        Err(HostError::new(
+            ErrorCode::StateChanged,
+            format!(
+                "the audit log was pruned while it was being checked, {VERIFY_ATTEMPTS} times in a row; check it again once pruning is done"
+            ),
+        ))
     }
 
-    /// One check from the anchor as it is now; the verdict and the anchor's seq.
+    /// One check of the kept chain; the verdict and the seq of the anchor it started
+    /// from.
     async fn verify_once(&self) -> HostResult<(AuditVerdict, i64)> {
         // The head first: records appended while the check reads are past it.
         let head = self.store.audit_head().await?;
+        let seen = self.store.audit_anchor().await?;
+        let mut page = self.page_after(seen.seq).await?;
+        // The anchor again, now that the first page is read: a prune since `seen` deleted
+        // what the page holds up to the anchor it left, so the check starts there.
         let anchor = self.store.audit_anchor().await?;
         let mut check = ChainCheck::from(&anchor);
-        let mut after = anchor.seq;
         loop {
-            let page = self
-                .store
-                .audit_records(&AuditQuery {
-                    after,
-                    limit: VERIFY_PAGE,
-                    ..AuditQuery::default()
-                })
-                .await?;
-            for record in &page {
+            let full = page.len() as u32 == VERIFY_PAGE;
+            let after = page
+                .last()
+                .map_or(anchor.seq, |last| last.seq.max(anchor.seq));
+            for record in page.iter().filter(|r| r.seq > anchor.seq) {
                 check.next(record);
             }
-            match page.last() {
-                Some(last) if page.len() as u32 == VERIFY_PAGE => after = last.seq,
-                _ => break,
+            if !full {
+                break;
             }
+            page = self.page_after(after).await?;
         }
         check.ends_at(&head);
         // Records deleted before the anchor's seq are not read from `after = anchor.seq`;
@@ -273,6 +281,18 @@ impl AuditLog {
             first_broken: check.first_broken(),
         };
         Ok((verdict, anchor.seq))
+    }
+
+    /// Up to [`VERIFY_PAGE`] records after `after`, oldest first.
+    async fn page_after(&self, after: i64) -> HostResult<Vec<AuditRecord>> {
+        Ok(self
+            .store
+            .audit_records(&AuditQuery {
+                after,
+                limit: VERIFY_PAGE,
+                ..AuditQuery::default()
+            })
+            .await?)
     }
 
     /// Deletes the records older than `audit.retention_days` (the chain's anchor moves

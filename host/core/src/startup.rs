@@ -371,15 +371,24 @@ impl Parts {
 }
 
 /// Where a component to install comes from, as its audit record says it: `upload`, or
-/// the registry reference (without any user name or password written into it).
+/// the registry reference as it parsed (a reference that does not parse is not written:
+/// it could hold anything, a password included).
 fn source_detail(source: &ComponentSource) -> String {
     match source {
         ComponentSource::Upload(_) => "upload".to_string(),
-        ComponentSource::Registry(reference) => {
-            let rest = reference.strip_prefix("oci://").unwrap_or(reference);
-            let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-            let authority = authority.rsplit('@').next().unwrap_or(authority);
-            connector_model::ids::truncate(&format!("oci://{authority}/{path}"), 256)
-        }
+        ComponentSource::Registry(reference) => registry_detail(reference),
     }
+}
+
+#[cfg(feature = "oci")]
+fn registry_detail(reference: &str) -> String {
+    match connector_distribution::OciReference::parse(reference) {
+        Ok(parsed) => connector_model::ids::truncate(&parsed.to_string(), 256),
+        Err(_) => "registry (a reference that does not parse)".to_string(),
+    }
+}
+
+#[cfg(not(feature = "oci"))]
+fn registry_detail(_: &str) -> String {
+    "registry".to_string()
 }

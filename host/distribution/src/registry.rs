@@ -80,6 +80,8 @@ pub struct OciReference(Reference);
 impl OciReference {
     /// Parses `oci://…` (the scheme is required; the registry must be named).
     pub fn parse(source: &str) -> Result<Self, DistributionError> {
+        // Errors quote the reference, but never a user name or password written into it.
+        let source = &without_userinfo(source);
         let rest = source.strip_prefix(SCHEME).ok_or_else(|| {
             DistributionError::Reference(format!("`{}` does not start with {SCHEME}", clip(source)))
         })?;
@@ -683,6 +685,24 @@ pub fn sha256(data: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(data)))
 }
 
+/// `source` with what stands before an `@` in its first part after any `scheme://`
+/// (`user:password@` of `oci://user:password@registry/…`) replaced by `…@`; the rest as
+/// it is.
+fn without_userinfo(source: &str) -> String {
+    let (prefix, rest) = match source.find("://") {
+        Some(i) => source.split_at(i + 3),
+        None => ("", source),
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rfind('@') {
+        Some(i) => format!("{prefix}…{}{path}", &authority[i..]),
+        None => source.to_string(),
+    }
+}
+
 /// At most 200 characters of something a registry or a user wrote.
 pub(crate) fn clip(text: &str) -> String {
     let mut out: String = text.chars().take(200).collect();
@@ -697,6 +717,27 @@ pub(crate) fn clip(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reference_error_never_quotes_a_password() {
+        for source in [
+            "oci://reader:secret-pw@127.0.0.1:9/team/weather:1.0",
+            "oci://reader:secret-pw@registry.example",
+            "https://reader:secret-pw@ghcr.io/team/weather",
+        ] {
+            let err = OciReference::parse(source).expect_err(source).to_string();
+            assert!(!err.contains("secret-pw"), "{source}: {err}");
+        }
+        // A digest's `@` is not user information.
+        let pinned = format!(
+            "oci://127.0.0.1:5000/team/weather@sha256:{}",
+            "a".repeat(64)
+        );
+        assert_eq!(
+            OciReference::parse(&pinned).expect("parses").to_string(),
+            pinned
+        );
+    }
 
     #[test]
     fn references_name_their_registry() {

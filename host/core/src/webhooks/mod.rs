@@ -145,6 +145,10 @@ pub enum DeliveryError {
     /// Another task on this replica is processing it right now.
     #[error("this delivery is already being processed")]
     InFlight,
+    /// Another worker (a sweep, another replica) finished it meanwhile: nothing was
+    /// stored or recorded again.
+    #[error("this delivery was finished meanwhile by another worker")]
+    AlreadyDone,
     /// The database did not answer: the delivery stays pending under this replica's claim
     /// and is taken up again when the claim lapses.
     #[error("{0}")]
@@ -994,7 +998,7 @@ impl Webhooks {
                     self.inbox.publish(stored);
                     Ok(routed_to)
                 }
-                Ok(None) => Ok(routed_to),
+                Ok(None) => Err(DeliveryError::AlreadyDone),
                 // The database is away: the delivery stays pending under this replica's
                 // claim and is retried once the claim lapses.
                 Err(e @ connector_store::StoreError::Unavailable(_)) => {
@@ -1195,6 +1199,13 @@ impl Webhooks {
                 delivery,
                 status: WebhookStatus::Accepted,
                 routed_to,
+            }),
+            // Finished by another worker while this retry routed it: as if it had been
+            // done when the retry was asked for.
+            Err(DeliveryError::AlreadyDone) => Ok(WebhookOutcome {
+                delivery,
+                status: WebhookStatus::Duplicate,
+                routed_to: Vec::new(),
             }),
             Err(e) => Err(HostError::new(ErrorCode::DeliveryFailed, e.to_string())),
         }

@@ -20,6 +20,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+/// What [`AuditRecord::computed_hash`] gives a record it cannot canonicalise; a record
+/// with it never verifies ([`ChainCheck`] reports it broken).
+const UNHASHABLE: &str = "sha256:unhashable";
+
 /// The `prev` of the first record ever appended.
 pub const GENESIS: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -235,10 +239,11 @@ impl AuditRecord {
         text.extend_from_slice(self.prev.as_bytes());
         text.push(b'\n');
         // A record always canonicalises (its numbers are finite, its keys strings); an
-        // error here could only come from writing JSON itself, and leaves a hash that can
-        // never verify rather than a panic.
+        // error here could only come from writing JSON itself. It gives a "hash" that is
+        // no SHA-256 and never verifies (the record is reported broken), rather than a
+        // panic or a hash that would not cover the record's content.
         if canonical::record_body(&mut text, self).is_err() {
-            text.truncate(self.prev.len() + 1);
+            return UNHASHABLE.to_string();
         }
         format!("sha256:{}", hex::encode(Sha256::digest(&text)))
     }
@@ -294,6 +299,7 @@ impl ChainCheck {
         }
         let holds = record.seq == self.expected_seq
             && record.prev == self.expected_prev
+            && record.hash != UNHASHABLE
             && record.hash == record.computed_hash();
         if !holds {
             self.first_broken = Some(record.seq);
