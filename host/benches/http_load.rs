@@ -413,7 +413,7 @@ async fn store_only(beside: &Arc<Beside>, body: &Bytes, prefix: &str, limits: Li
             let record = delivery_record(&id, &body, Vec::new());
             let fresh = h
                 .store
-                .insert_delivery(&record, 7 * 24 * 3600, &bench_claim())
+                .insert_delivery(&record, 7 * 24 * 3600, &bench_claim(), None)
                 .await
                 .map_err(|e| e.to_string())?;
             if !fresh {
@@ -543,7 +543,7 @@ async fn webhook_steps(
         let t = Instant::now();
         beside
             .store
-            .insert_delivery(&record, 7 * 24 * 3600, &bench_claim())
+            .insert_delivery(&record, 7 * 24 * 3600, &bench_claim(), None)
             .await?;
         insert.push(t.elapsed().as_nanos() as u64);
 

@@ -546,10 +546,13 @@ impl Host {
         // A delivery the host refused (no such connector, a signature that does not
         // verify) came from no one the host knows: recording it would let anybody
         // write to the audit log. What was accepted is recorded before it is answered.
-        // A routed delivery was recorded with its messages; the other verdicts store no
-        // messages and are recorded here.
+        // A routed delivery was recorded with its messages, a queued one with its row;
+        // a duplicate or an ignored one stores nothing and is recorded here.
         let outcome = self.parts.webhooks.receive(slug, headers, body).await?;
-        if outcome.status != WebhookStatus::Accepted {
+        if matches!(
+            outcome.status,
+            WebhookStatus::Duplicate | WebhookStatus::Ignored
+        ) {
             let entry = DeliveryAudit::by(Actor::webhook(slug)).entry(
                 slug,
                 &outcome.delivery,

@@ -305,8 +305,7 @@ impl Parts {
         actor: &Actor,
         request: InstallRequest,
     ) -> HostResult<Installed> {
-        let unnamed = Audit::new(actor, "connector.install", target::connector("?"))
-            .with_details(serde_json::json!({"source": source_detail(&request.source)}));
+        let unnamed = unnamed_install(actor, source_detail(&request.source));
         let fetched = self.sources.fetch(request.source).await;
         let (bytes, provenance) = self.audit.outcome_of(&unnamed, fetched).await?;
         self.install_as(actor, &unnamed, bytes, None, provenance, request.options)
@@ -329,8 +328,7 @@ impl Parts {
             Some(name) => format!("bundled:{name}"),
             None => "upload".to_string(),
         };
-        let unnamed = Audit::new(actor, "connector.install", target::connector("?"))
-            .with_details(serde_json::json!({"source": source}));
+        let unnamed = unnamed_install(actor, source);
         self.install_as(actor, &unnamed, bytes, bundled, provenance, options)
             .await
     }
@@ -368,6 +366,13 @@ impl Parts {
         };
         self.audit.outcome_of(&audit, result).await
     }
+}
+
+/// The record of an install by `actor` from `source` refused before the component named
+/// its slug (target `connector:?`).
+fn unnamed_install(actor: &Actor, source: String) -> Audit {
+    Audit::new(actor, "connector.install", target::connector("?"))
+        .with_details(serde_json::json!({"source": source}))
 }
 
 /// Where a component to install comes from, as its audit record says it: `upload`, or

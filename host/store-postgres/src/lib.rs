@@ -1338,6 +1338,7 @@ impl DeliveryQueue for PostgresStore {
         delivery: &DeliveryRecord,
         dedup_window_secs: i64,
         claim: &Claim,
+        audit: Option<&AuditEntry>,
     ) -> StoreResult<bool> {
         let ctx = "insert_delivery";
         let db = |e| map_err(ctx, e);
@@ -1346,10 +1347,11 @@ impl DeliveryQueue for PostgresStore {
         let routed = encode_json(ctx, &d.routed_to)?;
         let attempts = i32::try_from(d.attempts).unwrap_or(i32::MAX);
         let window_start = d.received_unix.saturating_sub(dedup_window_secs);
-        let conn = self.conn(ctx).await?;
+        let mut conn = self.conn(ctx).await?;
+        let tx = read_committed(&mut conn).await.map_err(db)?;
         // One statement: of two replicas inserting the same id at once, the second waits
         // for the first's row and then finds it inside the window (no row returned).
-        let stmt = conn
+        let stmt = tx
             .prepare_cached(
                 "INSERT INTO deliveries (connector, delivery_id, event, headers, body,
                      received_unix, received_at, status, attempts, error, routed_to,
@@ -1366,7 +1368,7 @@ impl DeliveryQueue for PostgresStore {
             )
             .await
             .map_err(db)?;
-        let rows = conn
+        let rows = tx
             .query(
                 &stmt,
                 &[
@@ -1388,7 +1390,12 @@ impl DeliveryQueue for PostgresStore {
             )
             .await
             .map_err(db)?;
-        Ok(!rows.is_empty())
+        let stored = !rows.is_empty();
+        if stored {
+            append_audit(&tx, ctx, audit.into_iter().cloned().collect()).await?;
+        }
+        tx.commit().await.map_err(db)?;
+        Ok(stored)
     }
 
     async fn insert_routed_delivery(

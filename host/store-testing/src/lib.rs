@@ -917,7 +917,7 @@ pub async fn deliveries_and_messages_round_trip(factory: &dyn StoreFactory) {
         ..delivery("d1", 1_000)
     };
     assert!(store
-        .insert_delivery(&d, 60, &claim("a", 1_060))
+        .insert_delivery(&d, 60, &claim("a", 1_060), None)
         .await
         .unwrap());
     let held = DeliveryRecord {
@@ -932,7 +932,7 @@ pub async fn deliveries_and_messages_round_trip(factory: &dyn StoreFactory) {
     assert_eq!(store.delivery("other", "d1").await.unwrap(), None);
     let older = delivery("d0", 900);
     assert!(store
-        .insert_delivery(&older, 60, &claim("a", 960))
+        .insert_delivery(&older, 60, &claim("a", 960), None)
         .await
         .unwrap());
     let unfinished: Vec<_> = store
@@ -1018,7 +1018,7 @@ pub async fn insert_delivery_deduplicates_within_the_window(factory: &dyn StoreF
     let store = factory.open().await;
     let first = delivery("d1", 1_000);
     assert!(store
-        .insert_delivery(&first, 60, &claim("a", 1_030))
+        .insert_delivery(&first, 60, &claim("a", 1_030), None)
         .await
         .unwrap());
     store.fail_delivery("acme", "d1", "boom").await.unwrap();
@@ -1032,7 +1032,7 @@ pub async fn insert_delivery_deduplicates_within_the_window(factory: &dyn StoreF
         };
         assert!(
             !store
-                .insert_delivery(&again, 60, &claim("b", at + 30))
+                .insert_delivery(&again, 60, &claim("b", at + 30), None)
                 .await
                 .unwrap(),
             "received at {at}"
@@ -1046,7 +1046,7 @@ pub async fn insert_delivery_deduplicates_within_the_window(factory: &dyn StoreF
         ..delivery("d1", 1_001)
     };
     assert!(store
-        .insert_delivery(&elsewhere, 60, &claim("a", 1_031))
+        .insert_delivery(&elsewhere, 60, &claim("a", 1_031), None)
         .await
         .unwrap());
 
@@ -1056,7 +1056,7 @@ pub async fn insert_delivery_deduplicates_within_the_window(factory: &dyn StoreF
         ..delivery("d1", 1_061)
     };
     assert!(store
-        .insert_delivery(&later, 60, &claim("b", 1_091))
+        .insert_delivery(&later, 60, &claim("b", 1_091), None)
         .await
         .unwrap());
     assert_eq!(
@@ -1085,7 +1085,7 @@ pub async fn concurrent_inserts_of_one_delivery_store_it_once(factory: &dyn Stor
                     ..delivery("same", received)
                 };
                 let inserted = store
-                    .insert_delivery(&d, 60, &claim(&owner, received + 30))
+                    .insert_delivery(&d, 60, &claim(&owner, received + 30), None)
                     .await
                     .unwrap();
                 (owner, inserted)
@@ -1105,7 +1105,7 @@ pub async fn concurrent_inserts_of_one_delivery_store_it_once(factory: &dyn Stor
 pub async fn complete_delivery_fault_stores_no_messages(factory: &dyn StoreFactory) {
     let store = factory.open().await;
     assert!(store
-        .insert_delivery(&delivery("d1", 1_000), 60, &claim("a", 1_030))
+        .insert_delivery(&delivery("d1", 1_000), 60, &claim("a", 1_030), None)
         .await
         .unwrap());
     let before = store.delivery("acme", "d1").await.unwrap().unwrap();
@@ -1135,7 +1135,7 @@ pub async fn complete_twice_stores_messages_once(factory: &dyn StoreFactory) {
     let (a, b) = (factory.open().await, factory.open().await);
     for id in ["d1", "d2"] {
         assert!(a
-            .insert_delivery(&delivery(id, 1_000), 60, &claim("a", 1_030))
+            .insert_delivery(&delivery(id, 1_000), 60, &claim("a", 1_030), None)
             .await
             .unwrap());
     }
@@ -1237,11 +1237,11 @@ pub async fn a_routed_delivery_is_stored_done_with_its_messages_once(factory: &d
         .unwrap();
     assert_eq!(again, None);
     assert!(!a
-        .insert_delivery(&delivery("d1", 1_040), 60, &claim("a", 1_070))
+        .insert_delivery(&delivery("d1", 1_040), 60, &claim("a", 1_070), None)
         .await
         .unwrap());
     assert!(a
-        .insert_delivery(&delivery("d2", 1_000), 60, &claim("a", 1_030))
+        .insert_delivery(&delivery("d2", 1_000), 60, &claim("a", 1_030), None)
         .await
         .unwrap());
     let again = b
@@ -1297,7 +1297,7 @@ pub async fn a_routed_delivery_is_stored_done_with_its_messages_once(factory: &d
 pub async fn complete_and_fail_release_the_claim(factory: &dyn StoreFactory) {
     let store = factory.open().await;
     assert!(store
-        .insert_delivery(&delivery("d1", 1_000), 60, &claim("a", 100_000))
+        .insert_delivery(&delivery("d1", 1_000), 60, &claim("a", 100_000), None)
         .await
         .unwrap());
 
@@ -1377,7 +1377,7 @@ pub async fn sweep_skips_live_claims_and_takes_lapsed_ones(factory: &dyn StoreFa
         let store = Arc::clone(&store);
         async move {
             assert!(store
-                .insert_delivery(&delivery(id, received), 60, &held)
+                .insert_delivery(&delivery(id, received), 60, &held, None)
                 .await
                 .unwrap());
         }
@@ -1450,7 +1450,7 @@ pub async fn startup_takes_own_claims_and_unheld_failed_ones(factory: &dyn Store
         let store = Arc::clone(&store);
         async move {
             assert!(store
-                .insert_delivery(&delivery(id, received), 60, &held)
+                .insert_delivery(&delivery(id, received), 60, &held, None)
                 .await
                 .unwrap());
         }
@@ -1515,7 +1515,7 @@ pub async fn concurrent_sweeps_never_take_the_same_delivery(factory: &dyn StoreF
     let all: BTreeSet<String> = (0..60).map(|i| format!("d{i:02}")).collect();
     for (i, id) in all.iter().enumerate() {
         assert!(handles[i % 2]
-            .insert_delivery(&delivery(id, i as i64), 60, &claim("gone", now - 1))
+            .insert_delivery(&delivery(id, i as i64), 60, &claim("gone", now - 1), None)
             .await
             .unwrap());
     }
@@ -1745,11 +1745,11 @@ pub async fn deliveries_messages_and_secrets_keep_the_version(factory: &dyn Stor
     let v = b.load().await.unwrap().version;
 
     for id in ["d1", "d2", "d3"] {
-        a.insert_delivery(&delivery(id, 1_000), 60, &claim("a", 1_030))
+        a.insert_delivery(&delivery(id, 1_000), 60, &claim("a", 1_030), None)
             .await
             .unwrap();
     }
-    a.insert_delivery(&delivery("d1", 1_000), 60, &claim("a", 1_030))
+    a.insert_delivery(&delivery("d1", 1_000), 60, &claim("a", 1_030), None)
         .await
         .unwrap();
     a.claim_deliveries(&claim("a", 2_000), 1_500, ClaimScope::Sweep, 10)
@@ -1852,7 +1852,7 @@ pub async fn nul_characters_in_free_text_do_not_fail_a_write(factory: &dyn Store
 
     let d = delivery("nul-1", 1_000);
     assert!(store
-        .insert_delivery(&d, 100, &claim("r1", 2_000))
+        .insert_delivery(&d, 100, &claim("r1", 2_000), None)
         .await
         .unwrap());
     let mut m = message("m-nul", "team", "nul-1");
@@ -1874,7 +1874,7 @@ pub async fn nul_characters_in_free_text_do_not_fail_a_write(factory: &dyn Store
 
     let d = delivery("nul-2", 1_000);
     assert!(store
-        .insert_delivery(&d, 100, &claim("r1", 2_000))
+        .insert_delivery(&d, 100, &claim("r1", 2_000), None)
         .await
         .unwrap());
     store
@@ -1895,7 +1895,7 @@ pub async fn deliveries_of_lists_one_connectors_newest_first(factory: &dyn Store
     let store = factory.open().await;
     for (id, at) in [("d1", 1_000), ("d2", 1_002), ("d3", 1_001)] {
         assert!(store
-            .insert_delivery(&delivery(id, at), 60, &claim("a", at + 30))
+            .insert_delivery(&delivery(id, at), 60, &claim("a", at + 30), None)
             .await
             .unwrap());
     }
@@ -1904,7 +1904,7 @@ pub async fn deliveries_of_lists_one_connectors_newest_first(factory: &dyn Store
         ..delivery("d9", 1_005)
     };
     assert!(store
-        .insert_delivery(&elsewhere, 60, &claim("a", 1_035))
+        .insert_delivery(&elsewhere, 60, &claim("a", 1_035), None)
         .await
         .unwrap());
     store.fail_delivery("acme", "d3", "boom").await.unwrap();
@@ -1944,7 +1944,7 @@ pub async fn deliveries_with_status_page_newest_first_past_any_other_status(
     ];
     for (id, at) in failed {
         assert!(store
-            .insert_delivery(&delivery(id, at), 60, &claim("a", at + 30))
+            .insert_delivery(&delivery(id, at), 60, &claim("a", at + 30), None)
             .await
             .unwrap());
         store.fail_delivery("acme", id, "boom").await.unwrap();
@@ -1952,7 +1952,7 @@ pub async fn deliveries_with_status_page_newest_first_past_any_other_status(
     for n in 0..20 {
         let id = format!("p{n:02}");
         assert!(store
-            .insert_delivery(&delivery(&id, 2_000 + n), 60, &claim("a", 3_000))
+            .insert_delivery(&delivery(&id, 2_000 + n), 60, &claim("a", 3_000), None)
             .await
             .unwrap());
     }
@@ -1961,7 +1961,7 @@ pub async fn deliveries_with_status_page_newest_first_past_any_other_status(
         ..delivery("d9", 1_006)
     };
     assert!(store
-        .insert_delivery(&elsewhere, 60, &claim("a", 1_036))
+        .insert_delivery(&elsewhere, 60, &claim("a", 1_036), None)
         .await
         .unwrap());
     store.fail_delivery("other", "d9", "boom").await.unwrap();
@@ -2018,7 +2018,7 @@ pub async fn deliveries_with_status_page_newest_first_past_any_other_status(
 pub async fn inboxes_read_newest_first_by_cursor(factory: &dyn StoreFactory) {
     let store = factory.open().await;
     assert!(store
-        .insert_delivery(&delivery("d1", 1_000), 60, &claim("a", 1_060))
+        .insert_delivery(&delivery("d1", 1_000), 60, &claim("a", 1_060), None)
         .await
         .unwrap());
     let messages: Vec<MessageRecord> = ["m1", "m2", "m3", "m4", "m5"]
@@ -2464,10 +2464,44 @@ pub async fn a_stored_delivery_has_its_record_in_its_transaction_once(factory: &
         ["delivery:acme/d1"]
     );
 
-    // A stored delivery completed by two handles at once: one completion, one record.
-    a.insert_delivery(&delivery("d2", 1_001), 60, &claim("a", 2_000))
+    // A delivery stored pending has its record with its row, a duplicate none.
+    let queued = audit_entry(
+        Actor::webhook("acme"),
+        "delivery.queued",
+        "delivery:acme/d2",
+        at,
+    );
+    factory.inject(Some(Fault::DeliveryRecord)).await;
+    let err = a
+        .insert_delivery(
+            &delivery("d2", 1_001),
+            60,
+            &claim("a", 2_000),
+            Some(&queued),
+        )
         .await
-        .unwrap();
+        .unwrap_err();
+    assert!(is_injected(&err), "{err:?}");
+    factory.inject(None).await;
+    assert_eq!(a.delivery("acme", "d2").await.unwrap(), None);
+    for expected in [true, false] {
+        let stored = a
+            .insert_delivery(
+                &delivery("d2", 1_001),
+                60,
+                &claim("a", 2_000),
+                Some(&queued),
+            )
+            .await
+            .unwrap();
+        assert_eq!(stored, expected);
+    }
+    assert_eq!(
+        targets(a.audit_records(&every_record(10)).await.unwrap()),
+        ["delivery:acme/d1", "delivery:acme/d2"]
+    );
+
+    // A stored delivery completed by two handles at once: one completion, one record.
     let (m, r) = ([message("m2", "team", "d2")], record("d2"));
     factory.inject(Some(Fault::DeliveryRecord)).await;
     let err = a
@@ -2489,9 +2523,18 @@ pub async fn a_stored_delivery_has_its_record_in_its_transaction_once(factory: &
     );
     let completed = [first.unwrap(), second.unwrap()];
     assert_eq!(completed.iter().filter(|c| c.is_some()).count(), 1);
+    let records = b.audit_records(&every_record(10)).await.unwrap();
+    let actions: Vec<(&str, &str)> = records
+        .iter()
+        .map(|r| (r.action.as_str(), r.target.as_str()))
+        .collect();
     assert_eq!(
-        targets(b.audit_records(&every_record(10)).await.unwrap()),
-        ["delivery:acme/d1", "delivery:acme/d2"]
+        actions,
+        [
+            ("delivery.routed", "delivery:acme/d1"),
+            ("delivery.queued", "delivery:acme/d2"),
+            ("delivery.routed", "delivery:acme/d2"),
+        ]
     );
-    assert_eq!(check_chain(&*b).await, (2, None));
+    assert_eq!(check_chain(&*b).await, (3, None));
 }

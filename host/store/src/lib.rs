@@ -332,12 +332,15 @@ pub trait DeliveryQueue: Send + Sync + 'static {
     /// Stores a verified delivery, held by `claim`, unless the same (connector, delivery
     /// id) was stored within the last `dedup_window_secs` (then returns `false`: a
     /// duplicate). An older row with the same id is replaced. Atomic across processes:
-    /// of two concurrent inserts of the same id exactly one returns `true`.
+    /// of two concurrent inserts of the same id exactly one returns `true`. With `audit`,
+    /// its record is appended to the audit log in the same transaction (not for a
+    /// duplicate).
     async fn insert_delivery(
         &self,
         delivery: &DeliveryRecord,
         dedup_window_secs: i64,
         claim: &Claim,
+        audit: Option<&AuditEntry>,
     ) -> StoreResult<bool>;
     /// Stores a delivery that was routed before it was stored, already finished: in one
     /// transaction, the delivery (status `done`, attempts 1, `routed_to`, no claim) and

@@ -917,7 +917,7 @@ impl Webhooks {
             None => {
                 // The window closed first: acknowledged once stored, finished below
                 // (this replica's claim keeps the sweeps off it meanwhile).
-                let stored = self.store_pending(&record).await;
+                let stored = self.store_pending(&record, &sender).await;
                 let go_on = matches!(stored, Ok(true));
                 let _ = answer.send(stored.map(|stored| match stored {
                     true => outcome(WebhookStatus::Queued, Vec::new()),
@@ -935,7 +935,7 @@ impl Webhooks {
         };
         // Routing (or storing its outcome) failed: kept, failed and visible, for a retry on
         // start or on request.
-        let stored = self.store_pending(&record).await;
+        let stored = self.store_pending(&record, &sender).await;
         if matches!(stored, Ok(true)) {
             let _ = self.record_failure(&record, error).await;
         }
@@ -945,11 +945,23 @@ impl Webhooks {
         }));
     }
 
-    /// Stores `record` pending under this replica's claim; `false` if it is a duplicate.
-    async fn store_pending(&self, record: &DeliveryRecord) -> HostResult<bool> {
+    /// Stores `record` pending under this replica's claim, with its `delivery.queued`
+    /// record as `audit` says (so it precedes whatever record finishing it writes);
+    /// `false` if it is a duplicate.
+    async fn store_pending(
+        &self,
+        record: &DeliveryRecord,
+        audit: &DeliveryAudit,
+    ) -> HostResult<bool> {
+        let queued = audit.entry(
+            &record.connector,
+            &record.delivery_id,
+            WebhookStatus::Queued,
+            &[],
+        );
         Ok(self
             .store
-            .insert_delivery(record, DEDUP_WINDOW_SECS, &self.new_claim())
+            .insert_delivery(record, DEDUP_WINDOW_SECS, &self.new_claim(), Some(&queued))
             .await?)
     }
 

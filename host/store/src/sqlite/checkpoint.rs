@@ -235,7 +235,7 @@ mod tests {
                         let mut d = delivery(&format!("d{i}"), 100);
                         d.body = vec![b'x'; BODY_BYTES];
                         let started = std::time::Instant::now();
-                        let inserted = store.insert_delivery(&d, 60, &c).await;
+                        let inserted = store.insert_delivery(&d, 60, &c, None).await;
                         longest = longest.max(started.elapsed());
                         assert_eq!(inserted.ok(), Some(true), "delivery d{i}");
                     }

@@ -1411,13 +1411,20 @@ impl DeliveryQueue for SqliteStore {
         delivery: &DeliveryRecord,
         dedup_window_secs: i64,
         claim: &Claim,
+        audit: Option<&AuditEntry>,
     ) -> StoreResult<bool> {
+        let op = "insert_delivery";
         let d = delivery.clone();
         let claim = claim.clone();
+        let audit = audit.cloned();
         // The immediate transaction makes the check and the insert one step for every
         // connection to the file.
-        self.write("insert_delivery", move |tx| {
-            store_unless_recent(tx, "insert_delivery", &d, dedup_window_secs, Some(&claim))
+        self.write(op, move |tx| {
+            let stored = store_unless_recent(tx, op, &d, dedup_window_secs, Some(&claim))?;
+            if stored {
+                append_audit(tx, op, audit.into_iter().collect())?;
+            }
+            Ok(stored)
         })
         .await
     }

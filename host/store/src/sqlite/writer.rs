@@ -317,7 +317,7 @@ mod tests {
         let store = SqliteStore::open(&path).expect("store");
         let c = claim("me", i64::MAX / 2);
         assert!(store
-            .insert_delivery(&delivery("d1", 100), 60, &c)
+            .insert_delivery(&delivery("d1", 100), 60, &c, None)
             .await
             .expect("insert d1"));
         let before = store.commit_counts();
@@ -325,7 +325,7 @@ mod tests {
         inject_sqlite(&path, Some(Fault::AfterMessagesWrite)).expect("the fault");
         let spawn_insert = |id: &'static str| {
             let (s, c) = (store.clone(), c.clone());
-            tokio::spawn(async move { s.insert_delivery(&delivery(id, 100), 60, &c).await })
+            tokio::spawn(async move { s.insert_delivery(&delivery(id, 100), 60, &c, None).await })
         };
         let mut completes = None;
         let inserted = grouped(&store, || {
