@@ -128,8 +128,9 @@ impl ToolDispatcher {
 
     /// Calls `tool` for `agent` on behalf of `actor` (grant check, schema check, then the
     /// guest or the platform handler with the closest granting binding), and answers once
-    /// the call's audit record is committed (outcome, duration, bytes in and out, the connector's digest;
-    /// the arguments only with `audit.record_arguments`, the result never).
+    /// the call's audit record is committed (outcome, duration, bytes in and out, the
+    /// connector's digest; the arguments only with `audit.record_arguments`, the result
+    /// never).
     pub(crate) async fn call_tool(
         &self,
         actor: &Actor,

@@ -767,7 +767,7 @@ impl Webhooks {
         let span = tracing::info_span!(
             target: connector_trace::TARGET,
             "webhook receive",
-            connector = connector_model::ids::truncate(slug, 128).as_str(),
+            connector = truncate(slug, 128).as_str(),
             status = tracing::field::Empty,
         );
         let received = self

@@ -56,7 +56,7 @@ mod writer;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
@@ -323,7 +323,7 @@ pub(super) struct Inner {
     /// Connections for reads; empty for an in-memory database (reads use `conn`).
     readers: Vec<Mutex<Connection>>,
     /// Which reader a read waits for when all are busy (round robin).
-    next_reader: std::sync::atomic::AtomicUsize,
+    next_reader: AtomicUsize,
     /// Locked after `conn`, never before.
     pub(super) own_versions: Mutex<OwnVersions>,
     /// Commits of the writer and the writes they held ([`CommitCounts`]).
@@ -410,7 +410,7 @@ impl SqliteStore {
         let inner = Arc::new(Inner {
             conn: Mutex::new(conn),
             readers,
-            next_reader: std::sync::atomic::AtomicUsize::new(0),
+            next_reader: AtomicUsize::new(0),
             own_versions: Mutex::new(OwnVersions::default()),
             commits: AtomicU64::new(0),
             writes: AtomicU64::new(0),
@@ -1588,12 +1588,12 @@ impl DeliveryQueue for SqliteStore {
         delivery_id: &str,
     ) -> StoreResult<Option<DeliveryRecord>> {
         let (connector, delivery_id) = (connector.to_owned(), delivery_id.to_owned());
-        self.read("delivery", move |tx| {
+        self.read("delivery", move |conn| {
             let sql = format!(
                 "SELECT {} FROM deliveries WHERE connector = ?1 AND delivery_id = ?2",
                 rows::DELIVERY_COLUMNS
             );
-            let found = select_all(tx, "delivery", &sql, [&connector, &delivery_id], |r| {
+            let found = select_all(conn, "delivery", &sql, [&connector, &delivery_id], |r| {
                 rows::delivery(r)
             })?;
             Ok(found.into_iter().next())
@@ -1602,12 +1602,14 @@ impl DeliveryQueue for SqliteStore {
     }
 
     async fn unfinished_deliveries(&self) -> StoreResult<Vec<DeliveryRecord>> {
-        self.read("unfinished_deliveries", move |tx| {
+        self.read("unfinished_deliveries", move |conn| {
             let sql = format!(
                 "SELECT {} FROM deliveries WHERE status != 'done' ORDER BY received_unix, rowid",
                 rows::DELIVERY_COLUMNS
             );
-            select_all(tx, "unfinished_deliveries", &sql, [], |r| rows::delivery(r))
+            select_all(conn, "unfinished_deliveries", &sql, [], |r| {
+                rows::delivery(r)
+            })
         })
         .await
     }
@@ -1634,7 +1636,7 @@ impl DeliveryQueue for SqliteStore {
 
     async fn deliveries_of(&self, connector: &str, limit: u32) -> StoreResult<Vec<DeliveryRecord>> {
         let connector = connector.to_owned();
-        self.read("deliveries_of", move |tx| {
+        self.read("deliveries_of", move |conn| {
             // The body is left out: an operator's list never holds megabytes of payloads.
             let sql = format!(
                 "SELECT {} FROM deliveries WHERE connector = ?1
@@ -1642,7 +1644,7 @@ impl DeliveryQueue for SqliteStore {
                 rows::DELIVERY_COLUMNS.replace(" body,", " X'' AS body,")
             );
             select_all(
-                tx,
+                conn,
                 "deliveries_of",
                 &sql,
                 params![connector, i64::from(limit)],
@@ -1661,12 +1663,12 @@ impl DeliveryQueue for SqliteStore {
     ) -> StoreResult<Vec<DeliveryRecord>> {
         let connector = connector.to_owned();
         let after = after.map(|(at, id)| (at, id.to_owned()));
-        self.read("deliveries_with_status", move |tx| {
+        self.read("deliveries_with_status", move |conn| {
             let columns = rows::DELIVERY_COLUMNS.replace(" body,", " X'' AS body,");
             let limit = i64::from(limit);
             match &after {
                 None => select_all(
-                    tx,
+                    conn,
                     "deliveries_with_status",
                     &format!(
                         "SELECT {columns} FROM deliveries WHERE connector = ?1 AND status = ?2
@@ -1676,7 +1678,7 @@ impl DeliveryQueue for SqliteStore {
                     |r| rows::delivery(r),
                 ),
                 Some((at, id)) => select_all(
-                    tx,
+                    conn,
                     "deliveries_with_status",
                     &format!(
                         "SELECT {columns} FROM deliveries WHERE connector = ?1 AND status = ?2
