@@ -55,13 +55,13 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-pub use cache::LoadSource;
+pub use cache::{CacheBound, LoadSource};
 pub use error::{GuestError, LoadError};
 pub use limits::GuestLimits;
 pub use outbound::{is_public, OutboundPolicy};
 pub use share::Caller;
 
-use cache::ComponentCache;
+use cache::{ComponentCache, EntryHold};
 use outbound::OutboundHooks;
 use share::{Admitted, CpuSlice, HostShare, MemoryBudget, OnTurn};
 
@@ -163,6 +163,8 @@ pub struct RuntimeOptions {
     pub limits: GuestLimits,
     /// Directory of the compiled-component cache; `None` disables it.
     pub cache_dir: Option<PathBuf>,
+    /// How far the cache may grow.
+    pub cache_bound: CacheBound,
     /// Where GitHub installation tokens come from; `None`: no GitHub App configured.
     pub installation_tokens: Option<Arc<dyn InstallationTokens>>,
     /// Where secret reads and installation tokens asked for are reported; `None`: nowhere.
@@ -213,6 +215,8 @@ pub struct LoadedComponent {
     digest: String,
     source: LoadSource,
     pre: WorldPre,
+    /// Keeps its compiled-component cache entry while the component is loaded.
+    _cache_entry: Option<Arc<EntryHold>>,
 }
 
 /// A linked component of one of the worlds the host speaks.
@@ -640,7 +644,7 @@ impl ConnectorRuntime {
             .map_err(|e| anyhow::anyhow!("linking wasi:http: {e}"))?;
         link_host_interfaces(&mut linker)?;
 
-        let cache = ComponentCache::new(&engine, options.cache_dir.clone())
+        let cache = ComponentCache::new(&engine, options.cache_dir.clone(), options.cache_bound)
             .map_err(|e| anyhow::anyhow!("could not create the component cache directory: {e}"))?;
 
         let ticker_stop = Arc::new(AtomicBool::new(false));
@@ -834,6 +838,7 @@ impl ConnectorRuntime {
             },
         };
         Ok(LoadedComponent {
+            _cache_entry: self.cache.hold(&digest_hex).map(Arc::new),
             digest: format!("sha256:{digest_hex}"),
             source,
             pre,
