@@ -8,7 +8,8 @@
 //!   its binding names; gets an installation token for its binding's installation and
 //!   none for another (the hostile case); sends a POST body with its Content-Length (a
 //!   server answering 411 to chunked bodies takes it); translates and filters a webhook; returns
-//!   content blocks and structured output checked against its output schema; and a
+//!   content blocks and structured output checked against its output schema; starts
+//!   every call from its snapshot (a module-level counter is 1 at each call); and a
 //!   looping tool is stopped at the deadline, a memory hog at its own limit
 //!   (`connectors.<slug>.memory_mib`).
 //!
@@ -278,6 +279,13 @@ async fn probe_keeps_the_rules(lang: Lang) {
         json!({"contentLength": sent.len().to_string(), "body": sent}),
         "{b}"
     );
+
+    // Nothing a call leaves in the interpreter's state reaches the next call: each starts
+    // from the component's snapshot.
+    for _ in 0..3 {
+        let (s, b) = call("counter", json!({})).await;
+        assert_eq!((s, &b["result"]), (200, &json!({"count": 1})), "{b}");
+    }
 
     // Secrets: the one the binding names, not another of the same connector.
     let (s, b) = call("secret_value", json!({"name": "pat"})).await;
