@@ -213,7 +213,7 @@ fn prune_builds(dir: &Path, prefix: &str) {
             Some((e.metadata().ok()?.modified().ok()?, e.path()))
         })
         .collect();
-    builds.sort_by(|a, b| b.0.cmp(&a.0));
+    builds.sort_by_key(|b| std::cmp::Reverse(b.0));
     for (_, stale) in builds.into_iter().skip(KEPT_BUILDS) {
         let _ = std::fs::remove_file(stale);
     }
