@@ -8,7 +8,8 @@
 //!   its binding names; gets an installation token for its binding's installation and
 //!   none for another (the hostile case); sends a POST body with its Content-Length (a
 //!   server answering 411 to chunked bodies takes it); translates and filters a webhook; returns
-//!   content blocks and structured output checked against its output schema; and a
+//!   content blocks and structured output checked against its output schema; starts
+//!   every call from its snapshot (a module-level counter is 1 at each call); and a
 //!   looping tool is stopped at the deadline, a memory hog at its own limit
 //!   (`connectors.<slug>.memory_mib`).
 //!
@@ -60,12 +61,31 @@ fn probe_slug(lang: Lang) -> &'static str {
     }
 }
 
-/// Points the host's compiled-component cache at one directory every test host shares.
+/// The compiled-component cache every test host and local command here shares.
+fn shared_cache_dir() -> PathBuf {
+    target_dir().join("langs/compiled")
+}
+
+/// Points the host's compiled-component cache at [`shared_cache_dir`].
 fn shared_cache(config: &mut HostConfig) {
-    let shared = target_dir().join("langs/compiled");
+    let shared = shared_cache_dir();
     std::fs::create_dir_all(&shared).expect("target/langs/compiled");
     let link = config.data_dir.join("compiled");
     std::os::unix::fs::symlink(&shared, &link).expect("link the shared cache");
+}
+
+/// The compiled code of the component at `wasm` in [`shared_cache_dir`], one file per
+/// engine key.
+fn compiled_entries(wasm: &std::path::Path) -> Vec<String> {
+    use sha2::{Digest, Sha256};
+    let digest = hex::encode(Sha256::digest(
+        std::fs::read(wasm).expect("built component"),
+    ));
+    std::fs::read_dir(shared_cache_dir())
+        .expect("the shared cache")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with(&digest) && name.ends_with(".cwasm"))
+        .collect()
 }
 
 async fn upload(h: &TestHost, path: &PathBuf) -> (u16, Value) {
@@ -260,6 +280,13 @@ async fn probe_keeps_the_rules(lang: Lang) {
         "{b}"
     );
 
+    // Nothing a call leaves in the interpreter's state reaches the next call: each starts
+    // from the component's snapshot.
+    for _ in 0..3 {
+        let (s, b) = call("counter", json!({})).await;
+        assert_eq!((s, &b["result"]), (200, &json!({"count": 1})), "{b}");
+    }
+
     // Secrets: the one the binding names, not another of the same connector.
     let (s, b) = call("secret_value", json!({"name": "pat"})).await;
     assert_eq!(
@@ -448,10 +475,8 @@ async fn the_scaffold_builds_installs_and_answers(lang: Lang) {
         .arg("inspect")
         .arg(&wasm)
         .arg("--json")
-        .env(
-            "CONNECTOR_HOST_CACHE_DIR",
-            target_dir().join("langs/cli-cache"),
-        )
+        // The host below reads the code this compiles.
+        .env("CONNECTOR_HOST_CACHE_DIR", shared_cache_dir())
         .output()
         .expect("run inspect");
     assert!(
@@ -462,10 +487,19 @@ async fn the_scaffold_builds_installs_and_answers(lang: Lang) {
     let info: Value = serde_json::from_slice(&inspect.stdout).expect("inspect prints JSON");
     assert_eq!(info["tools"][0]["name"], "hello.hello", "{info}");
     assert_eq!(info["tools"][0]["outputSchema"]["type"], "object", "{info}");
+    let compiled = || compiled_entries(&wasm);
+    assert_eq!(
+        compiled().len(),
+        1,
+        "inspect compiled into the shared cache"
+    );
 
     let h = TestHost::start_with(shared_cache).await;
     let (s, b) = upload(&h, &wasm).await;
     assert_eq!(s, 201, "{b}");
+    // The host loaded what inspect compiled: the same entry, not a second compilation
+    // under another engine key.
+    assert_eq!(compiled().len(), 1, "{:?}", compiled());
     h.unit("team", None).await;
     h.agent("ada", &["team"]).await;
     h.bind("team", "hello-there", json!({})).await;

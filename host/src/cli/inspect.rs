@@ -66,6 +66,7 @@ pub(crate) fn local_registry() -> Result<ConnectorRegistry, CliError> {
         cache_dir,
         installation_tokens: None,
         credential_log: None,
+        ..RuntimeOptions::default()
     };
     let cache_dir = super::local_cache::local_cache_dir();
     let runtime = match ConnectorRuntime::new(options(cache_dir.clone())) {

@@ -7,8 +7,9 @@
 //! which `serve` keeps under its data directory, turns every later run on the same bytes
 //! into a read of machine code. The cache is keyed by the component's digest and the
 //! engine's settings, so a rebuilt component or another host version never loads stale
-//! code; entries of components no longer built are never removed (delete the directory
-//! to reclaim the space).
+//! code. The runtime keeps it within the default `CacheBound` (2 GiB, entries unused for
+//! 30 days removed, the least recently used first), so the builds of a dev loop do not
+//! pile up.
 
 use std::path::PathBuf;
 
