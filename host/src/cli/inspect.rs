@@ -75,7 +75,7 @@ pub(crate) fn local_registry() -> Result<ConnectorRegistry, CliError> {
         Err(e) if cache_dir.is_some() => {
             tracing::warn!(
                 "compiling without a cache ({e:#}); set {} to a writable directory, or to `off`",
-                super::local_cache::CACHE_DIR_ENV
+                connector_core::config::ENV_CACHE_DIR
             );
             ConnectorRuntime::new(options(None)).map_err(|e| CliError::failed(format!("{e:#}")))?
         }

@@ -14,12 +14,10 @@ use reqwest::Url;
 use super::client::{parse_base_url, resolve_token};
 use super::{CliError, RemoteArgs};
 use crate::stdio::{self, BridgeConfig};
+pub use connector_core::config::ENV_AGENT_TOKEN;
 use connector_core::config::{
     HostConfig, ServeFlags, ENV_DATA_DIR, ENV_OPERATOR_TOKEN, ENV_PREFIX,
 };
-
-/// The environment variable holding the agent's token.
-pub const ENV_AGENT_TOKEN: &str = "CONNECTOR_HOST_AGENT_TOKEN";
 
 pub(crate) const HELP: &str = "\
 Speaks MCP as newline-delimited JSON-RPC on stdin/stdout, for agent runtimes that only launch
