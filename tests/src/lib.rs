@@ -11,5 +11,6 @@ pub mod fake_echo;
 pub mod fake_github;
 pub mod harness;
 pub mod languages;
+pub mod large_directory;
 pub mod postgres;
 pub mod registry;
