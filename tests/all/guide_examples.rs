@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use integration_tests::docs::{commands, export, fenced};
+use integration_tests::docs::{commands, export, fenced, transcript};
 use integration_tests::harness::{example_shell, skip_or_fail, Foreground};
 use integration_tests::namespaces::Namespaces;
 use integration_tests::registry::Registry;
@@ -266,4 +266,38 @@ async fn the_guides_commands_run_as_written() {
     .await
     .unwrap();
     drop(registry);
+}
+
+/// The guide's transcripts (blocks of `$ connector-host ...` lines, each followed by what
+/// it prints) print exactly that: "the real outputs for the test guests in
+/// `target/guests/components/`", run there.
+#[test]
+fn the_guides_transcripts_are_what_the_commands_print() {
+    let guests = Path::new(integration_tests::guests::HOSTILE)
+        .parent()
+        .expect("the test guests' folder");
+    let transcripts: Vec<(String, String)> = fenced(GUIDE, "")
+        .iter()
+        .flat_map(|block| transcript(&block.text))
+        .collect();
+    assert!(
+        transcripts.len() >= 7,
+        "the guide's transcripts: {transcripts:?}"
+    );
+    for (command, shown) in &transcripts {
+        let out = example_shell(guests, "", command)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run sh");
+        let printed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            printed.trim_end(),
+            shown.trim_end(),
+            "`$ {command}` prints something else than the guide shows"
+        );
+    }
 }

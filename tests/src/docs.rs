@@ -7,28 +7,51 @@ pub struct Fenced {
     pub text: String,
 }
 
-/// The fenced blocks of `lang` (```` ```sh ````) in the Markdown `text`, in order.
+/// The fenced blocks of `lang` (```` ```sh ````; `""` for blocks without one) in the
+/// Markdown `text`, in order.
 pub fn fenced(text: &str, lang: &str) -> Vec<Fenced> {
-    let opening = format!("```{lang}");
     let mut out = Vec::new();
     let mut section = String::new();
-    let mut block: Option<String> = None;
+    // The language of the block we are in, and its text so far.
+    let mut block: Option<(String, String)> = None;
     for line in text.lines() {
         match &mut block {
             None if line.starts_with("## ") => section = line.to_string(),
-            None if line.trim() == opening => block = Some(String::new()),
-            Some(b) if line.trim() == "```" => {
-                out.push(Fenced {
-                    section: section.clone(),
-                    text: std::mem::take(b),
-                });
+            None => {
+                if let Some(opened) = line.trim().strip_prefix("```") {
+                    block = Some((opened.trim().to_string(), String::new()));
+                }
+            }
+            Some((opened, b)) if line.trim() == "```" => {
+                if opened == lang {
+                    out.push(Fenced {
+                        section: section.clone(),
+                        text: std::mem::take(b),
+                    });
+                }
                 block = None;
             }
-            Some(b) => {
+            Some((_, b)) => {
                 b.push_str(line);
                 b.push('\n');
             }
-            None => {}
+        }
+    }
+    out
+}
+
+/// The commands of a transcript (a block of `$ COMMAND` lines, each followed by what it
+/// prints), each with its output.
+pub fn transcript(block: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for line in block.lines() {
+        match (line.strip_prefix("$ "), out.last_mut()) {
+            (Some(command), _) => out.push((command.to_string(), String::new())),
+            (None, Some((_, printed))) if !line.trim().is_empty() => {
+                printed.push_str(line);
+                printed.push('\n');
+            }
+            _ => {}
         }
     }
     out
