@@ -1,7 +1,7 @@
 //! A machine of its own for what a test runs: a private network namespace (loopback only,
 //! up; every port free, nothing outside reachable) and, when asked, a private mount
 //! namespace in which system folders (`/etc`, `/var/lib`) are writable overlays whose
-//! changes land in a temporary directory ([`Namespaces::write`] puts files there). Documentation examples that name a fixed address
+//! changes stay in memory ([`Namespaces::write`] puts files there). Documentation examples that name a fixed address
 //! (`127.0.0.1:8787`) or a system path (`/etc/connector-host/host.toml`) then run exactly
 //! as written, beside others, without touching the machine.
 //!
@@ -41,20 +41,17 @@ impl Drop for Namespaces {
 impl Namespaces {
     /// A private network namespace with loopback up, and when `overlays` names folders, a
     /// private mount namespace in which each is a writable overlay of itself, its changes
-    /// kept in a temporary directory; `Err` says why they cannot be made here.
+    /// kept in memory (a tmpfs of that namespace); `Err` says why they cannot be made here.
     pub fn new(overlays: &[&str]) -> Result<Namespaces, String> {
+        // Where the tmpfs holding the overlays' changes is mounted, inside only.
         let dir = tempfile::tempdir().map_err(|e| format!("a temporary directory: {e}"))?;
-        let mut uppers = Vec::new();
-        for (n, folder) in overlays.iter().enumerate() {
-            let upper = dir.path().join(format!("{n}/upper"));
-            std::fs::create_dir_all(&upper).map_err(|e| format!("{}: {e}", upper.display()))?;
-            std::fs::create_dir_all(dir.path().join(format!("{n}/work")))
-                .map_err(|e| format!("{}: {e}", dir.path().display()))?;
-            uppers.push((PathBuf::from(folder), upper));
-        }
+        let (changes, folders) = (
+            dir.path().to_path_buf(),
+            overlays.iter().map(PathBuf::from).collect::<Vec<_>>(),
+        );
         // unshare(2) changes only the calling thread's namespaces: a thread of its own
         // makes them, and the descriptors it opens keep them alive after it ends.
-        let (net, mnt) = std::thread::spawn(move || make(&uppers))
+        let (net, mnt) = std::thread::spawn(move || make(&changes, &folders))
             .join()
             .map_err(|_| "the thread making the namespaces panicked".to_string())??;
         Ok(Namespaces {
@@ -191,10 +188,11 @@ fn join(fd: BorrowedFd<'_>, kind: LinkNameSpaceType) -> std::io::Result<()> {
     rustix::thread::move_into_link_name_space(fd, Some(kind)).map_err(Into::into)
 }
 
-/// On a thread of its own: new namespaces, the overlays, loopback up; their descriptors.
-fn make(overlays: &[(PathBuf, PathBuf)]) -> Result<(OwnedFd, Option<OwnedFd>), String> {
+/// On a thread of its own: new namespaces, the overlays over `folders` (their changes in a
+/// tmpfs at `changes`), loopback up; their descriptors.
+fn make(changes: &Path, folders: &[PathBuf]) -> Result<(OwnedFd, Option<OwnedFd>), String> {
     let mut flags = UnshareFlags::NEWNET;
-    if !overlays.is_empty() {
+    if !folders.is_empty() {
         flags |= UnshareFlags::NEWNS;
     }
     // SAFETY: network and mount namespaces (a mount namespace unshares this thread's
@@ -205,7 +203,7 @@ fn make(overlays: &[(PathBuf, PathBuf)]) -> Result<(OwnedFd, Option<OwnedFd>), S
              unshare(2) said {e}"
         )
     })?;
-    if !overlays.is_empty() {
+    if !folders.is_empty() {
         // Nothing mounted here may reach the machine's own mount table.
         rustix::mount::mount_change(
             "/",
@@ -213,9 +211,25 @@ fn make(overlays: &[(PathBuf, PathBuf)]) -> Result<(OwnedFd, Option<OwnedFd>), S
                 | rustix::mount::MountPropagationFlags::REC,
         )
         .map_err(|e| format!("making / private in the mount namespace: {e}"))?;
+        // An overlay's upper layer cannot be on every file system (not on another
+        // overlay, as a container's /tmp may be): a tmpfs always can.
+        rustix::mount::mount(
+            "tmpfs",
+            changes,
+            "tmpfs",
+            rustix::mount::MountFlags::empty(),
+            None,
+        )
+        .map_err(|e| format!("a tmpfs at {}: {e}", changes.display()))?;
     }
-    for (folder, upper) in overlays {
-        let work = upper.with_file_name("work");
+    for (n, folder) in folders.iter().enumerate() {
+        let (upper, work) = (
+            changes.join(format!("{n}/upper")),
+            changes.join(format!("{n}/work")),
+        );
+        for layer in [&upper, &work] {
+            std::fs::create_dir_all(layer).map_err(|e| format!("{}: {e}", layer.display()))?;
+        }
         let options = format!(
             "lowerdir={},upperdir={},workdir={}",
             folder.display(),
@@ -238,7 +252,7 @@ fn make(overlays: &[(PathBuf, PathBuf)]) -> Result<(OwnedFd, Option<OwnedFd>), S
             .map_err(|e| format!("/proc/thread-self/ns/{kind}: {e}"))
     };
     let net = open("net")?;
-    let mnt = (!overlays.is_empty()).then(|| open("mnt")).transpose()?;
+    let mnt = (!folders.is_empty()).then(|| open("mnt")).transpose()?;
     Ok((net, mnt))
 }
 
