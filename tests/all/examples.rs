@@ -209,8 +209,7 @@ const FOREGROUND: &[(&str, &str, &str)] = &[
 ];
 
 /// How long a foreground example may take to print the line it is there for: a `serve`
-/// compiles the bundled connectors first (with trace export on, several times slower),
-/// on a runner other builds may share.
+/// compiles the bundled connectors first, on a runner other builds may share.
 const FOREGROUND_WAIT: Duration = Duration::from_secs(300);
 
 /// What an example must print (stdout or stderr), by the text it starts with.
