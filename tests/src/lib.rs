@@ -5,6 +5,7 @@
 pub mod guests {
     include!(concat!(env!("OUT_DIR"), "/test_guests.rs"));
 }
+pub mod docs;
 pub mod fake_api;
 pub mod fake_arxiv;
 pub mod fake_echo;
@@ -12,5 +13,7 @@ pub mod fake_github;
 pub mod harness;
 pub mod languages;
 pub mod large_directory;
+pub mod namespaces;
+pub mod otlp;
 pub mod postgres;
 pub mod registry;

@@ -45,8 +45,8 @@ token A`), else the operator token ($CONNECTOR_HOST_OPERATOR_TOKEN or <data dir>
 Examples:
   connector-host mcp --agent ada --local
   connector-host mcp --agent ada --data-dir /var/lib/connector-host
-  connector-host mcp --agent ada --url http://127.0.0.1:8787 --token \"$ADA_TOKEN\"
-  CONNECTOR_HOST_AGENT_TOKEN=... connector-host mcp --agent ada
+  connector-host mcp --agent ada --url http://127.0.0.1:8787 --token \"$(connector-host agents token ada --raw)\"
+  CONNECTOR_HOST_AGENT_TOKEN=\"$(connector-host agents token ada --raw)\" connector-host mcp --agent ada
 
 MCP client configuration (e.g. a runtime's mcpServers entry):
   {\"command\": \"connector-host\", \"args\": [\"mcp\", \"--agent\", \"ada\", \"--data-dir\", \"/var/lib/connector-host\"]}
