@@ -422,22 +422,31 @@ async fn a_python_connector_keeps_the_rules() {
 }
 
 /// `connector-host new SLUG --lang …` writes a project that builds as is; the component
-/// passes `inspect`, installs, binds and answers over HTTP and MCP.
+/// passes `inspect`, installs, binds and answers over HTTP and MCP; and the dev loop `new`
+/// prints (`dev --live`, then the build command after an edit) rotates the edit in.
 async fn the_scaffold_builds_installs_and_answers(lang: Lang) {
     use integration_tests::harness::host_binary;
     use integration_tests::languages::{js_toolchain, python_toolchain};
     use std::process::Command;
 
-    let mut new = Command::new(host_binary());
-    match lang {
+    // What the build needs, for `new` and for the build command it prints: the
+    // variables, and the toolchain's folder first on PATH (the printed command names
+    // `node` or `python3`).
+    let (toolchain_env, toolchain_bin) = match lang {
         Lang::TypeScript => {
             let Some((node, modules)) =
                 integration_tests::harness::required("the typescript toolchain", js_toolchain())
             else {
                 return;
             };
-            new.env("NODE", node)
-                .env("SPRING_CONNECTOR_NODE_MODULES", modules);
+            let bin = node.parent().expect("node's folder").to_path_buf();
+            (
+                vec![
+                    ("NODE", node.into_os_string()),
+                    ("SPRING_CONNECTOR_NODE_MODULES", modules.into_os_string()),
+                ],
+                bin,
+            )
         }
         Lang::Python => {
             let Some(python) =
@@ -445,9 +454,12 @@ async fn the_scaffold_builds_installs_and_answers(lang: Lang) {
             else {
                 return;
             };
-            new.env("PYTHON", python);
+            let bin = python.parent().expect("the venv's bin").to_path_buf();
+            (vec![("PYTHON", python.into_os_string())], bin)
         }
-    }
+    };
+    let mut new = Command::new(host_binary());
+    new.envs(toolchain_env.iter().map(|(k, v)| (k, v)));
     let dir = tempfile::tempdir().expect("temp dir");
     let project = dir.path().join("hello-there");
     let out = new
@@ -519,6 +531,66 @@ async fn the_scaffold_builds_installs_and_answers(lang: Lang) {
         json!({"greeting": "Hello, Bo!"}),
         "{called}"
     );
+
+    // The loop `new` prints, as printed: `dev --live` installs, binds and calls; an edit
+    // rebuilt with the printed build command is rotated in and called again.
+    let printed = |start: &str| {
+        stdout
+            .lines()
+            .map(str::trim)
+            .find(|line| line.starts_with(start))
+            .unwrap_or_else(|| panic!("`new` printed no line starting {start:?}:\n{stdout}"))
+            .to_string()
+    };
+    let (dev_line, build_line) = (printed("connector-host dev "), printed("(cd "));
+    let shell = |line: &str| {
+        let mut cmd = integration_tests::harness::example_shell(dir.path(), &h.url, line);
+        let path = std::env::join_paths(
+            std::iter::once(toolchain_bin.clone()).chain(std::env::split_paths(&cmd_path(&cmd))),
+        )
+        .expect("PATH");
+        cmd.env("PATH", path)
+            .envs(toolchain_env.iter().map(|(k, v)| (k, v)));
+        cmd
+    };
+    let mut dev = integration_tests::harness::Foreground::start(shell(&dev_line), "");
+    let within = Duration::from_secs(240);
+    for expect in [
+        "`hello-there` bound on `dev`",
+        "Hello, Ada!",
+        "watching for changes",
+    ] {
+        if let Err(e) = dev.until(expect, within) {
+            panic!("{dev_line}: {e}");
+        }
+    }
+    let (source, hello) = match lang {
+        Lang::TypeScript => (project.join("src/index.ts"), "`Hello, ${name}!`"),
+        Lang::Python => (project.join("app.py"), "f\"Hello, {name}!\""),
+    };
+    let text = std::fs::read_to_string(&source).expect("the scaffold's source");
+    assert!(text.contains(hello), "{}: {text}", source.display());
+    std::fs::write(&source, text.replace(hello, &hello.replace("Hello", "Hi"))).expect("edit");
+    let built = shell(&build_line).output().expect("run the build command");
+    assert!(
+        built.status.success(),
+        "{build_line}: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    for expect in ["live: rotated `hello-there`", "Hi, Ada!"] {
+        if let Err(e) = dev.until(expect, within) {
+            panic!("{dev_line} after the rebuild: {e}");
+        }
+    }
+}
+
+/// The PATH a command was given, else this process's.
+fn cmd_path(cmd: &std::process::Command) -> std::ffi::OsString {
+    cmd.get_envs()
+        .find(|(k, _)| *k == "PATH")
+        .and_then(|(_, v)| v.map(|v| v.to_os_string()))
+        .or_else(|| std::env::var_os("PATH"))
+        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
