@@ -28,6 +28,7 @@ use connector_model::error::{ErrorCode, HandlerError, HostError, HostResult};
 use connector_model::ids::{check_id, truncate};
 use connector_model::records::Subject;
 use connector_model::tool_output::ToolOutput;
+use connector_remote_answer::error_chain;
 use connector_runtime::{wit, Caller};
 
 /// A handler of a platform tool an embedding platform registers.
@@ -273,12 +274,16 @@ impl ToolDispatcher {
                 };
                 match outcome {
                     Ok(Ok(output)) => connector.tool_output(tool, output).map_err(|refused| {
-                        let error = HostError::new(refused.code(), format!("connector `{}` returned {refused}", connector.slug()));
-                        match &refused {
+                        let error = HostError::new(
+                            refused.code(),
+                            format!("connector `{}` returned {}", connector.slug(), error_chain(&refused)),
+                        );
+                        let error = match &refused {
                             OutputRefused::BreaksSchema { violations, .. } => error
                                 .with_details(json!({"reason": "output_schema", "violations": violations_json(violations)})),
                             OutputRefused::Malformed(_) => error,
-                        }
+                        };
+                        error.with_source(refused)
                     }),
                     Ok(Err(wit::ToolError::Failed(msg))) => Err(HostError::new(ErrorCode::ToolFailed, msg)),
                     Ok(Err(wit::ToolError::Unauthorized(msg))) => {

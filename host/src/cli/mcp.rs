@@ -166,7 +166,7 @@ pub fn run(remote: &RemoteArgs, args: McpArgs) -> Result<(), CliError> {
         ),
         token,
     })
-    .map_err(CliError::failed)
+    .map_err(|e| CliError::failed(connector_remote_answer::error_chain(&e)))
 }
 
 /// The host's configuration as `serve` would load it from the same flags and
@@ -191,7 +191,8 @@ fn run_local(args: McpArgs) -> Result<(), CliError> {
         namespace: args.namespace.map(Into::into),
         flat: args.tool_names == "flat",
     };
-    stdio::run_local(config, args.agent, naming).map_err(CliError::failed)
+    stdio::run_local(config, args.agent, naming)
+        .map_err(|e| CliError::failed(connector_remote_answer::error_chain(&e)))
 }
 
 /// An SQLite database must exist already: opening it would create an empty host, which

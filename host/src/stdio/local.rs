@@ -93,25 +93,28 @@ impl Local {
         mut config: HostConfig,
         agent: &str,
         naming: connector_http::mcp::Naming,
-    ) -> Result<Local, String> {
-        connector_model::ids::check_id("agent", agent).map_err(|e| e.message)?;
+    ) -> Result<Local, OpenError> {
+        connector_model::ids::check_id("agent", agent).map_err(OpenError::InvalidAgent)?;
         config.bundled = connector_bundled::components();
         let data_dir = config.data_dir.clone();
         // Opened before the host loads its state: nothing committed in between can be
         // missed (the first message runs the full check either way).
         let watch = sqlite_file(&config).and_then(|file| CommitWatch::open(&file));
-        let host = Host::open_tool_server(config).await.map_err(|e| {
-            format!(
-                "cannot open the host's data in {}: {e:#}",
-                data_dir.display()
-            )
-        })?;
+        let host = Host::open_tool_server(config)
+            .await
+            .map_err(|e| OpenError::Data {
+                dir: data_dir.clone(),
+                source: e.into(),
+            })?;
         let auth = mint(&host, agent).await.map_err(|e| match e {
-            Minting::NoAgent => format!(
-                "there is no agent `{agent}` in the host's data in {}: create it (`connector-host agents put {agent} --unit UNIT`), or point --data-dir / --config at the host that has it",
-                data_dir.display()
-            ),
-            Minting::Failed(m) => format!("cannot authorize agent `{agent}`: {m}"),
+            Minting::NoAgent => OpenError::NoAgent {
+                agent: agent.to_string(),
+                dir: data_dir,
+            },
+            Minting::Failed(reason) => OpenError::Unauthorized {
+                agent: agent.to_string(),
+                reason,
+            },
         })?;
         Ok(Local {
             sessions: Arc::new(connector_http::mcp::session::Sessions::new(host.clone())),
@@ -226,9 +229,48 @@ impl Local {
     }
 }
 
+/// Why the host's data could not be served for an agent.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The agent id breaks the id rule.
+    #[error("{}", .0.message)]
+    InvalidAgent(connector_model::error::HostError),
+    /// The host's data could not be opened.
+    #[error("cannot open the host's data in {}", dir.display())]
+    Data {
+        /// The data directory.
+        dir: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// The data holds no such agent.
+    #[error(
+        "there is no agent `{agent}` in the host's data in {}: create it (`connector-host \
+         agents put {agent} --unit UNIT`), or point --data-dir / --config at the host that \
+         has it",
+        dir.display()
+    )]
+    NoAgent {
+        /// The agent asked for.
+        agent: String,
+        /// The data directory.
+        dir: std::path::PathBuf,
+    },
+    /// A token for the agent could not be made.
+    #[error("cannot authorize agent `{agent}`: {}", reason.message)]
+    Unauthorized {
+        /// The agent asked for.
+        agent: String,
+        /// Why.
+        reason: connector_model::error::HostError,
+    },
+}
+
 enum Minting {
     NoAgent,
-    Failed(String),
+    Failed(connector_model::error::HostError),
 }
 
 /// `Authorization: Bearer <a token of agent>`.
@@ -240,11 +282,17 @@ async fn mint(host: &Host, agent: &str) -> Result<HeaderValue, Minting> {
             if e.code == ErrorCode::NotFound {
                 Minting::NoAgent
             } else {
-                Minting::Failed(e.message)
+                Minting::Failed(e)
             }
         })?;
-    let mut value = HeaderValue::from_str(&format!("Bearer {}", issued.token))
-        .map_err(|_| Minting::Failed("the minted token is not a valid header value".into()))?;
+    let mut value = HeaderValue::from_str(&format!("Bearer {}", issued.token)).map_err(|e| {
+        Minting::Failed(
+            connector_model::error::HostError::internal(
+                "the minted token is not a valid header value",
+            )
+            .with_source(e),
+        )
+    })?;
     value.set_sensitive(true);
     Ok(value)
 }

@@ -175,26 +175,28 @@ fn check_mirrored_headers(owner: &str, schema: &Value) -> Result<(), ManifestErr
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
     }
-    fn walk(schema: &Value, reach: Reach, seen: &mut Vec<String>) -> Result<(), String> {
+    fn walk(
+        schema: &Value,
+        reach: Reach,
+        seen: &mut Vec<String>,
+    ) -> Result<(), MirroredHeaderProblem> {
         match schema {
             Value::Object(map) => {
                 if let Some(name) = map.get("x-mcp-header") {
                     if reach != Reach::Property {
-                        return Err("`x-mcp-header` may only mark a property reached from the schema root through `properties`".into());
+                        return Err(MirroredHeaderProblem::NotAProperty);
                     }
                     let Some(name) = name.as_str().filter(|n| is_token(n)) else {
-                        return Err(format!(
-                            "`x-mcp-header` {name} is not an HTTP header name token"
-                        ));
+                        return Err(MirroredHeaderProblem::NotAToken(name.to_string()));
                     };
                     if !matches!(
                         map.get("type").and_then(Value::as_str),
                         Some("string" | "integer" | "boolean")
                     ) {
-                        return Err(format!("`x-mcp-header` `{name}` marks a property that is not of type string, integer or boolean"));
+                        return Err(MirroredHeaderProblem::NotAScalar(name.to_string()));
                     }
                     if seen.iter().any(|s| s.eq_ignore_ascii_case(name)) {
-                        return Err(format!("`x-mcp-header` `{name}` is used twice (names are compared ignoring case)"));
+                        return Err(MirroredHeaderProblem::Twice(name.to_string()));
                     }
                     seen.push(name.to_string());
                 }
@@ -216,10 +218,28 @@ fn check_mirrored_headers(owner: &str, schema: &Value) -> Result<(), ManifestErr
             _ => Ok(()),
         }
     }
-    walk(schema, Reach::Root, &mut Vec::new()).map_err(|reason| ManifestError::InvalidSchema {
+    walk(schema, Reach::Root, &mut Vec::new()).map_err(|problem| ManifestError::InvalidSchema {
         owner: owner.to_string(),
-        reason,
+        reason: problem.to_string(),
     })
+}
+
+/// How an `x-mcp-header` annotation breaks the rules [`check_mirrored_headers`] checks.
+#[derive(Debug, thiserror::Error)]
+enum MirroredHeaderProblem {
+    #[error(
+        "`x-mcp-header` may only mark a property reached from the schema root through `properties`"
+    )]
+    NotAProperty,
+    /// The annotation's value, as JSON.
+    #[error("`x-mcp-header` {0} is not an HTTP header name token")]
+    NotAToken(String),
+    #[error(
+        "`x-mcp-header` `{0}` marks a property that is not of type string, integer or boolean"
+    )]
+    NotAScalar(String),
+    #[error("`x-mcp-header` `{0}` is used twice (names are compared ignoring case)")]
+    Twice(String),
 }
 
 /// Checks a manifest against every naming rule and turns it into the contract's
