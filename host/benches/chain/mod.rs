@@ -9,9 +9,7 @@ use std::sync::Arc;
 use connector_host::grants::Directory;
 use connector_host::registry::InstalledConnector;
 use connector_model::connector::{Connector, ToolInfo};
-use connector_model::records::{
-    AgentRecord, BindingRecord, GrantRecord, Snapshot, Subject, UnitRecord,
-};
+use connector_model::records::{AgentRecord, BindingRecord, GrantRecord, Snapshot, UnitRecord};
 use connector_runtime::{ConnectorRuntime, GuestLimits, RuntimeOptions};
 use serde_json::json;
 
@@ -88,13 +86,12 @@ pub fn chain(
             routing_keys: vec![],
             bound_at: "2026-01-01T00:00:00Z".into(),
         });
-        snapshot.grants.push(GrantRecord {
-            subject: Subject::Unit(unit),
-            tool: format!("ns{i:03}.*"),
-            namespace: format!("ns{i:03}"),
-            provenance: format!("connector:{slug}"),
-            created_at: "2026-01-01T00:00:00Z".into(),
-        });
+        snapshot.grants.push(GrantRecord::of_binding(
+            &unit,
+            &slug,
+            &format!("ns{i:03}"),
+            "2026-01-01T00:00:00Z".into(),
+        ));
     }
     snapshot.agents.push(AgentRecord {
         id: "agent".into(),

@@ -24,7 +24,6 @@ use crate::trust::{check_pinned, tool_changes, ToolChange};
 use connector_model::connector::{Connector, SOURCE_BUNDLED, SOURCE_UPLOAD};
 use connector_model::error::{ErrorCode, HostError, HostResult};
 use connector_model::ids::{now_rfc3339, truncate};
-use connector_model::provenance::connector_provenance;
 use connector_model::records::{BindingRecord, ConnectorRecord, GrantRecord, Snapshot, Subject};
 use connector_runtime::{ConnectorRuntime, GuestError, OutboundPolicy, Sandbox};
 
@@ -698,19 +697,12 @@ pub(crate) fn binding_grant(
     slug: &str,
     namespace: &str,
 ) -> GrantRecord {
-    let provenance = connector_provenance(slug);
     let existing = dir
         .grants_of(&Subject::Unit(unit.to_string()))
         .iter()
-        .find(|g| g.provenance == provenance)
+        .find(|g| g.provenance.connector() == Some(slug))
         .map(|g| g.created_at.clone());
-    GrantRecord {
-        subject: Subject::Unit(unit.to_string()),
-        tool: format!("{namespace}.*"),
-        namespace: namespace.to_string(),
-        provenance,
-        created_at: existing.unwrap_or_else(now_rfc3339),
-    }
+    GrantRecord::of_binding(unit, slug, namespace, existing.unwrap_or_else(now_rfc3339))
 }
 
 pub(crate) fn violations_json(v: &[SchemaViolation]) -> Value {
@@ -740,10 +732,11 @@ mod tests {
 
     #[test]
     fn a_binding_grant_keeps_the_time_of_the_one_it_replaces() {
+        use connector_model::provenance::GrantProvenance;
         let mut dir = Directory::default();
         let first = binding_grant(&dir, "u", "acme", "acme");
         assert_eq!(first.tool, "acme.*");
-        assert_eq!(first.provenance, "connector:acme");
+        assert_eq!(first.provenance, GrantProvenance::Connector("acme".into()));
         let old = GrantRecord {
             created_at: "2020-01-01T00:00:00Z".into(),
             ..first

@@ -17,7 +17,7 @@ use crate::state::{State, StateChange};
 use connector_model::connector::{is_namespace, is_tool_id};
 use connector_model::error::{ErrorCode, HostError, HostResult};
 use connector_model::ids::{check_id, now_rfc3339, truncate};
-use connector_model::provenance::{connector_provenance, EXPLICIT};
+use connector_model::provenance::GrantProvenance;
 use connector_model::records::{
     AgentRecord, BindingRecord, GrantRecord, ImageToolsRecord, Subject, UnitRecord,
 };
@@ -83,7 +83,7 @@ impl From<&GrantRecord> for GrantView {
         Self {
             tool: g.tool.clone(),
             namespace: g.namespace.clone(),
-            provenance: g.provenance.clone(),
+            provenance: g.provenance.to_string(),
             created_at: g.created_at.clone(),
         }
     }
@@ -515,11 +515,10 @@ impl DirectoryService {
     }
 
     fn binding_view(&self, dir: &Directory, b: &BindingRecord) -> BindingView {
-        let provenance = connector_provenance(&b.connector);
         let grants = dir
             .grants_of(&Subject::Unit(b.unit_id.clone()))
             .iter()
-            .filter(|g| g.provenance == provenance)
+            .filter(|g| g.provenance.connector() == Some(b.connector.as_str()))
             .map(GrantView::from)
             .collect();
         let config = match self.state.registry().get(&b.connector) {
@@ -676,7 +675,7 @@ impl DirectoryService {
                     subject,
                     tool,
                     namespace,
-                    provenance: EXPLICIT.to_string(),
+                    provenance: GrantProvenance::Explicit,
                     created_at: now_rfc3339(),
                 };
                 let view = GrantView::from(&record);
@@ -700,7 +699,7 @@ impl DirectoryService {
                 let present = dir
                     .grants_of(&subject)
                     .iter()
-                    .any(|g| g.tool == tool && g.provenance == EXPLICIT);
+                    .any(|g| g.tool == tool && g.provenance == GrantProvenance::Explicit);
                 if !present {
                     return Err(HostError::not_found(format!(
                         "no explicit grant of `{tool}` exists on this subject"
@@ -709,7 +708,7 @@ impl DirectoryService {
                 let change = StateChange::DeleteGrant {
                     subject,
                     tool,
-                    provenance: EXPLICIT.to_string(),
+                    provenance: GrantProvenance::Explicit,
                 };
                 Ok((change, ()))
             })

@@ -452,7 +452,7 @@ impl Host {
             .directory()
             .grants_of(subject)
             .iter()
-            .filter(|g| g.provenance == connector_model::provenance::EXPLICIT)
+            .filter(|g| g.provenance == connector_model::provenance::GrantProvenance::Explicit)
             .map(GrantView::from)
             .collect();
         grants.sort_by(|a, b| a.tool.cmp(&b.tool));

@@ -30,6 +30,7 @@ use connector_model::audit::AuditEntry;
 use connector_model::connector::ToolInfo;
 use connector_model::error::{HostError, HostResult};
 use connector_model::ids::check_id;
+use connector_model::provenance::GrantProvenance;
 use connector_model::records::{
     AgentRecord, BindingRecord, ConnectorRecord, GrantRecord, ImageToolsRecord, Snapshot, Subject,
     UnitRecord,
@@ -63,7 +64,7 @@ pub(crate) enum StateChange {
     DeleteGrant {
         subject: Subject,
         tool: String,
-        provenance: String,
+        provenance: GrantProvenance,
     },
     PutImageTools(ImageToolsRecord),
     /// An install or rotation: the connector, its kept (re-keyed) bindings with re-derived

@@ -28,6 +28,7 @@ use async_trait::async_trait;
 use serde_json::json;
 
 use connector_model::audit::{Actor, AuditAnchor, AuditEntry, AuditRecord, ChainCheck, GENESIS};
+use connector_model::provenance::GrantProvenance;
 use connector_model::records::{
     BindingRecord, Claim, DeliveryRecord, DeliveryStatus, GrantRecord, ImageToolsRecord,
     MessageRecord, Snapshot, Subject,
@@ -72,6 +73,7 @@ macro_rules! store_conformance_tests {
             put_connector_fault_keeps_old_connector_and_grants
             a_fault_fires_only_at_its_own_step_and_can_be_disarmed
             rotation_rederives_only_that_connectors_grants
+            rederiving_keeps_each_subjects_first_grant
             rotate_connector_removes_and_rebinds_in_one_step
             delete_connector_removes_its_bindings_and_grants_only
             delete_unit_removes_its_bindings_and_grants_only
@@ -121,6 +123,7 @@ macro_rules! store_conformance_tests {
 pub mod fixtures {
     use serde_json::{json, Value};
 
+    use connector_model::provenance::GrantProvenance;
     use connector_model::records::{
         AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus,
         GrantRecord, MessageRecord, Snapshot, Subject, UnitRecord,
@@ -176,7 +179,7 @@ pub mod fixtures {
             subject: Subject::Unit(unit_id.into()),
             tool: format!("{namespace}.*"),
             namespace: namespace.into(),
-            provenance: format!("connector:{slug}"),
+            provenance: GrantProvenance::Connector(slug.into()),
             created_at: "2025-01-04T00:00:00Z".into(),
         }
     }
@@ -186,7 +189,7 @@ pub mod fixtures {
             subject,
             tool: tool.into(),
             namespace: tool.split('.').next().unwrap_or_default().into(),
-            provenance: "explicit".into(),
+            provenance: GrantProvenance::Explicit,
             created_at: "2025-01-05T00:00:00Z".into(),
         }
     }
@@ -657,7 +660,7 @@ pub async fn rotation_rederives_only_that_connectors_grants(factory: &dyn StoreF
                 g.subject.clone(),
                 g.tool.clone(),
                 g.namespace.clone(),
-                g.provenance.clone(),
+                g.provenance.to_string(),
             )
         })
         .collect();
@@ -694,6 +697,82 @@ pub async fn rotation_rederives_only_that_connectors_grants(factory: &dyn StoreF
     );
     // Bindings stay through a rotation.
     assert_eq!(snap.bindings.len(), 3);
+}
+
+/// The one rule ([`connector_model::records::rederive`]): when a connector's namespace
+/// changes, each subject keeps the first grant of it that it was given (its time and its
+/// place among the grants), now of the new namespace, and no other.
+pub async fn rederiving_keeps_each_subjects_first_grant(factory: &dyn StoreFactory) {
+    let store = bound_store(factory).await;
+    let at = |day: u8| format!("2025-02-{day:02}T00:00:00Z");
+    let made = |unit: &str, tool: &str, day: u8| GrantRecord {
+        tool: tool.into(),
+        created_at: at(day),
+        ..connector_grant(unit, "acme", "acme")
+    };
+    // `team` already holds `acme.*` from its binding (made on the fixture's day); a stale
+    // grant of one tool comes after it. `root` gets a stale grant first, then a second.
+    for grant in [
+        made("team", "acme.echo", 10),
+        explicit_grant(Subject::Unit("team".into()), "acme.echo"),
+        made("root", "acme.fail", 11),
+        made("root", "acme.echo", 12),
+    ] {
+        store.put_grant(&grant).await.unwrap();
+    }
+    let before = store.load().await.unwrap();
+    let first_of = |unit: &str| {
+        before
+            .grants
+            .iter()
+            .find(|g| g.subject == Subject::Unit(unit.into()) && g.provenance.connector().is_some())
+            .cloned()
+            .unwrap_or_else(|| panic!("{unit} holds a grant of acme"))
+    };
+    let (team_first, root_first) = (first_of("team"), first_of("root"));
+
+    store
+        .put_connector(&connector("acme", "newns", "sha256:dd"), COMPONENT)
+        .await
+        .unwrap();
+
+    let after = store.load().await.unwrap();
+    let of_acme: Vec<_> = after
+        .grants
+        .iter()
+        .filter(|g| g.provenance == GrantProvenance::Connector("acme".into()))
+        .cloned()
+        .collect();
+    let moved = |first: &GrantRecord| GrantRecord {
+        tool: "newns.*".into(),
+        namespace: "newns".into(),
+        ..first.clone()
+    };
+    // Each subject's first grant, in the order the grants were made.
+    let mut expected = vec![moved(&team_first), moved(&root_first)];
+    let place = |g: &GrantRecord| {
+        before
+            .grants
+            .iter()
+            .position(|b| b.subject == g.subject && b.created_at == g.created_at)
+    };
+    expected.sort_by_key(place);
+    assert_eq!(of_acme, expected);
+    assert_eq!(
+        root_first.created_at,
+        at(11),
+        "root's first grant is its stale one"
+    );
+    // Every other grant stays as it was, in its place.
+    let others = |snap: &Snapshot| -> Vec<GrantRecord> {
+        snap.grants
+            .iter()
+            .filter(|g| g.provenance != GrantProvenance::Connector("acme".into()))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(others(&after), others(&before));
+    assert_eq!(others(&after).len(), 1, "the explicit grant stays");
 }
 
 pub async fn rotate_connector_removes_and_rebinds_in_one_step(factory: &dyn StoreFactory) {
@@ -857,18 +936,30 @@ pub async fn delete_grant_matches_subject_tool_and_provenance(factory: &dyn Stor
     store.put_grant(&explicit).await.unwrap();
 
     assert!(!store
-        .delete_grant(&Subject::Agent("team".into()), "acme.*", "explicit")
+        .delete_grant(
+            &Subject::Agent("team".into()),
+            "acme.*",
+            &GrantProvenance::Explicit
+        )
         .await
         .unwrap());
     assert!(store
-        .delete_grant(&Subject::Unit("team".into()), "acme.*", "explicit")
+        .delete_grant(
+            &Subject::Unit("team".into()),
+            "acme.*",
+            &GrantProvenance::Explicit
+        )
         .await
         .unwrap());
     let snap = store.load().await.unwrap();
     // The binding's grant (same subject and tool, other provenance) stays.
     assert_eq!(snap.grants, vec![connector_grant("team", "acme", "acme")]);
     assert!(!store
-        .delete_grant(&Subject::Unit("team".into()), "acme.*", "explicit")
+        .delete_grant(
+            &Subject::Unit("team".into()),
+            "acme.*",
+            &GrantProvenance::Explicit
+        )
         .await
         .unwrap());
 }
