@@ -676,7 +676,7 @@ fn main() -> anyhow::Result<()> {
     let tools = server.block_on(open_host(None))?;
     let token = server.block_on(async {
         tools.host.put_unit("u1", None, None).await?;
-        tools.host.put_agent("a1", &["u1".into()], None).await?;
+        tools.host.put_agent("a1", &["u1"], None).await?;
         tools.host.bind("u1", "acme", json!({})).await?;
         let t = tools.host.issue_agent_token("a1", Some(24 * 3600)).await?;
         anyhow::Ok(t.token)

@@ -104,36 +104,19 @@ mod postgres {
     /// that same text.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn grant_provenance_keeps_its_stored_text() {
-        use connector_model::provenance::GrantProvenance;
-        use connector_model::records::Subject;
+        use connector_store_testing::fixtures::{
+            earlier_grants_read_back, populate_bound, EARLIER_GRANT_ROWS,
+        };
         let Some(pg) = require_postgres() else { return };
         let url = pg.fresh_database("provenance").expect("a fresh database");
         let db = url.rsplit('/').next().expect("database name");
         let store = PostgresStore::connect(&url)
             .await
             .expect("the database opens");
-        connector_store_testing::fixtures::populate_bound(&store).await;
-        pg.psql(
-            db,
-            "INSERT INTO grants (subject_kind, subject_id, tool, namespace, provenance, created_at) \
-             VALUES ('unit', 'root', 'acme.*', 'acme', 'connector:acme', '2024-01-01T00:00:00Z'), \
-                    ('unit', 'root', 'acme.echo', 'acme', 'explicit', '2024-01-02T00:00:00Z')",
-        )
-        .expect("rows as an earlier version wrote them");
-        let snap = store.load().await.expect("load");
-        let of_root: Vec<_> = snap
-            .grants
-            .iter()
-            .filter(|g| g.subject == Subject::Unit("root".into()))
-            .map(|g| (g.tool.as_str(), g.provenance.clone()))
-            .collect();
-        assert_eq!(
-            of_root,
-            vec![
-                ("acme.*", GrantProvenance::Connector("acme".into())),
-                ("acme.echo", GrantProvenance::Explicit),
-            ]
-        );
+        populate_bound(&store).await;
+        pg.psql(db, EARLIER_GRANT_ROWS)
+            .expect("rows as an earlier version wrote them");
+        earlier_grants_read_back(&store).await;
         let stored = pg
             .psql(
                 db,

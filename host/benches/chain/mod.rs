@@ -49,7 +49,7 @@ pub fn chain(
     for i in 0..BINDINGS {
         let ns = format!("ns{i:03}");
         let info = Connector {
-            slug: format!("c{i:03}"),
+            slug: format!("c{i:03}").parse().expect("a slug"),
             tool_namespace: ns.clone(),
             display_name: display_name(&ns, i),
             description: String::new(),
@@ -78,10 +78,10 @@ pub fn chain(
     }
     for i in 0..BINDINGS {
         let unit = format!("u{:02}", i % DEPTH);
-        let slug = format!("c{i:03}");
+        let slug: connector_model::ids::Slug = format!("c{i:03}").parse().expect("a slug");
         snapshot.bindings.push(BindingRecord {
             unit_id: unit.clone(),
-            connector: slug.clone(),
+            connector: slug.to_string(),
             config: json!({}),
             routing_keys: vec![],
             bound_at: "2026-01-01T00:00:00Z".into(),

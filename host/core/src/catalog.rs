@@ -23,7 +23,7 @@ use crate::state::{PreparedConnectors, State, StateChange};
 use crate::trust::{check_pinned, tool_changes, ToolChange};
 use connector_model::connector::{Connector, SOURCE_BUNDLED, SOURCE_UPLOAD};
 use connector_model::error::{ErrorCode, HostError, HostResult};
-use connector_model::ids::{now_rfc3339, truncate};
+use connector_model::ids::{now_rfc3339, truncate, Slug};
 use connector_model::records::{BindingRecord, ConnectorRecord, GrantRecord, Snapshot, Subject};
 use connector_runtime::{ConnectorRuntime, GuestError, OutboundPolicy, Sandbox};
 
@@ -632,7 +632,7 @@ impl Catalog {
             .with_details(json!({"bindings": broken.iter().map(|(_, why)| why.clone()).collect::<Vec<_>>()})));
         }
         let record = ConnectorRecord {
-            slug: slug.clone(),
+            slug: slug.to_string(),
             namespace: prepared.info().tool_namespace.clone(),
             digest: prepared.info().digest.clone(),
             bundled: *bundled,
@@ -694,13 +694,13 @@ impl Catalog {
 pub(crate) fn binding_grant(
     dir: &Directory,
     unit: &str,
-    slug: &str,
+    slug: &Slug,
     namespace: &str,
 ) -> GrantRecord {
     let existing = dir
         .grants_of(&Subject::Unit(unit.to_string()))
         .iter()
-        .find(|g| g.provenance.connector() == Some(slug))
+        .find(|g| g.provenance.connector() == Some(slug.as_str()))
         .map(|g| g.created_at.clone());
     GrantRecord::of_binding(unit, slug, namespace, existing.unwrap_or_else(now_rfc3339))
 }
@@ -732,17 +732,20 @@ mod tests {
 
     #[test]
     fn a_binding_grant_keeps_the_time_of_the_one_it_replaces() {
-        use connector_model::provenance::GrantProvenance;
         let mut dir = Directory::default();
-        let first = binding_grant(&dir, "u", "acme", "acme");
+        let acme = Slug::parse("acme").expect("a slug");
+        let first = binding_grant(&dir, "u", &acme, "acme");
         assert_eq!(first.tool, "acme.*");
-        assert_eq!(first.provenance, GrantProvenance::Connector("acme".into()));
+        assert_eq!(
+            first.provenance,
+            "connector:acme".parse().expect("a provenance")
+        );
         let old = GrantRecord {
             created_at: "2020-01-01T00:00:00Z".into(),
             ..first
         };
         dir.put_grant(old);
-        let again = binding_grant(&dir, "u", "acme", "acme2");
+        let again = binding_grant(&dir, "u", &acme, "acme2");
         assert_eq!(again.created_at, "2020-01-01T00:00:00Z");
         assert_eq!(again.tool, "acme2.*");
     }

@@ -29,7 +29,6 @@ use crate::registry::{ConnectorRegistry, InstalledConnector};
 use connector_model::audit::AuditEntry;
 use connector_model::connector::ToolInfo;
 use connector_model::error::{HostError, HostResult};
-use connector_model::ids::check_id;
 use connector_model::provenance::GrantProvenance;
 use connector_model::records::{
     AgentRecord, BindingRecord, ConnectorRecord, GrantRecord, ImageToolsRecord, Snapshot, Subject,
@@ -338,7 +337,7 @@ impl State {
     ) -> Option<Directory> {
         let policies: BTreeMap<String, Arc<OutboundPolicy>> = connectors
             .iter()
-            .map(|(c, policy)| (c.info().slug.clone(), policy.clone()))
+            .map(|(c, policy)| (c.info().slug.to_string(), policy.clone()))
             .collect();
         let mut dir = self.directory.write();
         self.registry
@@ -431,13 +430,12 @@ impl State {
         self.resolver.resolve(dir, &catalog, image, subject)
     }
 
-    /// The effective tools of a unit or agent.
+    /// The effective tools of a unit or agent (its id checked already).
     pub(crate) fn effective_tools(&self, subject: &Subject) -> HostResult<Arc<ResolvedTools>> {
         let (kind, id) = match subject {
             Subject::Unit(id) => ("unit", id),
             Subject::Agent(id) => ("agent", id),
         };
-        check_id(kind, id)?;
         let dir = self.directory();
         self.resolve(&dir, subject)
             .ok_or_else(|| HostError::not_found(format!("{kind} `{id}` does not exist")))

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::ids::Slug;
+
 /// Why a subject has a tool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Provenance {
@@ -46,16 +48,26 @@ impl fmt::Display for Provenance {
 pub enum GrantProvenance {
     /// An operator granted it.
     Explicit,
-    /// A binding of this connector (slug) wrote it.
-    Connector(String),
+    /// A binding of this connector wrote it.
+    Connector(Slug),
 }
 
+/// What the provenance of a grant a binding wrote starts with.
+const CONNECTOR_PREFIX: &str = "connector:";
+
 impl GrantProvenance {
+    /// The stored text of the grants the bindings of connector `slug` wrote (what
+    /// `GrantProvenance::Connector(slug)` displays as), for a store that selects them by
+    /// the slug a record holds.
+    pub fn connector_text(slug: &str) -> String {
+        format!("{CONNECTOR_PREFIX}{slug}")
+    }
+
     /// The connector whose binding wrote the grant, if one did.
     pub fn connector(&self) -> Option<&str> {
         match self {
             GrantProvenance::Explicit => None,
-            GrantProvenance::Connector(slug) => Some(slug),
+            GrantProvenance::Connector(slug) => Some(slug.as_str()),
         }
     }
 }
@@ -64,7 +76,7 @@ impl fmt::Display for GrantProvenance {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             GrantProvenance::Explicit => f.write_str("explicit"),
-            GrantProvenance::Connector(slug) => write!(f, "connector:{slug}"),
+            GrantProvenance::Connector(slug) => write!(f, "{CONNECTOR_PREFIX}{slug}"),
         }
     }
 }
@@ -78,10 +90,12 @@ impl std::str::FromStr for GrantProvenance {
     type Err = UnknownProvenance;
 
     fn from_str(text: &str) -> Result<Self, UnknownProvenance> {
-        match text.strip_prefix("connector:") {
+        match text.strip_prefix(CONNECTOR_PREFIX) {
             _ if text == "explicit" => Ok(GrantProvenance::Explicit),
-            Some(slug) if !slug.is_empty() => Ok(GrantProvenance::Connector(slug.to_string())),
-            _ => Err(UnknownProvenance(crate::ids::truncate(text, 80))),
+            Some(slug) => Slug::parse(slug)
+                .map(GrantProvenance::Connector)
+                .map_err(|_| UnknownProvenance(crate::ids::truncate(text, 80))),
+            None => Err(UnknownProvenance(crate::ids::truncate(text, 80))),
         }
     }
 }
@@ -90,7 +104,7 @@ impl From<&GrantProvenance> for Provenance {
     fn from(provenance: &GrantProvenance) -> Self {
         match provenance {
             GrantProvenance::Explicit => Provenance::Explicit,
-            GrantProvenance::Connector(slug) => Provenance::Connector(slug.clone()),
+            GrantProvenance::Connector(slug) => Provenance::Connector(slug.to_string()),
         }
     }
 }
@@ -116,7 +130,10 @@ mod tests {
     fn grant_provenance_reads_back_what_it_writes() {
         for (text, provenance) in [
             ("explicit", GrantProvenance::Explicit),
-            ("connector:acme", GrantProvenance::Connector("acme".into())),
+            (
+                "connector:acme",
+                GrantProvenance::Connector(Slug::parse("acme").expect("a slug")),
+            ),
         ] {
             assert_eq!(text.parse::<GrantProvenance>(), Ok(provenance.clone()));
             assert_eq!(provenance.to_string(), text);
@@ -127,7 +144,14 @@ mod tests {
                 provenance
             );
         }
-        for bad in ["", "connector:", "platform", "Explicit", "image:sha256:aa"] {
+        for bad in [
+            "",
+            "connector:",
+            "connector:Not A Slug",
+            "platform",
+            "Explicit",
+            "image:sha256:aa",
+        ] {
             assert!(bad.parse::<GrantProvenance>().is_err(), "{bad:?}");
         }
     }

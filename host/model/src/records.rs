@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::ids::Slug;
 use crate::provenance::GrantProvenance;
 
 /// An installed connector, as persisted. Its component's bytes are stored beside it and
@@ -101,12 +102,12 @@ pub struct GrantRecord {
 
 impl GrantRecord {
     /// The grant a binding of connector `slug` gives `unit`: every tool of `namespace`.
-    pub fn of_binding(unit: &str, slug: &str, namespace: &str, created_at: String) -> Self {
+    pub fn of_binding(unit: &str, slug: &Slug, namespace: &str, created_at: String) -> Self {
         GrantRecord {
             subject: Subject::Unit(unit.to_string()),
             tool: whole_namespace(namespace),
             namespace: namespace.to_string(),
-            provenance: GrantProvenance::Connector(slug.to_string()),
+            provenance: GrantProvenance::Connector(slug.clone()),
             created_at,
         }
     }

@@ -17,6 +17,7 @@ use crate::stdio::{self, BridgeConfig};
 use connector_core::config::{
     HostConfig, ServeFlags, ENV_DATA_DIR, ENV_OPERATOR_TOKEN, ENV_PREFIX,
 };
+use connector_model::ids::AgentId;
 
 /// The environment variable holding the agent's token.
 pub const ENV_AGENT_TOKEN: &str = "CONNECTOR_HOST_AGENT_TOKEN";
@@ -140,9 +141,9 @@ pub fn token(
 
 /// Serves until stdin ends: locally or through the bridge.
 pub fn run(remote: &RemoteArgs, args: McpArgs) -> Result<(), CliError> {
-    connector_model::ids::check_id("agent", &args.agent).map_err(|e| CliError::usage(e.message))?;
+    let agent = AgentId::parse(&args.agent).map_err(|e| CliError::usage(e.message))?;
     if args.is_local() {
-        return run_local(args);
+        return run_local(args, agent);
     }
     let base = parse_base_url(&remote.url)?;
     let env = |name| std::env::var(name).ok();
@@ -160,7 +161,7 @@ pub fn run(remote: &RemoteArgs, args: McpArgs) -> Result<(), CliError> {
     stdio::run(BridgeConfig {
         endpoint: named_endpoint(
             &base,
-            &args.agent,
+            &agent,
             args.namespace.as_deref(),
             args.tool_names == "flat",
         ),
@@ -171,7 +172,7 @@ pub fn run(remote: &RemoteArgs, args: McpArgs) -> Result<(), CliError> {
 
 /// The host's configuration as `serve` would load it from the same flags and
 /// environment, then the stdio server on it.
-fn run_local(args: McpArgs) -> Result<(), CliError> {
+fn run_local(args: McpArgs, agent: AgentId) -> Result<(), CliError> {
     // Tokens are the bridge's business: this process authorizes the agent itself, and
     // the agent token variable is no host setting to warn about.
     let env = std::env::vars_os().filter_map(|(name, value)| {
@@ -191,7 +192,7 @@ fn run_local(args: McpArgs) -> Result<(), CliError> {
         namespace: args.namespace.map(Into::into),
         flat: args.tool_names == "flat",
     };
-    stdio::run_local(config, args.agent, naming)
+    stdio::run_local(config, agent, naming)
         .map_err(|e| CliError::failed(connector_remote_answer::error_chain(&e)))
 }
 

@@ -66,6 +66,7 @@ use connector_core::config::HostConfig;
 use connector_core::host::Host;
 use connector_http::mcp::jsonrpc::{INTERNAL_ERROR, NOT_FOUND};
 use connector_model::error::ErrorCode;
+use connector_model::ids::AgentId;
 
 /// How long a minted token is valid (the most a host issues).
 const TOKEN_TTL_SECONDS: u64 = 30 * 24 * 3600;
@@ -75,7 +76,7 @@ const TOKEN_RENEW_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// The MCP endpoint of one agent, served by a host opened in this process.
 pub struct Local {
     host: Host,
-    agent: String,
+    agent: AgentId,
     /// The endpoint served: the agent's tools, named as asked.
     endpoint: connector_http::mcp::Endpoint,
     /// The endpoint's sessions (this process's own: a session lives in the process that
@@ -91,10 +92,9 @@ impl Local {
     /// exists; its tools are named as `naming` says.
     pub async fn open(
         mut config: HostConfig,
-        agent: &str,
+        agent: &AgentId,
         naming: connector_http::mcp::Naming,
     ) -> Result<Local, OpenError> {
-        connector_model::ids::check_id("agent", agent).map_err(OpenError::InvalidAgent)?;
         config.bundled = connector_bundled::components();
         let data_dir = config.data_dir.clone();
         // Opened before the host loads its state: nothing committed in between can be
@@ -119,9 +119,9 @@ impl Local {
         Ok(Local {
             sessions: Arc::new(connector_http::mcp::session::Sessions::new(host.clone())),
             host,
-            agent: agent.to_string(),
+            agent: agent.clone(),
             endpoint: connector_http::mcp::Endpoint {
-                agent: agent.into(),
+                agent: agent.as_str().into(),
                 naming,
             },
             auth: Mutex::new((auth, Instant::now())),
@@ -233,9 +233,6 @@ impl Local {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
-    /// The agent id breaks the id rule.
-    #[error("{}", .0.message)]
-    InvalidAgent(connector_model::error::HostError),
     /// The host's data could not be opened.
     #[error("cannot open the host's data in {}", dir.display())]
     Data {
@@ -274,7 +271,7 @@ enum Minting {
 }
 
 /// `Authorization: Bearer <a token of agent>`.
-async fn mint(host: &Host, agent: &str) -> Result<HeaderValue, Minting> {
+async fn mint(host: &Host, agent: &AgentId) -> Result<HeaderValue, Minting> {
     let issued = host
         .issue_agent_token(agent, Some(TOKEN_TTL_SECONDS))
         .await

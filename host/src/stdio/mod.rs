@@ -107,7 +107,7 @@ pub fn run(config: BridgeConfig) -> Result<(), StartError> {
 /// stdin ends.
 pub fn run_local(
     config: connector_core::config::HostConfig,
-    agent: String,
+    agent: connector_model::ids::AgentId,
     naming: connector_http::mcp::Naming,
 ) -> Result<(), StartError> {
     serve_stdio(async move {

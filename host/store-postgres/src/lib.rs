@@ -757,7 +757,7 @@ impl PostgresStore {
         )
         .await
         .map_err(db)?;
-        let provenance = GrantProvenance::Connector(c.slug.clone()).to_string();
+        let provenance = GrantProvenance::connector_text(&c.slug);
         let held = tx
             .query(
                 "SELECT ord, subject_kind, subject_id FROM grants
@@ -854,7 +854,7 @@ impl PostgresStore {
             )
             .await
             .map_err(db)?;
-        let provenance = GrantProvenance::Connector(connector.to_string()).to_string();
+        let provenance = GrantProvenance::connector_text(connector);
         tx.execute(&stmt, &[&unit_id, &provenance])
             .await
             .map_err(db)?;
@@ -1024,7 +1024,7 @@ impl PostgresStore {
                 .map_err(db)?;
             tx.execute(
                 "DELETE FROM grants WHERE provenance = $1",
-                &[&GrantProvenance::Connector(slug.to_string()).to_string()],
+                &[&GrantProvenance::connector_text(slug)],
             )
             .await
             .map_err(db)?;

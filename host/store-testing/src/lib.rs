@@ -123,6 +123,7 @@ macro_rules! store_conformance_tests {
 pub mod fixtures {
     use serde_json::{json, Value};
 
+    use connector_model::ids::Slug;
     use connector_model::provenance::GrantProvenance;
     use connector_model::records::{
         AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus,
@@ -173,13 +174,18 @@ pub mod fixtures {
         }
     }
 
+    /// The provenance of the grants the bindings of `slug` write.
+    pub fn of_connector(slug: &str) -> GrantProvenance {
+        GrantProvenance::Connector(Slug::parse(slug).expect("a connector slug"))
+    }
+
     /// The grant a binding of `slug` gives `unit_id`: `<namespace>.*`.
     pub fn connector_grant(unit_id: &str, slug: &str, namespace: &str) -> GrantRecord {
         GrantRecord {
             subject: Subject::Unit(unit_id.into()),
             tool: format!("{namespace}.*"),
             namespace: namespace.into(),
-            provenance: GrantProvenance::Connector(slug.into()),
+            provenance: of_connector(slug),
             created_at: "2025-01-04T00:00:00Z".into(),
         }
     }
@@ -254,6 +260,32 @@ pub mod fixtures {
             )
             .await
             .unwrap();
+    }
+
+    /// Two grants of unit `root` as versions before typed provenance wrote them (the
+    /// provenance as text), for a database's own test to insert beside
+    /// [`populate_bound`]'s rows; [`earlier_grants_read_back`] checks them.
+    pub const EARLIER_GRANT_ROWS: &str = "INSERT INTO grants \
+         (subject_kind, subject_id, tool, namespace, provenance, created_at) VALUES \
+         ('unit', 'root', 'acme.*', 'acme', 'connector:acme', '2024-01-01T00:00:00Z'), \
+         ('unit', 'root', 'acme.echo', 'acme', 'explicit', '2024-01-02T00:00:00Z')";
+
+    /// The rows of [`EARLIER_GRANT_ROWS`] read back with their provenance.
+    pub async fn earlier_grants_read_back(store: &dyn Store) {
+        let snap = store.load().await.expect("load");
+        let of_root: Vec<_> = snap
+            .grants
+            .iter()
+            .filter(|g| g.subject == Subject::Unit("root".into()))
+            .map(|g| (g.tool.as_str(), g.provenance.clone()))
+            .collect();
+        assert_eq!(
+            of_root,
+            vec![
+                ("acme.*", of_connector("acme")),
+                ("acme.echo", GrantProvenance::Explicit),
+            ]
+        );
     }
 
     /// `snapshot` with its version zeroed, for comparing contents only.
@@ -740,7 +772,7 @@ pub async fn rederiving_keeps_each_subjects_first_grant(factory: &dyn StoreFacto
     let of_acme: Vec<_> = after
         .grants
         .iter()
-        .filter(|g| g.provenance == GrantProvenance::Connector("acme".into()))
+        .filter(|g| g.provenance == of_connector("acme"))
         .cloned()
         .collect();
     let moved = |first: &GrantRecord| GrantRecord {
@@ -767,7 +799,7 @@ pub async fn rederiving_keeps_each_subjects_first_grant(factory: &dyn StoreFacto
     let others = |snap: &Snapshot| -> Vec<GrantRecord> {
         snap.grants
             .iter()
-            .filter(|g| g.provenance != GrantProvenance::Connector("acme".into()))
+            .filter(|g| g.provenance != of_connector("acme"))
             .cloned()
             .collect()
     };

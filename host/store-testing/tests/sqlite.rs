@@ -46,32 +46,12 @@ mod rows {
     /// what is written now is that same text.
     #[tokio::test]
     async fn grant_provenance_keeps_its_stored_text() {
-        use connector_model::provenance::GrantProvenance;
-        use connector_model::records::Subject;
         let (_dir, path, store) = opened();
         populate_bound(&store).await;
         let raw = rusqlite::Connection::open(&path).expect("a second connection");
-        raw.execute(
-            "INSERT INTO grants (subject_kind, subject_id, tool, namespace, provenance, created_at)
-             VALUES ('unit', 'root', 'acme.*', 'acme', 'connector:acme', '2024-01-01T00:00:00Z'),
-                    ('unit', 'root', 'acme.echo', 'acme', 'explicit', '2024-01-02T00:00:00Z')",
-            [],
-        )
-        .expect("rows as an earlier version wrote them");
-        let snap = store.load().await.expect("load");
-        let of_root: Vec<_> = snap
-            .grants
-            .iter()
-            .filter(|g| g.subject == Subject::Unit("root".into()))
-            .map(|g| (g.tool.as_str(), g.provenance.clone()))
-            .collect();
-        assert_eq!(
-            of_root,
-            vec![
-                ("acme.*", GrantProvenance::Connector("acme".into())),
-                ("acme.echo", GrantProvenance::Explicit),
-            ]
-        );
+        raw.execute(EARLIER_GRANT_ROWS, [])
+            .expect("rows as an earlier version wrote them");
+        earlier_grants_read_back(&store).await;
         let stored: Vec<String> = raw
             .prepare("SELECT provenance FROM grants WHERE subject_id = 'team' ORDER BY rowid")
             .expect("select")

@@ -10,9 +10,10 @@ use std::collections::HashSet;
 use std::fmt;
 
 use connector_model::connector::{
-    is_namespace, is_slug, is_tool_id, Connector, ToolAnnotations, ToolInfo, WebhookInfo,
-    WebhookSchemeName, NAMESPACE_RULE, RESERVED_NAMESPACE, SLUG_RULE, TOOL_ID_RULE,
+    is_namespace, is_tool_id, Connector, ToolAnnotations, ToolInfo, WebhookInfo, WebhookSchemeName,
+    NAMESPACE_RULE, RESERVED_NAMESPACE, SLUG_RULE, TOOL_ID_RULE,
 };
+use connector_model::ids::Slug;
 use serde_json::Value;
 
 use connector_runtime::wit;
@@ -246,11 +247,11 @@ enum MirroredHeaderProblem {
 /// `Connector` object. Only rules about the component itself are checked here; clashes
 /// with other installed connectors are the registry's.
 pub fn validate(manifest: wit::Manifest, digest: &str) -> Result<Connector, ManifestError> {
-    if !is_slug(&manifest.slug) {
+    let Ok(slug) = Slug::parse(&manifest.slug) else {
         return Err(ManifestError::InvalidSlug {
             slug: manifest.slug,
         });
-    }
+    };
     let namespace = manifest
         .tool_namespace
         .clone()
@@ -306,7 +307,7 @@ pub fn validate(manifest: wit::Manifest, digest: &str) -> Result<Connector, Mani
         },
     });
     Ok(Connector {
-        slug: manifest.slug,
+        slug,
         tool_namespace: namespace,
         display_name: manifest.display_name,
         description: manifest.description,

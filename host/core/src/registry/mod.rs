@@ -18,6 +18,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use connector_model::connector::{Connector, ToolInfo};
+use connector_model::ids::Slug;
 use connector_model::tool_output::ToolOutput;
 use connector_runtime::{wit, ConnectorRuntime, GuestError, LoadError, LoadedComponent};
 use connector_store::StoreError;
@@ -503,12 +504,12 @@ pub struct ConnectorRegistry {
 /// The installed connectors of one moment.
 #[derive(Default)]
 struct Installed {
-    by_slug: BTreeMap<String, Arc<InstalledConnector>>,
+    by_slug: BTreeMap<Slug, Arc<InstalledConnector>>,
     by_namespace: Arc<BTreeMap<String, Arc<InstalledConnector>>>,
 }
 
 impl Installed {
-    fn of(by_slug: BTreeMap<String, Arc<InstalledConnector>>) -> Arc<Self> {
+    fn of(by_slug: BTreeMap<Slug, Arc<InstalledConnector>>) -> Arc<Self> {
         let by_namespace = by_slug
             .values()
             .map(|c| (c.info.tool_namespace.clone(), c.clone()))
@@ -603,21 +604,21 @@ impl ConnectorRegistry {
             }
             if slugs_conflict(&candidate.slug, &other.info.slug) {
                 return Err(InstallError::SlugConflict {
-                    slug: candidate.slug.clone(),
-                    other: other.info.slug.clone(),
+                    slug: candidate.slug.to_string(),
+                    other: other.info.slug.to_string(),
                 });
             }
-            let owned = [&other.info.slug, &other.info.tool_namespace];
-            for claimed in [&candidate.slug, &candidate.tool_namespace] {
+            let owned = [other.info.slug.as_str(), &other.info.tool_namespace];
+            for claimed in [candidate.slug.as_str(), &candidate.tool_namespace] {
                 if owned.contains(&claimed) {
                     return Err(InstallError::Conflict {
-                        claimed: claimed.clone(),
-                        owner: other.info.slug.clone(),
+                        claimed: claimed.to_string(),
+                        owner: other.info.slug.to_string(),
                     });
                 }
             }
         }
-        Ok(installed.by_slug.get(&candidate.slug).cloned())
+        Ok(installed.by_slug.get(candidate.slug.as_str()).cloned())
     }
 
     fn snapshot(&self) -> Arc<Installed> {
@@ -627,7 +628,7 @@ impl ConnectorRegistry {
     /// Applies `change` to the installed set, as one step for readers.
     fn change<T>(
         &self,
-        change: impl FnOnce(&mut BTreeMap<String, Arc<InstalledConnector>>) -> T,
+        change: impl FnOnce(&mut BTreeMap<Slug, Arc<InstalledConnector>>) -> T,
     ) -> T {
         let mut installed = self.installed.write();
         let mut by_slug = installed.by_slug.clone();

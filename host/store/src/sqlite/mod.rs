@@ -717,7 +717,7 @@ fn write_connector(tx: &Transaction<'_>, c: &ConnectorRecord, component: &[u8]) 
         ],
     )
     .map_err(db)?;
-    let provenance = GrantProvenance::Connector(c.slug.clone()).to_string();
+    let provenance = GrantProvenance::connector_text(&c.slug);
     let held = {
         let mut stmt = tx
             .prepare_cached(
@@ -780,10 +780,7 @@ fn remove_binding(tx: &Transaction<'_>, unit_id: &str, connector: &str) -> Store
     tx.execute(
         "DELETE FROM grants
          WHERE subject_kind = 'unit' AND subject_id = ?1 AND provenance = ?2",
-        [
-            unit_id,
-            &GrantProvenance::Connector(connector.to_string()).to_string(),
-        ],
+        [unit_id, &GrantProvenance::connector_text(connector)],
     )
     .map_err(db)?;
     Ok(n > 0)
@@ -1118,7 +1115,7 @@ impl SqliteStore {
                 .map_err(db)?;
             tx.execute(
                 "DELETE FROM grants WHERE provenance = ?1",
-                [GrantProvenance::Connector(slug.clone()).to_string()],
+                [GrantProvenance::connector_text(&slug)],
             )
             .map_err(db)?;
             let n = tx
