@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Every headline performance figure of the host, with its target and met/missed, in one run.
 
-    python3 bench/table.py [--skip runtime,http,replicas,stdio,declarative,peers] [--rounds N]
-                           [--peer-rounds N] [--peer-seconds S] [--conns N] [--wassette PATH]
+    python3 bench/table.py [--skip runtime,http,replicas,stdio,declarative,peers,scale]
+                           [--rounds N] [--peer-rounds N] [--peer-seconds S] [--conns N] [--wassette PATH]
                            [--skip-peer rmcp,python,typescript,wassette,webhooks]
 
 Runs, from the workspace root, on this machine, one after the other:
@@ -47,6 +47,15 @@ Runs, from the workspace root, on this machine, one after the other:
             command:
               bench/peers/setup.sh [--wassette-src GIT_DIR] [--wassette-ref REF]
             (see its --help); a missing piece makes its rows "not run", with the command.
+
+  scale     cargo bench -p integration-tests --bench scale   (issue 37's platform size:
+            100,000 units 8 deep, 1,000,000 agents, 10,000 bindings, 500 connectors, written
+            through the Rust API; SQLite: cold start, memory, the resolver unchanged and
+            after a write, a bind on the root, 5,000 MCP subscriptions/listen streams and
+            their list_changed fan-out; PostgreSQL, 3 replicas: catch-up after a foreign
+            write with read-after-write, directory writes against SQLite's). Long (tens of
+            minutes): leave it out with --skip scale; SCALE_* knobs shrink it (see the
+            bench's docs).
 
 The benches' own output streams to stderr as they run (they take minutes); the table goes to
 stdout at the end. Every figure is this machine's, measured in this run: the machine's load
@@ -99,7 +108,9 @@ def run(cmd, env=None, parse=True):
         proc.wait()
         raise
     if proc.wait() != 0:
-        raise RuntimeError(f"`{' '.join(cmd)}` exited with {proc.returncode}")
+        failed = RuntimeError(f"`{' '.join(cmd)}` exited with {proc.returncode}")
+        failed.results = results  # what it printed before failing
+        raise failed
     return results
 
 
@@ -217,6 +228,67 @@ def declarative_rows(table):
               size <= 2 * 1048576, "--bench declarative")
 
 
+def scale_rows(table):
+    """Issue 37's scale targets on a platform-sized directory (tests/benches/scale.rs)."""
+    cmd = ["cargo", "bench", "-p", "integration-tests", "--bench", "scale"]
+    where = "--bench scale"
+    try:
+        r = run(cmd)
+        failed = None
+    except RuntimeError as e:
+        r, failed = getattr(e, "results", {}), str(e)
+
+    def row(key, figure, target, measure):
+        if key not in r:
+            table.not_run(figure, target, failed or f"{key} was not printed", where)
+            return
+        measured, met = measure(r[key])
+        table.add(figure, measured, target, met, where)
+
+    shape = "100k units 8 deep, 1M agents, 10k bindings, 500 connectors"
+    row("scale.cold_start", f"scale, SQLite ({shape}): cold start, open + a deep agent's tools",
+        "≤ 2 s", lambda v: (f"{v['secs']:.2f} s (open {v['open_secs']:.2f} s)", v["secs"] <= 2))
+    row("scale.memory", "scale, SQLite: resident memory after the cold start", "≤ 1 GiB",
+        lambda v: (f"{v['rss_mib']:,.0f} MiB (peak {v['peak_mib']:,.0f} MiB)",
+                   v["rss_mib"] <= 1024))
+    row("scale.tools_unchanged", "scale: a deep agent's effective tools, unchanged, p50",
+        "≤ 5 µs", lambda v: (f"{v['p50_us']:.2f} µs", v["p50_us"] <= 5))
+    row("scale.tools_after_write", "scale: a deep agent's effective tools after a write, p50",
+        "≤ 1 ms", lambda v: (f"{v['p50_us'] / 1000:.3f} ms (max {v['max_us'] / 1000:.2f} ms)",
+                             v["p50_us"] <= 1000))
+    row("scale.bind_root_visible", "scale: bind on the root (100k descendants) until visible, p50",
+        "≤ 10 ms", lambda v: (f"{v['p50_ms']:.2f} ms (max {v['max_ms']:.2f} ms)",
+                              v["p50_ms"] <= 10))
+    streams = r.get("scale.listen_streams")
+    if streams and streams["rss_after_mib"] <= streams["rss_before_mib"]:
+        # Memory freed after the load outweighed the streams': no figure for them.
+        table.not_run("scale: open MCP subscriptions/listen streams, server memory each",
+                      "≤ 32 KiB (5,000 streams)",
+                      f"the server's RSS fell while {streams['streams']:,.0f} streams opened "
+                      f"({streams['rss_before_mib']:,.0f} → {streams['rss_after_mib']:,.0f} MiB)",
+                      where)
+    else:
+        row("scale.listen_streams",
+            "scale: open MCP subscriptions/listen streams, server memory each",
+            "≤ 32 KiB (5,000 streams)",
+            lambda v: (f"{v['kib_per_stream']:.1f} KiB × {v['streams']:,.0f}",
+                       v["kib_per_stream"] <= 32 and v["streams"] >= 5000))
+    row("scale.listen_fanout", "scale: tools/list_changed fan-out to every open stream",
+        "≤ 200 ms (5,000 streams)",
+        lambda v: (f"{v['all_ms']:.0f} ms to {v['streams']:,.0f}",
+                   v["all_ms"] <= 200 and v["streams"] >= 5000))
+    row("scale.postgres_catch_up",
+        "scale, PostgreSQL 3 replicas: next read on another replica after one write, p50",
+        "≤ 20 ms, read-after-write",
+        lambda v: (f"{v['p50_ms']:.2f} ms (max {v['max_ms']:.1f} ms, "
+                   f"{v['reloads']:.0f} full reloads in {v['rounds']:.0f} rounds; "
+                   f"{v['units']:,.0f} units, {v['agents']:,.0f} agents)",
+                   v["p50_ms"] <= 20 and v["read_after_write"] == 1))
+    row("scale.postgres_vs_sqlite_writes", "scale: directory writes, PostgreSQL vs SQLite",
+        "≥ 0.5×", lambda v: (f"{v['postgres']:,.0f}/s vs {v['sqlite']:,.0f}/s = "
+                             f"{v['ratio']:.2f}×", v["ratio"] >= 0.5))
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -312,7 +384,7 @@ def main():
                                  epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--skip", default="", help="comma-separated parts to leave out: "
-                    "runtime, http, replicas, stdio, declarative, peers")
+                    "runtime, http, replicas, stdio, declarative, peers, scale")
     ap.add_argument("--rounds", type=int, default=3, help="stdio rounds (default 3)")
     ap.add_argument("--peer-rounds", type=int, default=3,
                     help="peers: alternating rounds (default 3)")
@@ -333,7 +405,7 @@ def main():
                     f"{default_wassette})")
     a = ap.parse_args()
     skip = {s.strip() for s in a.skip.split(",") if s.strip()}
-    unknown = skip - {"runtime", "http", "replicas", "stdio", "declarative", "peers"}
+    unknown = skip - {"runtime", "http", "replicas", "stdio", "declarative", "peers", "scale"}
     if unknown:
         ap.error(f"unknown part(s) to skip: {', '.join(sorted(unknown))}")
     skip_peer = {s.strip() for s in a.skip_peer.split(",") if s.strip()}
@@ -349,7 +421,8 @@ def main():
     parts = [("runtime", runtime_rows), ("http", http_rows), ("replicas", replicas_rows),
              ("stdio", lambda t: stdio_rows(t, os.path.join(ROOT, "bench"), a.rounds)),
              ("declarative", declarative_rows),
-             ("peers", lambda t: peers_table.peers_rows(t, peer_opts, TARGET, run))]
+             ("peers", lambda t: peers_table.peers_rows(t, peer_opts, TARGET, run)),
+             ("scale", scale_rows)]
     for name, part in parts:
         if name in skip:
             continue

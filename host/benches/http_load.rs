@@ -223,6 +223,7 @@ impl Beside {
             cache_dir: None,
             installation_tokens: None,
             credential_log: None,
+            ..RuntimeOptions::default()
         })?;
         let hostile = runtime
             .load(&hostile_wasm()?)

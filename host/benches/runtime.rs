@@ -54,6 +54,7 @@ fn bench(c: &mut Criterion) {
         cache_dir: None,
         installation_tokens: None,
         credential_log: None,
+        ..RuntimeOptions::default()
     })
     .expect("runtime");
     let component = runtime.load(acme()).expect("acme loads");
@@ -108,6 +109,7 @@ fn bench(c: &mut Criterion) {
         cache_dir: Some(dir.path().to_path_buf()),
         installation_tokens: None,
         credential_log: None,
+        ..RuntimeOptions::default()
     })
     .expect("runtime");
     cached.load(acme()).expect("warm the cache");

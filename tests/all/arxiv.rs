@@ -39,6 +39,7 @@ fn runtime() -> Arc<ConnectorRuntime> {
             cache_dir: None,
             installation_tokens: None,
             credential_log: None,
+            ..RuntimeOptions::default()
         })
         .expect("runtime"),
     )

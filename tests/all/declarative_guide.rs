@@ -17,6 +17,7 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use integration_tests::docs::fenced;
 use integration_tests::harness::{host_binary, send, ServerProcess, OPERATOR_TOKEN};
 use serde_json::{json, Value};
 
@@ -31,23 +32,10 @@ fn blocks(lang: &str) -> Vec<String> {
     let end = section
         .find("### How a manifest maps")
         .unwrap_or(section.len());
-    let mut out = Vec::new();
-    let mut current: Option<String> = None;
-    for line in section[..end].lines() {
-        match &mut current {
-            None if line.trim() == format!("```{lang}") => current = Some(String::new()),
-            Some(block) if line.trim() == "```" => {
-                out.push(std::mem::take(block));
-                current = None;
-            }
-            Some(block) => {
-                block.push_str(line);
-                block.push('\n');
-            }
-            None => {}
-        }
-    }
-    out
+    fenced(&section[..end], lang)
+        .into_iter()
+        .map(|block| block.text)
+        .collect()
 }
 
 /// Splits a shell line into words (single quotes only, as the guide writes them).

@@ -8,7 +8,8 @@
 //!   its binding names; gets an installation token for its binding's installation and
 //!   none for another (the hostile case); sends a POST body with its Content-Length (a
 //!   server answering 411 to chunked bodies takes it); translates and filters a webhook; returns
-//!   content blocks and structured output checked against its output schema; and a
+//!   content blocks and structured output checked against its output schema; starts
+//!   every call from its snapshot (a module-level counter is 1 at each call); and a
 //!   looping tool is stopped at the deadline, a memory hog at its own limit
 //!   (`connectors.<slug>.memory_mib`).
 //!
@@ -60,12 +61,31 @@ fn probe_slug(lang: Lang) -> &'static str {
     }
 }
 
-/// Points the host's compiled-component cache at one directory every test host shares.
+/// The compiled-component cache every test host and local command here shares.
+fn shared_cache_dir() -> PathBuf {
+    target_dir().join("langs/compiled")
+}
+
+/// Points the host's compiled-component cache at [`shared_cache_dir`].
 fn shared_cache(config: &mut HostConfig) {
-    let shared = target_dir().join("langs/compiled");
+    let shared = shared_cache_dir();
     std::fs::create_dir_all(&shared).expect("target/langs/compiled");
     let link = config.data_dir.join("compiled");
     std::os::unix::fs::symlink(&shared, &link).expect("link the shared cache");
+}
+
+/// The compiled code of the component at `wasm` in [`shared_cache_dir`], one file per
+/// engine key.
+fn compiled_entries(wasm: &std::path::Path) -> Vec<String> {
+    use sha2::{Digest, Sha256};
+    let digest = hex::encode(Sha256::digest(
+        std::fs::read(wasm).expect("built component"),
+    ));
+    std::fs::read_dir(shared_cache_dir())
+        .expect("the shared cache")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with(&digest) && name.ends_with(".cwasm"))
+        .collect()
 }
 
 async fn upload(h: &TestHost, path: &PathBuf) -> (u16, Value) {
@@ -260,6 +280,13 @@ async fn probe_keeps_the_rules(lang: Lang) {
         "{b}"
     );
 
+    // Nothing a call leaves in the interpreter's state reaches the next call: each starts
+    // from the component's snapshot.
+    for _ in 0..3 {
+        let (s, b) = call("counter", json!({})).await;
+        assert_eq!((s, &b["result"]), (200, &json!({"count": 1})), "{b}");
+    }
+
     // Secrets: the one the binding names, not another of the same connector.
     let (s, b) = call("secret_value", json!({"name": "pat"})).await;
     assert_eq!(
@@ -395,22 +422,31 @@ async fn a_python_connector_keeps_the_rules() {
 }
 
 /// `connector-host new SLUG --lang …` writes a project that builds as is; the component
-/// passes `inspect`, installs, binds and answers over HTTP and MCP.
+/// passes `inspect`, installs, binds and answers over HTTP and MCP; and the dev loop `new`
+/// prints (`dev --live`, then the build command after an edit) rotates the edit in.
 async fn the_scaffold_builds_installs_and_answers(lang: Lang) {
     use integration_tests::harness::host_binary;
     use integration_tests::languages::{js_toolchain, python_toolchain};
     use std::process::Command;
 
-    let mut new = Command::new(host_binary());
-    match lang {
+    // What the build needs, for `new` and for the build command it prints: the
+    // variables, and the toolchain's folder first on PATH (the printed command names
+    // `node` or `python3`).
+    let (toolchain_env, toolchain_bin) = match lang {
         Lang::TypeScript => {
             let Some((node, modules)) =
                 integration_tests::harness::required("the typescript toolchain", js_toolchain())
             else {
                 return;
             };
-            new.env("NODE", node)
-                .env("SPRING_CONNECTOR_NODE_MODULES", modules);
+            let bin = node.parent().expect("node's folder").to_path_buf();
+            (
+                vec![
+                    ("NODE", node.into_os_string()),
+                    ("SPRING_CONNECTOR_NODE_MODULES", modules.into_os_string()),
+                ],
+                bin,
+            )
         }
         Lang::Python => {
             let Some(python) =
@@ -418,9 +454,12 @@ async fn the_scaffold_builds_installs_and_answers(lang: Lang) {
             else {
                 return;
             };
-            new.env("PYTHON", python);
+            let bin = python.parent().expect("the venv's bin").to_path_buf();
+            (vec![("PYTHON", python.into_os_string())], bin)
         }
-    }
+    };
+    let mut new = Command::new(host_binary());
+    new.envs(toolchain_env.iter().map(|(k, v)| (k, v)));
     let dir = tempfile::tempdir().expect("temp dir");
     let project = dir.path().join("hello-there");
     let out = new
@@ -448,10 +487,8 @@ async fn the_scaffold_builds_installs_and_answers(lang: Lang) {
         .arg("inspect")
         .arg(&wasm)
         .arg("--json")
-        .env(
-            "CONNECTOR_HOST_CACHE_DIR",
-            target_dir().join("langs/cli-cache"),
-        )
+        // The host below reads the code this compiles.
+        .env("CONNECTOR_HOST_CACHE_DIR", shared_cache_dir())
         .output()
         .expect("run inspect");
     assert!(
@@ -462,10 +499,19 @@ async fn the_scaffold_builds_installs_and_answers(lang: Lang) {
     let info: Value = serde_json::from_slice(&inspect.stdout).expect("inspect prints JSON");
     assert_eq!(info["tools"][0]["name"], "hello.hello", "{info}");
     assert_eq!(info["tools"][0]["outputSchema"]["type"], "object", "{info}");
+    let compiled = || compiled_entries(&wasm);
+    assert_eq!(
+        compiled().len(),
+        1,
+        "inspect compiled into the shared cache"
+    );
 
     let h = TestHost::start_with(shared_cache).await;
     let (s, b) = upload(&h, &wasm).await;
     assert_eq!(s, 201, "{b}");
+    // The host loaded what inspect compiled: the same entry, not a second compilation
+    // under another engine key.
+    assert_eq!(compiled().len(), 1, "{:?}", compiled());
     h.unit("team", None).await;
     h.agent("ada", &["team"]).await;
     h.bind("team", "hello-there", json!({})).await;
@@ -485,6 +531,66 @@ async fn the_scaffold_builds_installs_and_answers(lang: Lang) {
         json!({"greeting": "Hello, Bo!"}),
         "{called}"
     );
+
+    // The loop `new` prints, as printed: `dev --live` installs, binds and calls; an edit
+    // rebuilt with the printed build command is rotated in and called again.
+    let printed = |start: &str| {
+        stdout
+            .lines()
+            .map(str::trim)
+            .find(|line| line.starts_with(start))
+            .unwrap_or_else(|| panic!("`new` printed no line starting {start:?}:\n{stdout}"))
+            .to_string()
+    };
+    let (dev_line, build_line) = (printed("connector-host dev "), printed("(cd "));
+    let shell = |line: &str| {
+        let mut cmd = integration_tests::harness::example_shell(dir.path(), &h.url, line);
+        let path = std::env::join_paths(
+            std::iter::once(toolchain_bin.clone()).chain(std::env::split_paths(&cmd_path(&cmd))),
+        )
+        .expect("PATH");
+        cmd.env("PATH", path)
+            .envs(toolchain_env.iter().map(|(k, v)| (k, v)));
+        cmd
+    };
+    let mut dev = integration_tests::harness::Foreground::start(shell(&dev_line), "");
+    let within = Duration::from_secs(240);
+    for expect in [
+        "`hello-there` bound on `dev`",
+        "Hello, Ada!",
+        "watching for changes",
+    ] {
+        if let Err(e) = dev.until(expect, within) {
+            panic!("{dev_line}: {e}");
+        }
+    }
+    let (source, hello) = match lang {
+        Lang::TypeScript => (project.join("src/index.ts"), "`Hello, ${name}!`"),
+        Lang::Python => (project.join("app.py"), "f\"Hello, {name}!\""),
+    };
+    let text = std::fs::read_to_string(&source).expect("the scaffold's source");
+    assert!(text.contains(hello), "{}: {text}", source.display());
+    std::fs::write(&source, text.replace(hello, &hello.replace("Hello", "Hi"))).expect("edit");
+    let built = shell(&build_line).output().expect("run the build command");
+    assert!(
+        built.status.success(),
+        "{build_line}: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    for expect in ["live: rotated `hello-there`", "Hi, Ada!"] {
+        if let Err(e) = dev.until(expect, within) {
+            panic!("{dev_line} after the rebuild: {e}");
+        }
+    }
+}
+
+/// The PATH a command was given, else this process's.
+fn cmd_path(cmd: &std::process::Command) -> std::ffi::OsString {
+    cmd.get_envs()
+        .find(|(k, _)| *k == "PATH")
+        .and_then(|(_, v)| v.map(|v| v.to_os_string()))
+        .or_else(|| std::env::var_os("PATH"))
+        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1173,3 +1173,274 @@ async fn a_stateless_mcp_client_is_served_by_any_replica() {
         started.elapsed()
     );
 }
+
+/// Everything a replica serves about `units` and `agents`, as JSON (errors as their
+/// codes), for comparing two replicas' memories.
+fn served(host: &connector_host::Host, units: &[&str], agents: &[&str]) -> Value {
+    use connector_model::records::Subject;
+    let json = |v: Result<Value, connector_host::HostError>| match v {
+        Ok(v) => v,
+        Err(e) => json!({"error": format!("{:?}", e.code)}),
+    };
+    macro_rules! to {
+        ($v:expr) => {
+            serde_json::to_value($v).unwrap()
+        };
+    }
+    let agent = |a: &str| Subject::Agent(a.to_string());
+    json!({
+        "units": to!(host.list_units()),
+        "agents": to!(host.list_agents()),
+        "bindings": to!(host.all_bindings()),
+        "unit_views": units.iter().map(|u| json(host.unit(*u).map(|v| to!(v)))).collect::<Vec<_>>(),
+        "agent_views": agents.iter().map(|a| json(host.agent(*a).map(|v| to!(v)))).collect::<Vec<_>>(),
+        "grants": agents.iter().map(|a| to!(host.explicit_grants(&agent(a)))).collect::<Vec<_>>(),
+        "tools": agents.iter().map(|a| json(host.effective_tools(&agent(a))
+            .map(|t| to!(t.iter().map(|t| t.name().to_string()).collect::<Vec<_>>())))).collect::<Vec<_>>(),
+    })
+}
+
+/// Makes every kind of directory write on `writer` and checks that the next request on
+/// `follower` serves exactly what `writer` does, caught up from the change log without a
+/// reload; then that a replica loading everything afresh (`fresh`) serves the same.
+async fn every_kind_of_write_is_caught_up<F>(
+    writer: &connector_host::Host,
+    follower: &connector_host::Host,
+    fresh: F,
+) where
+    F: std::future::Future<Output = connector_host::Host>,
+{
+    use connector_model::records::Subject;
+    let (units, agents) = (["root", "team", "other"], ["ada", "bob"]);
+    // Start-up installs (the bundled connectors) are connector changes: reloaded.
+    follower.refresh().await.unwrap();
+    let before = follower.catch_ups();
+    let ada = || Subject::Agent("ada".into());
+    let steps: Vec<(&str, futures::future::BoxFuture<'_, ()>)> = vec![
+        (
+            "put root",
+            Box::pin(async {
+                writer
+                    .put_unit("root", None, Some("Root"))
+                    .await
+                    .map(drop)
+                    .unwrap()
+            }),
+        ),
+        (
+            "put team",
+            Box::pin(async {
+                writer
+                    .put_unit("team", Some("root"), None)
+                    .await
+                    .map(drop)
+                    .unwrap()
+            }),
+        ),
+        (
+            "put other",
+            Box::pin(async {
+                writer
+                    .put_unit("other", Some("root"), None)
+                    .await
+                    .map(drop)
+                    .unwrap()
+            }),
+        ),
+        (
+            "put ada",
+            Box::pin(async {
+                writer
+                    .put_agent("ada", &["team", "other"], Some("Ada"))
+                    .await
+                    .map(drop)
+                    .unwrap()
+            }),
+        ),
+        (
+            "put bob",
+            Box::pin(async {
+                writer
+                    .put_agent("bob", &["team"], None)
+                    .await
+                    .map(drop)
+                    .unwrap()
+            }),
+        ),
+        (
+            "bind acme on root",
+            Box::pin(async {
+                writer
+                    .bind("root", "acme", json!({}))
+                    .await
+                    .map(drop)
+                    .unwrap()
+            }),
+        ),
+        (
+            "grant",
+            Box::pin(async { writer.grant(ada(), "github.*").await.map(drop).unwrap() }),
+        ),
+        (
+            "image tools",
+            Box::pin(async {
+                writer.put_image_tools("ada", "sha256:01", json!([{"name": "img.run", "description": "runs", "inputSchema": {"type": "object"}}]))
+                .await.map(drop).unwrap()
+            }),
+        ),
+        (
+            "revoke",
+            Box::pin(async { writer.revoke(ada(), "github.*").await.unwrap() }),
+        ),
+        (
+            "move team",
+            Box::pin(async {
+                writer
+                    .put_unit("team", Some("other"), Some("Team"))
+                    .await
+                    .map(drop)
+                    .unwrap()
+            }),
+        ),
+        (
+            "unbind",
+            Box::pin(async { writer.unbind("root", "acme").await.unwrap() }),
+        ),
+        (
+            "bind acme on team",
+            Box::pin(async {
+                writer
+                    .bind("team", "acme", json!({}))
+                    .await
+                    .map(drop)
+                    .unwrap()
+            }),
+        ),
+        (
+            "revoke bob's tokens",
+            Box::pin(async { writer.revoke_agent_tokens("bob").await.unwrap() }),
+        ),
+        (
+            "delete ada",
+            Box::pin(async { writer.delete_agent("ada").await.unwrap() }),
+        ),
+        (
+            "delete team, bob's unit",
+            Box::pin(async { writer.delete_unit("team").await.unwrap() }),
+        ),
+    ];
+    for (step, write) in steps {
+        write.await;
+        // The next request on the follower.
+        follower.refresh().await.unwrap();
+        assert_eq!(
+            served(follower, &units, &agents),
+            served(writer, &units, &agents),
+            "after `{step}` on the writer, the follower serves something else"
+        );
+    }
+    let after = follower.catch_ups();
+    assert_eq!(
+        after.reloaded, before.reloaded,
+        "the follower reloaded everything instead of applying the change log"
+    );
+    assert!(after.applied > before.applied, "{after:?}");
+    let fresh = fresh.await;
+    assert_eq!(
+        served(&fresh, &units, &agents),
+        served(follower, &units, &agents),
+        "a replica that loaded everything serves something else than one that caught up"
+    );
+}
+
+async fn open_pg_replica(url: &str) -> (connector_host::Host, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = integration_tests::harness::test_config(dir.path());
+    config.database_url = Some(url.to_string());
+    let (host, _) = connector_host::Host::open(config).await.unwrap();
+    (host, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_kind_of_write_on_one_replica_is_applied_on_another_without_a_reload() {
+    let Some(pg) = require_postgres() else { return };
+    let url = pg.fresh_database("replicas_catch_up").unwrap();
+    let (a, _a) = open_pg_replica(&url).await;
+    let (b, _b) = open_pg_replica(&url).await;
+    let fresh_dir = tempfile::tempdir().unwrap();
+    let fresh = async {
+        let mut config = integration_tests::harness::test_config(fresh_dir.path());
+        config.database_url = Some(url.clone());
+        connector_host::Host::open(config).await.unwrap().0
+    };
+    every_kind_of_write_is_caught_up(&a, &b, fresh).await;
+
+    // And the other way round: a write through the follower reaches the writer.
+    b.put_unit("from-b", None, None).await.unwrap();
+    a.refresh().await.unwrap();
+    assert!(a.unit("from-b").is_ok(), "A does not see B's write");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_server_beside_serve_applies_each_kind_of_write_without_a_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = integration_tests::harness::test_config(dir.path());
+    let (serve, _) = connector_host::Host::open(config.clone()).await.unwrap();
+    let tools = connector_host::Host::open_tool_server(config.clone())
+        .await
+        .unwrap();
+    let fresh = async {
+        connector_host::Host::open_tool_server(config)
+            .await
+            .unwrap()
+    };
+    every_kind_of_write_is_caught_up(&serve, &tools, fresh).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_behind_a_pruned_change_log_reloads_and_sees_every_write() {
+    use connector_store::{ReplicaCoordination, StateStore};
+    let Some(pg) = require_postgres() else { return };
+    let url = pg.fresh_database("replicas_pruned").unwrap();
+    let (a, _a) = open_pg_replica(&url).await;
+    let (b, _b) = open_pg_replica(&url).await;
+    let store = connector_store_postgres::PostgresStore::connect(&url)
+        .await
+        .unwrap();
+    // B checks on its own every 200 ms: a round where it read the log before the prune
+    // proves nothing, and is made again.
+    let mut pruned_past_b = None;
+    for round in 0..10 {
+        b.refresh().await.unwrap();
+        let before = b.catch_ups();
+        let (kept, pruned) = (format!("kept{round}"), format!("pruned{round}"));
+        a.put_unit(&kept, None, None).await.unwrap();
+        a.put_unit(&pruned, None, None).await.unwrap();
+        a.put_agent("ada", std::slice::from_ref(&pruned), None)
+            .await
+            .unwrap();
+        // Everything written so far leaves the log.
+        let version = store.load().await.unwrap().version;
+        assert!(store.prune_changes(version).await.unwrap() >= 3);
+        b.refresh().await.unwrap();
+        assert!(b.unit(&kept).is_ok() && b.unit(&pruned).is_ok());
+        assert_eq!(b.agent("ada").unwrap().units, [pruned]);
+        let after = b.catch_ups();
+        if after.applied == before.applied {
+            assert_eq!(
+                after.reloaded,
+                before.reloaded + 1,
+                "{before:?} -> {after:?}"
+            );
+            pruned_past_b = Some(after);
+            break;
+        }
+    }
+    let after = pruned_past_b.expect("in 10 rounds, B never found the log pruned past it");
+    // From there on the log serves B again.
+    a.delete_agent("ada").await.unwrap();
+    b.refresh().await.unwrap();
+    assert!(b.agent("ada").is_err());
+    assert_eq!(b.catch_ups().reloaded, after.reloaded);
+    assert_eq!(b.catch_ups().applied, after.applied + 1);
+}

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use connector_host::registry::ConnectorRegistry;
 use connector_runtime::{
-    wit, ConnectorRuntime, GuestError, GuestLimits, LoadSource, OutboundPolicy, RuntimeOptions,
-    Sandbox,
+    wit, CacheBound, ConnectorRuntime, GuestError, GuestLimits, LoadSource, OutboundPolicy,
+    RuntimeOptions, Sandbox,
 };
 use integration_tests::guests;
 
@@ -17,6 +17,7 @@ fn runtime_with(limits: GuestLimits) -> Arc<ConnectorRuntime> {
             cache_dir: None,
             installation_tokens: None,
             credential_log: None,
+            ..RuntimeOptions::default()
         })
         .expect("runtime"),
     )
@@ -537,6 +538,7 @@ async fn a_known_digest_is_checked_before_compiling_and_never_files_other_bytes(
         cache_dir: Some(dir.path().to_path_buf()),
         installation_tokens: None,
         credential_log: None,
+        ..RuntimeOptions::default()
     };
     let acme_digest = runtime_with(limits(5_000))
         .compile_uncached(acme_bytes())
@@ -593,6 +595,7 @@ async fn compiled_components_are_cached_and_a_corrupt_cache_is_recompiled() {
         cache_dir: Some(dir.path().to_path_buf()),
         installation_tokens: None,
         credential_log: None,
+        ..RuntimeOptions::default()
     };
     let rt = ConnectorRuntime::new(options.clone()).unwrap();
     assert_eq!(
@@ -645,6 +648,68 @@ async fn compiled_components_are_cached_and_a_corrupt_cache_is_recompiled() {
     let rt6 = ConnectorRuntime::new(options).unwrap();
     assert_eq!(
         rt6.load(acme_bytes()).unwrap().source(),
+        LoadSource::Compiled
+    );
+}
+
+/// The cache is held to its bound after each compile, the least recently used entries
+/// first, but never loses the entry of a component the runtime still holds (nor the one
+/// just written); once the component is dropped, its entry may go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cache_is_pruned_but_never_of_a_component_in_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = ConnectorRuntime::new(RuntimeOptions {
+        limits: limits(5_000),
+        cache_dir: Some(dir.path().to_path_buf()),
+        // Room for nothing: every entry not in use goes.
+        cache_bound: CacheBound {
+            max_bytes: 1,
+            max_unused: Duration::from_secs(3600),
+        },
+        ..RuntimeOptions::default()
+    })
+    .unwrap();
+    let cached = || -> Vec<String> {
+        let mut digests: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.unwrap().file_name().into_string().ok())
+            .filter_map(|n| {
+                Some(format!(
+                    "sha256:{}",
+                    n.strip_suffix(".cwasm")?.split('-').next()?
+                ))
+            })
+            .collect();
+        digests.sort();
+        digests
+    };
+    let sorted = |mut d: Vec<&str>| -> Vec<String> {
+        d.sort();
+        d.into_iter().map(str::to_owned).collect()
+    };
+    let component = |name: &str| connector_bundled::component(name).expect("bundled");
+
+    let acme = rt.load(acme_bytes()).unwrap();
+    let github = rt.load(component("github")).unwrap();
+    // Over the bound, but both are in use.
+    assert_eq!(cached(), sorted(vec![acme.digest(), github.digest()]));
+    let acme_digest = acme.digest().to_owned();
+    let acme_copy = acme.clone();
+    drop(acme);
+    let arxiv = rt.load(component("arxiv")).unwrap();
+    // A clone still holds acme's entry.
+    assert_eq!(
+        cached(),
+        sorted(vec![&acme_digest, github.digest(), arxiv.digest()])
+    );
+    assert_echoes(&rt, &acme_copy, "held").await;
+    drop(acme_copy);
+    drop(github);
+    let hostile = rt.load(&read(guests::HOSTILE)).unwrap();
+    assert_eq!(cached(), sorted(vec![arxiv.digest(), hostile.digest()]));
+    // What went is compiled again when asked for.
+    assert_eq!(
+        rt.load(acme_bytes()).unwrap().source(),
         LoadSource::Compiled
     );
 }

@@ -70,6 +70,7 @@ fn main() {
             cache_dir: None,
             installation_tokens: None,
             credential_log: None,
+            ..RuntimeOptions::default()
         })
         .expect("runtime");
         let github = runtime

@@ -66,6 +66,7 @@ async fn measure(name: &str, bytes: Vec<u8>, path: Option<PathBuf>) {
         cache_dir: None,
         installation_tokens: None,
         credential_log: None,
+        ..RuntimeOptions::default()
     })
     .expect("runtime");
     let started = Instant::now();

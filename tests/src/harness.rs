@@ -619,3 +619,94 @@ pub fn with_custom_section(component: &[u8], tag: &str) -> Vec<u8> {
     out.extend_from_slice(&payload);
     out
 }
+
+/// A command that runs until it is stopped (a server, a `--follow`, a watch loop), in a
+/// process group of its own so that stopping it stops whatever it started; its stdout and
+/// stderr lines as they come. Stopped (SIGKILL to the group) when dropped.
+pub struct Foreground {
+    child: Child,
+    /// Held open while it runs: a command may read until its input ends.
+    _stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: String,
+}
+
+impl Foreground {
+    /// Starts `cmd` with `input` (when not empty, one line) on its stdin.
+    pub fn start(mut cmd: Command, input: &str) -> Foreground {
+        use std::io::{BufRead, Write};
+        use std::os::unix::process::CommandExt;
+        let mut child = cmd
+            .process_group(0)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start a foreground command");
+        let mut stdin = child.stdin.take().expect("stdin");
+        if !input.is_empty() {
+            let _ = writeln!(stdin, "{input}");
+        }
+        let (send, lines) = std::sync::mpsc::channel();
+        let out = child.stdout.take().expect("stdout");
+        let err = child.stderr.take().expect("stderr");
+        for read in [
+            Box::new(out) as Box<dyn std::io::Read + Send>,
+            Box::new(err) as Box<dyn std::io::Read + Send>,
+        ] {
+            let send = send.clone();
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(read).lines().map_while(Result::ok) {
+                    if send.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        Foreground {
+            child,
+            _stdin: stdin,
+            lines,
+            seen: String::new(),
+        }
+    }
+
+    /// The first line (of stdout or stderr) that contains `expect`, within `within`; else
+    /// why not, with everything it printed.
+    pub fn until(&mut self, expect: &str, within: Duration) -> Result<String, String> {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(expect) => return Ok(line),
+                Ok(line) => {
+                    self.seen.push_str(&line);
+                    self.seen.push('\n');
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    let status = self.child.wait().map(|s| s.to_string()).unwrap_or_default();
+                    return Err(format!(
+                        "it ended ({status}) without a line containing {expect:?}; it printed:\n{}",
+                        self.seen
+                    ));
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    return Err(format!(
+                        "no line containing {expect:?} within {} s; it printed:\n{}",
+                        within.as_secs(),
+                        self.seen
+                    ))
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Foreground {
+    fn drop(&mut self) {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+        let _ = self.child.wait();
+    }
+}

@@ -5,8 +5,9 @@
 //!
 //! A build takes 15-40 s, so its output is kept under `target/langs/`, named by a digest
 //! of everything that goes into it (the SDK's files and the connector's source): a test
-//! run rebuilds only what changed. A missing toolchain skips the test, or fails it under
-//! `CI=true` ([`crate::harness::skip_or_fail`]).
+//! run rebuilds only what changed. Of each connector's builds in each language the
+//! [`KEPT_BUILDS`] used last are kept, the older removed. A missing toolchain skips the
+//! test, or fails it under `CI=true` ([`crate::harness::skip_or_fail`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -146,6 +147,7 @@ pub fn component(lang: Lang, entry: &str) -> Option<PathBuf> {
     // One build at a time: two tests wanting the same component build it once.
     let _one = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
     if out.is_file() {
+        mark_used(&out);
         return Some(out);
     }
     std::fs::create_dir_all(&out_dir).expect("target/langs");
@@ -180,5 +182,83 @@ pub fn component(lang: Lang, entry: &str) -> Option<PathBuf> {
         String::from_utf8_lossy(&done.stderr)
     );
     std::fs::rename(&partial, &out).expect("rename the built component");
+    prune_builds(&out_dir, &format!("{stem}-{}-", lang.name()));
     Some(out)
+}
+
+/// Builds of one connector in one language kept under `target/langs/`.
+pub const KEPT_BUILDS: usize = 3;
+
+/// Marks a kept build used now (its modification time).
+fn mark_used(path: &Path) {
+    if let Ok(file) = std::fs::OpenOptions::new().write(true).open(path) {
+        let _ = file.set_modified(std::time::SystemTime::now());
+    }
+}
+
+/// Removes the builds named `<prefix><digest>.wasm` in `dir` beyond the [`KEPT_BUILDS`]
+/// used last (sources since changed; kept a while for a branch switched back to).
+fn prune_builds(dir: &Path, prefix: &str) {
+    let Ok(listing) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut builds: Vec<(std::time::SystemTime, PathBuf)> = listing
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let name = e.file_name().into_string().ok()?;
+            let digest = name.strip_prefix(prefix)?.strip_suffix(".wasm")?;
+            if digest.contains('.') || digest.contains('-') {
+                return None;
+            }
+            Some((e.metadata().ok()?.modified().ok()?, e.path()))
+        })
+        .collect();
+    builds.sort_by_key(|b| std::cmp::Reverse(b.0));
+    for (_, stale) in builds.into_iter().skip(KEPT_BUILDS) {
+        let _ = std::fs::remove_file(stale);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn only_the_builds_used_last_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = SystemTime::now();
+        let write = |name: &str, ago: u64| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, "wasm").unwrap();
+            let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            file.set_modified(now - Duration::from_secs(ago)).unwrap();
+        };
+        for (i, digest) in ["aa", "bb", "cc", "dd", "ee"].iter().enumerate() {
+            write(&format!("acme-js-typescript-{digest}.wasm"), 100 * i as u64);
+        }
+        // Another connector, another language, a build in progress: not this one's builds.
+        write("acme-js-python-ff.wasm", 1000);
+        write("acme-js-typescript-00.partial.wasm", 1000);
+        write("acme-typescript-11.wasm", 1000);
+        // An old build used again is kept over newer ones.
+        mark_used(&dir.path().join("acme-js-typescript-ee.wasm"));
+        prune_builds(dir.path(), "acme-js-typescript-");
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "acme-js-python-ff.wasm",
+                "acme-js-typescript-00.partial.wasm",
+                "acme-js-typescript-aa.wasm",
+                "acme-js-typescript-bb.wasm",
+                "acme-js-typescript-ee.wasm",
+                "acme-typescript-11.wasm",
+            ]
+        );
+    }
 }

@@ -5,11 +5,15 @@
 pub mod guests {
     include!(concat!(env!("OUT_DIR"), "/test_guests.rs"));
 }
+pub mod docs;
 pub mod fake_api;
 pub mod fake_arxiv;
 pub mod fake_echo;
 pub mod fake_github;
 pub mod harness;
 pub mod languages;
+pub mod large_directory;
+pub mod namespaces;
+pub mod otlp;
 pub mod postgres;
 pub mod registry;

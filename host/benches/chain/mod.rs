@@ -39,6 +39,7 @@ pub fn chain(
         cache_dir: None,
         installation_tokens: None,
         credential_log: None,
+        ..RuntimeOptions::default()
     })
     .expect("runtime");
     let component = runtime

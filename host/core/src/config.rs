@@ -400,6 +400,10 @@ pub const ENV_GITHUB_PRIVATE_KEY_PATH: &str = "CONNECTOR_HOST_GITHUB_PRIVATE_KEY
 pub const ENV_GITHUB_API_URL: &str = "CONNECTOR_HOST_GITHUB_API_URL";
 /// The base URL the CLI's operator commands talk to (not a `serve` setting).
 pub const ENV_URL: &str = "CONNECTOR_HOST_URL";
+/// The agent token the CLI's `mcp` bridge presents (not a `serve` setting).
+pub const ENV_AGENT_TOKEN: &str = "CONNECTOR_HOST_AGENT_TOKEN";
+/// The compiled-component cache of the CLI's local commands (not a `serve` setting).
+pub const ENV_CACHE_DIR: &str = "CONNECTOR_HOST_CACHE_DIR";
 /// Suffix of `CONNECTOR_HOST_<SLUG>_WEBHOOK_SECRET`.
 const ENV_WEBHOOK_SECRET_SUFFIX: &str = "_WEBHOOK_SECRET";
 
@@ -454,6 +458,8 @@ const KNOWN_ENV: &[&str] = &[
     ENV_GITHUB_PRIVATE_KEY_PATH,
     ENV_GITHUB_API_URL,
     ENV_URL,
+    ENV_AGENT_TOKEN,
+    ENV_CACHE_DIR,
     ENV_ALLOWED_HOST_NAMES,
     ENV_MAX_CONCURRENT_CALLS_PER_AGENT,
     ENV_GUEST_MEMORY_TOTAL_MIB,
@@ -1407,6 +1413,53 @@ mod tests {
         assert!(config.connectors.is_empty());
         assert_eq!(config.github_app, None);
         assert_eq!(config, HostConfig::default());
+    }
+
+    /// The variables the command line reads for its other commands are not `serve`'s,
+    /// but they are not unknown either: a shell that sets them for `mcp` or a local
+    /// `call` must not make `serve` warn. A variable nobody reads is still named.
+    #[test]
+    fn only_variables_nobody_reads_are_warned_about() {
+        #[derive(Clone, Default)]
+        struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Log {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                if let Ok(mut log) = self.0.lock() {
+                    log.extend_from_slice(buf);
+                }
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let log = Log::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            load(
+                None,
+                env(&[
+                    (ENV_AGENT_TOKEN, "an-agent-token"),
+                    (ENV_CACHE_DIR, "/tmp/cache"),
+                    (ENV_URL, "http://127.0.0.1:8787"),
+                    ("CONNECTOR_HOST_NOTHING_READS_THIS", "1"),
+                ]),
+                &ServeFlags::default(),
+            )
+            .expect("loads");
+        });
+        let text = String::from_utf8(log.0.lock().expect("log").clone()).expect("utf-8");
+        assert!(
+            text.contains("CONNECTOR_HOST_NOTHING_READS_THIS"),
+            "an unknown variable is named: {text}"
+        );
+        for known in [ENV_AGENT_TOKEN, ENV_CACHE_DIR, ENV_URL] {
+            assert!(!text.contains(known), "{known} warned about: {text}");
+        }
     }
 
     #[test]

@@ -234,6 +234,12 @@ impl Host {
         self.parts.replicas.refresh().await
     }
 
+    /// How this replica has caught up with other processes' writes since it started
+    /// (from the change log, or by reloading everything).
+    pub fn catch_ups(&self) -> crate::replicas::CatchUps {
+        self.parts.replicas.catch_ups()
+    }
+
     // ----- connectors ---------------------------------------------------------------
 
     /// Installs (new slug) or rotates (same slug) uploaded bytes; see [`Host::install`].

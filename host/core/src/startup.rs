@@ -128,6 +128,7 @@ impl Parts {
             installation_tokens: github_app
                 .map(|app| app as Arc<dyn connector_runtime::InstallationTokens>),
             credential_log: Some(audit.clone()),
+            ..RuntimeOptions::default()
         })?);
         let (credentials, generated_operator_token) =
             Credentials::open(&config, store.as_ref()).await?;

@@ -35,7 +35,7 @@ use connector_model::records::{
     UnitRecord,
 };
 use connector_runtime::OutboundPolicy;
-use connector_store::{StateStore, StateWrite, StoreResult};
+use connector_store::{LoggedWrite, ReplicaCoordination, StateStore, StateWrite, StoreResult};
 
 /// One change of the host's state, persisted as one store transaction.
 pub(crate) enum StateChange {
@@ -123,6 +123,33 @@ impl StateChange {
             StateChange::RemoveConnector(slug) => StateWrite::DeleteConnector(slug),
         };
         store.write_audited(write, audit).await
+    }
+
+    /// The change another replica made and logged, as this one applies it (`None`: a
+    /// connector's, whose component must be prepared: the state is reloaded instead).
+    fn logged(write: LoggedWrite) -> Option<StateChange> {
+        Some(match write {
+            LoggedWrite::PutUnit { unit } => StateChange::PutUnit(unit),
+            LoggedWrite::DeleteUnit { id } => StateChange::DeleteUnit(id),
+            LoggedWrite::PutAgent { agent } => StateChange::PutAgent(agent),
+            LoggedWrite::DeleteAgent { id } => StateChange::DeleteAgent(id),
+            LoggedWrite::PutBinding { binding, grant } => StateChange::PutBinding(binding, grant),
+            LoggedWrite::DeleteBinding { unit, connector } => {
+                StateChange::DeleteBinding { unit, connector }
+            }
+            LoggedWrite::PutGrant { grant } => StateChange::PutGrant(grant),
+            LoggedWrite::DeleteGrant {
+                subject,
+                tool,
+                provenance,
+            } => StateChange::DeleteGrant {
+                subject,
+                tool,
+                provenance,
+            },
+            LoggedWrite::PutImageTools { record } => StateChange::PutImageTools(record),
+            LoggedWrite::Connector { .. } => return None,
+        })
     }
 
     /// Applies the persisted change to memory. The caller holds the directory's write lock
@@ -325,6 +352,61 @@ impl State {
             return Ok(snapshot.version);
         }
         unreachable!("the last reload attempt holds the write lock throughout")
+    }
+
+    /// Applies the writes other replicas committed in `(applied, upto]`, as the store's
+    /// change log has them, to memory that reflects version `applied` (and this replica's
+    /// own writes after it): the same changes their replicas applied, in version order.
+    /// `false`: the log cannot bring memory to `upto` (pruned past `applied`, or a
+    /// connector changed), so the caller reloads instead.
+    ///
+    /// As in [`State::reload`], the log is read without the write lock and applied under
+    /// it, all at once for readers (one hold of the directory's write lock), and read
+    /// again if a local write landed meanwhile: a write of this replica never falls between
+    /// two foreign ones. (The store refuses a local write on top of a foreign version this
+    /// memory has not applied, so the foreign writes read are always the newest.)
+    pub(crate) async fn catch_up(
+        &self,
+        store: &dyn ReplicaCoordination,
+        applied: i64,
+        upto: i64,
+    ) -> HostResult<bool> {
+        for attempt in 1..=RELOAD_ATTEMPTS {
+            let held = if attempt == RELOAD_ATTEMPTS {
+                Some(self.writes.lock().await)
+            } else {
+                None
+            };
+            let writes_before = self.local_writes.load(Ordering::SeqCst);
+            let Some(writes) = store.foreign_writes(applied, upto).await? else {
+                return Ok(false);
+            };
+            let Some(changes) = writes
+                .into_iter()
+                .map(StateChange::logged)
+                .collect::<Option<Vec<_>>>()
+            else {
+                return Ok(false);
+            };
+            let _write = match held {
+                Some(held) => held,
+                None => self.writes.lock().await,
+            };
+            if self.local_writes.load(Ordering::SeqCst) != writes_before {
+                tracing::debug!(
+                    attempt,
+                    "a local write landed while reading the change log; reading it again"
+                );
+                continue;
+            }
+            let mut dir = self.directory.write();
+            for change in changes {
+                change.apply(&mut dir, self);
+            }
+            self.resolver.invalidate();
+            return Ok(true);
+        }
+        unreachable!("the last catch-up attempt holds the write lock throughout")
     }
 
     /// Puts `connectors` in place of the installed ones, and with `served` the directory

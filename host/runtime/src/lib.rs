@@ -20,8 +20,9 @@
 //!
 //! Three worlds are linked: the current `spring:connector@0.3.0`, the second, 0.2.0
 //! (`previous_0_2`: the same types, three exports named differently), and the first,
-//! 0.1.0 (`previous`), so every component ever built keeps working. The rest of the host
-//! sees only the current world's types.
+//! 0.1.0 (`previous`), so every component ever built keeps working. The host interface is
+//! the same in all three, so one implementation answers each world's version of it. The
+//! rest of the host sees only the current world's types.
 
 #![deny(missing_docs)]
 
@@ -54,13 +55,13 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-pub use cache::LoadSource;
+pub use cache::{CacheBound, LoadSource};
 pub use error::{GuestError, LoadError};
 pub use limits::GuestLimits;
 pub use outbound::{is_public, OutboundPolicy};
 pub use share::Caller;
 
-use cache::ComponentCache;
+use cache::{ComponentCache, EntryHold};
 use outbound::OutboundHooks;
 use share::{Admitted, CpuSlice, HostShare, MemoryBudget, OnTurn};
 
@@ -162,6 +163,8 @@ pub struct RuntimeOptions {
     pub limits: GuestLimits,
     /// Directory of the compiled-component cache; `None` disables it.
     pub cache_dir: Option<PathBuf>,
+    /// How far the cache may grow.
+    pub cache_bound: CacheBound,
     /// Where GitHub installation tokens come from; `None`: no GitHub App configured.
     pub installation_tokens: Option<Arc<dyn InstallationTokens>>,
     /// Where secret reads and installation tokens asked for are reported; `None`: nowhere.
@@ -212,6 +215,8 @@ pub struct LoadedComponent {
     digest: String,
     source: LoadSource,
     pre: WorldPre,
+    /// Keeps its compiled-component cache entry while the component is loaded.
+    _cache_entry: Option<Arc<EntryHold>>,
 }
 
 /// A linked component of one of the worlds the host speaks.
@@ -422,8 +427,6 @@ impl wasmtime::ResourceLimiterAsync for MemoryLimiter {
     }
 }
 
-impl bindings::spring::connector::types::Host for GuestState {}
-
 impl bindings::spring::connector::host::Host for GuestState {
     async fn log(&mut self, level: wit::LogLevel, message: String) {
         self.log_lines += 1;
@@ -559,6 +562,29 @@ const GUEST_RESOURCES: usize = 2048;
 /// The largest set of HTTP headers a guest may build or receive.
 const GUEST_HEADER_BYTES: usize = 32 * 1024;
 
+/// The versions of the host interface guests import: one per world, the same functions
+/// and types in each.
+const HOST_INTERFACE_VERSIONS: [&str; 3] = ["0.3.0", "0.2.0", "0.1.0"];
+
+/// Links `spring:connector/host` under every world's version, each answered by the one
+/// implementation above. The component model checks an import's types by structure, not
+/// by the package that declares them, so the current world's `log-level` and
+/// `access-token` serve the older worlds' identical ones.
+fn link_host_interfaces(linker: &mut Linker<GuestState>) -> anyhow::Result<()> {
+    for version in HOST_INTERFACE_VERSIONS {
+        let name = format!("spring:connector/host@{version}");
+        let mut instance = linker
+            .instance(&name)
+            .map_err(|e| anyhow::anyhow!("linking {name}: {e}"))?;
+        bindings::spring::connector::host::add_to_linker_instance::<
+            GuestState,
+            HasSelf<GuestState>,
+        >(&mut instance, |s| s)
+        .map_err(|e| anyhow::anyhow!("linking {name}: {e}"))?;
+    }
+    Ok(())
+}
+
 type GuestFuture<'a, R> = Pin<Box<dyn Future<Output = wasmtime::Result<R>> + Send + 'a>>;
 
 impl ConnectorRuntime {
@@ -616,20 +642,9 @@ impl ConnectorRuntime {
             .map_err(|e| anyhow::anyhow!("linking WASI: {e}"))?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
             .map_err(|e| anyhow::anyhow!("linking wasi:http: {e}"))?;
-        bindings::Connector::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |s| s)
-            .map_err(|e| anyhow::anyhow!("linking the connector host interface: {e}"))?;
-        previous::bindings::Connector::add_to_linker::<GuestState, HasSelf<GuestState>>(
-            &mut linker,
-            |s| s,
-        )
-        .map_err(|e| anyhow::anyhow!("linking the 0.1.0 connector host interface: {e}"))?;
-        previous_0_2::bindings::Connector::add_to_linker::<GuestState, HasSelf<GuestState>>(
-            &mut linker,
-            |s| s,
-        )
-        .map_err(|e| anyhow::anyhow!("linking the 0.2.0 connector host interface: {e}"))?;
+        link_host_interfaces(&mut linker)?;
 
-        let cache = ComponentCache::new(&engine, options.cache_dir.clone())
+        let cache = ComponentCache::new(&engine, options.cache_dir.clone(), options.cache_bound)
             .map_err(|e| anyhow::anyhow!("could not create the component cache directory: {e}"))?;
 
         let ticker_stop = Arc::new(AtomicBool::new(false));
@@ -823,6 +838,7 @@ impl ConnectorRuntime {
             },
         };
         Ok(LoadedComponent {
+            _cache_entry: self.cache.hold(&digest_hex).map(Arc::new),
             digest: format!("sha256:{digest_hex}"),
             source,
             pre,

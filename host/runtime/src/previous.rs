@@ -6,10 +6,11 @@
 //! 0.1.0 guest returns is turned into the current world's types at once (a JSON tool
 //! result becomes a `tool-output` with only `structured`; its tools declare no output
 //! schema), and what the host passes in is turned back. The host interface is the same
-//! in both worlds, so its imports answer through the current world's implementation.
+//! in every world: its `spring:connector/host@0.1.0` import is answered by the current
+//! world's implementation (see `link_host_interfaces`), so the `with` below reuses the
+//! current bindings for it instead of generating a second trait.
 
-use super::bindings::spring::connector::host::Host as CurrentHost;
-use super::{wit, GuestState};
+use super::wit;
 
 pub(super) mod bindings {
     wasmtime::component::bindgen!({
@@ -17,46 +18,17 @@ pub(super) mod bindings {
         world: "connector",
         imports: { default: async },
         exports: { default: async },
+        with: {
+            "spring:connector/host": crate::bindings::spring::connector::host,
+        },
     });
 }
 
-use bindings::spring::connector::host as old_host;
 /// The 0.1.0 world's types.
 pub(super) use bindings::spring::connector::types as old;
 
 /// The world's name, as `inspect` and the API show it.
 pub(super) const WORLD: &str = "spring:connector@0.1.0";
-
-impl old::Host for GuestState {}
-
-impl old_host::Host for GuestState {
-    async fn log(&mut self, level: old_host::LogLevel, message: String) {
-        let level = match level {
-            old_host::LogLevel::Trace => wit::LogLevel::Trace,
-            old_host::LogLevel::Debug => wit::LogLevel::Debug,
-            old_host::LogLevel::Info => wit::LogLevel::Info,
-            old_host::LogLevel::Warn => wit::LogLevel::Warn,
-            old_host::LogLevel::Error => wit::LogLevel::Error,
-        };
-        CurrentHost::log(self, level, message).await
-    }
-
-    async fn github_installation_token(
-        &mut self,
-        installation_id: u64,
-    ) -> Result<old_host::AccessToken, String> {
-        CurrentHost::github_installation_token(self, installation_id)
-            .await
-            .map(|t| old_host::AccessToken {
-                token: t.token,
-                expires_at: t.expires_at,
-            })
-    }
-
-    async fn secret(&mut self, name: String) -> Option<String> {
-        CurrentHost::secret(self, name).await
-    }
-}
 
 pub(super) fn manifest(m: old::Manifest) -> wit::Manifest {
     wit::Manifest {

@@ -6,11 +6,8 @@
 //! by their structure, not their package, so a 0.2.0 component is called with the
 //! current world's Rust types (the `with` below maps its `types` interface onto them)
 //! and needs no translation: only the export names differ ([`export_name`]). Its `host`
-//! interface is imported under its own version, so it is linked here and answered by
-//! the current world's implementation.
-
-use super::bindings::spring::connector::host::Host as CurrentHost;
-use super::{wit, GuestState};
+//! interface is imported under its own version and answered by the current world's
+//! implementation (see `link_host_interfaces`).
 
 pub(super) mod bindings {
     wasmtime::component::bindgen!({
@@ -20,11 +17,10 @@ pub(super) mod bindings {
         exports: { default: async },
         with: {
             "spring:connector/types": crate::bindings::spring::connector::types,
+            "spring:connector/host": crate::bindings::spring::connector::host,
         },
     });
 }
-
-use bindings::spring::connector::host as old_host;
 
 /// The world's name, as `inspect` and the API show it.
 pub(super) const WORLD: &str = "spring:connector@0.2.0";
@@ -36,35 +32,6 @@ pub(super) fn export_name(current: &str) -> &str {
         "validate-binding" => "bind",
         "accepts-message" => "accept",
         same => same,
-    }
-}
-
-impl old_host::Host for GuestState {
-    async fn log(&mut self, level: old_host::LogLevel, message: String) {
-        let level = match level {
-            old_host::LogLevel::Trace => wit::LogLevel::Trace,
-            old_host::LogLevel::Debug => wit::LogLevel::Debug,
-            old_host::LogLevel::Info => wit::LogLevel::Info,
-            old_host::LogLevel::Warn => wit::LogLevel::Warn,
-            old_host::LogLevel::Error => wit::LogLevel::Error,
-        };
-        CurrentHost::log(self, level, message).await
-    }
-
-    async fn github_installation_token(
-        &mut self,
-        installation_id: u64,
-    ) -> Result<old_host::AccessToken, String> {
-        CurrentHost::github_installation_token(self, installation_id)
-            .await
-            .map(|t| old_host::AccessToken {
-                token: t.token,
-                expires_at: t.expires_at,
-            })
-    }
-
-    async fn secret(&mut self, name: String) -> Option<String> {
-        CurrentHost::secret(self, name).await
     }
 }
 

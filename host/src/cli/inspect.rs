@@ -66,6 +66,7 @@ pub(crate) fn local_registry() -> Result<ConnectorRegistry, CliError> {
         cache_dir,
         installation_tokens: None,
         credential_log: None,
+        ..RuntimeOptions::default()
     };
     let cache_dir = super::local_cache::local_cache_dir();
     let runtime = match ConnectorRuntime::new(options(cache_dir.clone())) {
@@ -74,7 +75,7 @@ pub(crate) fn local_registry() -> Result<ConnectorRegistry, CliError> {
         Err(e) if cache_dir.is_some() => {
             tracing::warn!(
                 "compiling without a cache ({e:#}); set {} to a writable directory, or to `off`",
-                super::local_cache::CACHE_DIR_ENV
+                connector_core::config::ENV_CACHE_DIR
             );
             ConnectorRuntime::new(options(None)).map_err(|e| CliError::failed(format!("{e:#}")))?
         }

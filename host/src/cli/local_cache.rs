@@ -7,13 +7,13 @@
 //! which `serve` keeps under its data directory, turns every later run on the same bytes
 //! into a read of machine code. The cache is keyed by the component's digest and the
 //! engine's settings, so a rebuilt component or another host version never loads stale
-//! code; entries of components no longer built are never removed (delete the directory
-//! to reclaim the space).
+//! code. The runtime keeps it within the default `CacheBound` (2 GiB, entries unused for
+//! 30 days removed, the least recently used first), so the builds of a dev loop do not
+//! pile up.
 
 use std::path::PathBuf;
 
-/// The environment variable that names the directory, or `off` to disable the cache.
-pub(crate) const CACHE_DIR_ENV: &str = "CONNECTOR_HOST_CACHE_DIR";
+use connector_core::config::ENV_CACHE_DIR;
 
 /// The cache directory: `$CONNECTOR_HOST_CACHE_DIR` (`off`: none), else
 /// `$XDG_CACHE_HOME/connector-host/components`, else
@@ -23,7 +23,7 @@ pub(crate) fn local_cache_dir() -> Option<PathBuf> {
 }
 
 fn dir_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
-    if let Some(dir) = var(CACHE_DIR_ENV) {
+    if let Some(dir) = var(ENV_CACHE_DIR) {
         return (dir != "off").then(|| PathBuf::from(dir));
     }
     let base = var("XDG_CACHE_HOME")
@@ -48,10 +48,10 @@ mod tests {
     #[test]
     fn the_variable_wins_then_xdg_then_home() {
         assert_eq!(
-            with(&[(CACHE_DIR_ENV, "/c"), ("HOME", "/h")]),
+            with(&[(ENV_CACHE_DIR, "/c"), ("HOME", "/h")]),
             Some(PathBuf::from("/c"))
         );
-        assert_eq!(with(&[(CACHE_DIR_ENV, "off"), ("HOME", "/h")]), None);
+        assert_eq!(with(&[(ENV_CACHE_DIR, "off"), ("HOME", "/h")]), None);
         assert_eq!(
             with(&[("XDG_CACHE_HOME", "/x"), ("HOME", "/h")]),
             Some(PathBuf::from("/x/connector-host/components"))

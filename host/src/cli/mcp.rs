@@ -14,13 +14,11 @@ use reqwest::Url;
 use super::client::{parse_base_url, resolve_token};
 use super::{CliError, RemoteArgs};
 use crate::stdio::{self, BridgeConfig};
+pub use connector_core::config::ENV_AGENT_TOKEN;
 use connector_core::config::{
     HostConfig, ServeFlags, ENV_DATA_DIR, ENV_OPERATOR_TOKEN, ENV_PREFIX,
 };
 use connector_model::ids::AgentId;
-
-/// The environment variable holding the agent's token.
-pub const ENV_AGENT_TOKEN: &str = "CONNECTOR_HOST_AGENT_TOKEN";
 
 pub(crate) const HELP: &str = "\
 Speaks MCP as newline-delimited JSON-RPC on stdin/stdout, for agent runtimes that only launch
@@ -48,8 +46,8 @@ token A`), else the operator token ($CONNECTOR_HOST_OPERATOR_TOKEN or <data dir>
 Examples:
   connector-host mcp --agent ada --local
   connector-host mcp --agent ada --data-dir /var/lib/connector-host
-  connector-host mcp --agent ada --url http://127.0.0.1:8787 --token \"$ADA_TOKEN\"
-  CONNECTOR_HOST_AGENT_TOKEN=... connector-host mcp --agent ada
+  connector-host mcp --agent ada --url http://127.0.0.1:8787 --token \"$(connector-host agents token ada --raw)\"
+  CONNECTOR_HOST_AGENT_TOKEN=\"$(connector-host agents token ada --raw)\" connector-host mcp --agent ada
 
 MCP client configuration (e.g. a runtime's mcpServers entry):
   {\"command\": \"connector-host\", \"args\": [\"mcp\", \"--agent\", \"ada\", \"--data-dir\", \"/var/lib/connector-host\"]}

@@ -23,11 +23,12 @@ plain HTTP, any other over HTTPS unless --insecure.
 Prints the pinned reference (oci://registry/repository@sha256:...); --raw prints only the
 manifest digest.
 
-Examples (FILE.wasm is your component, REGISTRY a registry such as 127.0.0.1:5000, OWNER your
-GitHub account):
+Examples (FILE.wasm is your component, REGISTRY a registry such as 127.0.0.1:5000 or ghcr.io,
+USER your account there; on ghcr.io repositories live under the account in lower case, e.g.
+oci://ghcr.io/octocat/echo:v1, and the password is a GitHub token that may write packages):
   connector-host keygen
   connector-host push FILE.wasm oci://REGISTRY/acme/echo:v1 --sign cosign.key
-  connector-host push FILE.wasm oci://ghcr.io/OWNER/echo:v1 --username OWNER --password-env GHCR_TOKEN";
+  connector-host push FILE.wasm oci://REGISTRY/acme/echo:v2 --username USER --password-env REGISTRY_TOKEN";
 
 pub const KEYGEN_HELP: &str = "\
 Writes PREFIX.key (cosign's encrypted private key, sealed with COSIGN_PASSWORD, empty when

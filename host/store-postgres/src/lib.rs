@@ -12,9 +12,16 @@
 //!   refused.
 //! - **A state version for the replicas' caches.** Every transaction that changes
 //!   connectors, units, agents, bindings, grants or image tools also bumps the one row of
-//!   `state_version`. Each replica keeps its working state in memory and asks
-//!   [`ReplicaCoordination::changes_since`](connector_store::ReplicaCoordination::changes_since) before serving; a version it did not write itself means
-//!   another replica changed something, and it reloads.
+//!   `state_version` (which it holds locked from its first statement: state writes of all
+//!   replicas take turns) and keeps its change in `state_changes` under the new version.
+//!   Each replica keeps its working state in memory and asks
+//!   [`ReplicaCoordination::changes_since`](connector_store::ReplicaCoordination::changes_since) before serving; versions it did not write itself mean
+//!   another replica changed something, and it applies those changes
+//!   ([`ReplicaCoordination::foreign_writes`](connector_store::ReplicaCoordination::foreign_writes)), or reloads when the log no longer reaches back
+//!   to its version. A state write's statements go out together where they do not
+//!   depend on each other's answers (the version's lock, the change, the audit chain's
+//!   lock and head; then the audit record and the bump), so the lock every replica waits
+//!   for is held for a few round trips, not one per statement.
 //! - **Deliveries are claimed.** `insert_delivery` is one `INSERT … ON CONFLICT … WHERE`
 //!   statement, so of two replicas receiving the same delivery exactly one stores it.
 //!   Unfinished deliveries carry a claim (owner + expiry); sweeps take unclaimed or
@@ -59,8 +66,9 @@ use connector_store::rows;
 use connector_store::{
     encode_json, subject_parts, ClaimScope, CommitCounts, StateCheck, StoreError, StoreResult,
 };
-use connector_store::{AuditQuery, AuditStore, StateWrite};
+use connector_store::{AuditQuery, AuditStore, LoggedWrite, StateWrite, WriteRecords};
 use connector_store::{DeliveryQueue, InboxStore, ReplicaCoordination, SecretStore, StateStore};
+use connector_store::{CHANGES_KEPT, CHANGES_PRUNED_EVERY};
 use writer::{RoutedJob, WriterShared};
 
 /// How long a caller waits for a pooled connection, or for a new one to be made.
@@ -217,6 +225,14 @@ const MIGRATIONS: &[&str] = &[
     );
     INSERT INTO audit_head (id, seq, hash)
         VALUES (TRUE, 0, 'sha256:0000000000000000000000000000000000000000000000000000000000000000');
+    "#,
+    // 5: the change log: each state version's write, so another replica catches up by
+    // applying what changed instead of reloading (see `foreign_writes`).
+    r#"
+    CREATE TABLE state_changes (
+        version BIGINT PRIMARY KEY,
+        change  TEXT NOT NULL
+    );
     "#,
 ];
 
@@ -398,10 +414,11 @@ impl PostgresStore {
     /// seen: the caller checked its rules (the unit exists, the connector is installed)
     /// against state that is no longer current.
     async fn refuse_stale(&self, tx: &Tx<'_>, op: &str) -> StoreResult<()> {
-        let row = tx
-            .query_one("SELECT version FROM state_version FOR UPDATE", &[])
+        let lock = tx
+            .prepare_cached("SELECT version FROM state_version FOR UPDATE")
             .await
             .map_err(|e| map_err(op, e))?;
+        let row = tx.query_one(&lock, &[]).await.map_err(|e| map_err(op, e))?;
         let current: i64 = col(&row, 0)?;
         let seen = self.seen.load(Ordering::SeqCst);
         if self.guard_stale.load(Ordering::SeqCst)
@@ -414,18 +431,49 @@ impl PostgresStore {
         Ok(())
     }
 
-    /// Bumps the state version inside `tx`, commits, and remembers the new version as
-    /// this handle's own (so `changes_since` does not report it as foreign).
-    async fn commit_state(&self, tx: Tx<'_>, op: &str) -> StoreResult<()> {
+    /// Bumps the state version inside `tx`, keeps `change` (a [`LoggedWrite`]'s JSON)
+    /// under it in the change log (pruned every [`CHANGES_PRUNED_EVERY`] versions),
+    /// commits, and remembers the new version as this handle's own (so `changes_since`
+    /// does not report it as foreign).
+    /// With `audit` (an entry and the chain's head read under the audit lock), the
+    /// entry is appended after that head, sent together with the bump.
+    async fn commit_state(
+        &self,
+        tx: Tx<'_>,
+        op: &str,
+        change: &str,
+        audit: Option<(&AuditEntry, AuditAnchor)>,
+    ) -> StoreResult<()> {
         let db = |e| map_err(op, e);
-        let row = tx
-            .query_one(
-                "UPDATE state_version SET version = version + 1 RETURNING version",
-                &[],
-            )
-            .await
-            .map_err(db)?;
+        let bump = async {
+            let bump = tx
+                .prepare_cached(
+                    "WITH bumped AS (
+                         UPDATE state_version SET version = version + 1 RETURNING version
+                     )
+                     INSERT INTO state_changes (version, change)
+                     SELECT version, $1 FROM bumped
+                     RETURNING version",
+                )
+                .await
+                .map_err(db)?;
+            tx.query_one(&bump, &[&change]).await.map_err(db)
+        };
+        let appended = async {
+            match audit {
+                Some((entry, head)) => write_audit(&tx, op, head, vec![entry.clone()])
+                    .await
+                    .map(drop),
+                None => Ok(()),
+            }
+        };
+        let (bumped, appended) = futures::join!(bump, appended);
+        let row = bumped?;
+        appended?;
         let version: i64 = col(&row, 0)?;
+        if version % CHANGES_PRUNED_EVERY == 0 {
+            prune_changes(&tx, version - CHANGES_KEPT, op).await?;
+        }
         tx.commit().await.map_err(db)?;
         // Recorded only after the commit: a version recorded early could belong to
         // another replica if this commit failed, and would hide its change.
@@ -435,24 +483,69 @@ impl PostgresStore {
 }
 
 /// Runs `$body` in one state-changing transaction bound to `$tx` and commits it with
-/// [`PostgresStore::commit_state`]; any error rolls the whole transaction back.
-/// With an audit entry (`$audit`: `Option<&AuditEntry>`), the record is appended to the
-/// audit chain after the change, in the same transaction.
+/// [`PostgresStore::commit_state`] (which keeps the change-log entry of `$records`, a
+/// [`WriteRecords`]); any error rolls the whole transaction back. With an audit entry in
+/// `$records`, the record is appended to the audit chain after the change, in the same
+/// transaction.
 macro_rules! state_tx {
-    ($self:ident, $op:expr, $audit:expr, |$tx:ident| $body:block) => {{
+    ($self:ident, $op:expr, $records:expr, |$tx:ident| $body:block) => {{
+        let records: WriteRecords<'_> = $records;
         let mut conn = $self.conn($op).await?;
         let $tx = read_committed(&mut conn)
             .await
             .map_err(|e| map_err($op, e))?;
-        $self.refuse_stale(&$tx, $op).await?;
-        let out: StoreResult<_> = async { $body }.await;
+        // Sent together, in this order (one round trip where the change is one statement):
+        // the state version's lock and check, the change, the audit chain's lock and head.
+        // A change made on stale state is rolled back with the rest.
+        let (fresh, out, head) = futures::join!(
+            $self.refuse_stale(&$tx, $op),
+            async {
+                let out: StoreResult<_> = async { $body }.await;
+                out
+            },
+            async {
+                match records.audit {
+                    Some(_) => lock_audit_head(&$tx, $op).await.map(Some),
+                    None => Ok(None),
+                }
+            },
+        );
+        // The first failure is the one to report: those after it only say "aborted".
+        fresh?;
         let out = out?;
-        if let Some(entry) = $audit {
-            append_audit(&$tx, $op, vec![entry.clone()]).await?;
-        }
-        $self.commit_state($tx, $op).await?;
+        let audit = records.audit.zip(head?);
+        $self.commit_state($tx, $op, &records.change, audit).await?;
         Ok(out)
     }};
+}
+
+/// Runs `sql` inside `tx` as a statement prepared once per connection.
+async fn exec(
+    tx: &Tx<'_>,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<u64, tokio_postgres::Error> {
+    let stmt = tx.prepare_cached(sql).await?;
+    tx.execute(&stmt, params).await
+}
+
+/// The first error of statements that were sent together (those after it only say that
+/// the transaction is aborted), named by `op`.
+fn first_failure<const N: usize>(
+    op: &str,
+    results: [Result<u64, tokio_postgres::Error>; N],
+) -> StoreResult<()> {
+    for result in results {
+        result.map_err(|e| map_err(op, e))?;
+    }
+    Ok(())
+}
+
+/// Deletes the change log's entries up to `upto` inside `tx`; returns how many.
+async fn prune_changes(tx: &Tx<'_>, upto: i64, op: &str) -> StoreResult<u64> {
+    tx.execute("DELETE FROM state_changes WHERE version <= $1", &[&upto])
+        .await
+        .map_err(|e| map_err(op, e))
 }
 
 /// Maps a driver error onto the store's error kinds, naming what was being done.
@@ -510,19 +603,6 @@ fn aborted_by_earlier(error: &tokio_postgres::Error) -> bool {
     error.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION)
 }
 
-/// The audit chain's head inside `tx` (the last record appended, kept apart from the
-/// records).
-async fn audit_head(tx: &Tx<'_>, ctx: &str) -> StoreResult<AuditAnchor> {
-    let row = tx
-        .query_one("SELECT seq, hash FROM audit_head", &[])
-        .await
-        .map_err(|e| map_err(ctx, e))?;
-    Ok(AuditAnchor {
-        seq: col(&row, 0)?,
-        hash: col(&row, 1)?,
-    })
-}
-
 /// Appends `entries` to the audit chain inside `tx`, taking the audit lock (held to the
 /// commit: one chain, appended in turn by every replica); returns the sealed records.
 pub(crate) async fn append_audit(
@@ -533,11 +613,45 @@ pub(crate) async fn append_audit(
     if entries.is_empty() {
         return Ok(Vec::new());
     }
+    let head = lock_audit_head(tx, ctx).await?;
+    write_audit(tx, ctx, head, entries).await
+}
+
+/// Takes the audit lock inside `tx` (held to the commit) and reads the chain's head after
+/// it; both statements go out together.
+async fn lock_audit_head(tx: &Tx<'_>, ctx: &str) -> StoreResult<AuditAnchor> {
     let db = |e| map_err(ctx, e);
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&AUDIT_LOCK])
-        .await
-        .map_err(db)?;
-    let head = audit_head(tx, ctx).await?;
+    let lock = async {
+        let stmt = tx
+            .prepare_cached("SELECT pg_advisory_xact_lock($1)")
+            .await?;
+        tx.execute(&stmt, &[&AUDIT_LOCK]).await
+    };
+    let head = async {
+        let stmt = tx
+            .prepare_cached("SELECT seq, hash FROM audit_head")
+            .await?;
+        tx.query_one(&stmt, &[]).await
+    };
+    // Of two failures the first is reported (the second only says "aborted").
+    match futures::join!(lock, head) {
+        (Ok(_), Ok(row)) => Ok(AuditAnchor {
+            seq: col(&row, 0)?,
+            hash: col(&row, 1)?,
+        }),
+        (Err(e), _) | (_, Err(e)) => Err(db(e)),
+    }
+}
+
+/// Appends `entries` after `head` inside `tx`, which holds the audit lock since reading
+/// `head` ([`lock_audit_head`]); returns the sealed records.
+async fn write_audit(
+    tx: &Tx<'_>,
+    ctx: &str,
+    head: AuditAnchor,
+    entries: Vec<AuditEntry>,
+) -> StoreResult<Vec<AuditRecord>> {
+    let db = |e| map_err(ctx, e);
     let (mut seq, mut prev) = (head.seq, head.hash);
     let mut sealed = Vec::with_capacity(entries.len());
     let mut columns: [Vec<String>; 8] = Default::default();
@@ -570,28 +684,31 @@ pub(crate) async fn append_audit(
         )
         .await
         .map_err(db)?;
-    tx.execute(
-        &insert,
-        &[
-            &seqs,
-            &columns[0],
-            &columns[1],
-            &actor_ids,
-            &columns[2],
-            &columns[3],
-            &columns[4],
-            &columns[5],
-            &trace_ids,
-            &columns[6],
-            &columns[7],
-        ],
-    )
-    .await
-    .map_err(db)?;
-    tx.execute("UPDATE audit_head SET seq = $1, hash = $2", &[&seq, &prev])
-        .await
-        .map_err(db)?;
-    Ok(sealed)
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
+        &seqs,
+        &columns[0],
+        &columns[1],
+        &actor_ids,
+        &columns[2],
+        &columns[3],
+        &columns[4],
+        &columns[5],
+        &trace_ids,
+        &columns[6],
+        &columns[7],
+    ];
+    let inserted = tx.execute(&insert, &params);
+    let moved = async {
+        let stmt = tx
+            .prepare_cached("UPDATE audit_head SET seq = $1, hash = $2")
+            .await?;
+        tx.execute(&stmt, &[&seq, &prev]).await
+    };
+    // Sent together; of two failures the first is reported.
+    match futures::join!(inserted, moved) {
+        (Ok(_), Ok(_)) => Ok(sealed),
+        (Err(e), _) | (_, Err(e)) => Err(db(e)),
+    }
 }
 
 pub(crate) async fn append_messages(
@@ -951,6 +1068,7 @@ impl StateStore for PostgresStore {
 
     async fn write(&self, write: StateWrite<'_>, audit: Option<&AuditEntry>) -> StoreResult<bool> {
         let put = |done: StoreResult<()>| done.map(|()| true);
+        let audit = WriteRecords::of(&write, audit)?;
         match write {
             StateWrite::PutConnector(c, component) => {
                 put(self.put_connector_audited(c, component, audit).await)
@@ -1005,7 +1123,7 @@ impl PostgresStore {
         &self,
         connector: &ConnectorRecord,
         component: &[u8],
-        audit: Option<&AuditEntry>,
+        audit: WriteRecords<'_>,
     ) -> StoreResult<()> {
         state_tx!(self, "put_connector", audit, |tx| {
             self.write_connector(&tx, connector, component).await
@@ -1015,7 +1133,7 @@ impl PostgresStore {
     async fn delete_connector_audited(
         &self,
         slug: &str,
-        audit: Option<&AuditEntry>,
+        audit: WriteRecords<'_>,
     ) -> StoreResult<bool> {
         state_tx!(self, "delete_connector", audit, |tx| {
             let db = |e| map_err("delete_connector", e);
@@ -1042,7 +1160,7 @@ impl PostgresStore {
         component: &[u8],
         kept: &[(BindingRecord, GrantRecord)],
         removed: &[String],
-        audit: Option<&AuditEntry>,
+        audit: WriteRecords<'_>,
     ) -> StoreResult<()> {
         state_tx!(self, "rotate_connector", audit, |tx| {
             self.write_connector(&tx, connector, component).await?;
@@ -1059,10 +1177,11 @@ impl PostgresStore {
     async fn put_unit_audited(
         &self,
         unit: &UnitRecord,
-        audit: Option<&AuditEntry>,
+        audit: WriteRecords<'_>,
     ) -> StoreResult<()> {
         state_tx!(self, "put_unit", audit, |tx| {
-            tx.execute(
+            exec(
+                &tx,
                 "INSERT INTO units (id, parent, display_name, created_at)
                  VALUES ($1, $2, $3, $4)
                  ON CONFLICT (id) DO UPDATE SET
@@ -1082,7 +1201,7 @@ impl PostgresStore {
         })
     }
 
-    async fn delete_unit_audited(&self, id: &str, audit: Option<&AuditEntry>) -> StoreResult<bool> {
+    async fn delete_unit_audited(&self, id: &str, audit: WriteRecords<'_>) -> StoreResult<bool> {
         state_tx!(self, "delete_unit", audit, |tx| {
             let db = |e| map_err("delete_unit", e);
             tx.execute("DELETE FROM bindings WHERE unit_id = $1", &[&id])
@@ -1108,48 +1227,45 @@ impl PostgresStore {
     async fn put_agent_audited(
         &self,
         agent: &AgentRecord,
-        audit: Option<&AuditEntry>,
+        audit: WriteRecords<'_>,
     ) -> StoreResult<()> {
         state_tx!(self, "put_agent", audit, |tx| {
-            let db = |e| map_err("put_agent", e);
-            tx.execute(
-                "INSERT INTO agents (id, display_name, created_at, token_epoch)
-                 VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (id) DO UPDATE SET
-                     display_name = excluded.display_name,
-                     created_at = excluded.created_at,
-                     token_epoch = excluded.token_epoch",
-                &[
-                    &agent.id,
-                    &pg_opt_text(&agent.display_name),
-                    &agent.created_at,
-                    &agent.token_epoch,
-                ],
-            )
-            .await
-            .map_err(db)?;
-            tx.execute("DELETE FROM agent_units WHERE agent_id = $1", &[&agent.id])
-                .await
-                .map_err(db)?;
-            for (position, unit) in agent.units.iter().enumerate() {
-                let position = i32::try_from(position)
-                    .map_err(|_| StoreError::Unavailable("put_agent: too many units".into()))?;
-                tx.execute(
-                    "INSERT INTO agent_units (agent_id, unit_id, position) VALUES ($1, $2, $3)",
-                    &[&agent.id, unit, &position],
-                )
-                .await
-                .map_err(db)?;
-            }
-            Ok(())
+            let units: Vec<&str> = agent.units.iter().map(String::as_str).collect();
+            let display_name = pg_opt_text(&agent.display_name);
+            let row: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [
+                &agent.id,
+                &display_name,
+                &agent.created_at,
+                &agent.token_epoch,
+            ];
+            let id: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&agent.id];
+            let members: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&agent.id, &units];
+            // In this order, sent together.
+            let (agent_row, dropped, memberships) = futures::join!(
+                exec(
+                    &tx,
+                    "INSERT INTO agents (id, display_name, created_at, token_epoch)
+                     VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (id) DO UPDATE SET
+                         display_name = excluded.display_name,
+                         created_at = excluded.created_at,
+                         token_epoch = excluded.token_epoch",
+                    &row,
+                ),
+                exec(&tx, "DELETE FROM agent_units WHERE agent_id = $1", &id),
+                exec(
+                    &tx,
+                    "INSERT INTO agent_units (agent_id, unit_id, position)
+                     SELECT $1, unit, (position - 1)::integer
+                     FROM unnest($2::text[]) WITH ORDINALITY AS m (unit, position)",
+                    &members,
+                ),
+            );
+            first_failure("put_agent", [agent_row, dropped, memberships])
         })
     }
 
-    async fn delete_agent_audited(
-        &self,
-        id: &str,
-        audit: Option<&AuditEntry>,
-    ) -> StoreResult<bool> {
+    async fn delete_agent_audited(&self, id: &str, audit: WriteRecords<'_>) -> StoreResult<bool> {
         state_tx!(self, "delete_agent", audit, |tx| {
             let db = |e| map_err("delete_agent", e);
             tx.execute("DELETE FROM agent_units WHERE agent_id = $1", &[&id])
@@ -1176,7 +1292,7 @@ impl PostgresStore {
         &self,
         binding: &BindingRecord,
         grant: &GrantRecord,
-        audit: Option<&AuditEntry>,
+        audit: WriteRecords<'_>,
     ) -> StoreResult<()> {
         state_tx!(self, "put_binding", audit, |tx| {
             self.write_binding(&tx, binding, grant).await
@@ -1187,7 +1303,7 @@ impl PostgresStore {
         &self,
         unit_id: &str,
         connector: &str,
-        audit: Option<&AuditEntry>,
+        audit: WriteRecords<'_>,
     ) -> StoreResult<bool> {
         state_tx!(self, "delete_binding", audit, |tx| {
             self.remove_binding(&tx, unit_id, connector).await
@@ -1197,7 +1313,7 @@ impl PostgresStore {
     async fn put_grant_audited(
         &self,
         grant: &GrantRecord,
-        audit: Option<&AuditEntry>,
+        audit: WriteRecords<'_>,
     ) -> StoreResult<()> {
         state_tx!(self, "put_grant", audit, |tx| {
             upsert_grant(&tx, grant)
@@ -1211,7 +1327,7 @@ impl PostgresStore {
         subject: &Subject,
         tool: &str,
         provenance: &GrantProvenance,
-        audit: Option<&AuditEntry>,
+        audit: WriteRecords<'_>,
     ) -> StoreResult<bool> {
         let provenance = provenance.to_string();
         state_tx!(self, "delete_grant", audit, |tx| {
@@ -1231,7 +1347,7 @@ impl PostgresStore {
     async fn put_image_tools_audited(
         &self,
         record: &ImageToolsRecord,
-        audit: Option<&AuditEntry>,
+        audit: WriteRecords<'_>,
     ) -> StoreResult<()> {
         state_tx!(self, "put_image_tools", audit, |tx| {
             let tools = encode_json("put_image_tools", &record.tools)?;
@@ -1771,5 +1887,41 @@ impl ReplicaCoordination for PostgresStore {
 
     fn applied(&self, version: i64) {
         self.seen.fetch_max(version, Ordering::SeqCst);
+    }
+
+    async fn foreign_writes(
+        &self,
+        applied: i64,
+        upto: i64,
+    ) -> StoreResult<Option<Vec<LoggedWrite>>> {
+        let ctx = "reading the change log";
+        let conn = self.conn(ctx).await?;
+        let stmt = conn
+            .prepare_cached(
+                "SELECT version, change FROM state_changes
+                 WHERE version > $1 AND version <= $2 ORDER BY version",
+            )
+            .await
+            .map_err(|e| map_err(ctx, e))?;
+        let found = conn
+            .query(&stmt, &[&applied, &upto])
+            .await
+            .map_err(|e| map_err(ctx, e))?
+            .iter()
+            .map(|r| Ok((col(r, 0)?, col(r, 1)?)))
+            .collect::<StoreResult<Vec<(i64, String)>>>()?;
+        let own = self.own_versions.lock();
+        connector_store::foreign_entries(found, applied, upto, |v| own.contains(&v))
+    }
+
+    async fn prune_changes(&self, upto: i64) -> StoreResult<u64> {
+        let ctx = "pruning the change log";
+        let mut conn = self.conn(ctx).await?;
+        let tx = read_committed(&mut conn)
+            .await
+            .map_err(|e| map_err(ctx, e))?;
+        let n = prune_changes(&tx, upto, ctx).await?;
+        tx.commit().await.map_err(|e| map_err(ctx, e))?;
+        Ok(n)
     }
 }

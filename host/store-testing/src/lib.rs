@@ -15,8 +15,9 @@
 //! the second write of one store call fail, so a case proves that the store's transaction
 //! leaves nothing of the call behind. The production stores carry no test hooks.
 //!
-//! What the suite leaves open: the state version's starting value and step (only that it
-//! grows with every change), and the wording of error messages.
+//! What the suite leaves open: the state version's starting value (only that it grows by
+//! one with every change: the change log holds one entry per version), and the wording of
+//! error messages.
 
 pub mod faults;
 pub mod sqlite;
@@ -92,6 +93,8 @@ macro_rules! store_conformance_tests {
             startup_takes_own_claims_and_unheld_failed_ones
             concurrent_sweeps_never_take_the_same_delivery
             changes_since_tells_own_writes_from_foreign_ones
+            the_change_log_holds_each_foreign_write_in_order
+            a_change_log_pruned_past_a_handle_reads_as_reload
             every_state_write_changes_the_version
             deliveries_messages_and_secrets_keep_the_version
             load_version_matches_changes_since
@@ -1672,6 +1675,140 @@ pub async fn concurrent_sweeps_never_take_the_same_delivery(factory: &dyn StoreF
     let unique: BTreeSet<String> = taken.iter().cloned().collect();
     assert_eq!(taken.len(), unique.len(), "some delivery was taken twice");
     assert_eq!(unique, all);
+}
+
+/// Every kind of state write made through one handle is in the change log, in version
+/// order, for another handle; a handle's own writes are never among its foreign ones; a
+/// write the database refused leaves no entry.
+pub async fn the_change_log_holds_each_foreign_write_in_order(factory: &dyn StoreFactory) {
+    use connector_store::LoggedWrite;
+    let (a, b) = (factory.open().await, factory.open().await);
+    let start = b.load().await.unwrap().version;
+    let acme = connector("acme", "acme", "sha256:aa");
+    let bound = binding("team", "acme", json!({"k": 1}));
+    let unit_grant = connector_grant("team", "acme", "acme");
+    let explicit = explicit_grant(Subject::Agent("ada".into()), "acme.echo");
+    let image = ImageToolsRecord {
+        agent_id: "ada".into(),
+        digest: "sha256:01".into(),
+        tools: json!([{"name": "img.run"}]),
+    };
+    let writes = [
+        StateWrite::PutConnector(&acme, COMPONENT),
+        StateWrite::PutUnit(&unit("team", None)),
+        StateWrite::PutAgent(&agent("ada", &["team"])),
+        StateWrite::PutBinding(&bound, &unit_grant),
+        StateWrite::PutGrant(&explicit),
+        StateWrite::PutImageTools(&image),
+        StateWrite::DeleteGrant {
+            subject: &explicit.subject,
+            tool: "acme.echo",
+            provenance: &GrantProvenance::Explicit,
+        },
+        StateWrite::DeleteBinding {
+            unit: "team",
+            connector: "acme",
+        },
+        StateWrite::DeleteAgent("ada"),
+        StateWrite::DeleteUnit("team"),
+        StateWrite::DeleteConnector("acme"),
+    ];
+    let audit = AuditEntry::now(Actor::host(), "test.write", "unit:team".into());
+    for (i, write) in writes.iter().enumerate() {
+        // Half of them with their audit record, as the host writes them.
+        let audit = (i % 2 == 0).then_some(&audit);
+        a.write(*write, audit).await.unwrap();
+    }
+    let end = version(&*a).await;
+    assert_eq!(end - start, writes.len() as i64, "one version per write");
+    let expected: Vec<LoggedWrite> = writes.iter().map(LoggedWrite::of).collect();
+    assert!(matches!(&expected[0], LoggedWrite::Connector { slug } if slug == "acme"));
+    assert!(
+        matches!(&expected[3], LoggedWrite::PutBinding { binding, grant }
+        if *binding == bound && *grant == unit_grant)
+    );
+    assert_eq!(
+        b.foreign_writes(start, end).await.unwrap(),
+        Some(expected.clone())
+    );
+    // Any part of the range, for a handle that applied some of it already.
+    assert_eq!(
+        b.foreign_writes(start + 4, end - 1).await.unwrap(),
+        Some(expected[4..expected.len() - 1].to_vec())
+    );
+    assert_eq!(b.foreign_writes(end, end).await.unwrap(), Some(Vec::new()));
+    // The writer's own writes are not foreign to it.
+    assert_eq!(
+        a.foreign_writes(start, end).await.unwrap(),
+        Some(Vec::new())
+    );
+
+    // Interleaved: each handle sees only the other's.
+    b.put_unit(&unit("theirs", None)).await.unwrap();
+    a.put_unit(&unit("ours", None)).await.unwrap();
+    let now = version(&*a).await;
+    assert_eq!(
+        a.foreign_writes(end, now).await.unwrap(),
+        Some(vec![LoggedWrite::PutUnit {
+            unit: unit("theirs", None)
+        }])
+    );
+    assert_eq!(
+        b.foreign_writes(end, now).await.unwrap(),
+        Some(vec![LoggedWrite::PutUnit {
+            unit: unit("ours", None)
+        }])
+    );
+
+    // A write the database refuses leaves no entry, and the next one follows on.
+    factory.inject(Some(Fault::AfterBindingWrite)).await;
+    a.put_unit(&unit("team", None)).await.unwrap();
+    let refused = a
+        .put_binding(&bound, &unit_grant)
+        .await
+        .expect_err("the fault refuses the binding");
+    assert!(is_injected(&refused), "{refused}");
+    factory.inject(None).await;
+    a.put_unit(&unit("after", None)).await.unwrap();
+    assert_eq!(
+        b.foreign_writes(now, version(&*a).await).await.unwrap(),
+        Some(vec![
+            LoggedWrite::PutUnit {
+                unit: unit("team", None)
+            },
+            LoggedWrite::PutUnit {
+                unit: unit("after", None)
+            },
+        ])
+    );
+}
+
+/// Once the log no longer holds a version a handle has not applied, it answers "reload"
+/// (`None`) for that handle, and still answers handles that are further on.
+pub async fn a_change_log_pruned_past_a_handle_reads_as_reload(factory: &dyn StoreFactory) {
+    let (a, b) = (factory.open().await, factory.open().await);
+    let start = b.load().await.unwrap().version;
+    for id in ["u1", "u2", "u3"] {
+        a.put_unit(&unit(id, None)).await.unwrap();
+    }
+    let end = start + 3;
+    assert_eq!(version(&*a).await, end);
+    let all = b.foreign_writes(start, end).await.unwrap();
+    assert_eq!(all.map(|w| w.len()), Some(3));
+    assert_eq!(a.prune_changes(start + 1).await.unwrap(), 1);
+    assert_eq!(b.foreign_writes(start, end).await.unwrap(), None);
+    let rest = b.foreign_writes(start + 1, end).await.unwrap();
+    assert_eq!(
+        rest,
+        Some(vec![
+            connector_store::LoggedWrite::PutUnit {
+                unit: unit("u2", None)
+            },
+            connector_store::LoggedWrite::PutUnit {
+                unit: unit("u3", None)
+            },
+        ])
+    );
 }
 
 pub async fn changes_since_tells_own_writes_from_foreign_ones(factory: &dyn StoreFactory) {

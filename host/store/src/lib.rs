@@ -41,8 +41,176 @@ pub struct StateCheck {
     /// The current state version.
     pub version: i64,
     /// Whether some version in `(applied, version]` was written by another store handle
-    /// (another replica): the caller's in-memory state is stale and must be reloaded.
+    /// (another replica): the caller's in-memory state is stale and must catch up.
     pub foreign: bool,
+}
+
+/// How many state versions the change log keeps ([`ReplicaCoordination::foreign_writes`]):
+/// a replica further behind than that reloads everything. At thousands of writes a second
+/// this is tens of seconds of writes; a replica checks every fraction of a second.
+pub const CHANGES_KEPT: i64 = 100_000;
+
+/// The change log is pruned when a write produces a version that is a multiple of this
+/// (in that write's transaction), by the versions that fell out of [`CHANGES_KEPT`].
+pub const CHANGES_PRUNED_EVERY: i64 = 1_000;
+
+/// One committed state write as the change log keeps it (one per state version, written
+/// in the write's own transaction): what a replica that did not make it applies to its
+/// memory instead of reloading everything. Each is the same change the writing replica
+/// applied to its own memory, so replaying them in version order leads to the same state.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "write", rename_all = "snake_case")]
+pub enum LoggedWrite {
+    /// [`StateStore::put_unit`].
+    PutUnit {
+        /// The unit.
+        unit: UnitRecord,
+    },
+    /// [`StateStore::delete_unit`].
+    DeleteUnit {
+        /// The unit's id.
+        id: String,
+    },
+    /// [`StateStore::put_agent`].
+    PutAgent {
+        /// The agent.
+        agent: AgentRecord,
+    },
+    /// [`StateStore::delete_agent`].
+    DeleteAgent {
+        /// The agent's id.
+        id: String,
+    },
+    /// [`StateStore::put_binding`].
+    PutBinding {
+        /// The binding.
+        binding: BindingRecord,
+        /// Its grant.
+        grant: GrantRecord,
+    },
+    /// [`StateStore::delete_binding`].
+    DeleteBinding {
+        /// The unit.
+        unit: String,
+        /// The connector's slug.
+        connector: String,
+    },
+    /// [`StateStore::put_grant`].
+    PutGrant {
+        /// The grant.
+        grant: GrantRecord,
+    },
+    /// [`StateStore::delete_grant`].
+    DeleteGrant {
+        /// Whose grant.
+        subject: Subject,
+        /// The tool or `<namespace>.*`.
+        tool: String,
+        /// The grant's provenance.
+        provenance: GrantProvenance,
+    },
+    /// [`StateStore::put_image_tools`].
+    PutImageTools {
+        /// The agent's image tools.
+        record: ImageToolsRecord,
+    },
+    /// A connector installed, rotated or removed. Only named: serving it takes its
+    /// component, prepared from the stored bytes, so a replica reloads the state.
+    Connector {
+        /// The connector's slug.
+        slug: String,
+    },
+}
+
+impl LoggedWrite {
+    /// The log entry of `write`.
+    pub fn of(write: &StateWrite<'_>) -> Self {
+        match *write {
+            StateWrite::PutConnector(c, _) => LoggedWrite::Connector {
+                slug: c.slug.clone(),
+            },
+            StateWrite::RotateConnector { connector, .. } => LoggedWrite::Connector {
+                slug: connector.slug.clone(),
+            },
+            StateWrite::DeleteConnector(slug) => LoggedWrite::Connector { slug: slug.into() },
+            StateWrite::PutUnit(unit) => LoggedWrite::PutUnit { unit: unit.clone() },
+            StateWrite::DeleteUnit(id) => LoggedWrite::DeleteUnit { id: id.into() },
+            StateWrite::PutAgent(agent) => LoggedWrite::PutAgent {
+                agent: agent.clone(),
+            },
+            StateWrite::DeleteAgent(id) => LoggedWrite::DeleteAgent { id: id.into() },
+            StateWrite::PutBinding(binding, grant) => LoggedWrite::PutBinding {
+                binding: binding.clone(),
+                grant: grant.clone(),
+            },
+            StateWrite::DeleteBinding { unit, connector } => LoggedWrite::DeleteBinding {
+                unit: unit.into(),
+                connector: connector.into(),
+            },
+            StateWrite::PutGrant(grant) => LoggedWrite::PutGrant {
+                grant: grant.clone(),
+            },
+            StateWrite::DeleteGrant {
+                subject,
+                tool,
+                provenance,
+            } => LoggedWrite::DeleteGrant {
+                subject: subject.clone(),
+                tool: tool.into(),
+                provenance: provenance.clone(),
+            },
+            StateWrite::PutImageTools(record) => LoggedWrite::PutImageTools {
+                record: record.clone(),
+            },
+        }
+    }
+}
+
+/// What a state write leaves beside the change, in its transaction: its audit record (if
+/// any) and its change-log entry (JSON of a [`LoggedWrite`]).
+#[derive(Debug)]
+pub struct WriteRecords<'a> {
+    /// Appended to the audit log.
+    pub audit: Option<&'a AuditEntry>,
+    /// Kept in the change log under the write's state version.
+    pub change: String,
+}
+
+impl<'a> WriteRecords<'a> {
+    /// The records of `write` with `audit`.
+    pub fn of(write: &StateWrite<'_>, audit: Option<&'a AuditEntry>) -> StoreResult<Self> {
+        Ok(Self {
+            audit,
+            change: encode_json("logging a state write", &LoggedWrite::of(write))?,
+        })
+    }
+}
+
+/// Whether the change log's entries `found` (versions with their JSON, oldest first) are
+/// every version of `(applied, upto]`, and then the writes among them that `own` (versions
+/// this handle wrote) does not name, oldest first. `None`: some version is missing (the
+/// log was pruned past `applied`, or the database predates the log): reload.
+pub fn foreign_entries(
+    found: Vec<(i64, String)>,
+    applied: i64,
+    upto: i64,
+    own: impl Fn(i64) -> bool,
+) -> StoreResult<Option<Vec<LoggedWrite>>> {
+    let expected = upto.saturating_sub(applied).max(0);
+    if found.len() as i64 != expected
+        || found
+            .iter()
+            .zip(applied.saturating_add(1)..)
+            .any(|((v, _), want)| *v != want)
+    {
+        return Ok(None);
+    }
+    found
+        .into_iter()
+        .filter(|(v, _)| !own(*v))
+        .map(|(v, text)| decode_json(&format!("change log entry {v}"), &text))
+        .collect::<StoreResult<Vec<_>>>()
+        .map(Some)
 }
 
 /// Why the store could not do what was asked.
@@ -503,9 +671,29 @@ pub trait ReplicaCoordination: Send + Sync + 'static {
     /// connector is installed) against that memory. A no-op where no other process writes.
     fn refuse_stale_writes(&self) {}
     /// The caller's memory now reflects the state at `version` (a snapshot it loaded and
-    /// put in place). Loading alone does not count: a snapshot read and then discarded
-    /// (a local write landed meanwhile) must not let later writes pass as current.
+    /// put in place, or the foreign writes up to it applied). Loading alone does not count:
+    /// a snapshot read and then discarded (a local write landed meanwhile) must not let
+    /// later writes pass as current.
     fn applied(&self, _version: i64) {}
+    /// The writes other store handles committed with versions in `(applied, upto]`
+    /// (`upto` a version [`ReplicaCoordination::changes_since`] returned), oldest first, as
+    /// the change log keeps them: applied in that order to memory that reflects `applied`
+    /// and this handle's own writes after it, they bring it to `upto`. `None` when the log
+    /// does not hold every version of that range (pruned past `applied`, written before
+    /// the log existed) or this handle no longer knows which of them were its own: then
+    /// the caller reloads everything.
+    async fn foreign_writes(
+        &self,
+        _applied: i64,
+        _upto: i64,
+    ) -> StoreResult<Option<Vec<LoggedWrite>>> {
+        Ok(None)
+    }
+    /// Forgets the change log's entries up to and including version `upto`; returns how
+    /// many. Writes prune it on their own (see [`CHANGES_KEPT`]).
+    async fn prune_changes(&self, _upto: i64) -> StoreResult<u64> {
+        Ok(0)
+    }
 }
 
 /// Everything a host persists, by concern. A host holds one `Arc<dyn Store>` and hands

@@ -161,9 +161,16 @@ impl Exporting {
             .with_tracked_inactivity(false)
             .with_level(false)
             .with_target(false)
-            .with_filter(Targets::new().with_target(TARGET, tracing::Level::TRACE))
+            .with_filter(Targets::new().with_target(TARGET, SPAN_LEVEL))
     }
 }
+
+/// The level of the host's spans (all are `info_span!`). The export layer takes its
+/// target at this level and not below: a layer that asks for `TRACE` raises the process's
+/// level ceiling to `TRACE`, and every `log::trace!` of a dependency (wasmtime logs on its
+/// instantiation path) is then handed to the subscriber to be looked at and dropped, on
+/// every tool call.
+const SPAN_LEVEL: tracing::Level = tracing::Level::INFO;
 
 impl Drop for Exporting {
     fn drop(&mut self) {
@@ -358,6 +365,23 @@ mod tests {
                 "{off:?}"
             );
         }
+    }
+
+    /// The export layer must not raise the process's level ceiling: with it, `log`
+    /// records below INFO from dependencies would be looked at on every call.
+    #[test]
+    fn the_export_layer_asks_for_nothing_below_the_spans_level() {
+        let exporting = Exporting::from_vars(vars(&[(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "http://127.0.0.1:9",
+        )]))
+        .unwrap()
+        .expect("an endpoint is named");
+        let layer = exporting.layer::<tracing_subscriber::Registry>();
+        assert_eq!(
+            Layer::<tracing_subscriber::Registry>::max_level_hint(&layer),
+            Some(tracing::level_filters::LevelFilter::INFO)
+        );
     }
 
     #[test]

@@ -191,6 +191,18 @@ export function jsonSchema(schema: z.ZodType, io: "input" | "output"): Record<st
   return generated;
 }
 
+/**
+ * Runs `schema`'s parser once (on `{}`, whatever the outcome). Called while the module's
+ * top level runs, which is at build time: componentize-js snapshots the engine after it,
+ * so what a first parse does once (zod compiles an object schema's parser on its first
+ * use, the engine compiles a function's bytecode on its first call) is in the snapshot
+ * every call's fresh instance starts from, instead of being redone in each of them.
+ */
+export function warmParser(schema: z.ZodType): void {
+  const parsed = schema.safeParse({});
+  if (!parsed.success) z.prettifyError(parsed.error);
+}
+
 /** Declares a tool; its argument and result types follow from the zod schemas. */
 export function tool<In extends AnyObject, Out extends AnyObject | undefined = undefined, Config = unknown>(
   spec: ToolSpec<In, Out, Config>,
@@ -201,6 +213,7 @@ export function tool<In extends AnyObject, Out extends AnyObject | undefined = u
     idempotent: spec.hints?.idempotent ?? false,
     openWorld: spec.hints?.openWorld ?? false,
   };
+  warmParser(spec.input);
   return {
     name: spec.name,
     description: spec.description,

@@ -8,7 +8,7 @@
  * `Uint8Array`. An export returning `result<T, E>` returns `T`, and answers `err(e)` when
  * it throws an object whose own `payload` is `e`.
  */
-import { ToolError, ToolResult, jsonSchema, log, reason } from "./index.ts";
+import { ToolError, ToolResult, jsonSchema, log, reason, warmParser } from "./index.ts";
 import type { AgentContext, Binding, CallContext, Connector, ContentBlock, Message, Webhook } from "./index.ts";
 
 type WitBinding = { unit: string; config: string };
@@ -119,6 +119,7 @@ export function exportsOf(connector: Connector) {
   const spec = connector.spec;
   const namespace = spec.namespace ?? spec.slug;
   const tools = new Map(spec.tools.map((t) => [`${namespace}.${t.name}`, t]));
+  if (spec.config) warmParser(spec.config);
   const configOf = (text: string) => {
     const raw = parseJson(text, "the configuration");
     if (!spec.config) return raw;

@@ -22,6 +22,7 @@ names.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import json
 import typing
@@ -250,6 +251,32 @@ def _freeze(manifest: dict[str, Any]) -> None:
     _FROZEN = manifest
 
 
+def _prepare() -> None:
+    """Does once, after the connector's module is imported, what every call would
+    otherwise redo: reads each tool's signature and type hints (evaluating annotations
+    compiles them) and those of the dataclasses they name. The component runs this while
+    componentize-py pre-initialises it, so the results are in the snapshot every call's
+    fresh instance starts from."""
+    for connector in _CONNECTORS:
+        _prepare_type(connector.config)
+        for t in connector.tools:
+            _signature(t.function)
+            for hint in _hints(t.function).values():
+                _prepare_type(hint)
+
+
+def _prepare_type(annotation: Any, seen: Optional[set[int]] = None) -> None:
+    seen = set() if seen is None else seen
+    if id(annotation) in seen:
+        return
+    seen.add(id(annotation))
+    if annotation is not None and isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        for hint in _hints(annotation).values():
+            _prepare_type(hint, seen)
+    for arg in typing.get_args(annotation):
+        _prepare_type(arg, seen)
+
+
 class Connector:
     """The connector: identity, configuration, tools and hooks.
 
@@ -380,7 +407,7 @@ class Connector:
         if found is None:
             raise ToolError.invalid_arguments(f"no tool {tool_id} in connector {self.slug}")
         hints = _hints(found.function)
-        params = inspect.signature(found.function).parameters
+        params = _signature(found.function).parameters
         named = {n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
         kwargs = {}
         for name, param in params.items():
@@ -397,11 +424,19 @@ class Connector:
         return Result(structured=answer)
 
 
+@functools.cache
 def _hints(function: Callable[..., Any]) -> dict[str, Any]:
+    """The type hints of a function or class (its annotations evaluated: each call of
+    ``typing.get_type_hints`` compiles them again), read once."""
     try:
         return typing.get_type_hints(function, include_extras=False)
     except Exception:
         return {}
+
+
+@functools.cache
+def _signature(function: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(function)
 
 
 def _convert(annotation: Any, value: Any) -> Any:

@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> None:
             "spring_connector._freeze(json.loads(spring_connector_frozen.MANIFEST))\n"
             f"import {app.stem}\n"
             "from spring_connector._world import WitWorld\n"
+            "spring_connector._prepare()\n"
         )
         # 3. The world, with the WASI packages it includes, and componentize-py.
         wit_dir = work / "wit"

@@ -161,6 +161,7 @@ impl Harness {
             cache_dir: None,
             installation_tokens: None,
             credential_log: None,
+            ..RuntimeOptions::default()
         };
         let (registry, connector) = rt.block_on(async {
             let runtime = ConnectorRuntime::new(options)

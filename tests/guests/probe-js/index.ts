@@ -10,6 +10,9 @@ const PNG = Uint8Array.from(
   (c) => c.charCodeAt(0),
 );
 
+// Counts this instance's calls of `counter`: every call has a fresh instance, so 1.
+let calls = 0;
+
 export default connector({
   slug: "probe-js",
   namespace: "probe",
@@ -86,6 +89,12 @@ export default connector({
       run: () => {
         throw ToolError.invalidArguments("nothing is ever right");
       },
+    }),
+    tool({
+      name: "counter",
+      description: "Counts its calls in a module-level variable and answers the count.",
+      input: z.object({}),
+      run: () => ({ count: ++calls }),
     }),
     tool({
       name: "spin",

@@ -84,6 +84,18 @@ def refuse() -> None:
     raise ToolError.invalid_arguments("nothing is ever right")
 
 
+# Counts this instance's calls of `counter`: every call has a fresh instance, so 1.
+_calls = 0
+
+
+@probe.tool()
+def counter() -> dict:
+    """Counts its calls in a module-level variable and answers the count."""
+    global _calls
+    _calls += 1
+    return {"count": _calls}
+
+
 @probe.tool()
 def spin() -> None:
     """Never returns."""

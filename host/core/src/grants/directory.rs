@@ -21,9 +21,10 @@ pub struct Directory {
     /// Unit ids, sorted: list pages read a range of it instead of sorting every unit.
     unit_ids: BTreeSet<String>,
     children: HashMap<String, usize>,
-    agents: HashMap<String, AgentRecord>,
-    /// Agent ids, sorted (as `unit_ids`).
-    agent_ids: BTreeSet<String>,
+    /// Sorted by id, for list pages, and in one map: at a million agents a hash map
+    /// beside a sorted index of ids held twice the memory (a hash table sized to a power
+    /// of two is up to half empty) for lookups that are hardly faster.
+    agents: BTreeMap<String, AgentRecord>,
     /// unit → how many agents have it among their units.
     members: HashMap<String, usize>,
     /// unit → connector slug → binding (a unit's bindings in slug order).
@@ -42,8 +43,15 @@ impl Directory {
             d.put_unit(u.clone());
         }
         for a in &snapshot.agents {
-            d.put_agent(a.clone());
+            d.count_members(a, true);
         }
+        // Built at once from sorted entries (ids are unique in a snapshot): full nodes,
+        // where inserting one at a time leaves them partly empty.
+        d.agents = snapshot
+            .agents
+            .iter()
+            .map(|a| (a.id.clone(), a.clone()))
+            .collect();
         for b in &snapshot.bindings {
             d.index_routes(b);
             d.bindings
@@ -158,9 +166,9 @@ impl Directory {
         after: Option<&'a str>,
     ) -> impl Iterator<Item = &'a AgentRecord> + 'a {
         let from = after.map_or(Bound::Unbounded, Bound::Excluded);
-        self.agent_ids
+        self.agents
             .range::<str, _>((from, Bound::Unbounded))
-            .filter_map(|id| self.agents.get(id))
+            .map(|(_, agent)| agent)
     }
 
     /// How many agents have `unit` among their units.
@@ -193,7 +201,6 @@ impl Directory {
             self.count_members(&old, false);
         }
         self.count_members(&agent, true);
-        self.agent_ids.insert(agent.id.clone());
         self.agents.insert(agent.id.clone(), agent);
     }
 
@@ -202,7 +209,6 @@ impl Directory {
         if let Some(old) = self.agents.remove(id) {
             self.count_members(&old, false);
         }
-        self.agent_ids.remove(id);
         self.grants.remove(&Subject::Agent(id.to_string()));
         self.image_tools.remove(id);
     }

@@ -10,10 +10,15 @@
 //!   a check that *started after it arrived*, so a bind committed through any replica
 //!   before a request arrives here is always seen by that request, at the cost of at most
 //!   one small query in flight per replica. A version written by this replica itself needs
-//!   no reload; one written by another replica reloads the state: one consistent snapshot,
-//!   read and made ready without the write lock (see [`State::reload`]) and put in place
-//!   under it in one step, so it never interleaves with a local write and readers see it
-//!   all or not at all. A connector another replica installed is served from the
+//!   nothing; versions written by other replicas are caught up with from the store's
+//!   change log (every state write keeps its change there, in its own transaction): the
+//!   same changes their replicas applied, read without the write lock and applied under
+//!   it in one step ([`State::catch_up`]), so they never interleave with a local write and
+//!   readers see them all or not at all. Only when the log cannot bring memory up to date
+//!   (pruned past this replica's version, or a connector changed) is the state reloaded:
+//!   one consistent snapshot, read and made ready without the write lock (see
+//!   [`State::reload`]) and put in place under it in one step, with the same guarantees.
+//!   A connector another replica installed is served from the
 //!   description that replica stored, and its component compiles in the background (calls
 //!   into it wait for that, within their deadline): catching up never makes requests wait
 //!   for a compilation. If the database cannot be asked, the request fails with `503`
@@ -46,6 +51,16 @@ pub const BACKGROUND_REFRESH: Duration = Duration::from_millis(200);
 /// is answered `503`.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How this replica has caught up with other processes' writes since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CatchUps {
+    /// Times it applied their changes from the store's change log.
+    pub applied: u64,
+    /// Times it reloaded the whole state instead (the log did not reach back far enough,
+    /// or a connector changed).
+    pub reloaded: u64,
+}
+
 /// Keeps this replica's in-memory state in step with the shared database.
 pub(crate) struct ReplicaSync {
     store: Arc<dyn Store>,
@@ -73,6 +88,9 @@ pub(crate) struct ReplicaSync {
     /// Whether other processes write this database: the store is shared, or this
     /// process serves tools beside the one that writes it (`Role::ToolServer`).
     follow: bool,
+    /// See [`CatchUps`].
+    caught_up: AtomicU64,
+    reloaded: AtomicU64,
 }
 
 impl ReplicaSync {
@@ -99,6 +117,16 @@ impl ReplicaSync {
             finished: tokio::sync::watch::Sender::new(0),
             check: tokio::sync::Mutex::new(()),
             follow,
+            caught_up: AtomicU64::new(0),
+            reloaded: AtomicU64::new(0),
+        }
+    }
+
+    /// How this replica has caught up with other processes' writes so far.
+    pub(crate) fn catch_ups(&self) -> CatchUps {
+        CatchUps {
+            applied: self.caught_up.load(Ordering::Relaxed),
+            reloaded: self.reloaded.load(Ordering::Relaxed),
         }
     }
 
@@ -216,7 +244,22 @@ impl ReplicaSync {
         let applied = self.applied.load(Ordering::SeqCst);
         let check = self.store.changes_since(applied).await?;
         if check.foreign {
-            self.reload().await?;
+            if self
+                .state
+                .catch_up(self.store.as_ref(), applied, check.version)
+                .await?
+            {
+                self.store.applied(check.version);
+                self.applied.store(check.version, Ordering::SeqCst);
+                self.caught_up.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
+                    from = applied,
+                    to = check.version,
+                    "applied what other replicas changed"
+                );
+            } else {
+                self.reload().await?;
+            }
         } else {
             let _ = self.applied.compare_exchange(
                 applied,
@@ -241,6 +284,7 @@ impl ReplicaSync {
             .await?;
         self.store.applied(version);
         self.applied.store(version, Ordering::SeqCst);
+        self.reloaded.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(version, "reloaded state changed by another replica");
         Ok(())
     }

@@ -35,9 +35,16 @@
 //! agents, bindings, grants and image tools: every call of a method that writes them
 //! (`put_*`, `delete_*`, `rotate_connector`) adds 1 inside its own transaction — also a
 //! delete that found nothing to delete, so the rule needs no per-method bookkeeping and
-//! a spurious bump only costs other handles one reload. A rolled-back call adds nothing.
+//! a spurious bump only costs other handles one no-op change. A rolled-back call adds
+//! nothing.
 //! Deliveries, messages and shared secrets never change it: they are not part of the
 //! in-memory state a host keeps.
+//!
+//! Each version's write is kept in the change log (`state_changes`, in the same
+//! transaction, the oldest pruned past [`CHANGES_KEPT`](crate::CHANGES_KEPT)), so
+//! another handle catches up by applying what changed
+//! ([`ReplicaCoordination::foreign_writes`](crate::ReplicaCoordination::foreign_writes)) instead of reloading everything: a
+//! `connector-host mcp --local` beside `serve` follows it that way.
 //!
 //! [`ReplicaCoordination::changes_since`](crate::ReplicaCoordination::changes_since) tells a handle's own versions from other handles' by
 //! remembering which versions its committed writes produced ([`OwnVersions`]). The record
@@ -70,7 +77,7 @@ use crate::rows;
 use crate::{
     encode_json, subject_parts, ClaimScope, CommitCounts, StateCheck, StoreError, StoreResult,
 };
-use crate::{AuditQuery, AuditStore, StateWrite};
+use crate::{AuditQuery, AuditStore, LoggedWrite, StateWrite, WriteRecords};
 use crate::{DeliveryQueue, InboxStore, ReplicaCoordination, SecretStore, StateStore};
 use connector_model::audit::{AuditAnchor, AuditEntry, AuditRecord};
 use connector_model::provenance::GrantProvenance;
@@ -235,6 +242,14 @@ const MIGRATIONS: &[&str] = &[
     INSERT INTO audit_head (id, seq, hash)
         VALUES (1, 0, 'sha256:0000000000000000000000000000000000000000000000000000000000000000');
     "#,
+    // 7: the change log: each state version's write, so another handle catches up by
+    // applying what changed instead of reloading (see `foreign_writes`).
+    r#"
+    CREATE TABLE state_changes (
+        version INTEGER PRIMARY KEY NOT NULL,
+        change  TEXT NOT NULL
+    );
+    "#,
 ];
 
 /// The newest schema version this host knows.
@@ -252,6 +267,9 @@ const OWN_VERSION_RUNS: usize = 1024;
 #[derive(Debug, Default)]
 pub(super) struct OwnVersions {
     runs: BTreeMap<i64, i64>,
+    /// The newest version forgotten for the cap (not by `prune`): whether versions up to it
+    /// were ours is no longer known.
+    forgotten_through: i64,
 }
 
 impl OwnVersions {
@@ -271,8 +289,18 @@ impl OwnVersions {
         self.runs.insert(start, end);
         // Forgetting the oldest only makes those versions look foreign.
         while self.runs.len() > OWN_VERSION_RUNS {
-            self.runs.pop_first();
+            if let Some((_, end)) = self.runs.pop_first() {
+                self.forgotten_through = self.forgotten_through.max(end);
+            }
         }
+    }
+
+    /// Whether `version` is remembered as ours.
+    fn contains(&self, version: i64) -> bool {
+        self.runs
+            .range(..=version)
+            .next_back()
+            .is_some_and(|(_, &end)| end >= version)
     }
 
     pub(super) fn remove(&mut self, version: i64) {
@@ -430,25 +458,25 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Transaction<'_>) -> StoreResult<T> + Send + 'static,
     {
-        self.transaction(op, false, f).await
+        self.transaction(op, None, f).await
     }
 
     /// As [`SqliteStore::write`], for a change to the state: also bumps the state version
-    /// in the same transaction and records the new version as this handle's own.
-    /// With `audit`, the record is appended to the audit log in the same transaction,
-    /// after the change.
+    /// in the same transaction, keeps the change-log entry of `records` under it and
+    /// records the new version as this handle's own. With an audit entry in `records`,
+    /// the record is appended to the audit log in the same transaction, after the change.
     async fn write_state<T, F>(
         &self,
         op: &'static str,
-        audit: Option<&AuditEntry>,
+        records: WriteRecords<'_>,
         f: F,
     ) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&Transaction<'_>) -> StoreResult<T> + Send + 'static,
     {
-        let audit = audit.cloned();
-        self.transaction(op, true, move |tx| {
+        let audit = records.audit.cloned();
+        self.transaction(op, Some(records.change), move |tx| {
             let out = f(tx)?;
             if let Some(entry) = audit {
                 append_audit(tx, op, vec![entry])?;
@@ -461,14 +489,19 @@ impl SqliteStore {
     /// Hands `f` to the writer thread, which runs it in a transaction with the other
     /// writes waiting at that moment, and answers once that transaction has committed (or
     /// failed). See [`sqlite_writer`].
-    async fn transaction<T, F>(&self, op: &'static str, bump: bool, f: F) -> StoreResult<T>
+    async fn transaction<T, F>(
+        &self,
+        op: &'static str,
+        change: Option<String>,
+        f: F,
+    ) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&Transaction<'_>) -> StoreResult<T> + Send + 'static,
     {
         let (reply, answer) = tokio::sync::oneshot::channel();
         self.writer
-            .send(Job::new(op, bump, f, reply))
+            .send(Job::new(op, change, f, reply))
             .map_err(|_| StoreError::Unavailable(format!("{op}: the database writer stopped")))?;
         answer.await.map_err(|_| {
             StoreError::Unavailable(format!("{op}: the database writer did not answer"))
@@ -633,13 +666,28 @@ enum ChainPoint {
     Head,
 }
 
-/// Adds 1 to the state version (inside `tx`) and returns the new version.
-pub(super) fn bump_state_version(tx: &Transaction<'_>) -> rusqlite::Result<i64> {
-    tx.query_row(
+/// Adds 1 to the state version (inside `tx`), keeps `change` (a [`LoggedWrite`]'s JSON)
+/// under the new version in the change log, prunes the log every
+/// [`CHANGES_PRUNED_EVERY`](crate::CHANGES_PRUNED_EVERY) versions, and returns the new
+/// version.
+pub(super) fn bump_state_version(tx: &Transaction<'_>, change: &str) -> rusqlite::Result<i64> {
+    let version: i64 = tx.query_row(
         "UPDATE state_version SET version = version + 1 WHERE id = 1 RETURNING version",
         [],
         |r| r.get(0),
-    )
+    )?;
+    tx.prepare_cached("INSERT INTO state_changes (version, change) VALUES (?1, ?2)")?
+        .execute(params![version, change])?;
+    if version % crate::CHANGES_PRUNED_EVERY == 0 {
+        prune_changes(tx, version - crate::CHANGES_KEPT)?;
+    }
+    Ok(version)
+}
+
+/// Deletes the change log's entries up to `upto` (inside `tx`); returns how many.
+fn prune_changes(tx: &Connection, upto: i64) -> rusqlite::Result<usize> {
+    tx.prepare_cached("DELETE FROM state_changes WHERE version <= ?1")?
+        .execute([upto])
 }
 
 fn read_state_version(conn: &Connection) -> rusqlite::Result<i64> {
@@ -1020,6 +1068,7 @@ impl StateStore for SqliteStore {
 
     async fn write(&self, write: StateWrite<'_>, audit: Option<&AuditEntry>) -> StoreResult<bool> {
         let put = |done: StoreResult<()>| done.map(|()| true);
+        let audit = WriteRecords::of(&write, audit)?;
         match write {
             StateWrite::PutConnector(c, component) => {
                 put(self.put_connector_audited(c, component, audit).await)
@@ -1093,7 +1142,7 @@ impl SqliteStore {
         &self,
         connector: &ConnectorRecord,
         component: &[u8],
-        audit: Option<&AuditEntry>,
+        audit: WriteRecords<'_>,
     ) -> StoreResult<()> {
         let c = connector.clone();
         let component = component.to_vec();
@@ -1106,7 +1155,7 @@ impl SqliteStore {
     async fn delete_connector_audited(
         &self,
         slug: &str,
-        audit: Option<&AuditEntry>,
+        audit: WriteRecords<'_>,
     ) -> StoreResult<bool> {
         let slug = slug.to_owned();
         self.write_state("delete_connector", audit, move |tx| {
@@ -1132,7 +1181,7 @@ impl SqliteStore {
         component: &[u8],
         kept: &[(BindingRecord, GrantRecord)],
         removed: &[String],
-        audit: Option<&AuditEntry>,
+        audit: WriteRecords<'_>,
     ) -> StoreResult<()> {
         let c = connector.clone();
         let component = component.to_vec();
@@ -1154,7 +1203,7 @@ impl SqliteStore {
     async fn put_unit_audited(
         &self,
         unit: &UnitRecord,
-        audit: Option<&AuditEntry>,
+        audit: WriteRecords<'_>,
     ) -> StoreResult<()> {
         let u = unit.clone();
         self.write_state("put_unit", audit, move |tx| {
@@ -1172,7 +1221,7 @@ impl SqliteStore {
         .await
     }
 
-    async fn delete_unit_audited(&self, id: &str, audit: Option<&AuditEntry>) -> StoreResult<bool> {
+    async fn delete_unit_audited(&self, id: &str, audit: WriteRecords<'_>) -> StoreResult<bool> {
         let id = id.to_owned();
         self.write_state("delete_unit", audit, move |tx| {
             let db = |e| map_err("delete_unit", e);
@@ -1196,7 +1245,7 @@ impl SqliteStore {
     async fn put_agent_audited(
         &self,
         agent: &AgentRecord,
-        audit: Option<&AuditEntry>,
+        audit: WriteRecords<'_>,
     ) -> StoreResult<()> {
         let a = agent.clone();
         self.write_state("put_agent", audit, move |tx| {
@@ -1227,11 +1276,7 @@ impl SqliteStore {
         .await
     }
 
-    async fn delete_agent_audited(
-        &self,
-        id: &str,
-        audit: Option<&AuditEntry>,
-    ) -> StoreResult<bool> {
+    async fn delete_agent_audited(&self, id: &str, audit: WriteRecords<'_>) -> StoreResult<bool> {
         let id = id.to_owned();
         self.write_state("delete_agent", audit, move |tx| {
             let db = |e| map_err("delete_agent", e);
@@ -1256,7 +1301,7 @@ impl SqliteStore {
         &self,
         binding: &BindingRecord,
         grant: &GrantRecord,
-        audit: Option<&AuditEntry>,
+        audit: WriteRecords<'_>,
     ) -> StoreResult<()> {
         let b = binding.clone();
         let g = grant.clone();
@@ -1268,7 +1313,7 @@ impl SqliteStore {
         &self,
         unit_id: &str,
         connector: &str,
-        audit: Option<&AuditEntry>,
+        audit: WriteRecords<'_>,
     ) -> StoreResult<bool> {
         let unit_id = unit_id.to_owned();
         let connector = connector.to_owned();
@@ -1281,7 +1326,7 @@ impl SqliteStore {
     async fn put_grant_audited(
         &self,
         grant: &GrantRecord,
-        audit: Option<&AuditEntry>,
+        audit: WriteRecords<'_>,
     ) -> StoreResult<()> {
         let g = grant.clone();
         self.write_state("put_grant", audit, move |tx| {
@@ -1295,7 +1340,7 @@ impl SqliteStore {
         subject: &Subject,
         tool: &str,
         provenance: &GrantProvenance,
-        audit: Option<&AuditEntry>,
+        audit: WriteRecords<'_>,
     ) -> StoreResult<bool> {
         let subject = subject.clone();
         let tool = tool.to_owned();
@@ -1317,7 +1362,7 @@ impl SqliteStore {
     async fn put_image_tools_audited(
         &self,
         record: &ImageToolsRecord,
-        audit: Option<&AuditEntry>,
+        audit: WriteRecords<'_>,
     ) -> StoreResult<()> {
         let r = record.clone();
         self.write_state("put_image_tools", audit, move |tx| {
@@ -1815,6 +1860,43 @@ impl ReplicaCoordination for SqliteStore {
             ))
         })?
     }
+
+    async fn foreign_writes(
+        &self,
+        applied: i64,
+        upto: i64,
+    ) -> StoreResult<Option<Vec<LoggedWrite>>> {
+        let op = "reading the change log";
+        let found = self
+            .read(op, move |conn| {
+                select_all(
+                    conn,
+                    op,
+                    "SELECT version, change FROM state_changes
+                     WHERE version > ?1 AND version <= ?2 ORDER BY version",
+                    [applied, upto],
+                    |r| {
+                        let db = |e| map_err(op, e);
+                        Ok((r.get(0).map_err(db)?, r.get(1).map_err(db)?))
+                    },
+                )
+            })
+            .await?;
+        let own = self.inner.own_versions.lock();
+        if applied < own.forgotten_through {
+            return Ok(None);
+        }
+        crate::foreign_entries(found, applied, upto, |v| own.contains(v))
+    }
+
+    async fn prune_changes(&self, upto: i64) -> StoreResult<u64> {
+        self.write("prune_changes", move |tx| {
+            prune_changes(tx, upto)
+                .map(|n| n as u64)
+                .map_err(|e| map_err("prune_changes", e))
+        })
+        .await
+    }
 }
 
 #[cfg(test)]
@@ -1870,6 +1952,32 @@ mod tests {
         // The oldest are forgotten (they would look foreign), the newest kept.
         assert_eq!(own.count_in(-1, 18), 0);
         assert_eq!(own.count_in(-1, 20), 1);
+        assert!(!own.contains(18) && own.contains(20) && !own.contains(21));
+        assert_eq!(own.forgotten_through, 18);
+    }
+
+    /// A handle that forgot whether versions were its own cannot tell which of them to
+    /// replay: it answers "reload" for a range starting before them.
+    #[tokio::test]
+    async fn a_handle_that_forgot_its_own_versions_reads_no_change_log_before_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("host.db");
+        let (ours, theirs) = (
+            SqliteStore::open(&path).unwrap(),
+            SqliteStore::open(&path).unwrap(),
+        );
+        ours.put_unit(&unit("u1", None)).await.unwrap();
+        theirs.put_unit(&unit("u2", None)).await.unwrap();
+        assert_eq!(
+            ours.foreign_writes(0, 2).await.unwrap().map(|w| w.len()),
+            Some(1)
+        );
+        ours.inner.own_versions.lock().forgotten_through = 1;
+        assert_eq!(ours.foreign_writes(0, 2).await.unwrap(), None);
+        assert_eq!(
+            ours.foreign_writes(1, 2).await.unwrap().map(|w| w.len()),
+            Some(1)
+        );
     }
 
     #[tokio::test]

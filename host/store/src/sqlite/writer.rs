@@ -41,8 +41,9 @@ pub(super) const MAX_GROUP: usize = 256;
 /// and answers once the group's fate is known.
 pub(super) struct Job {
     op: &'static str,
-    /// Also bump the state version (a change to connectors, units, ... ).
-    bump: bool,
+    /// A change to the state (connectors, units, ...): also bump the state version and
+    /// keep this change-log entry under it.
+    change: Option<String>,
     write: Box<dyn PendingWrite>,
 }
 
@@ -105,7 +106,7 @@ impl Job {
     /// A job running `f`, whose answer goes to `reply`.
     pub(super) fn new<T, F>(
         op: &'static str,
-        bump: bool,
+        change: Option<String>,
         f: F,
         reply: tokio::sync::oneshot::Sender<StoreResult<T>>,
     ) -> Job
@@ -115,7 +116,7 @@ impl Job {
     {
         Job {
             op,
-            bump,
+            change,
             write: Box::new(Typed {
                 op,
                 f: Some(f),
@@ -197,8 +198,8 @@ fn run_group(inner: &Inner, jobs: Vec<Job>) -> Vec<Job> {
             }
         }
         let mut ok = job.write.run(&tx);
-        if ok && job.bump {
-            match bump_state_version(&tx) {
+        if let (true, Some(change)) = (ok, &job.change) {
+            match bump_state_version(&tx, change) {
                 Ok(version) => versions.push(version),
                 Err(e) => {
                     job.write.fail(map_err(job.op, e));
