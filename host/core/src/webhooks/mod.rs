@@ -1378,7 +1378,9 @@ mod tests {
         assert!(!reading.take(e, 41 * MIB).await);
     }
 
-    #[tokio::test]
+    /// On tokio's paused clock: the waits are the reader's own timers, measured exactly
+    /// whatever else loads the machine.
+    #[tokio::test(start_paused = true)]
     async fn a_body_within_its_share_waits_a_bounded_time_for_room() {
         const WAIT: Duration = Duration::from_millis(500);
         let reading = Arc::new(Reading::new(100 * MIB, WAIT));
