@@ -47,7 +47,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail};
+use anyhow::{anyhow, bail, Context as _};
 use axum::routing::post;
 use axum::{Json, Router};
 use bytes::Bytes;
@@ -217,7 +217,7 @@ struct Beside {
 impl Beside {
     fn open(bench: &BenchHost) -> anyhow::Result<Arc<Beside>> {
         let db = bench.dir.path().join("host.db");
-        let store = SqliteStore::open(&db).map_err(|e| anyhow!("{}: {e}", db.display()))?;
+        let store = SqliteStore::open(&db).with_context(|| db.display().to_string())?;
         let runtime = ConnectorRuntime::new(RuntimeOptions {
             limits: GuestLimits::default(),
             cache_dir: None,
@@ -227,7 +227,7 @@ impl Beside {
         })?;
         let hostile = runtime
             .load(&hostile_wasm()?)
-            .map_err(|e| anyhow!("the hostile component: {e}"))?;
+            .context("the hostile component")?;
         Ok(Arc::new(Beside {
             store,
             runtime,
@@ -343,9 +343,8 @@ async fn call_tool_inprocess(host: &Host, limits: Limits) -> Run {
         let h = h.clone();
         async move {
             h.call_tool("a1", "acme.echo", json!({"message": "hi"}))
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
+                .await?;
+            Ok(())
         }
     })
     .await
@@ -415,16 +414,14 @@ async fn store_only(beside: &Arc<Beside>, body: &Bytes, prefix: &str, limits: Li
             let fresh = h
                 .store
                 .insert_delivery(&record, 7 * 24 * 3600, &bench_claim(), None)
-                .await
-                .map_err(|e| e.to_string())?;
+                .await?;
             if !fresh {
-                return Err("duplicate".into());
+                bail!("duplicate");
             }
             let m = message_record(&id, "bench.event", &payload, &record.received_at);
             h.store
                 .complete_delivery("hostile", &id, &[m], &["w0".to_string()], None)
-                .await
-                .map_err(|e| e.to_string())?;
+                .await?;
             Ok(())
         }
     })
@@ -461,20 +458,15 @@ async fn guest_only(
                         body,
                     },
                 )
-                .await
-                .map_err(|e| e.to_string())??;
+                .await?
+                .map_err(|refused| anyhow!("translate refused: {refused}"))?;
             for m in messages {
                 let binding = wit::Binding {
                     unit: "w0".into(),
                     config: r#"{"routes":["r1"]}"#.into(),
                 };
-                if !h
-                    .runtime
-                    .accept(&h.hostile, &bound, binding, m)
-                    .await
-                    .map_err(|e| e.to_string())?
-                {
-                    return Err("not accepted".into());
+                if !h.runtime.accept(&h.hostile, &bound, binding, m).await? {
+                    bail!("not accepted");
                 }
             }
             Ok(())
@@ -537,7 +529,7 @@ async fn webhook_steps(
             body,
             now,
         )
-        .map_err(|e| anyhow!("verify: {e}"))?;
+        .context("verify")?;
         verify.push(t.elapsed().as_nanos() as u64);
 
         let record = delivery_record(&id, body, headers.clone());
@@ -560,7 +552,7 @@ async fn webhook_steps(
                 },
             )
             .await
-            .map_err(|e| anyhow!("translate: {e}"))?
+            .context("translate")?
             .map_err(|e| anyhow!("translate refused: {e}"))?;
         translate.push(t.elapsed().as_nanos() as u64);
         let message = messages
@@ -581,7 +573,7 @@ async fn webhook_steps(
                 message.clone(),
             )
             .await
-            .map_err(|e| anyhow!("accept: {e}"))?;
+            .context("accept")?;
         accept.push(t.elapsed().as_nanos() as u64);
         if !accepted {
             bail!("accept said no");
@@ -685,7 +677,7 @@ fn main() -> anyhow::Result<()> {
     let tools = server.block_on(open_host(None))?;
     let token = server.block_on(async {
         tools.host.put_unit("u1", None, None).await?;
-        tools.host.put_agent("a1", &["u1".into()], None).await?;
+        tools.host.put_agent("a1", &["u1"], None).await?;
         tools.host.bind("u1", "acme", json!({})).await?;
         let t = tools.host.issue_agent_token("a1", Some(24 * 3600)).await?;
         anyhow::Ok(t.token)

@@ -23,7 +23,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail};
+use anyhow::{anyhow, bail, Context as _};
 use connector_host::config::{ConnectorSettings, HostConfig};
 use connector_host::webhooks::verify::github_signature;
 use connector_host::Host;
@@ -75,7 +75,7 @@ fn main() -> anyhow::Result<()> {
         .ok()
         .map(|v| v.parse::<usize>())
         .transpose()
-        .map_err(|e| anyhow!("MCP_EVENTS_N: {e}"))?
+        .context("MCP_EVENTS_N")?
         .unwrap_or(1000);
     if n == 0 {
         bail!("MCP_EVENTS_N must be > 0");

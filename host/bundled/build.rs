@@ -13,6 +13,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use anyhow::Context as _;
 use connector_guest_build::{build_components, rust_path_literal, write_if_changed, GuestSpec};
 use sha2::{Digest, Sha256};
 
@@ -48,12 +49,12 @@ fn main() -> anyhow::Result<()> {
     );
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     for (name, path) in &built {
-        let bytes = std::fs::read(path)
-            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+        let bytes =
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
         let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
         let embedded = out_dir.join(format!("{name}.wasm"));
         std::fs::write(&embedded, &bytes)
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", embedded.display()))?;
+            .with_context(|| format!("cannot write {}", embedded.display()))?;
         writeln!(
             code,
             "    ({name:?}, include_bytes!({}), {digest:?}),",

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use connector_host::cli::{self, Cli, CliError, Command};
 use connector_host::config::HostConfig;
-use connector_trace::export::Exporting;
+use connector_trace::export::{Exporting, SetupError};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -32,7 +32,7 @@ fn main() -> ExitCode {
     let exporting = match init_tracing(matches!(command, Command::Serve(_))) {
         Ok(exporting) => exporting,
         Err(e) => {
-            cli::print_err(&e);
+            cli::print_err(&connector_remote_answer::error_chain(&e));
             return ExitCode::from(2);
         }
     };
@@ -62,7 +62,7 @@ fn main() -> ExitCode {
 /// Logs go to stderr, filtered by `RUST_LOG` (default `info`). With `export`, spans go to
 /// the OTLP/HTTP collector the standard `OTEL_*` variables name, if they name one
 /// (CONTRACT §11); the spans never appear in the log lines.
-fn init_tracing(export: bool) -> Result<Option<Exporting>, String> {
+fn init_tracing(export: bool) -> Result<Option<Exporting>, SetupError> {
     let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     if let Ok(spans_off) = format!("{}=off", connector_trace::TARGET).parse() {
         filter = filter.add_directive(spans_off);
@@ -72,7 +72,7 @@ fn init_tracing(export: bool) -> Result<Option<Exporting>, String> {
         .with_ansi(std::io::stderr().is_terminal())
         .with_filter(filter);
     let exporting = match export {
-        true => Exporting::from_env().map_err(|e| e.to_string())?,
+        true => Exporting::from_env()?,
         false => None,
     };
     let spans = exporting.as_ref().map(Exporting::layer);
@@ -90,7 +90,7 @@ fn serve(args: cli::ServeArgs) -> Result<(), CliError> {
     block_on(async move {
         cli::serve::run(config)
             .await
-            .map_err(|e| CliError::failed(format!("{e:#}")))
+            .map_err(|e| CliError::failed(connector_remote_answer::error_chain(&*e)))
     })
 }
 

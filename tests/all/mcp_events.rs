@@ -594,6 +594,9 @@ async fn an_event_sent_to_one_replica_reaches_a_client_of_another_within_a_secon
     let Some(pg) = integration_tests::postgres::require_postgres() else {
         return;
     };
+    // A latency bound (the store's 250 ms poll and the round trips): measured alone, so
+    // no flood or build of another test stretches it.
+    let _alone = integration_tests::harness::machine_load().await;
     let url = pg.fresh_database("mcp_events").expect("database");
     let (servers, _dirs) = crate::replicas::replicas(2, &url, &[]).await;
     let client = reqwest::Client::new();

@@ -1192,8 +1192,8 @@ fn served(host: &connector_host::Host, units: &[&str], agents: &[&str]) -> Value
         "units": to!(host.list_units()),
         "agents": to!(host.list_agents()),
         "bindings": to!(host.all_bindings()),
-        "unit_views": units.iter().map(|u| json(host.unit(u).map(|v| to!(v)))).collect::<Vec<_>>(),
-        "agent_views": agents.iter().map(|a| json(host.agent(a).map(|v| to!(v)))).collect::<Vec<_>>(),
+        "unit_views": units.iter().map(|u| json(host.unit(*u).map(|v| to!(v)))).collect::<Vec<_>>(),
+        "agent_views": agents.iter().map(|a| json(host.agent(*a).map(|v| to!(v)))).collect::<Vec<_>>(),
         "grants": agents.iter().map(|a| to!(host.explicit_grants(&agent(a)))).collect::<Vec<_>>(),
         "tools": agents.iter().map(|a| json(host.effective_tools(&agent(a))
             .map(|t| to!(t.iter().map(|t| t.name().to_string()).collect::<Vec<_>>())))).collect::<Vec<_>>(),
@@ -1251,7 +1251,7 @@ async fn every_kind_of_write_is_caught_up<F>(
             "put ada",
             Box::pin(async {
                 writer
-                    .put_agent("ada", &["team".into(), "other".into()], Some("Ada"))
+                    .put_agent("ada", &["team", "other"], Some("Ada"))
                     .await
                     .map(drop)
                     .unwrap()
@@ -1261,7 +1261,7 @@ async fn every_kind_of_write_is_caught_up<F>(
             "put bob",
             Box::pin(async {
                 writer
-                    .put_agent("bob", &["team".into()], None)
+                    .put_agent("bob", &["team"], None)
                     .await
                     .map(drop)
                     .unwrap()

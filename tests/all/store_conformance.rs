@@ -99,6 +99,33 @@ mod postgres {
         assert_ne!(all, "0", "no migration recorded");
     }
 
+    /// PostgreSQL only: grants keep their provenance as the text earlier versions wrote
+    /// (`explicit`, `connector:<slug>`): such rows read back, and what is written now is
+    /// that same text.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn grant_provenance_keeps_its_stored_text() {
+        use connector_store_testing::fixtures::{
+            earlier_grants_read_back, populate_bound, EARLIER_GRANT_ROWS,
+        };
+        let Some(pg) = require_postgres() else { return };
+        let url = pg.fresh_database("provenance").expect("a fresh database");
+        let db = url.rsplit('/').next().expect("database name");
+        let store = PostgresStore::connect(&url)
+            .await
+            .expect("the database opens");
+        populate_bound(&store).await;
+        pg.psql(db, EARLIER_GRANT_ROWS)
+            .expect("rows as an earlier version wrote them");
+        earlier_grants_read_back(&store).await;
+        let stored = pg
+            .psql(
+                db,
+                "SELECT provenance FROM grants WHERE subject_id = 'team' ORDER BY ord",
+            )
+            .expect("psql");
+        assert_eq!(stored.trim(), "connector:acme");
+    }
+
     /// PostgreSQL only: with stale writes refused, a write on top of another handle's
     /// unseen change is refused and writes nothing; once a reload is applied it goes
     /// through (loading alone is not enough).

@@ -9,9 +9,7 @@ use std::sync::Arc;
 use connector_host::grants::Directory;
 use connector_host::registry::InstalledConnector;
 use connector_model::connector::{Connector, ToolInfo};
-use connector_model::records::{
-    AgentRecord, BindingRecord, GrantRecord, Snapshot, Subject, UnitRecord,
-};
+use connector_model::records::{AgentRecord, BindingRecord, GrantRecord, Snapshot, UnitRecord};
 use connector_runtime::{ConnectorRuntime, GuestLimits, RuntimeOptions};
 use serde_json::json;
 
@@ -52,7 +50,7 @@ pub fn chain(
     for i in 0..BINDINGS {
         let ns = format!("ns{i:03}");
         let info = Connector {
-            slug: format!("c{i:03}"),
+            slug: format!("c{i:03}").parse().expect("a slug"),
             tool_namespace: ns.clone(),
             display_name: display_name(&ns, i),
             description: String::new(),
@@ -81,21 +79,20 @@ pub fn chain(
     }
     for i in 0..BINDINGS {
         let unit = format!("u{:02}", i % DEPTH);
-        let slug = format!("c{i:03}");
+        let slug: connector_model::ids::Slug = format!("c{i:03}").parse().expect("a slug");
         snapshot.bindings.push(BindingRecord {
             unit_id: unit.clone(),
-            connector: slug.clone(),
+            connector: slug.to_string(),
             config: json!({}),
             routing_keys: vec![],
             bound_at: "2026-01-01T00:00:00Z".into(),
         });
-        snapshot.grants.push(GrantRecord {
-            subject: Subject::Unit(unit),
-            tool: format!("ns{i:03}.*"),
-            namespace: format!("ns{i:03}"),
-            provenance: format!("connector:{slug}"),
-            created_at: "2026-01-01T00:00:00Z".into(),
-        });
+        snapshot.grants.push(GrantRecord::of_binding(
+            &unit,
+            &slug,
+            &format!("ns{i:03}"),
+            "2026-01-01T00:00:00Z".into(),
+        ));
     }
     snapshot.agents.push(AgentRecord {
         id: "agent".into(),

@@ -72,6 +72,57 @@ fn probed(value: &Value) -> Value {
     }
 }
 
+/// A [`MASK`] submitted at a secret place with no stored value to stand for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct UnbackedMask {
+    /// Its place, as a JSON pointer (empty: the value itself).
+    path: String,
+    /// Whether it is in a list entry that is not the one shown (added, removed, moved or
+    /// changed), which is why nothing stands behind it.
+    entry_changed: bool,
+}
+
+impl UnbackedMask {
+    /// The same place, told relative to `prefix` (the field a form box holds).
+    fn within(&self, prefix: &str) -> String {
+        let place = match self.path.strip_prefix(prefix) {
+            Some("") => "here".to_string(),
+            Some(rest) if rest.starts_with('/') => format!("at `{rest}`"),
+            _ => self.place(),
+        };
+        self.told(&place)
+    }
+
+    fn place(&self) -> String {
+        format!(
+            "at `{}`",
+            if self.path.is_empty() {
+                "/"
+            } else {
+                &self.path
+            }
+        )
+    }
+
+    fn told(&self, place: &str) -> String {
+        let mut text = format!(
+            "`{MASK}` {place} stands for a stored secret, but none is stored there: type the value"
+        );
+        if self.entry_changed {
+            text.push_str(
+                " (a list entry added, removed, moved or changed keeps no stored secret)",
+            );
+        }
+        text
+    }
+}
+
+impl std::fmt::Display for UnbackedMask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.told(&self.place()))
+    }
+}
+
 /// Puts the stored secrets back into a submitted JSON value: a [`MASK`] at a place the
 /// stored config was shown masked stands for what `stored` holds there. List entries are
 /// matched by position only while the list is as it was shown (same length, the entry
@@ -84,7 +135,7 @@ fn restore_secrets(
     submitted: &mut Value,
     stored: Option<&Value>,
     path: &str,
-) -> Result<(), String> {
+) -> Result<(), UnbackedMask> {
     let stored = stored.filter(|v| !v.is_null());
     let shown = stored.map(|s| masked(schema, s));
     let places = masked(schema, &probed(submitted));
@@ -97,18 +148,17 @@ fn restore_at(
     shown: Option<&Value>,
     stored: Option<&Value>,
     path: &str,
-) -> Result<(), String> {
+) -> Result<(), UnbackedMask> {
     if submitted.as_str() == Some(MASK) {
         if let (Some(MASK), Some(v)) = (shown.and_then(Value::as_str), stored) {
             *submitted = v.clone();
             return Ok(());
         }
         if places.as_str() == Some(MASK) {
-            return Err(format!(
-                "`{MASK}` at `{}` stands for a stored secret, but none is stored there: \
-                 type the value",
-                if path.is_empty() { "/" } else { path }
-            ));
+            return Err(UnbackedMask {
+                path: path.to_string(),
+                entry_changed: false,
+            });
         }
         // A literal `***` where nothing is secret: kept as typed.
         return Ok(());
@@ -146,11 +196,9 @@ fn restore_at(
                     None => (None, None),
                 };
                 let at = format!("{path}/{i}");
-                restore_at(v, place, sh, st, &at).map_err(|e| match stored {
-                    Some(_) if was_shown.is_none() => format!(
-                        "{e} (a list entry added, removed, moved or changed keeps no stored secret)"
-                    ),
-                    _ => e,
+                restore_at(v, place, sh, st, &at).map_err(|mut e| {
+                    e.entry_changed |= stored.is_some() && was_shown.is_none();
+                    e
                 })?;
             }
             Ok(())
@@ -310,7 +358,8 @@ pub fn config_from_form(
         };
         let mut config: Value =
             serde_json::from_str(text).map_err(|e| whole_error(format!("not valid JSON: {e}")))?;
-        restore_secrets(schema, &mut config, previous, "").map_err(whole_error)?;
+        restore_secrets(schema, &mut config, previous, "")
+            .map_err(|e| whole_error(e.to_string()))?;
         return Ok(config);
     }
     let mut config = Map::new();
@@ -357,10 +406,7 @@ pub fn config_from_form(
                     let prefix = format!("/{}", field.name);
                     restore_secrets(schema, &mut one, previous, "")
                         .map(|()| one.get_mut(&field.name).map(Value::take))
-                        .map_err(|e| {
-                            e.replace(&format!("at `{prefix}`"), "here")
-                                .replace(&format!("at `{prefix}/"), "at `/")
-                        })
+                        .map_err(|e| e.within(&prefix))
                 }
                 Err(e) => Err(format!("not valid JSON: {e}")),
             },
@@ -617,7 +663,10 @@ mod tests {
             let errors = config_from_form(&schema, &pairs(&[("f.auth", sent)]), previous.as_ref())
                 .expect_err("a mask with nothing stored");
             assert_eq!(errors[0].field.as_deref(), Some("auth"));
-            assert!(errors[0].message.contains("/token"), "{errors:?}");
+            assert_eq!(
+                errors[0].message,
+                "`***` at `/token` stands for a stored secret, but none is stored there: type the value"
+            );
         }
         for sent in [
             // the second entry, moved first
@@ -628,6 +677,15 @@ mod tests {
             let errors = config_from_form(&schema, &pairs(&[("f.mirrors", sent)]), Some(&stored))
                 .expect_err(sent);
             assert_eq!(errors[0].field.as_deref(), Some("mirrors"), "{errors:?}");
+            assert!(
+                errors[0]
+                    .message
+                    .starts_with("`***` at `/0/key` stands for a stored secret")
+                    && errors[0].message.ends_with(
+                        " (a list entry added, removed, moved or changed keeps no stored secret)"
+                    ),
+                "{errors:?}"
+            );
         }
         // A whole-config form (no properties) restores by the same rule.
         let loose = json!({"type": "object", "additionalProperties": {

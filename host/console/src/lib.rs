@@ -640,13 +640,11 @@ pub fn tools_page(
     };
     match subject {
         Subject::Unit(id) => {
-            connector_model::ids::check_id("unit", id)?;
             host.unit(id)?;
             let tools = host.effective_tools(subject)?;
             Ok(pages::unit_tools_with(csrf, id, &tools, &extras))
         }
         Subject::Agent(id) => {
-            connector_model::ids::check_id("agent", id)?;
             let tools = host.effective_tools(subject)?;
             Ok(pages::agent_tools_with(csrf, id, &tools, &extras))
         }

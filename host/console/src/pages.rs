@@ -1409,7 +1409,7 @@ mod tests {
             "apiKey": {"type": "string", "format": "password"}
         }});
         let c = Connector {
-            slug: "c".into(),
+            slug: "c".parse().expect("a slug"),
             tool_namespace: "c".into(),
             display_name: "C".into(),
             description: String::new(),
@@ -1441,7 +1441,7 @@ mod tests {
 
     fn connector_with_schema(schema: Value) -> Connector {
         Connector {
-            slug: "c".into(),
+            slug: "c".parse().expect("a slug"),
             tool_namespace: "c".into(),
             display_name: "C".into(),
             description: String::new(),

@@ -165,7 +165,7 @@ mod tests {
 
     fn connector(slug: &str, schema: Value) -> Connector {
         Connector {
-            slug: slug.into(),
+            slug: slug.parse().expect("a slug"),
             tool_namespace: slug.replace('-', "_"),
             display_name: slug.into(),
             description: String::new(),

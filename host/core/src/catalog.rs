@@ -23,10 +23,9 @@ use crate::state::{PreparedConnectors, State, StateChange};
 use crate::trust::{check_pinned, tool_changes, ToolChange};
 use connector_model::connector::{Connector, SOURCE_BUNDLED, SOURCE_UPLOAD};
 use connector_model::error::{ErrorCode, HostError, HostResult};
-use connector_model::ids::{now_rfc3339, truncate};
-use connector_model::provenance::connector_provenance;
+use connector_model::ids::{now_rfc3339, truncate, Slug};
 use connector_model::records::{BindingRecord, ConnectorRecord, GrantRecord, Snapshot, Subject};
-use connector_runtime::{ConnectorRuntime, GuestError, LoadError, OutboundPolicy, Sandbox};
+use connector_runtime::{ConnectorRuntime, GuestError, OutboundPolicy, Sandbox};
 
 /// Whether a write created something or replaced it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +102,23 @@ pub(crate) enum Preparing {
     /// From the description stored with it, its component loaded in the background (a
     /// replica catching up).
     Described,
+}
+
+/// Why a stored connector could not be prepared on this host (it stays stored).
+#[derive(Debug, thiserror::Error)]
+enum UnpreparedRecord {
+    /// Its component does not load or describe itself here.
+    #[error(transparent)]
+    Install(#[from] InstallError),
+    /// The database did not answer.
+    #[error(transparent)]
+    Store(#[from] connector_store::StoreError),
+    /// Its component was replaced since the record was read.
+    #[error("its component ({digest}) is no longer stored (replaced meanwhile)")]
+    Replaced {
+        /// The digest the record names.
+        digest: String,
+    },
 }
 
 /// How long loading a described connector's component ahead of its first call may take.
@@ -343,39 +359,29 @@ impl Catalog {
             let (state, runtime) = (state.clone(), Arc::clone(&runtime));
             let (slug, digest) = (slug.clone(), digest.clone());
             Box::pin(async move {
-                let lasting = |e: LoadError| LoadFailure {
-                    message: e.to_string(),
-                    lasting: true,
-                };
                 if let Some(cached) = runtime.load_cached(&digest).await {
-                    return cached.map_err(lasting);
+                    return Ok(cached?);
                 }
-                let state = state.upgrade().ok_or_else(|| LoadFailure {
-                    message: "the host is shutting down".into(),
-                    lasting: false,
-                })?;
+                let state = state.upgrade().ok_or(LoadFailure::ShuttingDown)?;
                 let bytes = state
                     .stored_component(&slug, &digest)
-                    .await
-                    .map_err(|e| LoadFailure {
-                        message: e.to_string(),
-                        lasting: false,
-                    })?
-                    .ok_or_else(|| LoadFailure {
-                        message: format!("its component ({digest}) is no longer stored"),
-                        lasting: true,
+                    .await?
+                    .ok_or_else(|| LoadFailure::NoLongerStored {
+                        digest: digest.clone(),
                     })?;
-                runtime
+                Ok(runtime
                     .load_off_thread(Arc::from(bytes), Some(&digest))
-                    .await
-                    .map_err(lasting)
+                    .await?)
             })
         })
     }
 
     /// Prepares one stored connector now: from the cache by digest, else from its stored
     /// bytes.
-    async fn prepare_record(&self, record: &ConnectorRecord) -> Result<InstalledConnector, String> {
+    async fn prepare_record(
+        &self,
+        record: &ConnectorRecord,
+    ) -> Result<InstalledConnector, UnpreparedRecord> {
         let mut prepared = self.prepare_record_component(record).await?;
         let stored: Option<Connector> = record
             .manifest
@@ -393,26 +399,21 @@ impl Catalog {
     async fn prepare_record_component(
         &self,
         record: &ConnectorRecord,
-    ) -> Result<InstalledConnector, String> {
+    ) -> Result<InstalledConnector, UnpreparedRecord> {
         let registry = self.state.registry();
         if let Some(cached) = registry.prepare_cached(&record.digest).await {
-            return cached.map_err(|e| e.to_string());
+            return Ok(cached?);
         }
         let bytes = self
             .state
             .stored_component(&record.slug, &record.digest)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| {
-                format!(
-                    "its component ({}) is no longer stored (replaced meanwhile)",
-                    record.digest
-                )
+            .await?
+            .ok_or_else(|| UnpreparedRecord::Replaced {
+                digest: record.digest.clone(),
             })?;
-        registry
+        Ok(registry
             .prepare_known(Arc::from(bytes), &record.digest)
-            .await
-            .map_err(|e| e.to_string())
+            .await?)
     }
 
     /// Prepares an install (a new slug) or a rotation of an installed one (same slug, new
@@ -631,7 +632,7 @@ impl Catalog {
             .with_details(json!({"bindings": broken.iter().map(|(_, why)| why.clone()).collect::<Vec<_>>()})));
         }
         let record = ConnectorRecord {
-            slug: slug.clone(),
+            slug: slug.to_string(),
             namespace: prepared.info().tool_namespace.clone(),
             digest: prepared.info().digest.clone(),
             bundled: *bundled,
@@ -693,22 +694,15 @@ impl Catalog {
 pub(crate) fn binding_grant(
     dir: &Directory,
     unit: &str,
-    slug: &str,
+    slug: &Slug,
     namespace: &str,
 ) -> GrantRecord {
-    let provenance = connector_provenance(slug);
     let existing = dir
         .grants_of(&Subject::Unit(unit.to_string()))
         .iter()
-        .find(|g| g.provenance == provenance)
+        .find(|g| g.provenance.connector() == Some(slug.as_str()))
         .map(|g| g.created_at.clone());
-    GrantRecord {
-        subject: Subject::Unit(unit.to_string()),
-        tool: format!("{namespace}.*"),
-        namespace: namespace.to_string(),
-        provenance,
-        created_at: existing.unwrap_or_else(now_rfc3339),
-    }
+    GrantRecord::of_binding(unit, slug, namespace, existing.unwrap_or_else(now_rfc3339))
 }
 
 pub(crate) fn violations_json(v: &[SchemaViolation]) -> Value {
@@ -739,15 +733,19 @@ mod tests {
     #[test]
     fn a_binding_grant_keeps_the_time_of_the_one_it_replaces() {
         let mut dir = Directory::default();
-        let first = binding_grant(&dir, "u", "acme", "acme");
+        let acme = Slug::parse("acme").expect("a slug");
+        let first = binding_grant(&dir, "u", &acme, "acme");
         assert_eq!(first.tool, "acme.*");
-        assert_eq!(first.provenance, "connector:acme");
+        assert_eq!(
+            first.provenance,
+            "connector:acme".parse().expect("a provenance")
+        );
         let old = GrantRecord {
             created_at: "2020-01-01T00:00:00Z".into(),
             ..first
         };
         dir.put_grant(old);
-        let again = binding_grant(&dir, "u", "acme", "acme2");
+        let again = binding_grant(&dir, "u", &acme, "acme2");
         assert_eq!(again.created_at, "2020-01-01T00:00:00Z");
         assert_eq!(again.tool, "acme2.*");
     }

@@ -16,10 +16,10 @@ use crate::grants::{Directory, ResolvedTools};
 use crate::state::{State, StateChange};
 use connector_model::connector::{is_namespace, is_tool_id};
 use connector_model::error::{ErrorCode, HostError, HostResult};
-use connector_model::ids::{check_id, now_rfc3339, truncate};
-use connector_model::provenance::{connector_provenance, EXPLICIT};
+use connector_model::ids::{now_rfc3339, truncate, AgentId, ToolId, UnitId};
+use connector_model::provenance::GrantProvenance;
 use connector_model::records::{
-    AgentRecord, BindingRecord, GrantRecord, ImageToolsRecord, Subject, UnitRecord,
+    whole_namespace, AgentRecord, BindingRecord, GrantRecord, ImageToolsRecord, Subject, UnitRecord,
 };
 
 /// The contract's `Unit` object.
@@ -83,7 +83,7 @@ impl From<&GrantRecord> for GrantView {
         Self {
             tool: g.tool.clone(),
             namespace: g.namespace.clone(),
-            provenance: g.provenance.clone(),
+            provenance: g.provenance.to_string(),
             created_at: g.created_at.clone(),
         }
     }
@@ -251,6 +251,38 @@ fn mask_with(schemas: &[&Value], config: &Value, depth: usize) -> Value {
 /// meanwhile.
 const BIND_ATTEMPTS: u32 = 3;
 
+/// An agent's units as a request names them, checked where they enter: at least one,
+/// each a unit id, none twice (first = primary).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AgentUnits(Vec<UnitId>);
+
+impl AgentUnits {
+    /// `units` checked in order (so the first problem found is the one told).
+    pub(crate) fn parse(units: &[impl AsRef<str>]) -> HostResult<Self> {
+        if units.is_empty() {
+            return Err(HostError::invalid_request(
+                "an agent must belong to at least one unit (`units` is empty)",
+            ));
+        }
+        let mut checked: Vec<UnitId> = Vec::with_capacity(units.len());
+        let mut seen = std::collections::HashSet::with_capacity(units.len());
+        for unit in units {
+            let unit = UnitId::parse(unit.as_ref())?;
+            if !seen.insert(unit.clone()) {
+                return Err(HostError::invalid_request(format!(
+                    "unit `{unit}` is listed twice in `units`"
+                )));
+            }
+            checked.push(unit);
+        }
+        Ok(Self(checked))
+    }
+
+    fn as_slice(&self) -> &[UnitId] {
+        &self.0
+    }
+}
+
 /// Units, agents, bindings, grants and image tools.
 pub(crate) struct DirectoryService {
     state: Arc<State>,
@@ -270,8 +302,7 @@ impl DirectoryService {
 
     /// The token epoch of agent `id` (see [`AgentRecord::token_epoch`]); `404` unless it
     /// exists.
-    pub(crate) fn token_epoch(&self, id: &str) -> HostResult<String> {
-        check_id("agent", id)?;
+    pub(crate) fn token_epoch(&self, id: &AgentId) -> HostResult<String> {
         self.state
             .directory()
             .agent(id)
@@ -289,8 +320,7 @@ impl DirectoryService {
     }
 
     /// Revokes every token minted for agent `id` so far: it gets a new token epoch.
-    pub(crate) async fn revoke_agent_tokens(&self, audit: &Audit, id: &str) -> HostResult<()> {
-        check_id("agent", id)?;
+    pub(crate) async fn revoke_agent_tokens(&self, audit: &Audit, id: &AgentId) -> HostResult<()> {
         self.state
             .write(audit, || {
                 let Some(agent) = self.state.directory().agent(id).cloned() else {
@@ -311,14 +341,10 @@ impl DirectoryService {
     pub(crate) async fn put_unit(
         &self,
         audit: &Audit,
-        id: &str,
-        parent: Option<&str>,
+        id: &UnitId,
+        parent: Option<&UnitId>,
         display_name: Option<&str>,
     ) -> HostResult<(UnitView, Written)> {
-        check_id("unit", id)?;
-        if let Some(p) = parent {
-            check_id("unit", p)?;
-        }
         let written = self
             .state
             .write(audit, || {
@@ -339,7 +365,7 @@ impl DirectoryService {
                 let existing = dir.unit(id);
                 let record = UnitRecord {
                     id: id.to_string(),
-                    parent: parent.map(str::to_string),
+                    parent: parent.map(UnitId::to_string),
                     display_name: display_name.map(str::to_string),
                     created_at: existing
                         .map(|u| u.created_at.clone())
@@ -355,8 +381,7 @@ impl DirectoryService {
     }
 
     /// A unit with its bindings and effective tools.
-    pub(crate) fn unit(&self, id: &str) -> HostResult<UnitView> {
-        check_id("unit", id)?;
+    pub(crate) fn unit(&self, id: &UnitId) -> HostResult<UnitView> {
         let dir = self.state.directory();
         let unit = dir
             .unit(id)
@@ -400,8 +425,7 @@ impl DirectoryService {
 
     /// Deletes a unit (its bindings are unbound and grants revoked); refused while it has
     /// children (`409 has_children`).
-    pub(crate) async fn delete_unit(&self, audit: &Audit, id: &str) -> HostResult<()> {
-        check_id("unit", id)?;
+    pub(crate) async fn delete_unit(&self, audit: &Audit, id: &UnitId) -> HostResult<()> {
         self.state
             .write(audit, || {
                 let dir = self.state.directory();
@@ -424,25 +448,11 @@ impl DirectoryService {
     pub(crate) async fn put_agent(
         &self,
         audit: &Audit,
-        id: &str,
-        units: &[String],
+        id: &AgentId,
+        units: &AgentUnits,
         display_name: Option<&str>,
     ) -> HostResult<(AgentView, Written)> {
-        check_id("agent", id)?;
-        if units.is_empty() {
-            return Err(HostError::invalid_request(
-                "an agent must belong to at least one unit (`units` is empty)",
-            ));
-        }
-        let mut seen = std::collections::HashSet::new();
-        for u in units {
-            check_id("unit", u)?;
-            if !seen.insert(u) {
-                return Err(HostError::invalid_request(format!(
-                    "unit `{u}` is listed twice in `units`"
-                )));
-            }
-        }
+        let units = units.as_slice();
         let written = self
             .state
             .write(audit, || {
@@ -455,7 +465,7 @@ impl DirectoryService {
                 let existing = dir.agent(id);
                 let record = AgentRecord {
                     id: id.to_string(),
-                    units: units.to_vec(),
+                    units: units.iter().map(UnitId::to_string).collect(),
                     display_name: display_name.map(str::to_string),
                     created_at: existing
                         .map(|a| a.created_at.clone())
@@ -475,8 +485,7 @@ impl DirectoryService {
     }
 
     /// An agent with its effective tools.
-    pub(crate) fn agent(&self, id: &str) -> HostResult<AgentView> {
-        check_id("agent", id)?;
+    pub(crate) fn agent(&self, id: &AgentId) -> HostResult<AgentView> {
         let dir = self.state.directory();
         let agent = dir
             .agent(id)
@@ -494,8 +503,7 @@ impl DirectoryService {
     }
 
     /// Deletes an agent with its explicit grants and image tools.
-    pub(crate) async fn delete_agent(&self, audit: &Audit, id: &str) -> HostResult<()> {
-        check_id("agent", id)?;
+    pub(crate) async fn delete_agent(&self, audit: &Audit, id: &AgentId) -> HostResult<()> {
         self.state
             .write(audit, || {
                 if self.state.directory().agent(id).is_none() {
@@ -515,11 +523,10 @@ impl DirectoryService {
     }
 
     fn binding_view(&self, dir: &Directory, b: &BindingRecord) -> BindingView {
-        let provenance = connector_provenance(&b.connector);
         let grants = dir
             .grants_of(&Subject::Unit(b.unit_id.clone()))
             .iter()
-            .filter(|g| g.provenance == provenance)
+            .filter(|g| g.provenance.connector() == Some(b.connector.as_str()))
             .map(GrantView::from)
             .collect();
         let config = match self.state.registry().get(&b.connector) {
@@ -545,11 +552,10 @@ impl DirectoryService {
     pub(crate) async fn bind(
         &self,
         audit: &Audit,
-        unit: &str,
+        unit: &UnitId,
         slug: &str,
         config: Value,
     ) -> HostResult<(BindingView, Written)> {
-        check_id("unit", unit)?;
         if self.state.directory().unit(unit).is_none() {
             return Err(HostError::not_found(format!(
                 "unit `{unit}` does not exist"
@@ -583,7 +589,7 @@ impl DirectoryService {
                             .map(|b| b.bound_at.clone())
                             .unwrap_or_else(now_rfc3339),
                     };
-                    let grant = binding_grant(&dir, unit, slug, &namespace);
+                    let grant = binding_grant(&dir, unit, &connector.info().slug, &namespace);
                     Ok((
                         StateChange::PutBinding(record, grant),
                         Some(Written::from_existing(existing)),
@@ -606,8 +612,7 @@ impl DirectoryService {
     }
 
     /// The bindings of a unit.
-    pub(crate) fn bindings(&self, unit: &str) -> HostResult<Vec<BindingView>> {
-        check_id("unit", unit)?;
+    pub(crate) fn bindings(&self, unit: &UnitId) -> HostResult<Vec<BindingView>> {
         let dir = self.state.directory();
         if dir.unit(unit).is_none() {
             return Err(HostError::not_found(format!(
@@ -623,8 +628,7 @@ impl DirectoryService {
     }
 
     /// Unbinds: deletes the binding and exactly its grants in one transaction.
-    pub(crate) async fn unbind(&self, audit: &Audit, unit: &str, slug: &str) -> HostResult<()> {
-        check_id("unit", unit)?;
+    pub(crate) async fn unbind(&self, audit: &Audit, unit: &UnitId, slug: &str) -> HostResult<()> {
         self.state
             .write(audit, || {
                 if self.state.directory().binding(unit, slug).is_none() {
@@ -649,7 +653,6 @@ impl DirectoryService {
             Subject::Unit(id) => ("unit", id, dir.unit(id).is_some()),
             Subject::Agent(id) => ("agent", id, dir.agent(id).is_some()),
         };
-        check_id(kind, id)?;
         if exists {
             Ok(())
         } else {
@@ -664,9 +667,9 @@ impl DirectoryService {
         &self,
         audit: &Audit,
         subject: Subject,
-        tool_or_namespace: &str,
+        target: GrantTarget,
     ) -> HostResult<GrantView> {
-        let (tool, namespace) = parse_grant_target(tool_or_namespace)?;
+        let GrantTarget { tool, namespace } = target;
         self.state
             .write(audit, || {
                 // The subject is checked under the write lock: a unit or agent deleted
@@ -676,7 +679,7 @@ impl DirectoryService {
                     subject,
                     tool,
                     namespace,
-                    provenance: EXPLICIT.to_string(),
+                    provenance: GrantProvenance::Explicit,
                     created_at: now_rfc3339(),
                 };
                 let view = GrantView::from(&record);
@@ -690,9 +693,9 @@ impl DirectoryService {
         &self,
         audit: &Audit,
         subject: Subject,
-        tool_or_namespace: &str,
+        target: GrantTarget,
     ) -> HostResult<()> {
-        let (tool, _) = parse_grant_target(tool_or_namespace)?;
+        let GrantTarget { tool, .. } = target;
         self.state
             .write(audit, || {
                 let dir = self.state.directory();
@@ -700,7 +703,7 @@ impl DirectoryService {
                 let present = dir
                     .grants_of(&subject)
                     .iter()
-                    .any(|g| g.tool == tool && g.provenance == EXPLICIT);
+                    .any(|g| g.tool == tool && g.provenance == GrantProvenance::Explicit);
                 if !present {
                     return Err(HostError::not_found(format!(
                         "no explicit grant of `{tool}` exists on this subject"
@@ -709,7 +712,7 @@ impl DirectoryService {
                 let change = StateChange::DeleteGrant {
                     subject,
                     tool,
-                    provenance: EXPLICIT.to_string(),
+                    provenance: GrantProvenance::Explicit,
                 };
                 Ok((change, ()))
             })
@@ -720,11 +723,10 @@ impl DirectoryService {
     pub(crate) async fn put_image_tools(
         &self,
         audit: &Audit,
-        agent: &str,
+        agent: &AgentId,
         digest: &str,
         tools: Value,
     ) -> HostResult<Value> {
-        check_id("agent", agent)?;
         if self.state.directory().agent(agent).is_none() {
             return Err(HostError::not_found(format!(
                 "agent `{agent}` does not exist"
@@ -761,14 +763,13 @@ impl DirectoryService {
     pub(crate) async fn introspect_image_tools(
         &self,
         audit: &Audit,
-        agent: &str,
+        agent: &AgentId,
         url: &str,
     ) -> HostResult<Value> {
         /// The most of an image's answer that is read.
         const INTROSPECTION_MAX_BYTES: u64 = 8 * 1024 * 1024;
         /// How long the whole fetch (connect, answer, body) may take.
         const INTROSPECTION_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
-        check_id("agent", agent)?;
         if self.state.directory().agent(agent).is_none() {
             return Err(HostError::not_found(format!(
                 "agent `{agent}` does not exist"
@@ -840,21 +841,40 @@ impl DirectoryService {
     }
 }
 
-fn parse_grant_target(target: &str) -> HostResult<(String, String)> {
-    if let Some(ns) = target.strip_suffix(".*") {
-        if is_namespace(ns) {
-            return Ok((target.to_string(), ns.to_string()));
+/// What an explicit grant covers: one tool or a whole namespace, as a request names it
+/// (`github.create_issue`, `github`, `github.*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GrantTarget {
+    /// The tool id, or `<namespace>.*`.
+    tool: String,
+    /// The namespace it is in.
+    namespace: String,
+}
+
+impl GrantTarget {
+    /// `target` as a tool id or a namespace, or `400 invalid_request`.
+    pub(crate) fn parse(target: &str) -> HostResult<Self> {
+        let of = |tool: String, namespace: &str| {
+            Ok(GrantTarget {
+                tool,
+                namespace: namespace.to_string(),
+            })
+        };
+        if let Some(ns) = target.strip_suffix(".*") {
+            if is_namespace(ns) {
+                return of(target.to_string(), ns);
+            }
+        } else if is_namespace(target) {
+            return of(whole_namespace(target), target);
+        } else if let Ok(tool) = ToolId::parse(target) {
+            let ns = tool.split('.').next().unwrap_or_default().to_string();
+            return of(tool.into_string(), &ns);
         }
-    } else if is_namespace(target) {
-        return Ok((format!("{target}.*"), target.to_string()));
-    } else if is_tool_id(target) {
-        let ns = target.split('.').next().unwrap_or_default().to_string();
-        return Ok((target.to_string(), ns));
+        Err(HostError::invalid_request(format!(
+            "`{}` is neither a tool id (^[a-z][a-z0-9_]*(\\.[a-z][a-z0-9_]*)+$) nor a namespace",
+            truncate(target, 80)
+        )))
     }
-    Err(HostError::invalid_request(format!(
-        "`{}` is neither a tool id (^[a-z][a-z0-9_]*(\\.[a-z][a-z0-9_]*)+$) nor a namespace",
-        truncate(target, 80)
-    )))
 }
 
 fn validate_image_tools(tools: Value) -> HostResult<Value> {
@@ -941,7 +961,11 @@ mod tests {
 
     #[test]
     fn grant_targets_are_tools_or_namespaces() {
-        let parse = |t: &str| parse_grant_target(t).map_err(|e| e.code);
+        let parse = |t: &str| {
+            GrantTarget::parse(t)
+                .map(|t| (t.tool, t.namespace))
+                .map_err(|e| e.code)
+        };
         assert_eq!(
             parse("github.create_issue"),
             Ok(("github.create_issue".into(), "github".into()))

@@ -25,9 +25,10 @@ use connector_model::audit::{target, Actor};
 use connector_model::connector::is_tool_id;
 use connector_model::connector::{ToolAnnotations, ToolInfo};
 use connector_model::error::{ErrorCode, HandlerError, HostError, HostResult};
-use connector_model::ids::{check_id, truncate};
+use connector_model::ids::{truncate, AgentId, IntoId};
 use connector_model::records::Subject;
 use connector_model::tool_output::ToolOutput;
+use connector_remote_answer::error_chain;
 use connector_runtime::{wit, Caller};
 
 /// A handler of a platform tool an embedding platform registers.
@@ -134,14 +135,14 @@ impl ToolDispatcher {
     pub(crate) async fn call_tool(
         &self,
         actor: &Actor,
-        agent: &str,
+        agent: impl IntoId<AgentId>,
         tool: &str,
         arguments: Value,
     ) -> HostResult<ToolOutput> {
         let span = tracing::info_span!(
             target: connector_trace::TARGET,
             "tool call",
-            agent = truncate(agent, 128).as_str(),
+            agent = truncate(agent.as_ref(), 128).as_str(),
             tool = truncate(tool, 256).as_str(),
             connector = tracing::field::Empty,
             digest = tracing::field::Empty,
@@ -156,7 +157,7 @@ impl ToolDispatcher {
     async fn call_tool_recorded(
         &self,
         actor: &Actor,
-        agent: &str,
+        agent: impl IntoId<AgentId>,
         tool: &str,
         arguments: Value,
     ) -> HostResult<ToolOutput> {
@@ -164,10 +165,16 @@ impl ToolDispatcher {
         let started = Instant::now();
         let bytes_in = json_bytes(&arguments);
         let kept_arguments = self.audit.record_arguments().then(|| arguments.clone());
+        // As the caller named it: a refused id is recorded too.
+        let named = Value::String(agent.as_ref().to_owned());
         let mut connector = None;
-        let result = self
-            .call_tool_inner(agent, tool, arguments, &mut connector)
-            .await;
+        let result = match agent.into_id() {
+            Ok(agent) => {
+                self.call_tool_inner(&agent, tool, arguments, &mut connector)
+                    .await
+            }
+            Err(refused) => Err(refused),
+        };
         let m = &self.metrics;
         match &result {
             Ok(_) => m.tool_calls_ok.fetch_add(1, Ordering::Relaxed),
@@ -175,7 +182,7 @@ impl ToolDispatcher {
             Err(_) => m.tool_calls_rejected.fetch_add(1, Ordering::Relaxed),
         };
         let mut details = json!({
-            "agent": agent,
+            "agent": named,
             "durationMs": started.elapsed().as_millis() as u64,
             "bytesIn": bytes_in,
             "bytesOut": result.as_ref().map_or(0, output_bytes),
@@ -207,12 +214,11 @@ impl ToolDispatcher {
     /// once that is known.
     async fn call_tool_inner(
         &self,
-        agent: &str,
+        agent: &AgentId,
         tool: &str,
         arguments: Value,
         connector_of_call: &mut Option<(String, String)>,
     ) -> HostResult<ToolOutput> {
-        check_id("agent", agent)?;
         let subject = Subject::Agent(agent.to_string());
         let (tools, binding) = {
             let dir = self.state.directory();
@@ -259,7 +265,7 @@ impl ToolDispatcher {
                 let sandbox = self
                     .catalog
                     .sandbox(connector.slug(), binding.as_ref())
-                    .for_caller(Caller::Agent(Arc::from(agent)));
+                    .for_caller(Caller::Agent(Arc::from(agent.as_str())));
                 let ctx = wit::CallContext {
                     binding: wit::Binding { unit, config },
                     agent: Some(agent.to_string()),
@@ -273,12 +279,16 @@ impl ToolDispatcher {
                 };
                 match outcome {
                     Ok(Ok(output)) => connector.tool_output(tool, output).map_err(|refused| {
-                        let error = HostError::new(refused.code(), format!("connector `{}` returned {refused}", connector.slug()));
-                        match &refused {
+                        let error = HostError::new(
+                            refused.code(),
+                            format!("connector `{}` returned {}", connector.slug(), error_chain(&refused)),
+                        );
+                        let error = match &refused {
                             OutputRefused::BreaksSchema { violations, .. } => error
                                 .with_details(json!({"reason": "output_schema", "violations": violations_json(violations)})),
                             OutputRefused::Malformed(_) => error,
-                        }
+                        };
+                        error.with_source(refused)
                     }),
                     Ok(Err(wit::ToolError::Failed(msg))) => Err(HostError::new(ErrorCode::ToolFailed, msg)),
                     Ok(Err(wit::ToolError::Unauthorized(msg))) => {

@@ -2,7 +2,9 @@
 //!
 //! The HTTP API, the CLI and an embedding platform all go through this one type. It owns
 //! nothing itself: [`crate::startup`] opens the host's parts in order, and each call goes
-//! to the part that owns the rule.
+//! to the part that owns the rule. Ids enter here: a method takes a unit or agent id as
+//! its type or as text ([`IntoId`]), checks text once (inside the call's audit record, so
+//! a refused id is recorded like any refusal) and hands the parts the typed id.
 //!
 //! | part | owns |
 //! |---|---|
@@ -29,6 +31,7 @@ pub use crate::context::RuntimeContext;
 pub use crate::directory::{
     mask_secrets, AgentSummary, AgentView, BindingView, GrantView, UnitView,
 };
+use crate::directory::{AgentUnits, GrantTarget};
 pub use crate::dispatch::{Metrics, PlatformToolHandler};
 use crate::grants::ResolvedTools;
 pub use crate::inbox::{Message, MessagePage, MessageWatch};
@@ -45,7 +48,7 @@ use connector_model::connector::{Connector, ToolInfo};
 /// How a [`PlatformToolHandler`] reports a failure.
 pub use connector_model::error::HandlerError;
 use connector_model::error::HostResult;
-use connector_model::ids::truncate;
+use connector_model::ids::{truncate, AgentId, IntoId, UnitId};
 use connector_model::records::{
     BindingRecord, DeliveryRecord, DeliveryStatus, Subject, UnitRecord,
 };
@@ -200,15 +203,14 @@ impl Host {
     /// The token is answered only once its audit record (never the token) is committed.
     pub async fn issue_agent_token(
         &self,
-        id: &str,
+        id: impl IntoId<AgentId>,
         ttl_seconds: Option<u64>,
     ) -> HostResult<IssuedToken> {
-        let audit = self.audit("token.mint", target::agent(&truncate(id, 128)));
-        let issued = self
-            .parts
-            .directory
-            .token_epoch(id)
-            .and_then(|epoch| self.parts.credentials.issue(id, &epoch, ttl_seconds));
+        let audit = self.audit("token.mint", target::agent(&truncate(id.as_ref(), 128)));
+        let issued = id.into_id().and_then(|id| {
+            let epoch = self.parts.directory.token_epoch(&id)?;
+            self.parts.credentials.issue(&id, &epoch, ttl_seconds)
+        });
         let issued = self.parts.audit.outcome_of(&audit, issued).await?;
         let audit = audit.with_details(serde_json::json!({"expiresAt": issued.expires_at}));
         self.parts.audit.append(audit.entry("ok")).await?;
@@ -216,12 +218,12 @@ impl Host {
     }
 
     /// Revokes every token minted for agent `id` so far, on every replica.
-    pub async fn revoke_agent_tokens(&self, id: &str) -> HostResult<()> {
-        let audit = self.audit("token.revoke", target::agent(&truncate(id, 128)));
-        self.audited(
-            audit.clone(),
-            self.parts.directory.revoke_agent_tokens(&audit, id),
-        )
+    pub async fn revoke_agent_tokens(&self, id: impl IntoId<AgentId>) -> HostResult<()> {
+        let audit = self.audit("token.revoke", target::agent(&truncate(id.as_ref(), 128)));
+        self.audited(audit.clone(), async {
+            let id = id.into_id()?;
+            self.parts.directory.revoke_agent_tokens(&audit, &id).await
+        })
         .await
     }
 
@@ -283,85 +285,96 @@ impl Host {
     /// Creates or updates a unit.
     pub async fn put_unit(
         &self,
-        id: &str,
+        id: impl IntoId<UnitId>,
         parent: Option<&str>,
         display_name: Option<&str>,
     ) -> HostResult<(UnitView, Written)> {
-        let audit = self.audit("unit.put", target::unit(&truncate(id, 128)));
-        self.audited(
-            audit.clone(),
+        let audit = self.audit("unit.put", target::unit(&truncate(id.as_ref(), 128)));
+        self.audited(audit.clone(), async {
+            let id = id.into_id()?;
+            let parent = parent.map(UnitId::parse).transpose()?;
             self.parts
                 .directory
-                .put_unit(&audit, id, parent, display_name),
-        )
+                .put_unit(&audit, &id, parent.as_ref(), display_name)
+                .await
+        })
         .await
     }
 
     /// A unit with its bindings and effective tools.
-    pub fn unit(&self, id: &str) -> HostResult<UnitView> {
-        self.parts.directory.unit(id)
+    pub fn unit(&self, id: impl IntoId<UnitId>) -> HostResult<UnitView> {
+        self.parts.directory.unit(&id.into_id()?)
     }
 
     /// Deletes a unit with its bindings, grants and agent memberships; refused while it
     /// has children (`409 has_children`).
-    pub async fn delete_unit(&self, id: &str) -> HostResult<()> {
-        let audit = self.audit("unit.delete", target::unit(&truncate(id, 128)));
-        self.audited(audit.clone(), self.parts.directory.delete_unit(&audit, id))
-            .await
+    pub async fn delete_unit(&self, id: impl IntoId<UnitId>) -> HostResult<()> {
+        let audit = self.audit("unit.delete", target::unit(&truncate(id.as_ref(), 128)));
+        self.audited(audit.clone(), async {
+            let id = id.into_id()?;
+            self.parts.directory.delete_unit(&audit, &id).await
+        })
+        .await
     }
 
     /// Creates or updates an agent (`units`: first = primary).
     pub async fn put_agent(
         &self,
-        id: &str,
-        units: &[String],
+        id: impl IntoId<AgentId>,
+        units: &[impl AsRef<str>],
         display_name: Option<&str>,
     ) -> HostResult<(AgentView, Written)> {
+        let listed: Vec<&str> = units.iter().map(AsRef::as_ref).collect();
         let audit = self
-            .audit("agent.put", target::agent(&truncate(id, 128)))
-            .with_details(serde_json::json!({"units": units}));
-        self.audited(
-            audit.clone(),
+            .audit("agent.put", target::agent(&truncate(id.as_ref(), 128)))
+            .with_details(serde_json::json!({"units": listed}));
+        self.audited(audit.clone(), async {
+            let id = id.into_id()?;
+            let units = AgentUnits::parse(units)?;
             self.parts
                 .directory
-                .put_agent(&audit, id, units, display_name),
-        )
+                .put_agent(&audit, &id, &units, display_name)
+                .await
+        })
         .await
     }
 
     /// An agent with its effective tools.
-    pub fn agent(&self, id: &str) -> HostResult<AgentView> {
-        self.parts.directory.agent(id)
+    pub fn agent(&self, id: impl IntoId<AgentId>) -> HostResult<AgentView> {
+        self.parts.directory.agent(&id.into_id()?)
     }
 
     /// Deletes an agent with its explicit grants and image tools.
-    pub async fn delete_agent(&self, id: &str) -> HostResult<()> {
-        let audit = self.audit("agent.delete", target::agent(&truncate(id, 128)));
-        self.audited(audit.clone(), self.parts.directory.delete_agent(&audit, id))
-            .await
+    pub async fn delete_agent(&self, id: impl IntoId<AgentId>) -> HostResult<()> {
+        let audit = self.audit("agent.delete", target::agent(&truncate(id.as_ref(), 128)));
+        self.audited(audit.clone(), async {
+            let id = id.into_id()?;
+            self.parts.directory.delete_agent(&audit, &id).await
+        })
+        .await
     }
 
     /// Binds a connector to a unit (or replaces the binding's config).
     pub async fn bind(
         &self,
-        unit: &str,
+        unit: impl IntoId<UnitId>,
         slug: &str,
         config: Value,
     ) -> HostResult<(BindingView, Written)> {
         let audit = self.audit(
             "binding.put",
-            target::binding(&truncate(unit, 128), &truncate(slug, 128)),
+            target::binding(&truncate(unit.as_ref(), 128), &truncate(slug, 128)),
         );
-        self.audited(
-            audit.clone(),
-            self.parts.directory.bind(&audit, unit, slug, config),
-        )
+        self.audited(audit.clone(), async {
+            let unit = unit.into_id()?;
+            self.parts.directory.bind(&audit, &unit, slug, config).await
+        })
         .await
     }
 
     /// The bindings of a unit.
-    pub fn bindings(&self, unit: &str) -> HostResult<Vec<BindingView>> {
-        self.parts.directory.bindings(unit)
+    pub fn bindings(&self, unit: impl IntoId<UnitId>) -> HostResult<Vec<BindingView>> {
+        self.parts.directory.bindings(&unit.into_id()?)
     }
 
     /// Every binding of every unit.
@@ -401,20 +414,21 @@ impl Host {
     }
 
     /// Unbinds: deletes the binding and exactly its grants in one transaction.
-    pub async fn unbind(&self, unit: &str, slug: &str) -> HostResult<()> {
+    pub async fn unbind(&self, unit: impl IntoId<UnitId>, slug: &str) -> HostResult<()> {
         let audit = self.audit(
             "binding.delete",
-            target::binding(&truncate(unit, 128), &truncate(slug, 128)),
+            target::binding(&truncate(unit.as_ref(), 128), &truncate(slug, 128)),
         );
-        self.audited(
-            audit.clone(),
-            self.parts.directory.unbind(&audit, unit, slug),
-        )
+        self.audited(audit.clone(), async {
+            let unit = unit.into_id()?;
+            self.parts.directory.unbind(&audit, &unit, slug).await
+        })
         .await
     }
 
     /// The effective tools of a unit or agent.
     pub fn effective_tools(&self, subject: &Subject) -> HostResult<Arc<ResolvedTools>> {
+        check_subject(subject)?;
         self.parts.state.effective_tools(subject)
     }
 
@@ -428,24 +442,22 @@ impl Host {
     /// Grants a tool id or a whole namespace to a subject explicitly.
     pub async fn grant(&self, subject: Subject, tool_or_namespace: &str) -> HostResult<GrantView> {
         let audit = self.audit("grant.put", grant_target(&subject, tool_or_namespace));
-        self.audited(
-            audit.clone(),
-            self.parts
-                .directory
-                .grant(&audit, subject, tool_or_namespace),
-        )
+        self.audited(audit.clone(), async {
+            let target = GrantTarget::parse(tool_or_namespace)?;
+            check_subject(&subject)?;
+            self.parts.directory.grant(&audit, subject, target).await
+        })
         .await
     }
 
     /// Revokes an explicit grant.
     pub async fn revoke(&self, subject: Subject, tool_or_namespace: &str) -> HostResult<()> {
         let audit = self.audit("grant.delete", grant_target(&subject, tool_or_namespace));
-        self.audited(
-            audit.clone(),
-            self.parts
-                .directory
-                .revoke(&audit, subject, tool_or_namespace),
-        )
+        self.audited(audit.clone(), async {
+            let target = GrantTarget::parse(tool_or_namespace)?;
+            check_subject(&subject)?;
+            self.parts.directory.revoke(&audit, subject, target).await
+        })
         .await
     }
 
@@ -458,7 +470,7 @@ impl Host {
             .directory()
             .grants_of(subject)
             .iter()
-            .filter(|g| g.provenance == connector_model::provenance::EXPLICIT)
+            .filter(|g| g.provenance == connector_model::provenance::GrantProvenance::Explicit)
             .map(GrantView::from)
             .collect();
         grants.sort_by(|a, b| a.tool.cmp(&b.tool));
@@ -468,37 +480,50 @@ impl Host {
     /// Stores the tools an agent's image declares.
     pub async fn put_image_tools(
         &self,
-        agent: &str,
+        agent: impl IntoId<AgentId>,
         digest: &str,
         tools: Value,
     ) -> HostResult<Value> {
         let audit = self
-            .audit("image_tools.put", target::agent(&truncate(agent, 128)))
+            .audit(
+                "image_tools.put",
+                target::agent(&truncate(agent.as_ref(), 128)),
+            )
             .with_details(serde_json::json!({"digest": truncate(digest, 128)}));
-        self.audited(
-            audit.clone(),
+        self.audited(audit.clone(), async {
+            let agent = agent.into_id()?;
             self.parts
                 .directory
-                .put_image_tools(&audit, agent, digest, tools),
-        )
+                .put_image_tools(&audit, &agent, digest, tools)
+                .await
+        })
         .await
     }
 
     /// Fetches `GET {url}/a2a/tools` from an agent's image and stores the tools.
-    pub async fn introspect_image_tools(&self, agent: &str, url: &str) -> HostResult<Value> {
-        let audit = self.audit("image_tools.put", target::agent(&truncate(agent, 128)));
-        self.audited(
-            audit.clone(),
+    pub async fn introspect_image_tools(
+        &self,
+        agent: impl IntoId<AgentId>,
+        url: &str,
+    ) -> HostResult<Value> {
+        let audit = self.audit(
+            "image_tools.put",
+            target::agent(&truncate(agent.as_ref(), 128)),
+        );
+        self.audited(audit.clone(), async {
+            let agent = agent.into_id()?;
             self.parts
                 .directory
-                .introspect_image_tools(&audit, agent, url),
-        )
+                .introspect_image_tools(&audit, &agent, url)
+                .await
+        })
         .await
     }
 
     /// The env vars and files the container of `agent` starts with.
-    pub async fn runtime_context(&self, agent: &str) -> HostResult<RuntimeContext> {
-        crate::context::build(&self.parts.state, &self.parts.catalog, agent).await
+    pub async fn runtime_context(&self, agent: impl IntoId<AgentId>) -> HostResult<RuntimeContext> {
+        let agent = agent.into_id()?;
+        crate::context::build(&self.parts.state, &self.parts.catalog, &agent).await
     }
 
     // ----- tool calls ---------------------------------------------------------------
@@ -515,7 +540,7 @@ impl Host {
     /// Calls a tool on behalf of an agent: its structured result and content blocks.
     pub async fn call_tool(
         &self,
-        agent: &str,
+        agent: impl IntoId<AgentId>,
         tool: &str,
         arguments: Value,
     ) -> HostResult<crate::ToolOutput> {
@@ -644,38 +669,48 @@ impl Host {
     /// A page of a unit's inbox after `cursor`.
     pub async fn messages(
         &self,
-        unit: &str,
+        unit: impl IntoId<UnitId>,
         cursor: Option<&str>,
         limit: Option<u32>,
     ) -> HostResult<MessagePage> {
-        self.parts.inbox.page(unit, cursor, limit).await
+        let unit = unit.into_id()?;
+        self.parts.inbox.page(&unit, cursor, limit).await
     }
 
     /// A unit's messages with a cursor below `before` (the newest when `None`), newest
     /// first, at most `limit` (1 to 500).
     pub async fn newest_messages(
         &self,
-        unit: &str,
+        unit: impl IntoId<UnitId>,
         before: Option<i64>,
         limit: u32,
     ) -> HostResult<Vec<Message>> {
-        self.parts.inbox.newest(unit, before, limit).await
+        let unit = unit.into_id()?;
+        self.parts.inbox.newest(&unit, before, limit).await
     }
 
     /// A live subscription to a unit's inbox: every message after `cursor`, each exactly
     /// once, in order.
     pub fn subscribe(
         &self,
-        unit: &str,
+        unit: impl IntoId<UnitId>,
         cursor: Option<&str>,
     ) -> HostResult<impl Stream<Item = Message> + Send + 'static> {
-        self.parts.inbox.subscribe(unit, cursor)
+        self.parts.inbox.subscribe(&unit.into_id()?, cursor)
     }
 
     /// Watches the inboxes of `units` for messages stored from now on (here, or by
     /// another replica): what MCP resource subscriptions are pushed from.
-    pub async fn watch_messages(&self, units: Vec<String>) -> HostResult<MessageWatch> {
+    pub async fn watch_messages(&self, units: Vec<UnitId>) -> HostResult<MessageWatch> {
         self.parts.inbox.watch(units).await
+    }
+}
+
+/// Checks the id a [`Subject`] names (`400 invalid_request` as for any id).
+fn check_subject(subject: &Subject) -> HostResult<()> {
+    match subject {
+        Subject::Unit(id) => UnitId::parse(id).map(drop),
+        Subject::Agent(id) => AgentId::parse(id).map(drop),
     }
 }
 

@@ -19,7 +19,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::state::State;
 use connector_model::error::{HostError, HostResult};
-use connector_model::ids::check_id;
+use connector_model::ids::UnitId;
 use connector_model::records::MessageRecord;
 use connector_store::Store;
 
@@ -113,13 +113,13 @@ impl Inbox {
     /// that received messages since it last answered. It wakes on the same commit signal
     /// as [`Inbox::subscribe`] (at once for messages stored by this process) and, when
     /// others write too, re-reads the store at least every [`SHARED_INBOX_POLL`].
-    pub(crate) async fn watch(&self, units: Vec<String>) -> HostResult<MessageWatch> {
+    pub(crate) async fn watch(&self, units: Vec<UnitId>) -> HostResult<MessageWatch> {
         // Subscribe before reading where each inbox ends, so nothing falls between.
         let live = self.live.subscribe();
         let mut seen = HashMap::with_capacity(units.len());
         for unit in units {
             let last = self.store.last_message_cursor(&unit).await?;
-            seen.insert(unit, last);
+            seen.insert(unit.into_string(), last);
         }
         Ok(MessageWatch {
             live,
@@ -140,11 +140,10 @@ impl Inbox {
     /// A page of a unit's inbox after `cursor`.
     pub(crate) async fn page(
         &self,
-        unit: &str,
+        unit: &UnitId,
         cursor: Option<&str>,
         limit: Option<u32>,
     ) -> HostResult<MessagePage> {
-        check_id("unit", unit)?;
         if self.state.directory().unit(unit).is_none() {
             return Err(HostError::not_found(format!(
                 "unit `{unit}` does not exist"
@@ -169,11 +168,10 @@ impl Inbox {
     /// first, at most `limit` (1 to 500), read backwards from the store's index.
     pub(crate) async fn newest(
         &self,
-        unit: &str,
+        unit: &UnitId,
         before: Option<i64>,
         limit: u32,
     ) -> HostResult<Vec<Message>> {
-        check_id("unit", unit)?;
         if self.state.directory().unit(unit).is_none() {
             return Err(HostError::not_found(format!(
                 "unit `{unit}` does not exist"
@@ -195,10 +193,9 @@ impl Inbox {
     /// first, then new ones as they arrive), each exactly once, in order.
     pub(crate) fn subscribe(
         &self,
-        unit: &str,
+        unit: &UnitId,
         cursor: Option<&str>,
     ) -> HostResult<impl Stream<Item = Message> + Send + 'static> {
-        check_id("unit", unit)?;
         if self.state.directory().unit(unit).is_none() {
             return Err(HostError::not_found(format!(
                 "unit `{unit}` does not exist"

@@ -32,6 +32,7 @@ pub mod trust;
 pub mod webhooks;
 
 pub use connector_model::error::{ErrorCode, HostError, HostResult};
+pub use connector_model::ids::{AgentId, IntoId, Slug, ToolId, UnitId};
 pub use connector_model::tool_output::{ContentBlock, ToolOutput};
 pub use directory::{is_secret_schema, mask_secrets};
 pub use host::Host;

@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::directory::AgentSummary;
 use crate::grants::Directory;
 use connector_model::error::{HostError, HostResult};
-use connector_model::ids::{check_id, truncate};
+use connector_model::ids::{truncate, AgentId, UnitId};
 
 /// The page size when a request names none.
 pub const DEFAULT_PAGE: u32 = 100;
@@ -54,8 +54,9 @@ pub enum ParentFilter {
     Of(String),
 }
 
-/// Checks `limit` and `after` as a request gave them.
-fn bounds(after: Option<&str>, limit: Option<u32>) -> HostResult<usize> {
+/// Checks `limit` and `after` as a request gave them; the cursor is an id of the listed
+/// kind (`Id`), the last of the page before.
+fn bounds<Id: std::str::FromStr>(after: Option<&str>, limit: Option<u32>) -> HostResult<usize> {
     let limit = limit.unwrap_or(DEFAULT_PAGE);
     if limit == 0 || limit > MAX_PAGE {
         return Err(HostError::invalid_request(format!(
@@ -63,7 +64,7 @@ fn bounds(after: Option<&str>, limit: Option<u32>) -> HostResult<usize> {
         )));
     }
     if let Some(after) = after {
-        check_id("cursor", after).map_err(|_| {
+        after.parse::<Id>().map_err(|_| {
             HostError::invalid_request(format!(
                 "`after` must be a cursor a previous page returned as `next`, not `{}`",
                 truncate(after, 80)
@@ -94,9 +95,9 @@ pub fn units(
     after: Option<&str>,
     limit: Option<u32>,
 ) -> HostResult<Page<UnitSummary>> {
-    let limit = bounds(after, limit)?;
+    let limit = bounds::<UnitId>(after, limit)?;
     if let ParentFilter::Of(p) = parent {
-        check_id("unit", p)?;
+        UnitId::parse(p)?;
         if directory.unit(p).is_none() {
             return Err(HostError::not_found(format!("unit `{p}` does not exist")));
         }
@@ -136,9 +137,9 @@ pub fn agents(
     after: Option<&str>,
     limit: Option<u32>,
 ) -> HostResult<Page<AgentSummary>> {
-    let limit = bounds(after, limit)?;
+    let limit = bounds::<AgentId>(after, limit)?;
     if let Some(u) = unit {
-        check_id("unit", u)?;
+        UnitId::parse(u)?;
         if directory.unit(u).is_none() {
             return Err(HostError::not_found(format!("unit `{u}` does not exist")));
         }

@@ -5,6 +5,9 @@
 
 use std::sync::Arc;
 
+#[cfg(feature = "oci")]
+use anyhow::Context as _;
+
 use crate::catalog::{InstallOptions, Provenance};
 use crate::config::HostConfig;
 use crate::trust::{check_signatures, Signatures};
@@ -59,11 +62,10 @@ impl Sources {
         {
             let mut keys = Vec::new();
             for path in &config.trust.keys {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    anyhow::anyhow!("trust.keys: cannot read {}: {e}", path.display())
-                })?;
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("trust.keys: cannot read {}", path.display()))?;
                 let key = connector_distribution::TrustedKey::from_pem(&text)
-                    .map_err(|e| anyhow::anyhow!("trust.keys: {}: {e}", path.display()))?;
+                    .with_context(|| format!("trust.keys: {}", path.display()))?;
                 tracing::info!(key = %key.id(), file = %path.display(), "trusting signatures by this key");
                 keys.push(key);
             }

@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+use anyhow::Context as _;
+
 use crate::audit::{Audit, AuditLog};
 use crate::auth::{read_or_create_secret, Credentials};
 use crate::catalog::{Catalog, InstallOptions, Installed, Preparing, Provenance};
@@ -49,7 +51,7 @@ pub async fn open_store(config: &HostConfig) -> anyhow::Result<Arc<dyn Store>> {
             })
             .and_then(|opened| opened)
     };
-    opened.map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))
+    opened.context("cannot open the database")
 }
 
 #[cfg(feature = "postgres")]
@@ -106,17 +108,16 @@ impl Parts {
         role: Role,
     ) -> anyhow::Result<(Arc<Parts>, StartupReport)> {
         let config = Arc::new(config);
-        std::fs::create_dir_all(&config.data_dir).map_err(|e| {
-            anyhow::anyhow!(
-                "cannot create the data directory {}: {e}",
+        std::fs::create_dir_all(&config.data_dir).with_context(|| {
+            format!(
+                "cannot create the data directory {}",
                 config.data_dir.display()
             )
         })?;
         // The App key is read and proven at start-up: a bad key fails here, not at first use.
         let github_app = match &config.github_app {
             Some(settings) => Some(Arc::new(
-                crate::github_app::GithubApp::new(settings)
-                    .map_err(|e| anyhow::anyhow!("github_app: {e}"))?,
+                crate::github_app::GithubApp::new(settings).context("github_app")?,
             )),
             None => None,
         };
@@ -133,14 +134,10 @@ impl Parts {
             Credentials::open(&config, store.as_ref()).await?;
         let sources = Sources::open(config.clone())?;
         let replica_path = config.data_dir.join("replica-id");
-        let (replica_id, _) = read_or_create_secret(&replica_path).map_err(|e| {
-            anyhow::anyhow!("cannot read or create {}: {e}", replica_path.display())
-        })?;
+        let (replica_id, _) = read_or_create_secret(&replica_path)
+            .with_context(|| format!("cannot read or create {}", replica_path.display()))?;
 
-        let snapshot = store
-            .load()
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot load the stored state: {e}"))?;
+        let snapshot = store.load().await.context("cannot load the stored state")?;
         // Every write below is checked against the state just loaded (and kept current
         // by `refresh`): on a shared database, one racing another replica's is refused.
         store.refuse_stale_writes();
@@ -166,7 +163,7 @@ impl Parts {
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(10))
             .build()
-            .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))?;
+            .context("cannot build the HTTP client")?;
         let parts = Parts {
             directory: DirectoryService::new(state.clone(), catalog.clone(), http),
             tools: ToolDispatcher::new(state.clone(), catalog.clone(), audit.clone()),
@@ -207,7 +204,7 @@ impl Parts {
             .webhooks
             .resume()
             .await
-            .map_err(|e| anyhow::anyhow!("cannot read stored webhook deliveries: {e}"))?;
+            .context("cannot read stored webhook deliveries")?;
         parts.replicas.spawn_background_refresh();
         parts.webhooks.spawn_sweeper();
         parts.audit.spawn_pruning();
@@ -260,20 +257,20 @@ impl Parts {
                 options,
             )
             .await
-            .map_err(|e| anyhow::anyhow!("bundled connector `{name}` failed to install: {e}"))?;
+            .with_context(|| format!("bundled connector `{name}` failed to install"))?;
         }
         let Some(dir) = self.config.connectors_dir.clone() else {
             return Ok(());
         };
         let mut files: Vec<_> = std::fs::read_dir(&dir)
-            .map_err(|e| anyhow::anyhow!("cannot read connectors_dir {}: {e}", dir.display()))?
+            .with_context(|| format!("cannot read connectors_dir {}", dir.display()))?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
             .collect();
         files.sort();
         for file in files {
-            let bytes = std::fs::read(&file)
-                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+            let bytes =
+                std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
             // The operator placed it there: its tool changes are accepted (and reported).
             let options = InstallOptions {
                 force: true,
@@ -288,7 +285,7 @@ impl Parts {
                     },
                 )
                 .await
-                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+                .with_context(|| file.display().to_string())?;
             if !installed.tool_changes.is_empty() {
                 tracing::warn!(file = %file.display(), slug = %installed.connector.slug, changes = %serde_json::to_string(&installed.tool_changes).unwrap_or_default(), "a connector from connectors_dir changed its tool definitions");
             }

@@ -29,7 +29,7 @@ use crate::registry::{ConnectorRegistry, InstalledConnector};
 use connector_model::audit::AuditEntry;
 use connector_model::connector::ToolInfo;
 use connector_model::error::{HostError, HostResult};
-use connector_model::ids::check_id;
+use connector_model::provenance::GrantProvenance;
 use connector_model::records::{
     AgentRecord, BindingRecord, ConnectorRecord, GrantRecord, ImageToolsRecord, Snapshot, Subject,
     UnitRecord,
@@ -63,7 +63,7 @@ pub(crate) enum StateChange {
     DeleteGrant {
         subject: Subject,
         tool: String,
-        provenance: String,
+        provenance: GrantProvenance,
     },
     PutImageTools(ImageToolsRecord),
     /// An install or rotation: the connector, its kept (re-keyed) bindings with re-derived
@@ -419,7 +419,7 @@ impl State {
     ) -> Option<Directory> {
         let policies: BTreeMap<String, Arc<OutboundPolicy>> = connectors
             .iter()
-            .map(|(c, policy)| (c.info().slug.clone(), policy.clone()))
+            .map(|(c, policy)| (c.info().slug.to_string(), policy.clone()))
             .collect();
         let mut dir = self.directory.write();
         self.registry
@@ -512,13 +512,12 @@ impl State {
         self.resolver.resolve(dir, &catalog, image, subject)
     }
 
-    /// The effective tools of a unit or agent.
+    /// The effective tools of a unit or agent (its id checked already).
     pub(crate) fn effective_tools(&self, subject: &Subject) -> HostResult<Arc<ResolvedTools>> {
         let (kind, id) = match subject {
             Subject::Unit(id) => ("unit", id),
             Subject::Agent(id) => ("agent", id),
         };
-        check_id(kind, id)?;
         let dir = self.directory();
         self.resolve(&dir, subject)
             .ok_or_else(|| HostError::not_found(format!("{kind} `{id}` does not exist")))

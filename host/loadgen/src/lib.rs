@@ -254,11 +254,11 @@ pub async fn http(targets: &[SocketAddr], limits: Limits, make: MakeRequest, che
 }
 
 /// Runs a closed loop of `limits.conns` concurrent in-process tasks (no HTTP): each
-/// attempt is one call of `f`, which answers `Err` with a description on failure.
+/// attempt is one call of `f`; an `Err` is counted and sampled with its causes.
 pub async fn in_process<F, Fut>(limits: Limits, f: F) -> Run
 where
     F: Fn(Attempt) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<(), String>> + Send,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
 {
     let f = Arc::new(f);
     let issued = Arc::new(AtomicU64::new(0));
@@ -277,7 +277,7 @@ where
                             out.ok += 1;
                             out.latencies.push(t.elapsed().as_nanos() as u64);
                         }
-                        Err(e) => out.error(e),
+                        Err(e) => out.error(format!("{e:#}")),
                     }
                 }
                 out
@@ -330,7 +330,7 @@ mod tests {
         };
         let run = in_process(limits, |a: Attempt| async move {
             if a.n.is_multiple_of(5) {
-                Err(format!("failed {}", a.n % 2))
+                Err(anyhow::anyhow!("failed {}", a.n % 2))
             } else {
                 Ok(())
             }

@@ -8,6 +8,8 @@ use regex_lite::Regex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::ids::Slug;
+
 /// The namespace reserved for the platform's own tools.
 pub const RESERVED_NAMESPACE: &str = "sv";
 
@@ -45,7 +47,7 @@ pub fn is_namespace(ns: &str) -> bool {
 #[serde(rename_all = "camelCase")]
 pub struct Connector {
     /// The connector's slug (`^[a-z][a-z0-9_-]{0,62}$`).
-    pub slug: String,
+    pub slug: Slug,
     /// The first segment of every tool id it declares (default: the slug).
     pub tool_namespace: String,
     /// A name for people.

@@ -5,6 +5,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::ids::Slug;
+use crate::provenance::GrantProvenance;
+
 /// An installed connector, as persisted. Its component's bytes are stored beside it and
 /// read only when needed ([`StateStore::component`]): a replica catching up with another's
 /// write reads the bytes of a connector whose digest it has not prepared, never all of them.
@@ -91,10 +94,64 @@ pub struct GrantRecord {
     pub tool: String,
     /// The namespace the grant is in.
     pub namespace: String,
-    /// `explicit` or `connector:<slug>`.
-    pub provenance: String,
+    /// Who made it: an operator, or a binding of a connector.
+    pub provenance: GrantProvenance,
     /// RFC 3339.
     pub created_at: String,
+}
+
+impl GrantRecord {
+    /// The grant a binding of connector `slug` gives `unit`: every tool of `namespace`.
+    pub fn of_binding(unit: &str, slug: &Slug, namespace: &str, created_at: String) -> Self {
+        GrantRecord {
+            subject: Subject::Unit(unit.to_string()),
+            tool: whole_namespace(namespace),
+            namespace: namespace.to_string(),
+            provenance: GrantProvenance::Connector(slug.clone()),
+            created_at,
+        }
+    }
+}
+
+/// `<namespace>.*`: every tool of `namespace`, as a grant names it.
+pub fn whole_namespace(namespace: &str) -> String {
+    format!("{namespace}.*")
+}
+
+/// What [`rederive`] changes of one connector's grants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rederived<K> {
+    /// The grants that go (their keys, in the order given).
+    pub dropped: Vec<K>,
+    /// What every grant that stays grants now: [`whole_namespace`] of the namespace.
+    pub tool: String,
+    /// The namespace every grant that stays is in now.
+    pub namespace: String,
+}
+
+/// The one rule for a connector's grants when its tools move to `namespace` (a rotation
+/// that changes the namespace; any put of the connector): each subject keeps exactly one
+/// grant of the connector, the first it was given (so its creation time and its place
+/// among the grants stay), now of all of `namespace`; any other grant of the connector the
+/// subject holds (a stale grant of one tool) goes. `grants` are the connector's grants in
+/// the order they were made, each as a key the caller finds it by and its subject.
+///
+/// Every store and the in-memory directory apply this, so they never disagree on which
+/// grant survives.
+pub fn rederive<K, S: Eq + std::hash::Hash>(
+    namespace: &str,
+    grants: impl IntoIterator<Item = (K, S)>,
+) -> Rederived<K> {
+    let mut holders = std::collections::HashSet::new();
+    let dropped = grants
+        .into_iter()
+        .filter_map(|(key, subject)| (!holders.insert(subject)).then_some(key))
+        .collect();
+    Rederived {
+        dropped,
+        tool: whole_namespace(namespace),
+        namespace: namespace.to_string(),
+    }
 }
 
 /// The tools an agent's container image declares.
@@ -213,4 +270,29 @@ pub struct Claim {
     pub owner: String,
     /// Unix second up to and including which the claim holds (it lapses after it).
     pub until_unix: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rederiving_keeps_each_subjects_first_grant() {
+        let grants = [
+            (1, "team"),
+            (2, "root"),
+            (3, "team"),
+            (4, "team"),
+            (5, "ops"),
+        ];
+        assert_eq!(
+            rederive("newns", grants),
+            Rederived {
+                dropped: vec![3, 4],
+                tool: "newns.*".into(),
+                namespace: "newns".into(),
+            }
+        );
+        assert!(rederive("x", Vec::<(u8, &str)>::new()).dropped.is_empty());
+    }
 }

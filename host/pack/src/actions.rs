@@ -5,6 +5,7 @@
 //! action's keys win, and `headers` are merged name by name (case-insensitively).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use declarative_plan::{
     Annotations, Backend, Body, HttpRequest, McpCall, QueryParam, Ref, Root, Segment, Template,
@@ -277,7 +278,7 @@ impl Compiler<'_> {
             .merged_string(&merged, action, "url")
             .and_then(|(u, pos, field)| {
                 let pieces = templates::split(u)
-                    .map_err(|e| self.problems.at(pos, &field, e))
+                    .map_err(|e| self.problems.at(pos, &field, e.to_string()))
                     .ok()?;
                 match names.url(&pieces) {
                     Ok(compiled) => {
@@ -449,7 +450,7 @@ impl Compiler<'_> {
             Some((node, field)) => match node.as_str().map(templates::split) {
                 Some(Ok(p)) => (p, node.pos, field.to_string()),
                 Some(Err(e)) => {
-                    self.problems.at(node.pos, field, e);
+                    self.problems.at(node.pos, field, e.to_string());
                     return Vec::new();
                 }
                 None => {
@@ -581,7 +582,8 @@ impl Compiler<'_> {
         let path = match openapi::confine(self.base_dir, spec) {
             Ok(path) => path,
             Err(e) => {
-                self.problems.at(pos, field, e);
+                self.problems
+                    .at(pos, field, connector_remote_answer::error_chain(&e));
                 return None;
             }
         };
@@ -613,7 +615,7 @@ impl Compiler<'_> {
         let pieces = match templates::split(url_text) {
             Ok(p) => p,
             Err(e) => {
-                self.problems.at(url_pos, &url_field, e);
+                self.problems.at(url_pos, &url_field, e.to_string());
                 return Vec::new();
             }
         };
@@ -622,7 +624,7 @@ impl Compiler<'_> {
                 match templates::host_of(u) {
                     Ok(h) => self.add_host(&h),
                     Err(e) => {
-                        self.problems.at(url_pos, &url_field, e);
+                        self.problems.at(url_pos, &url_field, e.to_string());
                         return Vec::new();
                     }
                 }
@@ -640,7 +642,7 @@ impl Compiler<'_> {
                         return Vec::new();
                     }
                     Err(e) => {
-                        self.problems.at(url_pos, &url_field, e);
+                        self.problems.at(url_pos, &url_field, e.to_string());
                         return Vec::new();
                     }
                 };
@@ -751,7 +753,7 @@ impl Compiler<'_> {
         let listed = match self.servers.get(&cache_key) {
             Some(r) => r.clone(),
             None => {
-                let r = mcp::discover(&discovery, &sent);
+                let r = mcp::discover(&discovery, &sent).map_err(Arc::new);
                 self.servers.insert(cache_key, r.clone());
                 r
             }
@@ -759,7 +761,11 @@ impl Compiler<'_> {
         let server_tools = match listed {
             Ok(t) => t,
             Err(e) => {
-                self.problems.at(url_pos, &url_field, e);
+                self.problems.at(
+                    url_pos,
+                    &url_field,
+                    connector_remote_answer::error_chain(&*e),
+                );
                 return Vec::new();
             }
         };

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use declarative_plan::{Backend, Body, Plan, Ref, Root, Segment, Template, Tool, FORMAT};
 use regex_lite::Regex;
@@ -100,7 +100,7 @@ pub(crate) struct Compiler<'a> {
     /// OpenAPI documents by path (`None`: could not be loaded, already reported).
     pub specs: HashMap<PathBuf, Option<Value>>,
     /// MCP servers' tools by URL and headers sent.
-    pub servers: HashMap<ServerKey, Result<Vec<mcp::ServerTool>, String>>,
+    pub servers: HashMap<ServerKey, Result<Vec<mcp::ServerTool>, Arc<mcp::DiscoveryError>>>,
     /// Whether `--mcp-url` stood in for a setting.
     pub mcp_url_used: bool,
 }
@@ -748,11 +748,11 @@ impl Compiler<'_> {
                 for h in hosts {
                     match h {
                         Ok(h) => push_host(&mut self.hosts, &h),
-                        Err(e) => self.at(pos, field, e),
+                        Err(e) => self.at(pos, field, e.to_string()),
                     }
                 }
             }
-            Err(key) => {
+            Err(templates::NoKnownValues { setting: key }) => {
                 if self.options.allow_hosts.is_empty() {
                     self.at(
                         pos,

@@ -24,61 +24,88 @@ pub(crate) struct LoadError {
 /// The largest OpenAPI document pack reads.
 pub(crate) const MAX_DOCUMENT: u64 = 8 * 1024 * 1024;
 
+/// Why the document a manifest's `spec` names cannot be read. Its
+/// [`connector_remote_answer::error_chain`] is the problem `pack` reports.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SpecPathError {
+    #[error(
+        "`spec` is empty: give the OpenAPI document's path, relative to the manifest's folder"
+    )]
+    Empty,
+    #[error(
+        "`{0}` is an absolute path: give the OpenAPI document's path relative to the \
+         manifest's folder (the document must be inside it)"
+    )]
+    Absolute(String),
+    #[error("could not resolve the manifest's folder {}", .dir.display())]
+    Folder {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("could not read the OpenAPI document {}", .path.display())]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "`{spec}` is outside the manifest's folder {} (after `..` and links): put the \
+         OpenAPI document next to the manifest, or in a folder below it",
+        .folder.display()
+    )]
+    Outside { spec: String, folder: PathBuf },
+    #[error("`{0}` is not a regular file: give the path of the OpenAPI document")]
+    NotAFile(String),
+    #[error(
+        "the OpenAPI document `{spec}` has {len} bytes, more than the {MAX_DOCUMENT} pack \
+         reads (8 MiB); trim it to the operations the tool uses"
+    )]
+    TooLarge { spec: String, len: u64 },
+}
+
 /// The canonical path of the document `spec` names, relative to `base_dir` (the
 /// manifest's folder): a regular file inside that folder (after links are followed) of at
 /// most [`MAX_DOCUMENT`] bytes. Absolute paths and paths leading out are refused.
-pub(crate) fn confine(base_dir: &Path, spec: &str) -> Result<PathBuf, String> {
+pub(crate) fn confine(base_dir: &Path, spec: &str) -> Result<PathBuf, SpecPathError> {
     let relative = Path::new(spec);
     if spec.trim().is_empty() {
-        return Err(
-            "`spec` is empty: give the OpenAPI document's path, relative to the \
-                    manifest's folder"
-                .into(),
-        );
+        return Err(SpecPathError::Empty);
     }
     if relative.is_absolute() || relative.has_root() {
-        return Err(format!(
-            "`{spec}` is an absolute path: give the OpenAPI document's path relative to the \
-             manifest's folder (the document must be inside it)"
-        ));
+        return Err(SpecPathError::Absolute(spec.to_string()));
     }
-    let base = base_dir.canonicalize().map_err(|e| {
-        format!(
-            "could not resolve the manifest's folder {}: {e}",
-            base_dir.display()
-        )
-    })?;
+    let base = base_dir
+        .canonicalize()
+        .map_err(|source| SpecPathError::Folder {
+            dir: base_dir.to_path_buf(),
+            source,
+        })?;
     let joined = base.join(relative);
-    let path = joined.canonicalize().map_err(|e| {
-        format!(
-            "could not read the OpenAPI document {}: {e}",
-            base_dir.join(relative).display()
-        )
-    })?;
+    let path = joined
+        .canonicalize()
+        .map_err(|source| SpecPathError::Unreadable {
+            path: base_dir.join(relative),
+            source,
+        })?;
     if !path.starts_with(&base) {
-        return Err(format!(
-            "`{spec}` is outside the manifest's folder {} (after `..` and links): put the \
-             OpenAPI document next to the manifest, or in a folder below it",
-            base.display()
-        ));
+        return Err(SpecPathError::Outside {
+            spec: spec.to_string(),
+            folder: base,
+        });
     }
-    let meta = std::fs::metadata(&path).map_err(|e| {
-        format!(
-            "could not read the OpenAPI document {}: {e}",
-            path.display()
-        )
+    let meta = std::fs::metadata(&path).map_err(|source| SpecPathError::Unreadable {
+        path: path.clone(),
+        source,
     })?;
     if !meta.is_file() {
-        return Err(format!(
-            "`{spec}` is not a regular file: give the path of the OpenAPI document"
-        ));
+        return Err(SpecPathError::NotAFile(spec.to_string()));
     }
     if meta.len() > MAX_DOCUMENT {
-        return Err(format!(
-            "the OpenAPI document `{spec}` has {} bytes, more than the {MAX_DOCUMENT} pack \
-             reads (8 MiB); trim it to the operations the tool uses",
-            meta.len()
-        ));
+        return Err(SpecPathError::TooLarge {
+            spec: spec.to_string(),
+            len: meta.len(),
+        });
     }
     Ok(path)
 }
@@ -182,12 +209,80 @@ const METHODS: &[&str] = &[
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
 ];
 
+/// Why an operation of a document cannot be made into a tool.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum OperationError {
+    #[error("the document has no `paths`")]
+    NoPaths,
+    #[error(
+        "the document has no operation `{id}`; its operationIds are: {}",
+        list_ids(known)
+    )]
+    Unknown { id: String, known: Vec<String> },
+    /// Something wrong with the operation found.
+    #[error("operation `{id}`: {problem}")]
+    In {
+        id: String,
+        problem: Box<OperationError>,
+    },
+    #[error("`parameters` is not a list")]
+    ParametersNotAList,
+    #[error("a parameter has no `name`")]
+    UnnamedParameter,
+    #[error("header parameter `{0}` is not a valid HTTP header name")]
+    HeaderName(String),
+    #[error("cookie parameter `{0}` is required, and cookie parameters are not supported")]
+    RequiredCookie(String),
+    #[error("parameter `{name}` has an unknown `in: {location}`")]
+    UnknownIn { name: String, location: String },
+    #[error("the path `{path}` has `{{{name}}}` but no path parameter declares it")]
+    UndeclaredPathParameter { path: String, name: String },
+    #[error(
+        "its request body is required but not JSON ({}); only JSON bodies are supported",
+        .0.join(", ")
+    )]
+    RequiredNonJsonBody(Vec<String>),
+    #[error(
+        "`$ref: {0}` points outside the document; only local `#/…` references are \
+         supported: bundle the document first"
+    )]
+    RefOutside(String),
+    #[error("`$ref: {0}` points at nothing")]
+    RefToNothing(String),
+    /// A chain of `$ref`s followed to read keys that does not end.
+    #[error("`$ref`s form a cycle")]
+    RefChain,
+    /// A schema that would contain itself (the references around the cycle).
+    #[error("`$ref`s form a cycle ({}); a tool's input schema must be finite", .0.join(" → "))]
+    RefCycle(Vec<String>),
+    #[error("the operation's schemas are too large once their `$ref`s are expanded")]
+    TooLarge,
+}
+
+/// The first 20 operation ids (`(none)` for none, `…` after the 20th).
+fn list_ids(known: &[String]) -> String {
+    let shown: Vec<&str> = known.iter().take(20).map(String::as_str).collect();
+    format!(
+        "{}{}",
+        if shown.is_empty() {
+            "(none)".to_string()
+        } else {
+            shown.join(", ")
+        },
+        if known.len() > shown.len() {
+            ", …"
+        } else {
+            ""
+        }
+    )
+}
+
 /// Finds the operation `operation_id` and resolves what it uses.
-pub(crate) fn operation(doc: &Value, operation_id: &str) -> Result<Operation, String> {
+pub(crate) fn operation(doc: &Value, operation_id: &str) -> Result<Operation, OperationError> {
     let paths = doc
         .get("paths")
         .and_then(Value::as_object)
-        .ok_or("the document has no `paths`")?;
+        .ok_or(OperationError::NoPaths)?;
     let mut known = Vec::new();
     for (path, item) in paths {
         let item = follow(doc, item)?;
@@ -200,26 +295,20 @@ pub(crate) fn operation(doc: &Value, operation_id: &str) -> Result<Operation, St
                 known.push(id.to_string());
             }
             if id == Some(operation_id) {
-                return compile(doc, path, method, item, follow(doc, op)?)
-                    .map_err(|e| format!("operation `{operation_id}`: {e}"));
+                return compile(doc, path, method, item, follow(doc, op)?).map_err(|problem| {
+                    OperationError::In {
+                        id: operation_id.to_string(),
+                        problem: Box::new(problem),
+                    }
+                });
             }
         }
     }
     known.sort();
-    let shown: Vec<&str> = known.iter().take(20).map(String::as_str).collect();
-    Err(format!(
-        "the document has no operation `{operation_id}`; its operationIds are: {}{}",
-        if shown.is_empty() {
-            "(none)".to_string()
-        } else {
-            shown.join(", ")
-        },
-        if known.len() > shown.len() {
-            ", …"
-        } else {
-            ""
-        }
-    ))
+    Err(OperationError::Unknown {
+        id: operation_id.to_string(),
+        known,
+    })
 }
 
 fn compile(
@@ -228,7 +317,7 @@ fn compile(
     method: &str,
     item: &Value,
     op: &Value,
-) -> Result<Operation, String> {
+) -> Result<Operation, OperationError> {
     let mut warnings = Vec::new();
     // Path-level parameters, overridden by operation-level ones with the same name and `in`.
     let mut params: Vec<Value> = Vec::new();
@@ -236,7 +325,7 @@ fn compile(
         .into_iter()
         .flatten()
     {
-        let list = list.as_array().ok_or("`parameters` is not a list")?;
+        let list = list.as_array().ok_or(OperationError::ParametersNotAList)?;
         for p in list {
             let p = resolve(doc, p)?;
             let key = |v: &Value| {
@@ -264,7 +353,7 @@ fn compile(
         let name = p
             .get("name")
             .and_then(Value::as_str)
-            .ok_or("a parameter has no `name`")?
+            .ok_or(OperationError::UnnamedParameter)?
             .to_string();
         let location = p.get("in").and_then(Value::as_str).unwrap_or("");
         let mut schema = p
@@ -322,30 +411,31 @@ fn compile(
                     continue;
                 }
                 if !HEADER_NAME.is_match(&name) {
-                    return Err(format!(
-                        "header parameter `{name}` is not a valid HTTP header name"
-                    ));
+                    return Err(OperationError::HeaderName(name));
                 }
                 out.headers.push(param)
             }
             "cookie" => {
                 if required {
-                    return Err(format!(
-                        "cookie parameter `{name}` is required, and cookie parameters are not \
-                         supported"
-                    ));
+                    return Err(OperationError::RequiredCookie(name));
                 }
                 warnings.push(format!("optional cookie parameter `{name}` is left out"));
             }
-            other => return Err(format!("parameter `{name}` has an unknown `in: {other}`")),
+            other => {
+                return Err(OperationError::UnknownIn {
+                    name,
+                    location: other.to_string(),
+                })
+            }
         }
     }
     for segment in path.split('{').skip(1) {
         let name = segment.split('}').next().unwrap_or("");
         if !out.path_params.iter().any(|p| p.name == name) {
-            return Err(format!(
-                "the path `{path}` has `{{{name}}}` but no path parameter declares it"
-            ));
+            return Err(OperationError::UndeclaredPathParameter {
+                path: path.to_string(),
+                name: name.to_string(),
+            });
         }
     }
     if let Some(body) = op.get("requestBody") {
@@ -366,12 +456,10 @@ fn compile(
                 out.body = Some((schema, required));
             }
             None if required => {
-                return Err(format!(
-                    "its request body is required but not JSON ({}); only JSON bodies are \
-                     supported",
+                return Err(OperationError::RequiredNonJsonBody(
                     content
-                        .map(|c| c.keys().cloned().collect::<Vec<_>>().join(", "))
-                        .unwrap_or_default()
+                        .map(|c| c.keys().cloned().collect())
+                        .unwrap_or_default(),
                 ))
             }
             None => warnings.push("its optional non-JSON request body is left out".into()),
@@ -429,23 +517,20 @@ fn server_url(server: &Value) -> String {
 
 /// `value`, or what its `$ref` (chain) points at: only as deep as needed to read its
 /// keys, so unrelated parts of a large document are never expanded.
-fn follow<'a>(doc: &'a Value, value: &'a Value) -> Result<&'a Value, String> {
+fn follow<'a>(doc: &'a Value, value: &'a Value) -> Result<&'a Value, OperationError> {
     let mut current = value;
     for _ in 0..32 {
         let Some(reference) = current.get("$ref").and_then(Value::as_str) else {
             return Ok(current);
         };
-        let pointer = reference.strip_prefix('#').ok_or_else(|| {
-            format!(
-                "`$ref: {reference}` points outside the document; only local `#/…` references \
-                 are supported: bundle the document first"
-            )
-        })?;
+        let pointer = reference
+            .strip_prefix('#')
+            .ok_or_else(|| OperationError::RefOutside(reference.to_string()))?;
         current = doc
             .pointer(&percent_decode(pointer))
-            .ok_or_else(|| format!("`$ref: {reference}` points at nothing"))?;
+            .ok_or_else(|| OperationError::RefToNothing(reference.to_string()))?;
     }
-    Err("`$ref`s form a cycle".into())
+    Err(OperationError::RefChain)
 }
 
 /// The most values one resolution may produce (shared `$ref`s are copied).
@@ -453,7 +538,7 @@ const MAX_VALUES: usize = 200_000;
 
 /// Replaces every local `$ref` in `value` by what it points at; refuses cycles and
 /// references outside the document.
-pub(crate) fn resolve(doc: &Value, value: &Value) -> Result<Value, String> {
+pub(crate) fn resolve(doc: &Value, value: &Value) -> Result<Value, OperationError> {
     let mut budget = MAX_VALUES;
     resolve_in(doc, value, &mut Vec::new(), &mut budget)
 }
@@ -463,32 +548,24 @@ fn resolve_in(
     value: &Value,
     stack: &mut Vec<String>,
     budget: &mut usize,
-) -> Result<Value, String> {
-    *budget = budget
-        .checked_sub(1)
-        .ok_or("the operation's schemas are too large once their `$ref`s are expanded")?;
+) -> Result<Value, OperationError> {
+    *budget = budget.checked_sub(1).ok_or(OperationError::TooLarge)?;
     match value {
         Value::Object(map) => {
             if let Some(reference) = map.get("$ref").and_then(Value::as_str) {
                 let Some(pointer) = reference.strip_prefix('#') else {
-                    return Err(format!(
-                        "`$ref: {reference}` points outside the document; only local `#/…` \
-                         references are supported: bundle the document first"
-                    ));
+                    return Err(OperationError::RefOutside(reference.to_string()));
                 };
                 if stack.iter().any(|r| r == reference) {
                     let mut cycle = stack.clone();
                     cycle.push(reference.to_string());
                     let start = cycle.iter().position(|r| r == reference).unwrap_or(0);
-                    return Err(format!(
-                        "`$ref`s form a cycle ({}); a tool's input schema must be finite",
-                        cycle[start..].join(" → ")
-                    ));
+                    return Err(OperationError::RefCycle(cycle.split_off(start)));
                 }
                 let pointer = percent_decode(pointer);
                 let target = doc
                     .pointer(&pointer)
-                    .ok_or_else(|| format!("`$ref: {reference}` points at nothing"))?;
+                    .ok_or_else(|| OperationError::RefToNothing(reference.to_string()))?;
                 stack.push(reference.to_string());
                 let resolved = resolve_in(doc, target, stack, budget);
                 stack.pop();
@@ -596,11 +673,15 @@ mod tests {
             json!({"type": "object", "properties": {"b": {"type": "string"}}})
         );
         let e = resolve(&doc, &json!({"$ref": "#/components/schemas/Loop"})).expect_err("cycle");
-        assert!(e.contains("cycle"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "`$ref`s form a cycle (#/components/schemas/Loop → #/components/schemas/Loop); a \
+             tool's input schema must be finite"
+        );
         let e = resolve(&doc, &json!({"$ref": "other.yaml#/x"})).expect_err("external");
-        assert!(e.contains("outside the document"), "{e}");
+        assert!(e.to_string().contains("outside the document"), "{e}");
         let e = resolve(&doc, &json!({"$ref": "#/nope"})).expect_err("missing");
-        assert!(e.contains("points at nothing"), "{e}");
+        assert_eq!(e, OperationError::RefToNothing("#/nope".into()));
     }
 
     #[test]

@@ -26,8 +26,29 @@ pub(crate) enum Piece {
     Arg(String),
 }
 
+/// Why a template's braces do not pair up.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum BraceError {
+    #[error("a lone `}}`: write `}}}}` for a literal brace, or open the reference with `{{`")]
+    LoneClose,
+    /// A `{` inside a reference (what the reference held so far).
+    #[error(
+        "a `{{` inside the reference `{{{0}`: close it with `}}` first, or write `{{{{` for a \
+         literal brace"
+    )]
+    Nested(String),
+    /// A reference the text ends in (what it held).
+    #[error("the reference `{{{0}` is not closed: add `}}`, or write `{{{{` for a literal brace")]
+    Unclosed(String),
+    #[error(
+        "an empty reference `{{}}`: name a value like `{{parameters.x}}`, or write `{{{{}}}}` \
+         for literal braces"
+    )]
+    Empty,
+}
+
 /// Splits `text` into literal text and holes. `{{` and `}}` are literal braces.
-pub(crate) fn split(text: &str) -> Result<Vec<Piece>, String> {
+pub(crate) fn split(text: &str) -> Result<Vec<Piece>, BraceError> {
     let mut pieces = Vec::new();
     let mut lit = String::new();
     let mut chars = text.chars().peekable();
@@ -41,39 +62,20 @@ pub(crate) fn split(text: &str) -> Result<Vec<Piece>, String> {
                 chars.next();
                 lit.push('}');
             }
-            '}' => {
-                return Err(
-                    "a lone `}`: write `}}` for a literal brace, or open the reference with `{`"
-                        .into(),
-                )
-            }
+            '}' => return Err(BraceError::LoneClose),
             '{' => {
                 let mut hole = String::new();
                 loop {
                     match chars.next() {
                         Some('}') => break,
-                        Some('{') => {
-                            return Err(format!(
-                                "a `{{` inside the reference `{{{hole}`: close it with `}}` first, \
-                                 or write `{{{{` for a literal brace"
-                            ))
-                        }
+                        Some('{') => return Err(BraceError::Nested(hole)),
                         Some(c) => hole.push(c),
-                        None => {
-                            return Err(format!(
-                                "the reference `{{{hole}` is not closed: add `}}`, or write `{{{{` \
-                                 for a literal brace"
-                            ))
-                        }
+                        None => return Err(BraceError::Unclosed(hole)),
                     }
                 }
                 let hole = hole.trim();
                 if hole.is_empty() {
-                    return Err(
-                        "an empty reference `{}`: name a value like `{parameters.x}`, or write \
-                         `{{}}` for literal braces"
-                            .into(),
-                    );
+                    return Err(BraceError::Empty);
                 }
                 if !lit.is_empty() {
                     pieces.push(Piece::Lit(std::mem::take(&mut lit)));
@@ -157,32 +159,94 @@ fn list<'a>(names: impl IntoIterator<Item = &'a String>) -> String {
     }
 }
 
+/// Why a reference (`{…}` in a template) names nothing usable where it stands; the
+/// `String`s are the reference's own text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ReferenceError {
+    #[error("`auth.github()` cannot be used in a message: a message is text for a model")]
+    GithubInMessage,
+    #[error(
+        "`auth.github()` cannot be used in a URL (it would end up in logs); send it in a \
+         header: `Authorization: \"Bearer {{auth.github()}}\"`"
+    )]
+    GithubInUrl,
+    #[error(
+        "unknown auth provider `auth.{0}()`: this host only mints GitHub App installation \
+         tokens (`auth.github()`); for other APIs put the token in a setting and use \
+         `{{settings.<key>}}`"
+    )]
+    AuthProvider(String),
+    #[error("`auth.{0}` is a function: write `{{auth.{0}()}}`")]
+    AuthNotCalled(String),
+    #[error(
+        "`{{{0}}}` is not a reference: write `root.name` with no spaces or empty parts, like \
+         `{{parameters.path}}`"
+    )]
+    Malformed(String),
+    #[error(
+        "a message can only use `{{event.payload.…}}`: it is rendered when the webhook \
+         arrives, before it is routed to any binding (found `{{{0}}}`)"
+    )]
+    NotEventInMessage(String),
+    #[error(
+        "unknown parameter `{name}` in `{{{hole}}}` ({declared}); declare it under \
+         `parameters.properties` (of the tool or of this action)"
+    )]
+    UnknownParameter {
+        name: String,
+        hole: String,
+        declared: String,
+    },
+    #[error(
+        "unknown setting `{name}` in `{{{hole}}}` ({declared}); declare it under \
+         `settings.properties`"
+    )]
+    UnknownSetting {
+        name: String,
+        hole: String,
+        declared: String,
+    },
+    #[error(
+        "unknown agent value `{{{0}}}`: use `{{agent.name}}` (the agent id) or \
+         `{{agent.namespace}}` (the unit of the binding)"
+    )]
+    UnknownAgentValue(String),
+    #[error("`{{{0}}}` can only be used in an event's `message`")]
+    EventOutsideMessage(String),
+    #[error("`{{{0}}}`: name a member of the payload, like `{{event.payload.action}}`")]
+    NotInPayload(String),
+    #[error(
+        "`{{{0}}}`: `session` values do not exist on this host (it runs no \
+         `stateful_session` backend)"
+    )]
+    Session(String),
+    #[error(
+        "`{{{0}}}`: `runtime` values are not available on this host; put the value in a setting"
+    )]
+    Runtime(String),
+    #[error("`{{{0}}}`: agent mounts do not exist on this host")]
+    Mount(String),
+    #[error(
+        "unknown interpolation root `{root}` in `{{{hole}}}`: use `parameters`, `settings`, \
+         `agent`, `auth.github()`, or `event.payload` in a message"
+    )]
+    UnknownRoot { root: String, hole: String },
+}
+
 impl Names<'_> {
     /// Resolves one hole, or says why it cannot be.
-    pub(crate) fn resolve(&self, hole: &str, place: Place) -> Result<Resolved, String> {
+    pub(crate) fn resolve(&self, hole: &str, place: Place) -> Result<Resolved, ReferenceError> {
+        let quoted = || hole.to_string();
         if let Some(rest) = hole.strip_prefix("auth.") {
             return match rest.strip_suffix("()") {
-                Some("github") if place == Place::Message => Err(
-                    "`auth.github()` cannot be used in a message: a message is text for a model"
-                        .into(),
-                ),
-                Some("github") if place == Place::Url => Err(
-                    "`auth.github()` cannot be used in a URL (it would end up in logs); send it in \
-                     a header: `Authorization: \"Bearer {auth.github()}\"`"
-                        .into(),
-                ),
+                Some("github") if place == Place::Message => Err(ReferenceError::GithubInMessage),
+                Some("github") if place == Place::Url => Err(ReferenceError::GithubInUrl),
                 Some("github") => {
                     self.usage.github.set(true);
                     Ok(Resolved::Github)
                 }
-                Some(other) => Err(format!(
-                    "unknown auth provider `auth.{other}()`: this host only mints GitHub App \
-                     installation tokens (`auth.github()`); for other APIs put the token in a \
-                     setting and use `{{settings.<key>}}`"
-                )),
-                None => Err(format!(
-                    "`auth.{rest}` is a function: write `{{auth.{rest}()}}`"
-                )),
+                Some(other) => Err(ReferenceError::AuthProvider(other.to_string())),
+                None => Err(ReferenceError::AuthNotCalled(rest.to_string())),
             };
         }
         let parts: Vec<&str> = hole.split('.').collect();
@@ -190,17 +254,11 @@ impl Names<'_> {
             .iter()
             .any(|p| p.is_empty() || p.contains(char::is_whitespace))
         {
-            return Err(format!(
-                "`{{{hole}}}` is not a reference: write `root.name` with no spaces or empty parts, \
-                 like `{{parameters.path}}`"
-            ));
+            return Err(ReferenceError::Malformed(quoted()));
         }
         let root = parts[0];
         if place == Place::Message && root != "event" {
-            return Err(format!(
-                "a message can only use `{{event.payload.…}}`: it is rendered when the webhook \
-                 arrives, before it is routed to any binding (found `{{{hole}}}`)"
-            ));
+            return Err(ReferenceError::NotEventInMessage(quoted()));
         }
         let rest = &parts[1..];
         match root {
@@ -217,12 +275,11 @@ impl Names<'_> {
                         key,
                         path: path.iter().map(|s| s.to_string()).collect(),
                     })),
-                    None => Err(format!(
-                        "unknown parameter `{}` in `{{{hole}}}` ({}); declare it under \
-                         `parameters.properties` (of the tool or of this action)",
-                        rest.join("."),
-                        list(self.arguments.iter().chain(self.config_params.iter()))
-                    )),
+                    None => Err(ReferenceError::UnknownParameter {
+                        name: rest.join("."),
+                        hole: quoted(),
+                        declared: list(self.arguments.iter().chain(self.config_params.iter())),
+                    }),
                 }
             }
             "settings" => match longest(rest, |n| self.settings.contains_key(n)) {
@@ -234,12 +291,11 @@ impl Names<'_> {
                         path: path.iter().map(|s| s.to_string()).collect(),
                     }))
                 }
-                None => Err(format!(
-                    "unknown setting `{}` in `{{{hole}}}` ({}); declare it under \
-                     `settings.properties`",
-                    rest.join("."),
-                    list(self.settings.keys())
-                )),
+                None => Err(ReferenceError::UnknownSetting {
+                    name: rest.join("."),
+                    hole: quoted(),
+                    declared: list(self.settings.keys()),
+                }),
             },
             "agent" => match rest {
                 [key @ ("name" | "namespace")] => Ok(Resolved::Ref(Ref {
@@ -247,15 +303,10 @@ impl Names<'_> {
                     key: key.to_string(),
                     path: Vec::new(),
                 })),
-                _ => Err(format!(
-                    "unknown agent value `{{{hole}}}`: use `{{agent.name}}` (the agent id) or \
-                     `{{agent.namespace}}` (the unit of the binding)"
-                )),
+                _ => Err(ReferenceError::UnknownAgentValue(quoted())),
             },
             "event" => match rest {
-                _ if place != Place::Message => Err(format!(
-                    "`{{{hole}}}` can only be used in an event's `message`"
-                )),
+                _ if place != Place::Message => Err(ReferenceError::EventOutsideMessage(quoted())),
                 ["payload", key, path @ ..] => Ok(Resolved::Ref(Ref {
                     root: Root::EventPayload,
                     key: key.to_string(),
@@ -267,25 +318,15 @@ impl Names<'_> {
                     key: String::new(),
                     path: Vec::new(),
                 })),
-                _ => Err(format!(
-                    "`{{{hole}}}`: name a member of the payload, like `{{event.payload.action}}`"
-                )),
+                _ => Err(ReferenceError::NotInPayload(quoted())),
             },
-            "session" => Err(format!(
-                "`{{{hole}}}`: `session` values do not exist on this host (it runs no \
-                 `stateful_session` backend)"
-            )),
-            "runtime" => Err(format!(
-                "`{{{hole}}}`: `runtime` values are not available on this host; put the value in \
-                 a setting"
-            )),
-            "mount" => Err(format!(
-                "`{{{hole}}}`: agent mounts do not exist on this host"
-            )),
-            other => Err(format!(
-                "unknown interpolation root `{other}` in `{{{hole}}}`: use `parameters`, \
-                 `settings`, `agent`, `auth.github()`, or `event.payload` in a message"
-            )),
+            "session" => Err(ReferenceError::Session(quoted())),
+            "runtime" => Err(ReferenceError::Runtime(quoted())),
+            "mount" => Err(ReferenceError::Mount(quoted())),
+            other => Err(ReferenceError::UnknownRoot {
+                root: other.to_string(),
+                hole: quoted(),
+            }),
         }
     }
 
@@ -293,7 +334,7 @@ impl Names<'_> {
     pub(crate) fn text(&self, text: &str, place: Place) -> Result<Template, Vec<String>> {
         let mut out = Vec::new();
         let mut errors = Vec::new();
-        for piece in split(text).map_err(|e| vec![e])? {
+        for piece in split(text).map_err(|e| vec![e.to_string()])? {
             match piece {
                 Piece::Lit(s) => {
                     if place == Place::Header && s.chars().any(char::is_control) {
@@ -319,7 +360,7 @@ impl Names<'_> {
                         encoding: Encoding::Raw,
                     }),
                     Ok(Resolved::Github) => out.push(Segment::GithubToken),
-                    Err(e) => errors.push(e),
+                    Err(e) => errors.push(e.to_string()),
                 },
             }
         }
@@ -451,7 +492,7 @@ impl Names<'_> {
                             continue;
                         }
                         Err(e) => {
-                            errors.push(e);
+                            errors.push(e.to_string());
                             continue;
                         }
                     };
@@ -504,7 +545,7 @@ impl Names<'_> {
                 let pieces = match split(s) {
                     Ok(p) => p,
                     Err(e) => {
-                        problems.at(node.pos, field, e);
+                        problems.at(node.pos, field, e.to_string());
                         return Body::Literal(Value::Null);
                     }
                 };
@@ -515,7 +556,7 @@ impl Names<'_> {
                         Ok(Resolved::Ref(r)) => Body::Value(r),
                         Ok(Resolved::Github) => Body::Text(vec![Segment::GithubToken]),
                         Err(e) => {
-                            problems.at(node.pos, field, e);
+                            problems.at(node.pos, field, e.to_string());
                             Body::Literal(Value::Null)
                         }
                     },
@@ -579,12 +620,20 @@ impl Names<'_> {
     }
 }
 
+/// A setting in a URL's host with neither a `default` nor `enum` values: the hosts it
+/// may name are not known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NoKnownValues {
+    /// The setting's key.
+    pub setting: String,
+}
+
 /// The hosts a URL's authority can name: every combination of the literal text and the
-/// `default`/`enum` values of the settings in it. `Err(key)`: setting `key` has none.
+/// `default`/`enum` values of the settings in it.
 pub(crate) fn authority_hosts(
     authority: &[AuthorityPiece],
     settings: &BTreeMap<String, SettingInfo>,
-) -> Result<Vec<Result<String, String>>, String> {
+) -> Result<Vec<Result<String, UnreachableUrl>>, NoKnownValues> {
     let mut renderings = vec![String::new()];
     for piece in authority {
         match piece {
@@ -598,7 +647,9 @@ pub(crate) fn authority_hosts(
                     .filter_map(|v| v.as_str().map(str::to_string))
                     .collect();
                 if values.is_empty() {
-                    return Err(key.clone());
+                    return Err(NoKnownValues {
+                        setting: key.clone(),
+                    });
                 }
                 renderings = renderings
                     .iter()
@@ -611,21 +662,38 @@ pub(crate) fn authority_hosts(
     Ok(renderings.iter().map(|r| host_of(r)).collect())
 }
 
+/// Why a URL names no host a tool could reach.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum UnreachableUrl {
+    #[error("`{url}` is not a URL: {reason}")]
+    NotAUrl {
+        url: String,
+        reason: url::ParseError,
+    },
+    #[error("`{url}`: only http and https URLs can be reached (found `{scheme}`)")]
+    Scheme { url: String, scheme: String },
+    #[error("`{0}` has no host")]
+    NoHost(String),
+}
+
 /// The host of an absolute http(s) URL (no port, no brackets, lower case).
-pub(crate) fn host_of(url: &str) -> Result<String, String> {
-    let parsed = reqwest::Url::parse(url).map_err(|e| format!("`{url}` is not a URL: {e}"))?;
+pub(crate) fn host_of(url: &str) -> Result<String, UnreachableUrl> {
+    let parsed = reqwest::Url::parse(url).map_err(|reason| UnreachableUrl::NotAUrl {
+        url: url.to_string(),
+        reason,
+    })?;
     if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(format!(
-            "`{url}`: only http and https URLs can be reached (found `{}`)",
-            parsed.scheme()
-        ));
+        return Err(UnreachableUrl::Scheme {
+            url: url.to_string(),
+            scheme: parsed.scheme().to_string(),
+        });
     }
     match parsed.host_str() {
         Some(h) if !h.is_empty() => Ok(h
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_ascii_lowercase()),
-        _ => Err(format!("`{url}` has no host")),
+        _ => Err(UnreachableUrl::NoHost(url.to_string())),
     }
 }
 
@@ -672,9 +740,14 @@ mod tests {
         );
         assert_eq!(
             authority_hosts(&[AuthorityPiece::Setting("bare".into())], &settings),
-            Err("bare".to_string())
+            Err(NoKnownValues {
+                setting: "bare".to_string()
+            })
         );
         assert_eq!(host_of("http://[::1]:8080"), Ok("::1".to_string()));
-        assert!(host_of("ftp://x").is_err());
+        assert_eq!(
+            host_of("ftp://x").map_err(|e| e.to_string()),
+            Err("`ftp://x`: only http and https URLs can be reached (found `ftp`)".to_string())
+        );
     }
 }

@@ -9,6 +9,7 @@ use std::io::Write as _;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 
+use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use rustix::fs::{Mode, OFlags};
 use serde_json::{Map, Value};
@@ -193,7 +194,7 @@ fn write_files(dir: &std::path::Path, files: &[Value]) -> Result<(), CliError> {
         let content = file["content"].as_str().unwrap_or_default();
         write_one(&root, rel, content.as_bytes()).map_err(|why| {
             CliError::failed(format!(
-                "refusing to write `{rel}` under {}: {why}",
+                "refusing to write `{rel}` under {}: {why:#}",
                 dir.display()
             ))
         })?;
@@ -205,14 +206,14 @@ fn write_files(dir: &std::path::Path, files: &[Value]) -> Result<(), CliError> {
 /// Writes `content` to `rel` under the directory `root`: every folder is opened (or
 /// made) relative to its parent with `O_NOFOLLOW`, the file goes to a temporary name
 /// first and is renamed into place, so a reader never sees half of it.
-fn write_one(root: &OwnedFd, rel: &str, content: &[u8]) -> Result<(), String> {
+fn write_one(root: &OwnedFd, rel: &str, content: &[u8]) -> anyhow::Result<()> {
     let segments: Vec<&str> = rel.split('/').collect();
     let plain = |s: &&str| !s.is_empty() && *s != "." && *s != ".." && !s.contains('\0');
     if rel.starts_with('/') || !segments.iter().all(plain) {
-        return Err("not a plain relative path".into());
+        anyhow::bail!("not a plain relative path");
     }
     let Some((name, folders)) = segments.split_last() else {
-        return Err("an empty path".into());
+        anyhow::bail!("an empty path");
     };
     let dir_flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC;
     let mut current: Option<OwnedFd> = None;
@@ -220,10 +221,10 @@ fn write_one(root: &OwnedFd, rel: &str, content: &[u8]) -> Result<(), String> {
         let parent = current.as_ref().unwrap_or(root).as_fd();
         match rustix::fs::mkdirat(parent, *folder, Mode::from_raw_mode(0o755)) {
             Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-            Err(e) => return Err(format!("cannot create folder `{folder}`: {e}")),
+            Err(e) => return Err(e).with_context(|| format!("cannot create folder `{folder}`")),
         }
         let next = rustix::fs::openat(parent, *folder, dir_flags, Mode::empty())
-            .map_err(|e| format!("`{folder}` is not a folder of its own (a link?): {e}"))?;
+            .with_context(|| format!("`{folder}` is not a folder of its own (a link?)"))?;
         current = Some(next);
     }
     let parent = current.as_ref().unwrap_or(root).as_fd();
@@ -234,18 +235,19 @@ fn write_one(root: &OwnedFd, rel: &str, content: &[u8]) -> Result<(), String> {
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o644),
     )
-    .map_err(|e| format!("cannot create a temporary file: {e}"))?;
+    .context("cannot create a temporary file")?;
     let mut out = std::fs::File::from(fd);
     let written = out.write_all(content).and_then(|()| out.sync_all());
     if let Err(e) = written {
         let _ = rustix::fs::unlinkat(parent, temp.as_str(), rustix::fs::AtFlags::empty());
-        return Err(format!("cannot write: {e}"));
+        return Err(e).context("cannot write");
     }
     // `renameat` replaces a link named `name` itself; it never writes through it.
-    rustix::fs::renameat(parent, temp.as_str(), parent, *name).map_err(|e| {
-        let _ = rustix::fs::unlinkat(parent, temp.as_str(), rustix::fs::AtFlags::empty());
-        format!("cannot move the file into place: {e}")
-    })
+    rustix::fs::renameat(parent, temp.as_str(), parent, *name)
+        .inspect_err(|_| {
+            let _ = rustix::fs::unlinkat(parent, temp.as_str(), rustix::fs::AtFlags::empty());
+        })
+        .context("cannot move the file into place")
 }
 
 #[cfg(test)]

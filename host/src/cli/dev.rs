@@ -502,7 +502,7 @@ mod tests {
 
     fn base() -> Connector {
         Connector {
-            slug: "demo".into(),
+            slug: "demo".parse().expect("a slug"),
             tool_namespace: "demo".into(),
             display_name: "Demo".into(),
             description: "d".into(),

@@ -66,13 +66,44 @@ impl Live {
             Ok(round) => {
                 round.wait_for_host(say);
                 if let Err(e) = round.steps(rebuild, &mut lines) {
-                    lines.push(e);
+                    lines.push(e.to_string());
                 }
             }
             Err(e) => lines.push(format!("live: {}", e.message)),
         }
         lines
     }
+}
+
+/// Why a round stopped: each names the step and quotes the host's refusal, indented.
+#[derive(Debug, thiserror::Error)]
+enum RoundFailed {
+    #[error(
+        "live: {base} refused the new version: it would break bindings (they stay on the \
+         previous version; fix the config schema or `bind`, or unbind them):\n{}",
+        indent(&refused.message)
+    )]
+    BreaksBindings { base: String, refused: CliError },
+    #[error(
+        "live: {base} pins tool definitions and the new version changes them (the previous \
+         version stays; accept with `connector-host connectors install FILE.wasm \
+         --accept-tool-changes`):\n{}",
+        indent(&refused.message)
+    )]
+    ToolsPinned { base: String, refused: CliError },
+    #[error("live: installing into {base} failed:\n{}", indent(&refused.message))]
+    Install { base: String, refused: CliError },
+    #[error("live: preparing the {what} failed:\n{}", indent(&refused.message))]
+    Prepare {
+        what: &'static str,
+        refused: CliError,
+    },
+    #[error("live: binding `{slug}` on unit `{unit}` failed:\n{}", indent(&refused.message))]
+    Bind {
+        slug: String,
+        unit: String,
+        refused: CliError,
+    },
 }
 
 /// The first wait for a host that does not answer, and the longest.
@@ -107,7 +138,7 @@ impl Round<'_> {
         }
     }
 
-    fn steps(&self, rebuild: Rebuild, lines: &mut Vec<String>) -> Result<(), String> {
+    fn steps(&self, rebuild: Rebuild, lines: &mut Vec<String>) -> Result<(), RoundFailed> {
         let base = self
             .client
             .base()
@@ -117,23 +148,12 @@ impl Round<'_> {
         let installed = match self.client.post(&["connectors"], Body::Wasm(rebuild.bytes)) {
             Ok(reply) => reply,
             Err(e) if e.message.starts_with("rotation_breaks_bindings") => {
-                return Err(format!(
-                    "live: {base} refused the new version: it would break bindings (they stay on the previous version; fix the config schema or `bind`, or unbind them):\n{}",
-                    indent(&e.message)
-                ));
+                return Err(RoundFailed::BreaksBindings { base, refused: e });
             }
             Err(e) if e.message.starts_with("tool_definitions_changed") => {
-                return Err(format!(
-                    "live: {base} pins tool definitions and the new version changes them (the previous version stays; accept with `connector-host connectors install FILE.wasm --accept-tool-changes`):\n{}",
-                    indent(&e.message)
-                ));
+                return Err(RoundFailed::ToolsPinned { base, refused: e });
             }
-            Err(e) => {
-                return Err(format!(
-                    "live: installing into {base} failed:\n{}",
-                    indent(&e.message)
-                ))
-            }
+            Err(e) => return Err(RoundFailed::Install { base, refused: e }),
         };
         let info = installed.body.unwrap_or(Value::Null);
         let slug = info["slug"].as_str().unwrap_or_default().to_string();
@@ -166,20 +186,26 @@ impl Round<'_> {
             ));
         }
 
-        let created = self.ensure_unit().map_err(|e| self.failed("unit", &e))?;
-        let agent = self.ensure_agent().map_err(|e| self.failed("agent", &e))?;
+        let created = self.ensure_unit().map_err(|refused| RoundFailed::Prepare {
+            what: "unit",
+            refused,
+        })?;
+        let agent = self
+            .ensure_agent()
+            .map_err(|refused| RoundFailed::Prepare {
+                what: "agent",
+                refused,
+            })?;
         let bound = self
             .client
             .put(
                 &["units", self.unit, "connectors", &slug],
                 json!({"config": rebuild.config}),
             )
-            .map_err(|e| {
-                format!(
-                    "live: binding `{slug}` on unit `{}` failed:\n{}",
-                    self.unit,
-                    indent(&e.message)
-                )
+            .map_err(|refused| RoundFailed::Bind {
+                slug: slug.clone(),
+                unit: self.unit.to_string(),
+                refused,
             })?;
         lines.push(format!(
             "live: unit `{}`{}, agent `{}`{}, `{slug}` {} on `{}`",
@@ -225,10 +251,6 @@ impl Round<'_> {
             }
         }
         Ok(())
-    }
-
-    fn failed(&self, what: &str, e: &CliError) -> String {
-        format!("live: preparing the {what} failed:\n{}", indent(&e.message))
     }
 
     /// Creates the unit when it does not exist (`true`); never changes an existing one.

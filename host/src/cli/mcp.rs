@@ -18,6 +18,7 @@ pub use connector_core::config::ENV_AGENT_TOKEN;
 use connector_core::config::{
     HostConfig, ServeFlags, ENV_DATA_DIR, ENV_OPERATOR_TOKEN, ENV_PREFIX,
 };
+use connector_model::ids::AgentId;
 
 pub(crate) const HELP: &str = "\
 Speaks MCP as newline-delimited JSON-RPC on stdin/stdout, for agent runtimes that only launch
@@ -138,9 +139,9 @@ pub fn token(
 
 /// Serves until stdin ends: locally or through the bridge.
 pub fn run(remote: &RemoteArgs, args: McpArgs) -> Result<(), CliError> {
-    connector_model::ids::check_id("agent", &args.agent).map_err(|e| CliError::usage(e.message))?;
+    let agent = AgentId::parse(&args.agent).map_err(|e| CliError::usage(e.message))?;
     if args.is_local() {
-        return run_local(args);
+        return run_local(args, agent);
     }
     let base = parse_base_url(&remote.url)?;
     let env = |name| std::env::var(name).ok();
@@ -158,18 +159,18 @@ pub fn run(remote: &RemoteArgs, args: McpArgs) -> Result<(), CliError> {
     stdio::run(BridgeConfig {
         endpoint: named_endpoint(
             &base,
-            &args.agent,
+            &agent,
             args.namespace.as_deref(),
             args.tool_names == "flat",
         ),
         token,
     })
-    .map_err(CliError::failed)
+    .map_err(|e| CliError::failed(connector_remote_answer::error_chain(&e)))
 }
 
 /// The host's configuration as `serve` would load it from the same flags and
 /// environment, then the stdio server on it.
-fn run_local(args: McpArgs) -> Result<(), CliError> {
+fn run_local(args: McpArgs, agent: AgentId) -> Result<(), CliError> {
     // Tokens are the bridge's business: this process authorizes the agent itself, and
     // the agent token variable is no host setting to warn about.
     let env = std::env::vars_os().filter_map(|(name, value)| {
@@ -189,7 +190,8 @@ fn run_local(args: McpArgs) -> Result<(), CliError> {
         namespace: args.namespace.map(Into::into),
         flat: args.tool_names == "flat",
     };
-    stdio::run_local(config, args.agent, naming).map_err(CliError::failed)
+    stdio::run_local(config, agent, naming)
+        .map_err(|e| CliError::failed(connector_remote_answer::error_chain(&e)))
 }
 
 /// An SQLite database must exist already: opening it would create an empty host, which

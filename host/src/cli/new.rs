@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context as _;
 use clap::Args;
 
 use super::CliError;
@@ -88,7 +89,7 @@ pub fn run(args: NewArgs) -> Result<(), CliError> {
     } else {
         let wasm = build_once(&dir, &args.slug).map_err(|e| {
             CliError::failed(format!(
-                "{e}\nThe crate is written; once that is fixed, build it with:\n  {build}"
+                "{e:#}\nThe crate is written; once that is fixed, build it with:\n  {build}"
             ))
         })?;
         display_path(&wasm)
@@ -127,10 +128,10 @@ pub fn run(args: NewArgs) -> Result<(), CliError> {
 
 /// Builds the new crate for `wasm32-wasip2` (cargo's progress on stderr); returns the
 /// component cargo reported.
-fn build_once(dir: &Path, slug: &str) -> Result<PathBuf, String> {
+fn build_once(dir: &Path, slug: &str) -> anyhow::Result<PathBuf> {
     let started = std::time::Instant::now();
     // The lock lives in the new crate (the user's own directory), never in a shared one.
-    connector_guest_build::ensure_wasm_target(&dir.join("target")).map_err(|e| format!("{e:#}"))?;
+    connector_guest_build::ensure_wasm_target(&dir.join("target"))?;
     super::print_err(&format!(
         "Building {} for wasm32-wasip2 (the first build compiles the SDK: about a minute)...",
         dir.display()
@@ -147,12 +148,12 @@ fn build_once(dir: &Path, slug: &str) -> Result<PathBuf, String> {
         ])
         .stderr(std::process::Stdio::inherit())
         .output()
-        .map_err(|e| format!("could not run cargo ({}): {e}", cargo.to_string_lossy()))?;
+        .with_context(|| format!("could not run cargo ({})", cargo.to_string_lossy()))?;
     if !out.status.success() {
-        return Err(format!(
+        anyhow::bail!(
             "building the crate failed ({}); cargo's messages are above",
             out.status
-        ));
+        );
     }
     let artifact = String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -163,8 +164,7 @@ fn build_once(dir: &Path, slug: &str) -> Result<PathBuf, String> {
         .flat_map(|m| m["filenames"].as_array().cloned().unwrap_or_default())
         .filter_map(|f| f.as_str().map(PathBuf::from))
         .find(|f| f.extension().is_some_and(|e| e == "wasm"));
-    let wasm = artifact
-        .ok_or_else(|| "cargo built the crate but reported no .wasm file for it".to_string())?;
+    let wasm = artifact.context("cargo built the crate but reported no .wasm file for it")?;
     super::print_err(&format!(
         "Built {} in {:.1} s",
         display_path(&wasm),

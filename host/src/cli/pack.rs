@@ -231,7 +231,7 @@ fn bundled_conflict(slug: &str) -> Option<String> {
     let suggestion = ["my-", "x-", "own-"]
         .iter()
         .map(|p| format!("{p}{slug}"))
-        .find(|s| connector_model::ids::check_id("connector", s).is_ok() && conflicts(s).is_none());
+        .find(|s| connector_model::ids::Slug::parse(s).is_ok() && conflicts(s).is_none());
     let mut text = format!(
         "the slug `{slug}` (the manifest's `name:`) conflicts with the bundled connector \
          `{other}`: a host that installs the bundled connectors (`connector-host serve` \

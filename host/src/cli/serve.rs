@@ -1,5 +1,6 @@
 //! `connector-host serve`: the HTTP API, MCP and the console on one listener.
 
+use anyhow::Context as _;
 use axum::Router;
 use connector_core::config::HostConfig;
 use connector_core::Host;
@@ -38,7 +39,7 @@ pub async fn run(mut config: HostConfig) -> anyhow::Result<()> {
     }
     let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e} (is another host running? use --listen to pick another address)"))?;
+        .with_context(|| format!("cannot listen on {listen} (is another host running? use --listen to pick another address)"))?;
     let local = listener.local_addr().unwrap_or(listen);
     tracing::info!(address = %local, connectors = host.list_connectors().len(), "connector-host listening");
     eprintln!(

@@ -66,6 +66,7 @@ use connector_core::config::HostConfig;
 use connector_core::host::Host;
 use connector_http::mcp::jsonrpc::{INTERNAL_ERROR, NOT_FOUND};
 use connector_model::error::ErrorCode;
+use connector_model::ids::AgentId;
 
 /// How long a minted token is valid (the most a host issues).
 const TOKEN_TTL_SECONDS: u64 = 30 * 24 * 3600;
@@ -75,7 +76,7 @@ const TOKEN_RENEW_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// The MCP endpoint of one agent, served by a host opened in this process.
 pub struct Local {
     host: Host,
-    agent: String,
+    agent: AgentId,
     /// The endpoint served: the agent's tools, named as asked.
     endpoint: connector_http::mcp::Endpoint,
     /// The endpoint's sessions (this process's own: a session lives in the process that
@@ -91,34 +92,36 @@ impl Local {
     /// exists; its tools are named as `naming` says.
     pub async fn open(
         mut config: HostConfig,
-        agent: &str,
+        agent: &AgentId,
         naming: connector_http::mcp::Naming,
-    ) -> Result<Local, String> {
-        connector_model::ids::check_id("agent", agent).map_err(|e| e.message)?;
+    ) -> Result<Local, OpenError> {
         config.bundled = connector_bundled::components();
         let data_dir = config.data_dir.clone();
         // Opened before the host loads its state: nothing committed in between can be
         // missed (the first message runs the full check either way).
         let watch = sqlite_file(&config).and_then(|file| CommitWatch::open(&file));
-        let host = Host::open_tool_server(config).await.map_err(|e| {
-            format!(
-                "cannot open the host's data in {}: {e:#}",
-                data_dir.display()
-            )
-        })?;
+        let host = Host::open_tool_server(config)
+            .await
+            .map_err(|e| OpenError::Data {
+                dir: data_dir.clone(),
+                source: e.into(),
+            })?;
         let auth = mint(&host, agent).await.map_err(|e| match e {
-            Minting::NoAgent => format!(
-                "there is no agent `{agent}` in the host's data in {}: create it (`connector-host agents put {agent} --unit UNIT`), or point --data-dir / --config at the host that has it",
-                data_dir.display()
-            ),
-            Minting::Failed(m) => format!("cannot authorize agent `{agent}`: {m}"),
+            Minting::NoAgent => OpenError::NoAgent {
+                agent: agent.to_string(),
+                dir: data_dir,
+            },
+            Minting::Failed(reason) => OpenError::Unauthorized {
+                agent: agent.to_string(),
+                reason,
+            },
         })?;
         Ok(Local {
             sessions: Arc::new(connector_http::mcp::session::Sessions::new(host.clone())),
             host,
-            agent: agent.to_string(),
+            agent: agent.clone(),
             endpoint: connector_http::mcp::Endpoint {
-                agent: agent.into(),
+                agent: agent.as_str().into(),
                 naming,
             },
             auth: Mutex::new((auth, Instant::now())),
@@ -226,13 +229,49 @@ impl Local {
     }
 }
 
+/// Why the host's data could not be served for an agent.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The host's data could not be opened.
+    #[error("cannot open the host's data in {}", dir.display())]
+    Data {
+        /// The data directory.
+        dir: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// The data holds no such agent.
+    #[error(
+        "there is no agent `{agent}` in the host's data in {}: create it (`connector-host \
+         agents put {agent} --unit UNIT`), or point --data-dir / --config at the host that \
+         has it",
+        dir.display()
+    )]
+    NoAgent {
+        /// The agent asked for.
+        agent: String,
+        /// The data directory.
+        dir: std::path::PathBuf,
+    },
+    /// A token for the agent could not be made.
+    #[error("cannot authorize agent `{agent}`: {}", reason.message)]
+    Unauthorized {
+        /// The agent asked for.
+        agent: String,
+        /// Why.
+        reason: connector_model::error::HostError,
+    },
+}
+
 enum Minting {
     NoAgent,
-    Failed(String),
+    Failed(connector_model::error::HostError),
 }
 
 /// `Authorization: Bearer <a token of agent>`.
-async fn mint(host: &Host, agent: &str) -> Result<HeaderValue, Minting> {
+async fn mint(host: &Host, agent: &AgentId) -> Result<HeaderValue, Minting> {
     let issued = host
         .issue_agent_token(agent, Some(TOKEN_TTL_SECONDS))
         .await
@@ -240,11 +279,17 @@ async fn mint(host: &Host, agent: &str) -> Result<HeaderValue, Minting> {
             if e.code == ErrorCode::NotFound {
                 Minting::NoAgent
             } else {
-                Minting::Failed(e.message)
+                Minting::Failed(e)
             }
         })?;
-    let mut value = HeaderValue::from_str(&format!("Bearer {}", issued.token))
-        .map_err(|_| Minting::Failed("the minted token is not a valid header value".into()))?;
+    let mut value = HeaderValue::from_str(&format!("Bearer {}", issued.token)).map_err(|e| {
+        Minting::Failed(
+            connector_model::error::HostError::internal(
+                "the minted token is not a valid header value",
+            )
+            .with_source(e),
+        )
+    })?;
     value.set_sensitive(true);
     Ok(value)
 }

@@ -57,8 +57,48 @@ pub struct BridgeConfig {
     pub token: Option<String>,
 }
 
+/// Why the stdio server did not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// No async runtime could be built.
+    #[error("could not start the async runtime")]
+    Runtime(#[source] std::io::Error),
+    /// The thread reading stdin could not be started.
+    #[error("could not start the stdin reader")]
+    StdinReader(#[source] std::io::Error),
+    /// The bearer token cannot be a header value.
+    #[error("the token contains characters that cannot be sent in an HTTP header")]
+    TokenNotAHeader,
+    /// The HTTP client could not be built.
+    #[error("could not create the HTTP client")]
+    HttpClient(#[source] reqwest::Error),
+    /// The host's data could not be served (the local mode).
+    #[error(transparent)]
+    Local(#[from] local::OpenError),
+}
+
+/// Why one request to the endpoint got no answer.
+#[derive(Debug, thiserror::Error)]
+enum SendError {
+    #[error(transparent)]
+    Reqwest(reqwest::Error),
+    #[error("connecting to {0} timed out")]
+    ConnectTimeout(String),
+    #[error("cannot connect to {authority}")]
+    Connect {
+        authority: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Request(http::Error),
+    #[error(transparent)]
+    Hyper(hyper::Error),
+}
+
 /// Runs the bridge on this process's stdin/stdout until stdin ends.
-pub fn run(config: BridgeConfig) -> Result<(), String> {
+pub fn run(config: BridgeConfig) -> Result<(), StartError> {
     serve_stdio(async move { Bridge::remote(config) })
 }
 
@@ -67,9 +107,9 @@ pub fn run(config: BridgeConfig) -> Result<(), String> {
 /// stdin ends.
 pub fn run_local(
     config: connector_core::config::HostConfig,
-    agent: String,
+    agent: connector_model::ids::AgentId,
     naming: connector_http::mcp::Naming,
-) -> Result<(), String> {
+) -> Result<(), StartError> {
     serve_stdio(async move {
         let local = local::Local::open(config, &agent, naming).await?;
         Ok(Bridge::local(local))
@@ -79,12 +119,12 @@ pub fn run_local(
 /// Runs the bridge `open` makes on one thread: stdin, the transport and (locally) the
 /// host share its event loop, so a message costs no hand-over between threads.
 fn serve_stdio(
-    open: impl std::future::Future<Output = Result<Bridge, String>>,
-) -> Result<(), String> {
+    open: impl std::future::Future<Output = Result<Bridge, StartError>>,
+) -> Result<(), StartError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("could not start the async runtime: {e}"))?;
+        .map_err(StartError::Runtime)?;
     runtime.block_on(async move {
         let bridge = Arc::new(open.await?);
         let lines = Lines::open()?;
@@ -103,7 +143,7 @@ enum Lines {
 }
 
 impl Lines {
-    fn open() -> Result<Lines, String> {
+    fn open() -> Result<Lines, StartError> {
         #[cfg(unix)]
         if let Some(polled) = PolledStdin::open() {
             return Ok(Lines::Polled(polled));
@@ -125,7 +165,7 @@ impl Lines {
                     }
                 }
             })
-            .map_err(|e| format!("could not start the stdin reader: {e}"))?;
+            .map_err(StartError::StdinReader)?;
         Ok(Lines::Thread(rx))
     }
 
@@ -444,13 +484,11 @@ fn emit_error(id: &Value, code: i64, message: &str) {
 }
 
 impl Bridge {
-    fn remote(config: BridgeConfig) -> Result<Self, String> {
+    fn remote(config: BridgeConfig) -> Result<Self, StartError> {
         let auth = match config.token {
             Some(t) => {
-                let mut v = HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| {
-                    "the token contains characters that cannot be sent in an HTTP header"
-                        .to_string()
-                })?;
+                let mut v = HeaderValue::from_str(&format!("Bearer {t}"))
+                    .map_err(|_| StartError::TokenNotAHeader)?;
                 v.set_sensitive(true);
                 Some(v)
             }
@@ -464,7 +502,7 @@ impl Bridge {
                 env!("CARGO_PKG_VERSION")
             ))
             .build()
-            .map_err(|e| format!("could not create the HTTP client: {e}"))?;
+            .map_err(StartError::HttpClient)?;
         let plain = (config.endpoint.scheme() == "http")
             .then(|| Plain::new(&config.endpoint))
             .flatten();
@@ -570,7 +608,7 @@ impl Bridge {
         h
     }
 
-    async fn post(&self, body: Bytes, headers: HeaderMap) -> Result<Answer, String> {
+    async fn post(&self, body: Bytes, headers: HeaderMap) -> Result<Answer, SendError> {
         self.send(reqwest::Method::POST, body, headers).await
     }
 
@@ -580,7 +618,7 @@ impl Bridge {
         method: reqwest::Method,
         body: Bytes,
         headers: HeaderMap,
-    ) -> Result<Answer, String> {
+    ) -> Result<Answer, SendError> {
         match &self.transport {
             Transport::Local(local) => Ok(Answer::Local(local.send(method, headers, body).await)),
             Transport::Remote {
@@ -596,12 +634,13 @@ impl Bridge {
                     .send()
                     .await
                     .map(Answer::Reqwest)
-                    .map_err(|e| e.to_string())
+                    .map_err(SendError::Reqwest)
             }
         }
     }
 
-    fn unreachable(&self, e: &str) -> String {
+    fn unreachable(&self, e: &SendError) -> String {
+        let e = connector_remote_answer::error_chain(e);
         match &self.transport {
             Transport::Remote { endpoint, .. } => {
                 format!("connector-host bridge: the request to {endpoint} failed: {e}")
@@ -1113,30 +1152,33 @@ impl Plain {
         })
     }
 
-    async fn connect(&self) -> Result<Sender, String> {
+    async fn connect(&self) -> Result<Sender, SendError> {
         let stream = tokio::time::timeout(
             Duration::from_secs(10),
             tokio::net::TcpStream::connect(&self.authority),
         )
         .await
-        .map_err(|_| format!("connecting to {} timed out", self.authority))?
-        .map_err(|e| format!("cannot connect to {}: {e}", self.authority))?;
+        .map_err(|_| SendError::ConnectTimeout(self.authority.clone()))?
+        .map_err(|source| SendError::Connect {
+            authority: self.authority.clone(),
+            source,
+        })?;
         let _ = stream.set_nodelay(true);
         let (sender, conn) =
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(SendError::Hyper)?;
         tokio::spawn(async move {
             let _ = conn.await;
         });
         Ok(sender)
     }
 
-    async fn post(&self, body: Bytes, mut headers: HeaderMap) -> Result<Answer, String> {
+    async fn post(&self, body: Bytes, mut headers: HeaderMap) -> Result<Answer, SendError> {
         headers.insert(HOST, self.host.clone());
         let mut request = hyper::Request::post(self.path.as_str())
             .body(Full::new(body))
-            .map_err(|e| e.to_string())?;
+            .map_err(SendError::Request)?;
         *request.headers_mut() = headers;
         loop {
             let pooled = loop {
@@ -1152,7 +1194,7 @@ impl Plain {
             };
             if let Err(e) = sender.ready().await {
                 if fresh {
-                    return Err(e.to_string());
+                    return Err(SendError::Hyper(e));
                 }
                 continue;
             }
@@ -1170,7 +1212,7 @@ impl Plain {
                 // sent, so it is safe to send it again on a fresh one.
                 Err(mut e) => match e.take_message() {
                     Some(unsent) if !fresh => request = unsent,
-                    _ => return Err(e.into_error().to_string()),
+                    _ => return Err(SendError::Hyper(e.into_error())),
                 },
             }
         }

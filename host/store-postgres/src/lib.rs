@@ -57,9 +57,9 @@ use tokio_postgres::{IsolationLevel, NoTls, Row};
 mod writer;
 
 use connector_model::audit::{AuditAnchor, AuditEntry, AuditRecord};
-use connector_model::provenance::connector_provenance;
+use connector_model::provenance::GrantProvenance;
 use connector_model::records::{
-    AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus,
+    rederive, AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus,
     GrantRecord, ImageToolsRecord, MessageRecord, Snapshot, Subject, UnitRecord,
 };
 use connector_store::rows;
@@ -830,7 +830,7 @@ async fn upsert_grant(tx: &Tx<'_>, grant: &GrantRecord) -> Result<(), tokio_post
             &id,
             &grant.tool,
             &grant.namespace,
-            &grant.provenance,
+            &grant.provenance.to_string(),
             &grant.created_at,
         ],
     )
@@ -874,20 +874,36 @@ impl PostgresStore {
         )
         .await
         .map_err(db)?;
-        let provenance = connector_provenance(&c.slug);
-        // Several grants of one subject collapsing onto `<ns>.*` keep one row (the oldest).
-        tx.execute(
-            "DELETE FROM grants g WHERE g.provenance = $1 AND EXISTS (
-                 SELECT 1 FROM grants o
-                 WHERE o.provenance = $1 AND o.subject_kind = g.subject_kind
-                   AND o.subject_id = g.subject_id AND o.ord < g.ord)",
-            &[&provenance],
-        )
-        .await
-        .map_err(db)?;
+        let provenance = GrantProvenance::connector_text(&c.slug);
+        let held = tx
+            .query(
+                "SELECT ord, subject_kind, subject_id FROM grants
+                 WHERE provenance = $1 ORDER BY ord",
+                &[&provenance],
+            )
+            .await
+            .map_err(db)?;
+        let held = held
+            .iter()
+            .map(|r| {
+                let key = r.try_get::<_, i64>(0)?;
+                let subject = (r.try_get::<_, String>(1)?, r.try_get::<_, String>(2)?);
+                Ok((key, subject))
+            })
+            .collect::<Result<Vec<_>, tokio_postgres::Error>>()
+            .map_err(db)?;
+        let rederived = rederive(&c.namespace, held);
+        if !rederived.dropped.is_empty() {
+            tx.execute(
+                "DELETE FROM grants WHERE ord = ANY($1)",
+                &[&rederived.dropped],
+            )
+            .await
+            .map_err(db)?;
+        }
         tx.execute(
             "UPDATE grants SET tool = $1, namespace = $2 WHERE provenance = $3",
-            &[&format!("{}.*", c.namespace), &c.namespace, &provenance],
+            &[&rederived.tool, &rederived.namespace, &provenance],
         )
         .await
         .map_err(db)?;
@@ -955,7 +971,8 @@ impl PostgresStore {
             )
             .await
             .map_err(db)?;
-        tx.execute(&stmt, &[&unit_id, &connector_provenance(connector)])
+        let provenance = GrantProvenance::connector_text(connector);
+        tx.execute(&stmt, &[&unit_id, &provenance])
             .await
             .map_err(db)?;
         Ok(n > 0)
@@ -1125,7 +1142,7 @@ impl PostgresStore {
                 .map_err(db)?;
             tx.execute(
                 "DELETE FROM grants WHERE provenance = $1",
-                &[&connector_provenance(slug)],
+                &[&GrantProvenance::connector_text(slug)],
             )
             .await
             .map_err(db)?;
@@ -1309,9 +1326,10 @@ impl PostgresStore {
         &self,
         subject: &Subject,
         tool: &str,
-        provenance: &str,
+        provenance: &GrantProvenance,
         audit: WriteRecords<'_>,
     ) -> StoreResult<bool> {
+        let provenance = provenance.to_string();
         state_tx!(self, "delete_grant", audit, |tx| {
             let (kind, id) = subject_parts(subject);
             let n = tx

@@ -29,6 +29,7 @@ use async_trait::async_trait;
 use serde_json::json;
 
 use connector_model::audit::{Actor, AuditAnchor, AuditEntry, AuditRecord, ChainCheck, GENESIS};
+use connector_model::provenance::GrantProvenance;
 use connector_model::records::{
     BindingRecord, Claim, DeliveryRecord, DeliveryStatus, GrantRecord, ImageToolsRecord,
     MessageRecord, Snapshot, Subject,
@@ -73,6 +74,7 @@ macro_rules! store_conformance_tests {
             put_connector_fault_keeps_old_connector_and_grants
             a_fault_fires_only_at_its_own_step_and_can_be_disarmed
             rotation_rederives_only_that_connectors_grants
+            rederiving_keeps_each_subjects_first_grant
             rotate_connector_removes_and_rebinds_in_one_step
             delete_connector_removes_its_bindings_and_grants_only
             delete_unit_removes_its_bindings_and_grants_only
@@ -124,6 +126,8 @@ macro_rules! store_conformance_tests {
 pub mod fixtures {
     use serde_json::{json, Value};
 
+    use connector_model::ids::Slug;
+    use connector_model::provenance::GrantProvenance;
     use connector_model::records::{
         AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus,
         GrantRecord, MessageRecord, Snapshot, Subject, UnitRecord,
@@ -173,13 +177,18 @@ pub mod fixtures {
         }
     }
 
+    /// The provenance of the grants the bindings of `slug` write.
+    pub fn of_connector(slug: &str) -> GrantProvenance {
+        GrantProvenance::Connector(Slug::parse(slug).expect("a connector slug"))
+    }
+
     /// The grant a binding of `slug` gives `unit_id`: `<namespace>.*`.
     pub fn connector_grant(unit_id: &str, slug: &str, namespace: &str) -> GrantRecord {
         GrantRecord {
             subject: Subject::Unit(unit_id.into()),
             tool: format!("{namespace}.*"),
             namespace: namespace.into(),
-            provenance: format!("connector:{slug}"),
+            provenance: of_connector(slug),
             created_at: "2025-01-04T00:00:00Z".into(),
         }
     }
@@ -189,7 +198,7 @@ pub mod fixtures {
             subject,
             tool: tool.into(),
             namespace: tool.split('.').next().unwrap_or_default().into(),
-            provenance: "explicit".into(),
+            provenance: GrantProvenance::Explicit,
             created_at: "2025-01-05T00:00:00Z".into(),
         }
     }
@@ -254,6 +263,32 @@ pub mod fixtures {
             )
             .await
             .unwrap();
+    }
+
+    /// Two grants of unit `root` as versions before typed provenance wrote them (the
+    /// provenance as text), for a database's own test to insert beside
+    /// [`populate_bound`]'s rows; [`earlier_grants_read_back`] checks them.
+    pub const EARLIER_GRANT_ROWS: &str = "INSERT INTO grants \
+         (subject_kind, subject_id, tool, namespace, provenance, created_at) VALUES \
+         ('unit', 'root', 'acme.*', 'acme', 'connector:acme', '2024-01-01T00:00:00Z'), \
+         ('unit', 'root', 'acme.echo', 'acme', 'explicit', '2024-01-02T00:00:00Z')";
+
+    /// The rows of [`EARLIER_GRANT_ROWS`] read back with their provenance.
+    pub async fn earlier_grants_read_back(store: &dyn Store) {
+        let snap = store.load().await.expect("load");
+        let of_root: Vec<_> = snap
+            .grants
+            .iter()
+            .filter(|g| g.subject == Subject::Unit("root".into()))
+            .map(|g| (g.tool.as_str(), g.provenance.clone()))
+            .collect();
+        assert_eq!(
+            of_root,
+            vec![
+                ("acme.*", of_connector("acme")),
+                ("acme.echo", GrantProvenance::Explicit),
+            ]
+        );
     }
 
     /// `snapshot` with its version zeroed, for comparing contents only.
@@ -660,7 +695,7 @@ pub async fn rotation_rederives_only_that_connectors_grants(factory: &dyn StoreF
                 g.subject.clone(),
                 g.tool.clone(),
                 g.namespace.clone(),
-                g.provenance.clone(),
+                g.provenance.to_string(),
             )
         })
         .collect();
@@ -697,6 +732,82 @@ pub async fn rotation_rederives_only_that_connectors_grants(factory: &dyn StoreF
     );
     // Bindings stay through a rotation.
     assert_eq!(snap.bindings.len(), 3);
+}
+
+/// The one rule ([`connector_model::records::rederive`]): when a connector's namespace
+/// changes, each subject keeps the first grant of it that it was given (its time and its
+/// place among the grants), now of the new namespace, and no other.
+pub async fn rederiving_keeps_each_subjects_first_grant(factory: &dyn StoreFactory) {
+    let store = bound_store(factory).await;
+    let at = |day: u8| format!("2025-02-{day:02}T00:00:00Z");
+    let made = |unit: &str, tool: &str, day: u8| GrantRecord {
+        tool: tool.into(),
+        created_at: at(day),
+        ..connector_grant(unit, "acme", "acme")
+    };
+    // `team` already holds `acme.*` from its binding (made on the fixture's day); a stale
+    // grant of one tool comes after it. `root` gets a stale grant first, then a second.
+    for grant in [
+        made("team", "acme.echo", 10),
+        explicit_grant(Subject::Unit("team".into()), "acme.echo"),
+        made("root", "acme.fail", 11),
+        made("root", "acme.echo", 12),
+    ] {
+        store.put_grant(&grant).await.unwrap();
+    }
+    let before = store.load().await.unwrap();
+    let first_of = |unit: &str| {
+        before
+            .grants
+            .iter()
+            .find(|g| g.subject == Subject::Unit(unit.into()) && g.provenance.connector().is_some())
+            .cloned()
+            .unwrap_or_else(|| panic!("{unit} holds a grant of acme"))
+    };
+    let (team_first, root_first) = (first_of("team"), first_of("root"));
+
+    store
+        .put_connector(&connector("acme", "newns", "sha256:dd"), COMPONENT)
+        .await
+        .unwrap();
+
+    let after = store.load().await.unwrap();
+    let of_acme: Vec<_> = after
+        .grants
+        .iter()
+        .filter(|g| g.provenance == of_connector("acme"))
+        .cloned()
+        .collect();
+    let moved = |first: &GrantRecord| GrantRecord {
+        tool: "newns.*".into(),
+        namespace: "newns".into(),
+        ..first.clone()
+    };
+    // Each subject's first grant, in the order the grants were made.
+    let mut expected = vec![moved(&team_first), moved(&root_first)];
+    let place = |g: &GrantRecord| {
+        before
+            .grants
+            .iter()
+            .position(|b| b.subject == g.subject && b.created_at == g.created_at)
+    };
+    expected.sort_by_key(place);
+    assert_eq!(of_acme, expected);
+    assert_eq!(
+        root_first.created_at,
+        at(11),
+        "root's first grant is its stale one"
+    );
+    // Every other grant stays as it was, in its place.
+    let others = |snap: &Snapshot| -> Vec<GrantRecord> {
+        snap.grants
+            .iter()
+            .filter(|g| g.provenance != of_connector("acme"))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(others(&after), others(&before));
+    assert_eq!(others(&after).len(), 1, "the explicit grant stays");
 }
 
 pub async fn rotate_connector_removes_and_rebinds_in_one_step(factory: &dyn StoreFactory) {
@@ -860,18 +971,30 @@ pub async fn delete_grant_matches_subject_tool_and_provenance(factory: &dyn Stor
     store.put_grant(&explicit).await.unwrap();
 
     assert!(!store
-        .delete_grant(&Subject::Agent("team".into()), "acme.*", "explicit")
+        .delete_grant(
+            &Subject::Agent("team".into()),
+            "acme.*",
+            &GrantProvenance::Explicit
+        )
         .await
         .unwrap());
     assert!(store
-        .delete_grant(&Subject::Unit("team".into()), "acme.*", "explicit")
+        .delete_grant(
+            &Subject::Unit("team".into()),
+            "acme.*",
+            &GrantProvenance::Explicit
+        )
         .await
         .unwrap());
     let snap = store.load().await.unwrap();
     // The binding's grant (same subject and tool, other provenance) stays.
     assert_eq!(snap.grants, vec![connector_grant("team", "acme", "acme")]);
     assert!(!store
-        .delete_grant(&Subject::Unit("team".into()), "acme.*", "explicit")
+        .delete_grant(
+            &Subject::Unit("team".into()),
+            "acme.*",
+            &GrantProvenance::Explicit
+        )
         .await
         .unwrap());
 }
@@ -1580,7 +1703,7 @@ pub async fn the_change_log_holds_each_foreign_write_in_order(factory: &dyn Stor
         StateWrite::DeleteGrant {
             subject: &explicit.subject,
             tool: "acme.echo",
-            provenance: "explicit",
+            provenance: &GrantProvenance::Explicit,
         },
         StateWrite::DeleteBinding {
             unit: "team",

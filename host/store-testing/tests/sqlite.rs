@@ -41,6 +41,40 @@ mod rows {
         assert_eq!(memberships(&path), 0);
     }
 
+    /// Grants keep their provenance as the text earlier versions wrote (`explicit`,
+    /// `connector:<slug>`): rows written before it was read as a type read back, and
+    /// what is written now is that same text.
+    #[tokio::test]
+    async fn grant_provenance_keeps_its_stored_text() {
+        let (_dir, path, store) = opened();
+        populate_bound(&store).await;
+        let raw = rusqlite::Connection::open(&path).expect("a second connection");
+        raw.execute(EARLIER_GRANT_ROWS, [])
+            .expect("rows as an earlier version wrote them");
+        earlier_grants_read_back(&store).await;
+        let stored: Vec<String> = raw
+            .prepare("SELECT provenance FROM grants WHERE subject_id = 'team' ORDER BY rowid")
+            .expect("select")
+            .query_map([], |r| r.get(0))
+            .expect("rows")
+            .collect::<Result<_, _>>()
+            .expect("text");
+        assert_eq!(stored, ["connector:acme"]);
+        raw.execute(
+            "UPDATE grants SET provenance = 'platform' WHERE subject_id = 'root'",
+            [],
+        )
+        .expect("update");
+        let err = store
+            .load()
+            .await
+            .expect_err("no grant is a platform grant");
+        assert!(
+            matches!(err, StoreError::Corrupt(ref m) if m.contains("provenance")),
+            "{err:?}"
+        );
+    }
+
     #[tokio::test]
     async fn malformed_stored_json_is_reported_as_corrupt() {
         let (_dir, path, store) = opened();

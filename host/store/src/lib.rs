@@ -18,6 +18,7 @@ pub mod sqlite;
 
 use async_trait::async_trait;
 use connector_model::audit::{AuditAnchor, AuditEntry, AuditRecord};
+use connector_model::provenance::GrantProvenance;
 use connector_model::records::{
     AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus,
     GrantRecord, ImageToolsRecord, MessageRecord, Snapshot, Subject, UnitRecord,
@@ -106,7 +107,7 @@ pub enum LoggedWrite {
         /// The tool or `<namespace>.*`.
         tool: String,
         /// The grant's provenance.
-        provenance: String,
+        provenance: GrantProvenance,
     },
     /// [`StateStore::put_image_tools`].
     PutImageTools {
@@ -156,7 +157,7 @@ impl LoggedWrite {
             } => LoggedWrite::DeleteGrant {
                 subject: subject.clone(),
                 tool: tool.into(),
-                provenance: provenance.into(),
+                provenance: provenance.clone(),
             },
             StateWrite::PutImageTools(record) => LoggedWrite::PutImageTools {
                 record: record.clone(),
@@ -292,10 +293,11 @@ pub trait StateStore: Send + Sync + 'static {
     /// methods below name each write.
     async fn write(&self, write: StateWrite<'_>, audit: Option<&AuditEntry>) -> StoreResult<bool>;
 
-    /// Upserts a connector with its component's bytes. In the same transaction, every
-    /// grant with provenance `connector:<slug>` is re-derived to the record's namespace
-    /// (`<namespace>.*`), so a rotation that changes the namespace never leaves stale
-    /// grants.
+    /// Upserts a connector with its component's bytes. In the same transaction its grants
+    /// (provenance `connector:<slug>`) follow the record's namespace by the one rule,
+    /// [`connector_model::records::rederive`]: each subject keeps its first grant of the
+    /// connector, now of `<namespace>.*`, and no other, so a rotation that changes the
+    /// namespace never leaves stale grants.
     async fn put_connector(
         &self,
         connector: &ConnectorRecord,
@@ -375,7 +377,7 @@ pub trait StateStore: Send + Sync + 'static {
         &self,
         subject: &Subject,
         tool: &str,
-        provenance: &str,
+        provenance: &GrantProvenance,
     ) -> StoreResult<bool> {
         let write = StateWrite::DeleteGrant {
             subject,
@@ -442,7 +444,7 @@ pub enum StateWrite<'a> {
         /// The tool or `<namespace>.*`.
         tool: &'a str,
         /// The grant's provenance.
-        provenance: &'a str,
+        provenance: &'a GrantProvenance,
     },
     /// [`StateStore::put_image_tools`].
     PutImageTools(&'a ImageToolsRecord),

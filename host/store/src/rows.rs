@@ -126,11 +126,14 @@ pub fn grant(r: &impl StoredRow) -> StoreResult<GrantRecord> {
             )))
         }
     };
+    let provenance = r.text(4)?.parse().map_err(|e| {
+        StoreError::Corrupt(format!("a grant of {tool} has a malformed provenance: {e}"))
+    })?;
     Ok(GrantRecord {
         subject,
         tool,
         namespace: r.text(3)?,
-        provenance: r.text(4)?,
+        provenance,
         created_at: r.text(5)?,
     })
 }

@@ -11,6 +11,7 @@ use std::fs;
 use std::io::Write;
 use std::path::Path;
 
+use anyhow::Context as _;
 use base64::Engine as _;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use rand::RngCore;
@@ -170,7 +171,7 @@ impl AgentTokens {
         agent: &str,
         epoch: &str,
         ttl_seconds: u64,
-    ) -> Result<(String, i64), String> {
+    ) -> Result<(String, i64), jsonwebtoken::errors::Error> {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
         let exp = now + ttl_seconds as i64;
         let claims = AgentClaims {
@@ -182,7 +183,6 @@ impl AgentTokens {
         };
         jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .map(|t| (t, exp))
-            .map_err(|e| format!("could not sign an agent token: {e}"))
     }
 
     /// The agent a token was issued for, and the token epoch it carries.
@@ -243,13 +243,13 @@ impl Credentials {
         let (operator, generated) = operator_token(config, store).await?;
         let key_path = config.data_dir.join("agent-token-key");
         let (mut agent_key, _) = read_or_create_secret(&key_path)
-            .map_err(|e| anyhow::anyhow!("cannot read or create {}: {e}", key_path.display()))?;
+            .with_context(|| format!("cannot read or create {}", key_path.display()))?;
         if store.is_shared() {
             // Every replica must accept the agent tokens any replica issued.
             agent_key = store
                 .shared_secret("agent-token-key", &agent_key)
                 .await
-                .map_err(|e| anyhow::anyhow!("cannot read the shared agent-token key: {e}"))?;
+                .context("cannot read the shared agent-token key")?;
         }
         let credentials = Self {
             operator,
@@ -283,10 +283,9 @@ impl Credentials {
                 "ttlSeconds must be between 1 and 2592000 (30 days)",
             ));
         }
-        let (token, exp) = self
-            .agent_tokens
-            .issue(agent, epoch, ttl)
-            .map_err(HostError::internal)?;
+        let (token, exp) = self.agent_tokens.issue(agent, epoch, ttl).map_err(|e| {
+            HostError::internal(format!("could not sign an agent token: {e}")).with_source(e)
+        })?;
         let expires_at = time::OffsetDateTime::from_unix_timestamp(exp)
             .ok()
             .and_then(|t| {
@@ -314,7 +313,7 @@ async fn operator_token(
     let path = config.data_dir.join("operator-token");
     if !store.is_shared() {
         let (token, created) = read_or_create_secret(&path)
-            .map_err(|e| anyhow::anyhow!("cannot read or create {}: {e}", path.display()))?;
+            .with_context(|| format!("cannot read or create {}", path.display()))?;
         return Ok((OperatorToken::new(&token), created.then_some(token)));
     }
     let existing = std::fs::read_to_string(&path)
@@ -329,11 +328,11 @@ async fn operator_token(
     let shared = store
         .shared_secret("operator-token-sha256", &mine.hex_digest())
         .await
-        .map_err(|e| anyhow::anyhow!("cannot read the shared operator token: {e}"))?;
+        .context("cannot read the shared operator token")?;
     if shared == mine.hex_digest() {
         if generated {
             write_secret(&path, &candidate)
-                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+                .with_context(|| format!("cannot write {}", path.display()))?;
             return Ok((mine, Some(candidate)));
         }
         return Ok((mine, None));

@@ -17,7 +17,7 @@ use serde_json::json;
 use crate::catalog::{guest_error, Catalog};
 use crate::state::State;
 use connector_model::error::{ErrorCode, HostError, HostResult};
-use connector_model::ids::check_id;
+use connector_model::ids::AgentId;
 use connector_model::records::{BindingRecord, Subject};
 use connector_runtime::wit;
 
@@ -154,9 +154,8 @@ fn check_no_file_is_a_folder(
 pub(crate) async fn build(
     state: &State,
     catalog: &Catalog,
-    agent: &str,
+    agent: &AgentId,
 ) -> HostResult<RuntimeContext> {
-    check_id("agent", agent)?;
     let bindings: Vec<BindingRecord> = {
         let dir = state.directory();
         if dir.agent(agent).is_none() {
@@ -183,7 +182,7 @@ pub(crate) async fn build(
             let connector = state.registry().get(&b.connector)?;
             // Counted against the agent's share, like its tool calls.
             let sandbox = catalog.sandbox(&b.connector, Some(b)).for_caller(
-                connector_runtime::Caller::Agent(std::sync::Arc::from(agent)),
+                connector_runtime::Caller::Agent(std::sync::Arc::from(agent.as_str())),
             );
             let binding = wit::Binding {
                 unit: b.unit_id.clone(),

@@ -6,6 +6,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::KeyProblem;
+
 /// Why the GitHub App could not be set up or could not mint an installation token.
 ///
 /// `Clone` because one failed exchange answers every caller that was waiting for it.
@@ -41,7 +43,7 @@ pub enum GithubAppError {
         /// The configured private key file.
         path: PathBuf,
         /// Why.
-        reason: String,
+        reason: KeyProblem,
     },
 
     /// GitHub does not know the installation (404).

@@ -24,50 +24,75 @@ pub(super) fn load(path: &Path) -> Result<EncodingKey, GithubAppError> {
     })
 }
 
-/// Parses PEM text; the error is a reason an operator can act on (never key material).
-pub(super) fn parse(bytes: &[u8]) -> Result<EncodingKey, String> {
-    let text = std::str::from_utf8(bytes)
-        .map_err(|_| "the file is not text (a PEM key is ASCII)".to_string())?;
+/// What is wrong with the App's private key, worded for an operator (never key material).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyProblem {
+    /// Not UTF-8.
+    #[error("the file is not text (a PEM key is ASCII)")]
+    NotText,
+    /// Nothing but whitespace.
+    #[error("the file is empty")]
+    Empty,
+    /// No `-----BEGIN …-----` line.
+    #[error("no PEM block found (the file should start with `-----BEGIN RSA PRIVATE KEY-----`)")]
+    NoPemBlock,
+    /// `ENCRYPTED PRIVATE KEY`.
+    #[error(
+        "the key is encrypted with a passphrase; store it unencrypted \
+         (`openssl pkcs8 -topk8 -nocrypt -in <encrypted> -out <plain>`) and \
+         protect the file instead"
+    )]
+    Encrypted,
+    /// A public key.
+    #[error("it is a public key; the App's private key is needed")]
+    PublicKey,
+    /// A certificate.
+    #[error("it is a certificate, not a private key")]
+    Certificate,
+    /// A private key of another algorithm (the PEM label).
+    #[error("it is an `{0}`; GitHub Apps sign with RSA keys")]
+    NotRsa(String),
+    /// Some other PEM block (its label).
+    #[error("it holds a `{0}` block, not a private key")]
+    OtherBlock(String),
+    /// No `-----END …-----` line for the block (its label).
+    #[error("the `{0}` block has no `-----END {0}-----` line (truncated?)")]
+    Truncated(String),
+    /// The block's content is not an RSA private key (its label).
+    #[error(
+        "the `{0}` block does not decode as an RSA private key (damaged or truncated \
+         base64, or a key of another type)"
+    )]
+    Undecodable(String),
+    /// The parsed key does not sign.
+    #[error("it cannot sign an RS256 JWT ({0})")]
+    CannotSign(jsonwebtoken::errors::Error),
+}
+
+/// Parses PEM text.
+pub(super) fn parse(bytes: &[u8]) -> Result<EncodingKey, KeyProblem> {
+    let text = std::str::from_utf8(bytes).map_err(|_| KeyProblem::NotText)?;
     let text = normalize(text);
     if text.is_empty() {
-        return Err("the file is empty".into());
+        return Err(KeyProblem::Empty);
     }
-    let label = pem_label(&text).ok_or_else(|| {
-        "no PEM block found (the file should start with `-----BEGIN RSA PRIVATE KEY-----`)"
-            .to_string()
-    })?;
+    let label = pem_label(&text).ok_or(KeyProblem::NoPemBlock)?;
     match label {
         "RSA PRIVATE KEY" | "PRIVATE KEY" => {}
-        "ENCRYPTED PRIVATE KEY" => {
-            return Err(
-                "the key is encrypted with a passphrase; store it unencrypted \
-                        (`openssl pkcs8 -topk8 -nocrypt -in <encrypted> -out <plain>`) and \
-                        protect the file instead"
-                    .into(),
-            )
-        }
-        "PUBLIC KEY" | "RSA PUBLIC KEY" => {
-            return Err("it is a public key; the App's private key is needed".into())
-        }
-        "CERTIFICATE" => return Err("it is a certificate, not a private key".into()),
+        "ENCRYPTED PRIVATE KEY" => return Err(KeyProblem::Encrypted),
+        "PUBLIC KEY" | "RSA PUBLIC KEY" => return Err(KeyProblem::PublicKey),
+        "CERTIFICATE" => return Err(KeyProblem::Certificate),
         "EC PRIVATE KEY" | "OPENSSH PRIVATE KEY" | "DSA PRIVATE KEY" => {
-            return Err(format!(
-                "it is an `{label}`; GitHub Apps sign with RSA keys"
-            ))
+            return Err(KeyProblem::NotRsa(label.to_string()))
         }
-        other => return Err(format!("it holds a `{other}` block, not a private key")),
+        other => return Err(KeyProblem::OtherBlock(other.to_string())),
     }
     if !text.contains(&format!("-----END {label}-----")) {
-        return Err(format!(
-            "the `{label}` block has no `-----END {label}-----` line (truncated?)"
-        ));
+        return Err(KeyProblem::Truncated(label.to_string()));
     }
-    EncodingKey::from_rsa_pem(text.as_bytes()).map_err(|_| {
-        format!(
-            "the `{label}` block does not decode as an RSA private key (damaged or truncated \
-             base64, or a key of another type)"
-        )
-    })
+    EncodingKey::from_rsa_pem(text.as_bytes())
+        .map_err(|_| KeyProblem::Undecodable(label.to_string()))
 }
 
 /// Undoes the ways a key gets mangled on its way through environment variables and
@@ -164,7 +189,7 @@ mod tests {
         ] {
             let reason = match parse(text.as_bytes()) {
                 Ok(_) => panic!("{text:?} parsed"),
-                Err(reason) => reason,
+                Err(reason) => reason.to_string(),
             };
             assert!(reason.contains(expected), "{text:?}: {reason}");
             assert!(!reason.contains("QUJD"), "{reason}");

@@ -50,6 +50,7 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 pub use error::GithubAppError;
+pub use key::KeyProblem;
 
 use crate::config::GithubAppSettings;
 use connector_model::error::HandlerError;
@@ -333,7 +334,7 @@ impl Inner {
 
     /// A JWT for the App, its timestamps corrected by the known clock offset. The error is
     /// a reason without key material.
-    fn jwt(&self) -> Result<String, String> {
+    fn jwt(&self) -> Result<String, KeyProblem> {
         let now = self.github_now().unix_timestamp();
         let claims = Claims {
             iat: now - JWT_BACKDATE.as_secs() as i64,
@@ -341,7 +342,7 @@ impl Inner {
             iss: &self.iss,
         };
         jsonwebtoken::encode(&Header::new(Algorithm::RS256), &claims, &self.key)
-            .map_err(|err| format!("it cannot sign an RS256 JWT ({err})"))
+            .map_err(KeyProblem::CannotSign)
     }
 
     /// One exchange: `POST /app/installations/{id}/access_tokens`, retried once when

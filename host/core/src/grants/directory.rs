@@ -8,9 +8,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 
-use connector_model::provenance::connector_provenance;
+use connector_model::provenance::GrantProvenance;
 use connector_model::records::{
-    AgentRecord, BindingRecord, GrantRecord, ImageToolsRecord, Snapshot, Subject, UnitRecord,
+    rederive, AgentRecord, BindingRecord, GrantRecord, ImageToolsRecord, Snapshot, Subject,
+    UnitRecord,
 };
 
 /// Units, agents, bindings, grants and image tools.
@@ -308,9 +309,8 @@ impl Directory {
             self.unindex_routes(b);
         }
         let removed = old.is_some();
-        let provenance = connector_provenance(connector);
         if let Some(grants) = self.grants.get_mut(&Subject::Unit(unit.to_string())) {
-            grants.retain(|g| g.provenance != provenance);
+            grants.retain(|g| g.provenance.connector() != Some(connector));
         }
         removed
     }
@@ -321,19 +321,34 @@ impl Directory {
             m.remove(connector);
         }
         self.routes.remove(connector);
-        let provenance = connector_provenance(connector);
         for grants in self.grants.values_mut() {
-            grants.retain(|g| g.provenance != provenance);
+            grants.retain(|g| g.provenance.connector() != Some(connector));
         }
     }
 
-    /// Re-derives a connector's grants to a (possibly new) namespace.
+    /// Re-derives a connector's grants to a (possibly new) namespace, by the rule every
+    /// store applies ([`rederive`]).
     pub fn rename_connector_namespace(&mut self, connector: &str, namespace: &str) {
-        let provenance = connector_provenance(connector);
         for grants in self.grants.values_mut() {
-            for g in grants.iter_mut().filter(|g| g.provenance == provenance) {
-                g.namespace = namespace.to_string();
-                g.tool = format!("{namespace}.*");
+            // A subject's grants are in the order they were made.
+            let of_connector = grants
+                .iter()
+                .enumerate()
+                .filter(|(_, g)| g.provenance.connector() == Some(connector))
+                .map(|(i, g)| (i, g.subject.clone()));
+            let rederived = rederive(namespace, of_connector.collect::<Vec<_>>());
+            let mut index = 0;
+            grants.retain(|_| {
+                let keep = !rederived.dropped.contains(&index);
+                index += 1;
+                keep
+            });
+            for g in grants
+                .iter_mut()
+                .filter(|g| g.provenance.connector() == Some(connector))
+            {
+                g.tool.clone_from(&rederived.tool);
+                g.namespace.clone_from(&rederived.namespace);
             }
         }
     }
@@ -357,12 +372,17 @@ impl Directory {
     }
 
     /// Removes the grant keyed by subject, tool and provenance; whether there was one.
-    pub fn remove_grant(&mut self, subject: &Subject, tool: &str, provenance: &str) -> bool {
+    pub fn remove_grant(
+        &mut self,
+        subject: &Subject,
+        tool: &str,
+        provenance: &GrantProvenance,
+    ) -> bool {
         let Some(list) = self.grants.get_mut(subject) else {
             return false;
         };
         let before = list.len();
-        list.retain(|g| !(g.tool == tool && g.provenance == provenance));
+        list.retain(|g| !(g.tool == tool && &g.provenance == provenance));
         before != list.len()
     }
 
@@ -450,5 +470,60 @@ mod tests {
             assert_eq!(d.member_count(u), counted, "{u}");
         }
         assert_eq!(d.member_count("gone"), 0);
+    }
+
+    /// The directory re-derives a connector's grants as the stores do: the same writes
+    /// leave the same grants in memory as the database holds afterwards.
+    #[tokio::test]
+    async fn a_namespace_change_leaves_the_grants_the_store_keeps() {
+        use connector_store_testing::fixtures::{self, COMPONENT};
+        use connector_store_testing::sqlite::SqliteFactory;
+        use connector_store_testing::StoreFactory;
+
+        let factory = SqliteFactory::new();
+        let store = factory.open().await;
+        fixtures::populate_bound(&*store).await;
+        let made = |unit: &str, tool: &str, day: u8| GrantRecord {
+            tool: tool.into(),
+            created_at: format!("2025-02-{day:02}T00:00:00Z"),
+            ..fixtures::connector_grant(unit, "acme", "acme")
+        };
+        for grant in [
+            made("team", "acme.echo", 10),
+            fixtures::explicit_grant(Subject::Unit("team".into()), "acme.echo"),
+            made("root", "acme.fail", 11),
+            made("root", "acme.echo", 12),
+        ] {
+            store.put_grant(&grant).await.expect("grant");
+        }
+        let mut memory = Directory::from_snapshot(&store.load().await.expect("load"));
+
+        store
+            .put_connector(
+                &fixtures::connector("acme", "newns", "sha256:dd"),
+                COMPONENT,
+            )
+            .await
+            .expect("rotate");
+        memory.rename_connector_namespace("acme", "newns");
+
+        let stored = Directory::from_snapshot(&store.load().await.expect("load"));
+        for unit in ["team", "root"] {
+            let subject = Subject::Unit(unit.into());
+            assert_eq!(
+                memory.grants_of(&subject),
+                stored.grants_of(&subject),
+                "{unit}"
+            );
+            assert_eq!(
+                memory
+                    .grants_of(&subject)
+                    .iter()
+                    .filter(|g| g.tool == "newns.*")
+                    .count(),
+                1,
+                "{unit}"
+            );
+        }
     }
 }

@@ -23,7 +23,7 @@ use super::directory::Directory;
 
 use crate::registry::InstalledConnector;
 use connector_model::connector::ToolInfo;
-use connector_model::provenance::{Provenance, EXPLICIT};
+use connector_model::provenance::{GrantProvenance, Provenance};
 use connector_model::records::Subject;
 
 /// Where a group of tools comes from.
@@ -297,7 +297,7 @@ fn compute(
     for unit in &units {
         let unit_subject = Subject::Unit(unit.to_string());
         for grant in directory.grants_of(&unit_subject) {
-            let Some(slug) = grant.provenance.strip_prefix("connector:") else {
+            let Some(slug) = grant.provenance.connector() else {
                 continue;
             };
             let Some((ns, connector)) = catalog.connectors.get_key_value(&grant.namespace) else {
@@ -378,7 +378,7 @@ fn compute(
 
     // Explicit tier: the subject's own grants of a tool or a namespace.
     for grant in directory.grants_of(subject) {
-        if grant.provenance != EXPLICIT {
+        if grant.provenance != GrantProvenance::Explicit {
             continue;
         }
         let ns = grant.namespace.as_str();

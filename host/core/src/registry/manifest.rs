@@ -10,9 +10,10 @@ use std::collections::HashSet;
 use std::fmt;
 
 use connector_model::connector::{
-    is_namespace, is_slug, is_tool_id, Connector, ToolAnnotations, ToolInfo, WebhookInfo,
-    WebhookSchemeName, NAMESPACE_RULE, RESERVED_NAMESPACE, SLUG_RULE, TOOL_ID_RULE,
+    is_namespace, is_tool_id, Connector, ToolAnnotations, ToolInfo, WebhookInfo, WebhookSchemeName,
+    NAMESPACE_RULE, RESERVED_NAMESPACE, SLUG_RULE, TOOL_ID_RULE,
 };
+use connector_model::ids::Slug;
 use serde_json::Value;
 
 use connector_runtime::wit;
@@ -175,26 +176,28 @@ fn check_mirrored_headers(owner: &str, schema: &Value) -> Result<(), ManifestErr
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
     }
-    fn walk(schema: &Value, reach: Reach, seen: &mut Vec<String>) -> Result<(), String> {
+    fn walk(
+        schema: &Value,
+        reach: Reach,
+        seen: &mut Vec<String>,
+    ) -> Result<(), MirroredHeaderProblem> {
         match schema {
             Value::Object(map) => {
                 if let Some(name) = map.get("x-mcp-header") {
                     if reach != Reach::Property {
-                        return Err("`x-mcp-header` may only mark a property reached from the schema root through `properties`".into());
+                        return Err(MirroredHeaderProblem::NotAProperty);
                     }
                     let Some(name) = name.as_str().filter(|n| is_token(n)) else {
-                        return Err(format!(
-                            "`x-mcp-header` {name} is not an HTTP header name token"
-                        ));
+                        return Err(MirroredHeaderProblem::NotAToken(name.to_string()));
                     };
                     if !matches!(
                         map.get("type").and_then(Value::as_str),
                         Some("string" | "integer" | "boolean")
                     ) {
-                        return Err(format!("`x-mcp-header` `{name}` marks a property that is not of type string, integer or boolean"));
+                        return Err(MirroredHeaderProblem::NotAScalar(name.to_string()));
                     }
                     if seen.iter().any(|s| s.eq_ignore_ascii_case(name)) {
-                        return Err(format!("`x-mcp-header` `{name}` is used twice (names are compared ignoring case)"));
+                        return Err(MirroredHeaderProblem::Twice(name.to_string()));
                     }
                     seen.push(name.to_string());
                 }
@@ -216,21 +219,39 @@ fn check_mirrored_headers(owner: &str, schema: &Value) -> Result<(), ManifestErr
             _ => Ok(()),
         }
     }
-    walk(schema, Reach::Root, &mut Vec::new()).map_err(|reason| ManifestError::InvalidSchema {
+    walk(schema, Reach::Root, &mut Vec::new()).map_err(|problem| ManifestError::InvalidSchema {
         owner: owner.to_string(),
-        reason,
+        reason: problem.to_string(),
     })
+}
+
+/// How an `x-mcp-header` annotation breaks the rules [`check_mirrored_headers`] checks.
+#[derive(Debug, thiserror::Error)]
+enum MirroredHeaderProblem {
+    #[error(
+        "`x-mcp-header` may only mark a property reached from the schema root through `properties`"
+    )]
+    NotAProperty,
+    /// The annotation's value, as JSON.
+    #[error("`x-mcp-header` {0} is not an HTTP header name token")]
+    NotAToken(String),
+    #[error(
+        "`x-mcp-header` `{0}` marks a property that is not of type string, integer or boolean"
+    )]
+    NotAScalar(String),
+    #[error("`x-mcp-header` `{0}` is used twice (names are compared ignoring case)")]
+    Twice(String),
 }
 
 /// Checks a manifest against every naming rule and turns it into the contract's
 /// `Connector` object. Only rules about the component itself are checked here; clashes
 /// with other installed connectors are the registry's.
 pub fn validate(manifest: wit::Manifest, digest: &str) -> Result<Connector, ManifestError> {
-    if !is_slug(&manifest.slug) {
+    let Ok(slug) = Slug::parse(&manifest.slug) else {
         return Err(ManifestError::InvalidSlug {
             slug: manifest.slug,
         });
-    }
+    };
     let namespace = manifest
         .tool_namespace
         .clone()
@@ -286,7 +307,7 @@ pub fn validate(manifest: wit::Manifest, digest: &str) -> Result<Connector, Mani
         },
     });
     Ok(Connector {
-        slug: manifest.slug,
+        slug,
         tool_namespace: namespace,
         display_name: manifest.display_name,
         description: manifest.description,

@@ -18,10 +18,13 @@ use serde::Serialize;
 use serde_json::Value;
 
 use connector_model::connector::{Connector, ToolInfo};
+use connector_model::ids::Slug;
 use connector_model::tool_output::ToolOutput;
 use connector_runtime::{wit, ConnectorRuntime, GuestError, LoadError, LoadedComponent};
+use connector_store::StoreError;
 
 pub use manifest::ManifestError;
+pub use output::{MalformedBlock, MalformedOutput};
 
 pub mod output;
 
@@ -48,12 +51,17 @@ impl fmt::Display for SchemaViolation {
 }
 
 /// Why a tool's successful output was refused (the connector's mistake, never the
-/// caller's).
-#[derive(Debug)]
+/// caller's). Its [`connector_remote_answer::error_chain`] is the sentence callers get.
+#[derive(Debug, thiserror::Error)]
 pub enum OutputRefused {
     /// Not well formed: JSON that does not parse, a bad media type or URI, ...
-    Malformed(String),
+    #[error("a malformed result")]
+    Malformed(#[source] MalformedOutput),
     /// The structured result is missing or breaks the tool's output schema.
+    #[error(
+        "a result that breaks the output schema of `{tool}`:{}",
+        list_violations(violations)
+    )]
     BreaksSchema {
         /// The tool.
         tool: String,
@@ -62,19 +70,14 @@ pub enum OutputRefused {
     },
 }
 
-impl fmt::Display for OutputRefused {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            OutputRefused::Malformed(why) => write!(f, "a malformed result: {why}"),
-            OutputRefused::BreaksSchema { tool, violations } => {
-                write!(f, "a result that breaks the output schema of `{tool}`:")?;
-                for (i, v) in violations.iter().enumerate() {
-                    write!(f, "{} {v}", if i == 0 { "" } else { ";" })?;
-                }
-                Ok(())
-            }
-        }
+/// ` a; b; c`: the violations after a colon.
+fn list_violations(violations: &[SchemaViolation]) -> String {
+    let mut text = String::new();
+    for (i, v) in violations.iter().enumerate() {
+        text.push_str(if i == 0 { " " } else { "; " });
+        text.push_str(&v.to_string());
     }
+    text
 }
 
 impl OutputRefused {
@@ -185,7 +188,7 @@ impl InstallError {
 pub struct InstalledConnector {
     info: Connector,
     /// The linked component once loaded; a failure that retrying cannot mend is kept.
-    component: tokio::sync::OnceCell<Result<LoadedComponent, String>>,
+    component: tokio::sync::OnceCell<Result<LoadedComponent, LoadFailure>>,
     loader: Option<ComponentLoader>,
     tool_schemas: HashMap<String, jsonschema::Validator>,
     output_schemas: HashMap<String, jsonschema::Validator>,
@@ -246,14 +249,53 @@ pub type ComponentLoader = Arc<
         + Sync,
 >;
 
-/// Why a [`ComponentLoader`] could not load a component.
-#[derive(Debug, Clone)]
-pub struct LoadFailure {
-    /// What went wrong.
-    pub message: String,
+/// Why a component could not be loaded (by a [`ComponentLoader`], or checked against the
+/// description it was loaded for).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadFailure {
+    /// The bytes are not a component this host runs (kept: retrying cannot help).
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// The database did not answer (passing).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The host is shutting down (passing).
+    #[error("the host is shutting down")]
+    ShuttingDown,
+    /// The stored bytes are gone (kept).
+    #[error("its component ({digest}) is no longer stored")]
+    NoLongerStored {
+        /// The digest the description names.
+        digest: String,
+    },
+    /// The loaded component is not the one the description names (kept).
+    #[error("the loaded component is {loaded}, the description names {described}")]
+    OtherDigest {
+        /// The digest of what was loaded.
+        loaded: String,
+        /// The digest of the description.
+        described: String,
+    },
+    /// The loaded component implements another world than the description says (kept).
+    #[error("the component implements {loaded}, its description says {described}")]
+    OtherWorld {
+        /// The world of what was loaded.
+        loaded: String,
+        /// The world of the description.
+        described: String,
+    },
+    /// The connector has neither a component nor a loader (kept).
+    #[error("no way to load it is known")]
+    NoLoader,
+}
+
+impl LoadFailure {
     /// Whether trying again cannot help (damaged bytes, a component this host cannot run)
     /// rather than a passing failure (the database did not answer).
-    pub lasting: bool,
+    pub fn is_lasting(&self) -> bool {
+        !matches!(self, LoadFailure::Store(_) | LoadFailure::ShuttingDown)
+    }
 }
 
 impl InstalledConnector {
@@ -276,7 +318,7 @@ impl InstalledConnector {
 
     fn assemble(
         info: Connector,
-        component: tokio::sync::OnceCell<Result<LoadedComponent, String>>,
+        component: tokio::sync::OnceCell<Result<LoadedComponent, LoadFailure>>,
         loader: Option<ComponentLoader>,
     ) -> Result<Self, ManifestError> {
         let mut tool_schemas = HashMap::with_capacity(info.tools.len());
@@ -366,27 +408,29 @@ impl InstalledConnector {
     }
 
     /// Runs the loader: `Ok(Err)` for a lasting failure (kept), `Err` for a passing one.
-    async fn load(&self) -> Result<Result<LoadedComponent, String>, String> {
+    async fn load(&self) -> Result<Result<LoadedComponent, LoadFailure>, LoadFailure> {
         let Some(loader) = &self.loader else {
-            return Ok(Err("no way to load it is known".into()));
+            return Ok(Err(LoadFailure::NoLoader));
         };
         match loader().await {
-            Ok(component) if component.digest() != self.info.digest => Ok(Err(format!(
-                "the loaded component is {}, the description names {}",
-                component.digest(),
-                self.info.digest
-            ))),
-            Ok(component) if component.world() != self.info.world => Ok(Err(format!(
-                "the component implements {}, its description says {}",
-                component.world(),
-                self.info.world
-            ))),
-            Ok(component) => Ok(Ok(component)),
-            Err(failure) if failure.lasting => {
-                tracing::error!(slug = %self.info.slug, digest = %self.info.digest, error = %failure.message, "a stored connector does not load on this host; its calls fail");
-                Ok(Err(failure.message))
+            Ok(component) if component.digest() != self.info.digest => {
+                Ok(Err(LoadFailure::OtherDigest {
+                    loaded: component.digest().to_string(),
+                    described: self.info.digest.clone(),
+                }))
             }
-            Err(failure) => Err(failure.message),
+            Ok(component) if component.world() != self.info.world => {
+                Ok(Err(LoadFailure::OtherWorld {
+                    loaded: component.world().to_string(),
+                    described: self.info.world.clone(),
+                }))
+            }
+            Ok(component) => Ok(Ok(component)),
+            Err(failure) if failure.is_lasting() => {
+                tracing::error!(slug = %self.info.slug, digest = %self.info.digest, error = %failure, "a stored connector does not load on this host; its calls fail");
+                Ok(Err(failure))
+            }
+            Err(failure) => Err(failure),
         }
     }
 
@@ -460,12 +504,12 @@ pub struct ConnectorRegistry {
 /// The installed connectors of one moment.
 #[derive(Default)]
 struct Installed {
-    by_slug: BTreeMap<String, Arc<InstalledConnector>>,
+    by_slug: BTreeMap<Slug, Arc<InstalledConnector>>,
     by_namespace: Arc<BTreeMap<String, Arc<InstalledConnector>>>,
 }
 
 impl Installed {
-    fn of(by_slug: BTreeMap<String, Arc<InstalledConnector>>) -> Arc<Self> {
+    fn of(by_slug: BTreeMap<Slug, Arc<InstalledConnector>>) -> Arc<Self> {
         let by_namespace = by_slug
             .values()
             .map(|c| (c.info.tool_namespace.clone(), c.clone()))
@@ -560,21 +604,21 @@ impl ConnectorRegistry {
             }
             if slugs_conflict(&candidate.slug, &other.info.slug) {
                 return Err(InstallError::SlugConflict {
-                    slug: candidate.slug.clone(),
-                    other: other.info.slug.clone(),
+                    slug: candidate.slug.to_string(),
+                    other: other.info.slug.to_string(),
                 });
             }
-            let owned = [&other.info.slug, &other.info.tool_namespace];
-            for claimed in [&candidate.slug, &candidate.tool_namespace] {
+            let owned = [other.info.slug.as_str(), &other.info.tool_namespace];
+            for claimed in [candidate.slug.as_str(), &candidate.tool_namespace] {
                 if owned.contains(&claimed) {
                     return Err(InstallError::Conflict {
-                        claimed: claimed.clone(),
-                        owner: other.info.slug.clone(),
+                        claimed: claimed.to_string(),
+                        owner: other.info.slug.to_string(),
                     });
                 }
             }
         }
-        Ok(installed.by_slug.get(&candidate.slug).cloned())
+        Ok(installed.by_slug.get(candidate.slug.as_str()).cloned())
     }
 
     fn snapshot(&self) -> Arc<Installed> {
@@ -584,7 +628,7 @@ impl ConnectorRegistry {
     /// Applies `change` to the installed set, as one step for readers.
     fn change<T>(
         &self,
-        change: impl FnOnce(&mut BTreeMap<String, Arc<InstalledConnector>>) -> T,
+        change: impl FnOnce(&mut BTreeMap<Slug, Arc<InstalledConnector>>) -> T,
     ) -> T {
         let mut installed = self.installed.write();
         let mut by_slug = installed.by_slug.clone();

@@ -8,21 +8,63 @@ use connector_model::tool_output::{ContentBlock, EmbeddedResource, ResourceConte
 
 use connector_runtime::wit;
 
-/// Checks and converts what a guest returned. The error says what is wrong, for the
-/// caller (it names the connector's mistake, never host internals).
-pub fn from_guest(output: wit::ToolOutput) -> Result<ToolOutput, String> {
+/// What is wrong with a guest's tool output: the connector's mistake, told to the caller
+/// (never host internals). Its [`connector_remote_answer::error_chain`] is the sentence.
+#[derive(Debug, thiserror::Error)]
+pub enum MalformedOutput {
+    /// The structured result does not parse.
+    #[error("its structured result is not JSON")]
+    NotJson(#[source] serde_json::Error),
+    /// One content block is malformed.
+    #[error("content block {index}")]
+    Block {
+        /// Its place in the content, from 0.
+        index: usize,
+        /// What is wrong with it.
+        #[source]
+        reason: MalformedBlock,
+    },
+}
+
+/// What is wrong with one content block of a guest's tool output.
+#[derive(Debug, thiserror::Error)]
+pub enum MalformedBlock {
+    /// A resource link without a name.
+    #[error("a resource link needs a name")]
+    UnnamedLink,
+    /// A media type that is not `type/subtype`.
+    #[error("media type {0:?} is not of the form type/subtype")]
+    MediaType(String),
+    /// A URI of a scheme clients must not be handed ([`REFUSED_SCHEMES`]).
+    #[error(
+        "{uri:?} is a `{scheme}:` URI, which clients must not be handed (javascript, vbscript, \
+         data and file URIs could run script or read local files); use an https: URI or \
+         a scheme of the connector's own instead"
+    )]
+    RefusedScheme {
+        /// The URI, cut to a quotable length.
+        uri: String,
+        /// Its scheme as a browser reads it.
+        scheme: String,
+    },
+    /// Not a scheme, a colon and no whitespace.
+    #[error("{0:?} is not an absolute URI (a scheme, then `:`)")]
+    NotAbsolute(String),
+}
+
+/// Checks and converts what a guest returned.
+pub fn from_guest(output: wit::ToolOutput) -> Result<ToolOutput, MalformedOutput> {
     let structured = match output.structured {
         None => None,
-        Some(text) => Some(
-            serde_json::from_str(&text)
-                .map_err(|e| format!("its structured result is not JSON: {e}"))?,
-        ),
+        Some(text) => Some(serde_json::from_str(&text).map_err(MalformedOutput::NotJson)?),
     };
     let content = output
         .content
         .into_iter()
         .enumerate()
-        .map(|(i, block)| block_from_guest(block).map_err(|e| format!("content block {i}: {e}")))
+        .map(|(index, block)| {
+            block_from_guest(block).map_err(|reason| MalformedOutput::Block { index, reason })
+        })
         .collect::<Result<_, _>>()?;
     Ok(ToolOutput {
         structured,
@@ -33,11 +75,16 @@ pub fn from_guest(output: wit::ToolOutput) -> Result<ToolOutput, String> {
 /// Most characters of a guest's value quoted in an error.
 const QUOTED_CHARS: usize = 200;
 
+/// A guest's value cut to [`QUOTED_CHARS`], for an error.
+fn quoted(text: &str) -> String {
+    connector_model::ids::truncate(text, QUOTED_CHARS)
+}
+
 fn base64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-fn block_from_guest(block: wit::ContentBlock) -> Result<ContentBlock, String> {
+fn block_from_guest(block: wit::ContentBlock) -> Result<ContentBlock, MalformedBlock> {
     Ok(match block {
         wit::ContentBlock::Text(text) => ContentBlock::Text { text },
         wit::ContentBlock::Image(m) => ContentBlock::Image {
@@ -50,7 +97,7 @@ fn block_from_guest(block: wit::ContentBlock) -> Result<ContentBlock, String> {
         },
         wit::ContentBlock::ResourceLink(l) => {
             if l.name.is_empty() {
-                return Err("a resource link needs a name".into());
+                return Err(MalformedBlock::UnnamedLink);
             }
             ContentBlock::ResourceLink {
                 uri: uri(l.uri)?,
@@ -75,7 +122,7 @@ fn block_from_guest(block: wit::ContentBlock) -> Result<ContentBlock, String> {
 }
 
 /// `type/subtype` (RFC 6838 restricted names), parameters allowed after `;`.
-fn media_type(text: String) -> Result<String, String> {
+fn media_type(text: String) -> Result<String, MalformedBlock> {
     let is_name = |s: &str| {
         !s.is_empty()
             && s.len() <= 127
@@ -85,10 +132,7 @@ fn media_type(text: String) -> Result<String, String> {
     let essence = text.split(';').next().unwrap_or_default();
     match essence.split_once('/') {
         Some((t, s)) if is_name(t) && is_name(s) && !text.chars().any(char::is_control) => Ok(text),
-        _ => Err(format!(
-            "media type {:?} is not of the form type/subtype",
-            connector_model::ids::truncate(&text, QUOTED_CHARS)
-        )),
+        _ => Err(MalformedBlock::MediaType(quoted(&text))),
     }
 }
 
@@ -114,16 +158,14 @@ fn scheme_as_browsers_read(text: &str) -> Option<String> {
 
 /// An absolute URI: a scheme (`[A-Za-z][A-Za-z0-9+.-]*`), a colon, and no whitespace or
 /// control characters; never one of [`REFUSED_SCHEMES`] (CONTRACT §5).
-fn uri(text: String) -> Result<String, String> {
+fn uri(text: String) -> Result<String, MalformedBlock> {
     if let Some(scheme) =
         scheme_as_browsers_read(&text).filter(|scheme| REFUSED_SCHEMES.contains(&scheme.as_str()))
     {
-        return Err(format!(
-            "{:?} is a `{scheme}:` URI, which clients must not be handed (javascript, vbscript, \
-             data and file URIs could run script or read local files); use an https: URI or \
-             a scheme of the connector's own instead",
-            connector_model::ids::truncate(&text, QUOTED_CHARS)
-        ));
+        return Err(MalformedBlock::RefusedScheme {
+            uri: quoted(&text),
+            scheme,
+        });
     }
     let scheme_ok = text.split_once(':').is_some_and(|(scheme, _)| {
         let mut b = scheme.bytes();
@@ -133,10 +175,7 @@ fn uri(text: String) -> Result<String, String> {
     if scheme_ok && !text.chars().any(|c| c.is_whitespace() || c.is_control()) {
         Ok(text)
     } else {
-        Err(format!(
-            "{:?} is not an absolute URI (a scheme, then `:`)",
-            connector_model::ids::truncate(&text, QUOTED_CHARS)
-        ))
+        Err(MalformedBlock::NotAbsolute(quoted(&text)))
     }
 }
 
@@ -214,11 +253,12 @@ mod tests {
     #[test]
     fn malformed_output_is_refused_with_the_reason() {
         let bad = |content: wit::ContentBlock| {
-            from_guest(guest(
+            let refused = from_guest(guest(
                 None,
                 vec![wit::ContentBlock::Text("ok".into()), content],
             ))
-            .unwrap_err()
+            .unwrap_err();
+            connector_remote_answer::error_chain(&refused)
         };
         let media = |t: &str| wit::Media {
             data: vec![],
@@ -276,8 +316,8 @@ mod tests {
                 "{allowed}"
             );
         }
-        assert!(from_guest(guest(Some("{nope"), vec![]))
-            .unwrap_err()
-            .contains("not JSON"));
+        let not_json = from_guest(guest(Some("{nope"), vec![])).unwrap_err();
+        assert!(connector_remote_answer::error_chain(&not_json)
+            .starts_with("its structured result is not JSON: key must be a string"));
     }
 }

@@ -42,7 +42,7 @@ use connector_model::error::{ErrorCode, HostError, HostResult};
 use connector_model::ids::{now_rfc3339, truncate};
 use connector_model::records::Claim;
 use connector_model::records::{DeliveryRecord, DeliveryStatus, MessageRecord};
-use connector_runtime::{wit, Caller};
+use connector_runtime::{wit, Caller, GuestError};
 use connector_store::ClaimScope;
 use connector_store::Store;
 
@@ -140,7 +140,7 @@ pub struct WebhookOutcome {
 }
 
 /// Why processing a stored delivery did not finish it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum DeliveryError {
     /// Another task on this replica is processing it right now.
     #[error("this delivery is already being processed")]
@@ -151,12 +151,29 @@ pub enum DeliveryError {
     AlreadyDone,
     /// The database did not answer: the delivery stays pending under this replica's claim
     /// and is taken up again when the claim lapses.
-    #[error("{0}")]
-    StoreUnavailable(String),
+    #[error(transparent)]
+    StoreUnavailable(connector_store::StoreError),
     /// Translation, routing or storing failed: the delivery is kept `failed` with this
     /// error, visible and retried at the next start or on request.
     #[error("{0}")]
     Failed(String),
+}
+
+/// Why routing a delivery failed: the text kept on the failed delivery.
+#[derive(Debug, thiserror::Error)]
+enum RouteFailure {
+    #[error("connector `{0}` is no longer installed")]
+    Uninstalled(String),
+    /// Loading the component or running `translate-webhook` failed.
+    #[error("translate-webhook: {0}")]
+    Translate(GuestError),
+    /// The connector's own refusal.
+    #[error("the connector refused the delivery: {0}")]
+    Refused(String),
+    #[error("the connector produced a payload that is not JSON: {0}")]
+    PayloadNotJson(serde_json::Error),
+    #[error("accept: {0}")]
+    Accept(GuestError),
 }
 
 /// What the operator sees of one delivery.
@@ -913,7 +930,7 @@ impl Webhooks {
                     Err(e) => e.to_string(),
                 }
             }
-            Some(Err(error)) => error,
+            Some(Err(error)) => error.to_string(),
             None => {
                 // The window closed first: acknowledged once stored, finished below
                 // (this replica's claim keeps the sweeps off it meanwhile).
@@ -985,7 +1002,7 @@ impl Webhooks {
     async fn finish_stored(
         &self,
         record: &DeliveryRecord,
-        routed: Result<(Vec<MessageRecord>, Vec<String>), String>,
+        routed: Result<(Vec<MessageRecord>, Vec<String>), RouteFailure>,
         audit: &DeliveryAudit,
     ) -> Result<Vec<String>, DeliveryError> {
         let outcome = match routed {
@@ -1014,12 +1031,12 @@ impl Webhooks {
                 // The database is away: the delivery stays pending under this replica's
                 // claim and is retried once the claim lapses.
                 Err(e @ connector_store::StoreError::Unavailable(_)) => {
-                    Err(DeliveryError::StoreUnavailable(e.to_string()))
+                    Err(DeliveryError::StoreUnavailable(e))
                 }
                 // Anything else would fail the same way again: keep it failed, visible.
                 Err(e) => Err(self.record_failure(record, e.to_string()).await),
             },
-            Err(error) => Err(self.record_failure(record, error).await),
+            Err(error) => Err(self.record_failure(record, error.to_string()).await),
         };
         outcome
     }
@@ -1048,7 +1065,7 @@ impl Webhooks {
     async fn route_delivery_traced(
         &self,
         record: &DeliveryRecord,
-    ) -> Result<(Vec<MessageRecord>, Vec<String>), String> {
+    ) -> Result<(Vec<MessageRecord>, Vec<String>), RouteFailure> {
         self.route_delivery(record)
             .instrument(tracing::info_span!(target: connector_trace::TARGET, "webhook route"))
             .await
@@ -1057,12 +1074,12 @@ impl Webhooks {
     async fn route_delivery(
         &self,
         record: &DeliveryRecord,
-    ) -> Result<(Vec<MessageRecord>, Vec<String>), String> {
+    ) -> Result<(Vec<MessageRecord>, Vec<String>), RouteFailure> {
         let connector = self
             .state
             .registry()
             .get(&record.connector)
-            .ok_or_else(|| format!("connector `{}` is no longer installed", record.connector))?;
+            .ok_or_else(|| RouteFailure::Uninstalled(record.connector.clone()))?;
         let hook = wit::Webhook {
             headers: record.headers.clone(),
             body: record.body.clone(),
@@ -1076,12 +1093,12 @@ impl Webhooks {
         let component = connector
             .component(runtime.limits().call_timeout)
             .await
-            .map_err(|e| format!("translate-webhook: {e}"))?;
+            .map_err(RouteFailure::Translate)?;
         let translated = runtime
             .translate_webhook(component, &sandbox, hook)
             .await
-            .map_err(|e| format!("translate-webhook: {e}"))?
-            .map_err(|e| format!("the connector refused the delivery: {e}"))?;
+            .map_err(RouteFailure::Translate)?
+            .map_err(RouteFailure::Refused)?;
         let mut messages = Vec::new();
         let mut routed_to: Vec<String> = Vec::new();
         for message in translated {
@@ -1091,8 +1108,8 @@ impl Webhooks {
                 .route(&record.connector, &message.route)
                 .cloned()
                 .collect();
-            let payload: Value = serde_json::from_str(&message.payload)
-                .map_err(|e| format!("the connector produced a payload that is not JSON: {e}"))?;
+            let payload: Value =
+                serde_json::from_str(&message.payload).map_err(RouteFailure::PayloadNotJson)?;
             for binding in targets {
                 let sandbox = self
                     .catalog
@@ -1105,7 +1122,7 @@ impl Webhooks {
                 let accepted = runtime
                     .accept(component, &sandbox, wit_binding, message.clone())
                     .await
-                    .map_err(|e| format!("accept: {e}"))?;
+                    .map_err(RouteFailure::Accept)?;
                 if !accepted {
                     continue;
                 }
@@ -1203,9 +1220,9 @@ impl Webhooks {
             async move { this.process_delivery(record, &audit).await }
                 .instrument(tracing::Span::current()),
         );
-        let outcome = task
-            .await
-            .map_err(|e| HostError::internal(format!("the retry task failed: {e}")))?;
+        let outcome = task.await.map_err(|e| {
+            HostError::internal(format!("the retry task failed: {e}")).with_source(e)
+        })?;
         match outcome {
             Ok(routed_to) => Ok(WebhookOutcome {
                 delivery,
@@ -1219,7 +1236,7 @@ impl Webhooks {
                 status: WebhookStatus::Duplicate,
                 routed_to: Vec::new(),
             }),
-            Err(e) => Err(HostError::new(ErrorCode::DeliveryFailed, e.to_string())),
+            Err(e) => Err(HostError::new(ErrorCode::DeliveryFailed, e.to_string()).with_source(e)),
         }
     }
 
@@ -1361,7 +1378,9 @@ mod tests {
         assert!(!reading.take(e, 41 * MIB).await);
     }
 
-    #[tokio::test]
+    /// On tokio's paused clock: the waits are the reader's own timers, measured exactly
+    /// whatever else loads the machine.
+    #[tokio::test(start_paused = true)]
     async fn a_body_within_its_share_waits_a_bounded_time_for_room() {
         const WAIT: Duration = Duration::from_millis(500);
         let reading = Arc::new(Reading::new(100 * MIB, WAIT));

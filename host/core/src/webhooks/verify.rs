@@ -56,6 +56,8 @@ impl std::fmt::Display for VerifyError {
     }
 }
 
+impl std::error::Error for VerifyError {}
+
 impl VerifyError {
     /// Whether this is an authentication failure (`401`) rather than a bad request (`400`).
     pub fn is_authentication(&self) -> bool {

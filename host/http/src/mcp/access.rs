@@ -16,6 +16,7 @@ use axum::Json;
 use serde_json::json;
 
 use connector_core::host::Host;
+use connector_model::ids::AgentId;
 
 /// Where the metadata of an agent's endpoint lives, before the agent's id.
 pub const METADATA_PREFIX: &str = "/.well-known/oauth-protected-resource";
@@ -45,7 +46,7 @@ fn base_url(headers: &HeaderMap) -> Option<String> {
 /// `resource_metadata` URL (RFC 9728 §5.1).
 pub fn www_authenticate(headers: &HeaderMap, agent: &str) -> HeaderValue {
     let value = base_url(headers)
-        .filter(|_| connector_model::ids::check_id("agent", agent).is_ok())
+        .filter(|_| AgentId::parse(agent).is_ok())
         .map(|base| {
             format!(r#"Bearer resource_metadata="{base}{METADATA_PREFIX}/mcp/agents/{agent}""#)
         });
@@ -57,9 +58,10 @@ pub fn www_authenticate(headers: &HeaderMap, agent: &str) -> HeaderValue {
 /// `GET /.well-known/oauth-protected-resource/mcp/agents/{agentId}`: RFC 9728 metadata of
 /// that agent's MCP endpoint.
 pub async fn metadata(Path(agent): Path<String>, headers: HeaderMap) -> Response {
-    if let Err(e) = connector_model::ids::check_id("agent", &agent) {
-        return ApiError(e).into_response();
-    }
+    let agent = match AgentId::parse(&agent) {
+        Ok(agent) => agent,
+        Err(e) => return ApiError(e).into_response(),
+    };
     let Some(base) = base_url(&headers) else {
         return ApiError(connector_model::error::HostError::invalid_request(
             "the Host header cannot be used in a URL",

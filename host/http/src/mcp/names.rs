@@ -56,16 +56,18 @@ pub struct Listing<'a> {
     pub too_long: Vec<String>,
 }
 
+/// A `toolNames` the endpoint does not know (cut to 40 characters).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown toolNames `{0}`: use `flat` (acme__echo) or `canonical` (acme.echo)")]
+pub struct UnknownToolNames(String);
+
 impl Naming {
     /// Parses `toolNames` of the endpoint's query: `flat` or `canonical` (the default).
-    pub fn style(value: Option<&str>) -> Result<bool, String> {
+    pub fn style(value: Option<&str>) -> Result<bool, UnknownToolNames> {
         match value {
             None | Some("canonical") | Some("") => Ok(false),
             Some("flat") => Ok(true),
-            Some(other) => Err(format!(
-                "unknown toolNames `{}`: use `flat` (acme__echo) or `canonical` (acme.echo)",
-                connector_model::ids::truncate(other, 40)
-            )),
+            Some(other) => Err(UnknownToolNames(connector_model::ids::truncate(other, 40))),
         }
     }
 
@@ -238,7 +240,13 @@ mod tests {
         assert!(Naming::default().is_canonical());
         assert_eq!(Naming::style(Some("flat")), Ok(true));
         assert_eq!(Naming::style(None), Ok(false));
-        assert!(Naming::style(Some("dots")).is_err());
+        assert_eq!(
+            Naming::style(Some("dots")).map_err(|e| e.to_string()),
+            Err(
+                "unknown toolNames `dots`: use `flat` (acme__echo) or `canonical` (acme.echo)"
+                    .into()
+            )
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 use super::jsonrpc::INVALID_PARAMS;
 use connector_core::host::Host;
 use connector_model::error::{ErrorCode, HostError};
+use connector_model::ids::UnitId;
 
 /// Where every inbox URI starts.
 pub const URI_PREFIX: &str = "spring://units/";
@@ -41,7 +42,7 @@ pub fn uri_of(unit: &str) -> String {
 #[derive(Debug, PartialEq, Eq)]
 pub struct InboxUri {
     /// The unit whose inbox it names.
-    pub unit: String,
+    pub unit: UnitId,
     /// `?after=` (the `next` of a previous read).
     pub after: Option<String>,
 }
@@ -74,9 +75,7 @@ pub fn parse(uri: &str) -> Result<InboxUri, Refusal> {
         None => (rest, None),
     };
     let unit = path.strip_suffix(URI_SUFFIX).ok_or_else(unknown)?;
-    if connector_model::ids::check_id("unit", unit).is_err() {
-        return Err(unknown());
-    }
+    let unit = UnitId::parse(unit).map_err(|_| unknown())?;
     let mut after = None;
     for pair in query.into_iter().flat_map(|q| q.split('&')) {
         match pair.split_once('=') {
@@ -93,10 +92,7 @@ pub fn parse(uri: &str) -> Result<InboxUri, Refusal> {
             }
         }
     }
-    Ok(InboxUri {
-        unit: unit.to_string(),
-        after,
-    })
+    Ok(InboxUri { unit, after })
 }
 
 /// The units `agent` is in.
@@ -108,7 +104,7 @@ fn units_of(host: &Host, agent: &str) -> Result<Vec<String>, HostError> {
 pub fn check(host: &Host, agent: &str, uri: &str) -> Result<InboxUri, Refusal> {
     let parsed = parse(uri)?;
     let units = units_of(host, agent).map_err(|e| refuse(uri, e.message))?;
-    if !units.contains(&parsed.unit) {
+    if !units.iter().any(|unit| *unit == parsed.unit) {
         return Err(refuse(
             uri,
             format!(
@@ -198,14 +194,14 @@ mod tests {
         assert_eq!(
             parse("spring://units/eng/messages").ok(),
             Some(InboxUri {
-                unit: "eng".into(),
+                unit: UnitId::parse("eng").expect("an id"),
                 after: None
             })
         );
         assert_eq!(
             parse("spring://units/eng.b/messages?after=42").ok(),
             Some(InboxUri {
-                unit: "eng.b".into(),
+                unit: UnitId::parse("eng.b").expect("an id"),
                 after: Some("42".into())
             })
         );

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc;
 
+use connector_model::ids::UnitId;
+
 use super::jsonrpc;
 use super::names::Naming;
 use super::tools::fingerprint;
@@ -61,7 +63,7 @@ pub struct Session {
     /// Units whose inbox the client subscribed to (`resources/subscribe`), and the task
     /// that watches them.
     subscriptions: Mutex<(
-        std::collections::BTreeSet<String>,
+        std::collections::BTreeSet<UnitId>,
         Option<tokio::task::AbortHandle>,
     )>,
     /// Resource URIs updated while no stream was open; sent when one opens.
@@ -119,7 +121,7 @@ impl Session {
     }
 
     /// The units whose inboxes the client subscribed to.
-    pub fn subscribed_units(&self) -> Vec<String> {
+    pub fn subscribed_units(&self) -> Vec<UnitId> {
         self.subscriptions.lock().0.iter().cloned().collect()
     }
 
@@ -183,8 +185,8 @@ impl Sessions {
     /// Subscribes `session` to `unit`'s inbox (already checked to be one of its agent's
     /// units): from the moment this returns, every message stored for the unit is
     /// announced as `notifications/resources/updated`.
-    pub async fn subscribe(&self, session: &Arc<Session>, unit: String) -> HostResult<()> {
-        let mut units: std::collections::BTreeSet<String> = session.subscriptions.lock().0.clone();
+    pub async fn subscribe(&self, session: &Arc<Session>, unit: UnitId) -> HostResult<()> {
+        let mut units = session.subscriptions.lock().0.clone();
         if !units.insert(unit) {
             return Ok(());
         }
@@ -204,7 +206,7 @@ impl Sessions {
     async fn rewatch(
         &self,
         session: &Arc<Session>,
-        units: std::collections::BTreeSet<String>,
+        units: std::collections::BTreeSet<UnitId>,
     ) -> HostResult<()> {
         let task = if units.is_empty() {
             None

@@ -40,6 +40,7 @@ use super::session::{Listener, Sessions, MAX_LISTENERS_PER_AGENT};
 use super::tools::{self, CallOutcome, ToolsList};
 use super::{Endpoint, SESSION_HEADER, STATELESS_VERSION};
 use connector_model::error::ErrorCode;
+use connector_model::ids::UnitId;
 use connector_model::records::Subject;
 
 /// `_meta` key: the request's protocol revision.
@@ -555,7 +556,7 @@ async fn listen(
     let tools_wanted = wants("toolsListChanged");
     let resources_wanted = wants("resourcesListChanged");
     let mut uris: Vec<String> = Vec::new();
-    let mut units: Vec<String> = Vec::new();
+    let mut units: Vec<UnitId> = Vec::new();
     match filter.and_then(|n| n.get("resourceSubscriptions")) {
         None | Some(Value::Null) => {}
         Some(Value::Array(list)) => {

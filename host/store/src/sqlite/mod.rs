@@ -80,9 +80,9 @@ use crate::{
 use crate::{AuditQuery, AuditStore, LoggedWrite, StateWrite, WriteRecords};
 use crate::{DeliveryQueue, InboxStore, ReplicaCoordination, SecretStore, StateStore};
 use connector_model::audit::{AuditAnchor, AuditEntry, AuditRecord};
-use connector_model::provenance::connector_provenance;
+use connector_model::provenance::GrantProvenance;
 use connector_model::records::{
-    AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus,
+    rederive, AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus,
     GrantRecord, ImageToolsRecord, MessageRecord, Snapshot, Subject, UnitRecord,
 };
 use writer::Job;
@@ -765,14 +765,32 @@ fn write_connector(tx: &Transaction<'_>, c: &ConnectorRecord, component: &[u8]) 
         ],
     )
     .map_err(db)?;
-    // Several grants of one subject collapsing onto `<ns>.*` keep one row.
+    let provenance = GrantProvenance::connector_text(&c.slug);
+    let held = {
+        let mut stmt = tx
+            .prepare_cached(
+                "SELECT rowid, subject_kind, subject_id FROM grants
+                 WHERE provenance = ?1 ORDER BY rowid",
+            )
+            .map_err(db)?;
+        let rows = stmt
+            .query_map([&provenance], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    (r.get::<_, String>(1)?, r.get::<_, String>(2)?),
+                ))
+            })
+            .map_err(db)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(db)?
+    };
+    let rederived = rederive(&c.namespace, held);
+    for rowid in &rederived.dropped {
+        tx.execute("DELETE FROM grants WHERE rowid = ?1", [rowid])
+            .map_err(db)?;
+    }
     tx.execute(
-        "UPDATE OR REPLACE grants SET tool = ?1, namespace = ?2 WHERE provenance = ?3",
-        params![
-            format!("{}.*", c.namespace),
-            c.namespace,
-            connector_provenance(&c.slug)
-        ],
+        "UPDATE grants SET tool = ?1, namespace = ?2 WHERE provenance = ?3",
+        params![rederived.tool, rederived.namespace, provenance],
     )
     .map_err(db)?;
     Ok(())
@@ -810,7 +828,7 @@ fn remove_binding(tx: &Transaction<'_>, unit_id: &str, connector: &str) -> Store
     tx.execute(
         "DELETE FROM grants
          WHERE subject_kind = 'unit' AND subject_id = ?1 AND provenance = ?2",
-        [unit_id, &connector_provenance(connector)],
+        [unit_id, &GrantProvenance::connector_text(connector)],
     )
     .map_err(db)?;
     Ok(n > 0)
@@ -975,7 +993,7 @@ fn upsert_grant(tx: &Transaction<'_>, grant: &GrantRecord) -> rusqlite::Result<(
             id,
             grant.tool,
             grant.namespace,
-            grant.provenance,
+            grant.provenance.to_string(),
             grant.created_at
         ],
     )?;
@@ -1146,7 +1164,7 @@ impl SqliteStore {
                 .map_err(db)?;
             tx.execute(
                 "DELETE FROM grants WHERE provenance = ?1",
-                [connector_provenance(&slug)],
+                [GrantProvenance::connector_text(&slug)],
             )
             .map_err(db)?;
             let n = tx
@@ -1321,12 +1339,12 @@ impl SqliteStore {
         &self,
         subject: &Subject,
         tool: &str,
-        provenance: &str,
+        provenance: &GrantProvenance,
         audit: WriteRecords<'_>,
     ) -> StoreResult<bool> {
         let subject = subject.clone();
         let tool = tool.to_owned();
-        let provenance = provenance.to_owned();
+        let provenance = provenance.to_string();
         self.write_state("delete_grant", audit, move |tx| {
             let (kind, id) = subject_parts(&subject);
             let n = tx
