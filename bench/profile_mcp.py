@@ -46,14 +46,16 @@ COMPONENTS = [  # (component, regular expression on a frame's symbol), first mat
      r"connector_runtime|wit_bindgen|wasi|fiber"),
     ("schema checks (jsonschema)", r"jsonschema|referencing"),
     ("JSON (serde_json)", r"serde_json|serde::|serde_core"),
-    ("auth (agent token)", r"connector_host::(auth|http::auth)|jsonwebtoken|hmac|sha2|"
-     r"subtle"),
-    ("MCP layer (connector_host::mcp)", r"connector_host::mcp"),
+    ("auth (agent token)", r"connector_(core|http)::auth|jsonwebtoken|hmac|sha2|subtle"),
+    ("MCP layer (connector_http::mcp, connector_mcp_protocol)",
+     r"connector_http::mcp|connector_mcp_protocol"),
+    ("audit log and store (SQLite)", r"connector_core::audit|connector_store|rusqlite|sqlite3"),
+    ("spans (tracing, connector_trace)", r"tracing|connector_trace"),
     ("tool call path (dispatch, grants, registry, outputs)",
-     r"connector_host::(dispatch|grants|state|directory|catalog|registry|host|capabilities|"
-     r"replicas|audit)|connector_model"),
+     r"connector_core::(dispatch|grants|state|directory|catalog|registry|host|capabilities|"
+     r"replicas|listing)|connector_model"),
     ("HTTP server (hyper, axum, tower, our edge)", r"hyper|axum|tower|httparse|h1::|"
-     r"connector_host::(server|http|console|config)|^http::"),
+     r"connector_http::|connector_core::config|^http::"),
     ("tokio runtime and I/O (tokio, mio)", r"tokio|mio::"),
 ]
 KERNEL_SANDBOX = "sandbox, in the kernel (memory reset: madvise, page faults)"
