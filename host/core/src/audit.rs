@@ -355,7 +355,7 @@ impl connector_runtime::CredentialLog for AuditLog {
         connector: &str,
         caller: &connector_runtime::Caller,
         used: connector_runtime::CredentialUse,
-    ) -> Result<(), String> {
+    ) -> Result<(), HostError> {
         use connector_model::audit::target;
         use connector_model::ids::truncate;
         use connector_runtime::{Caller, CredentialUse};
@@ -381,8 +381,6 @@ impl connector_runtime::CredentialLog for AuditLog {
             ),
         };
         let audit = Audit::new(&actor, action, target).with_details(details);
-        self.append(audit.entry(outcome))
-            .await
-            .map_err(|e| e.message)
+        self.append(audit.entry(outcome)).await
     }
 }

@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use connector_model::error::HandlerError;
+use connector_model::error::{HandlerError, HostError};
 use connector_trace::TARGET as TRACE;
 use sha2::{Digest, Sha256};
 use tracing::Instrument;
@@ -142,14 +142,15 @@ pub enum CredentialUse {
 /// [`MAX_CREDENTIAL_USES_PER_CALL`] distinct ones (a guest cannot flood the record).
 #[async_trait::async_trait]
 pub trait CredentialLog: Send + Sync {
-    /// Records that `connector`'s guest, running for `caller`, made `used`; `Err` says why
-    /// it could not be recorded.
+    /// Records that `connector`'s guest, running for `caller`, made `used`; `Err` is why
+    /// it could not be recorded (logged with its causes; the guest is told only that the
+    /// use could not be recorded).
     async fn record(
         &self,
         connector: &str,
         caller: &Caller,
         used: CredentialUse,
-    ) -> Result<(), String>;
+    ) -> Result<(), HostError>;
 }
 
 /// Distinct credential uses one call may make (each recorded once); further ones are
