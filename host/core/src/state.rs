@@ -225,6 +225,14 @@ pub(crate) type PreparedConnectors = Vec<(Arc<InstalledConnector>, Arc<OutboundP
 /// holds the lock while preparing (local writes kept landing while it prepared).
 const RELOAD_ATTEMPTS: u32 = 4;
 
+/// An attempt at reading another replica's writes (see [`State::start_reading`]).
+struct Reading<'a> {
+    /// The write lock, held from the start on the last attempt.
+    held: Option<tokio::sync::MutexGuard<'a, ()>>,
+    /// Local writes counted when the read began.
+    writes_before: u64,
+}
+
 /// Everything the host serves from memory (see the module docs).
 pub(crate) struct State {
     store: Arc<dyn StateStore>,
@@ -324,28 +332,18 @@ impl State {
     {
         let mut prepared = Vec::new();
         for attempt in 1..=RELOAD_ATTEMPTS {
-            let last = attempt == RELOAD_ATTEMPTS;
-            let held = if last {
-                Some(self.writes.lock().await)
-            } else {
-                None
-            };
-            let writes_before = self.local_writes.load(Ordering::SeqCst);
+            let reading = self.start_reading(attempt).await;
             let snapshot = Arc::new(self.store.load().await?);
             prepared = prepare(snapshot.clone(), prepared).await;
             let directory = Directory::from_snapshot(&snapshot);
             let image_tools = image_tools_of(&snapshot);
-            let _write = match held {
-                Some(held) => held,
-                None => self.writes.lock().await,
-            };
-            if self.local_writes.load(Ordering::SeqCst) != writes_before {
+            let Some(_write) = self.lock_to_apply(reading).await else {
                 tracing::debug!(
                     attempt,
                     "a local write landed while reloading; reloading again"
                 );
                 continue;
-            }
+            };
             let replaced = self.put_in_place(prepared, Some((directory, image_tools)));
             drop(_write);
             drop(replaced);
@@ -372,12 +370,7 @@ impl State {
         upto: i64,
     ) -> HostResult<bool> {
         for attempt in 1..=RELOAD_ATTEMPTS {
-            let held = if attempt == RELOAD_ATTEMPTS {
-                Some(self.writes.lock().await)
-            } else {
-                None
-            };
-            let writes_before = self.local_writes.load(Ordering::SeqCst);
+            let reading = self.start_reading(attempt).await;
             let Some(writes) = store.foreign_writes(applied, upto).await? else {
                 return Ok(false);
             };
@@ -388,17 +381,13 @@ impl State {
             else {
                 return Ok(false);
             };
-            let _write = match held {
-                Some(held) => held,
-                None => self.writes.lock().await,
-            };
-            if self.local_writes.load(Ordering::SeqCst) != writes_before {
+            let Some(_write) = self.lock_to_apply(reading).await else {
                 tracing::debug!(
                     attempt,
                     "a local write landed while reading the change log; reading it again"
                 );
                 continue;
-            }
+            };
             let mut dir = self.directory.write();
             for change in changes {
                 change.apply(&mut dir, self);
@@ -407,6 +396,34 @@ impl State {
             return Ok(true);
         }
         unreachable!("the last catch-up attempt holds the write lock throughout")
+    }
+
+    /// Starts attempt `attempt` of reading what another replica wrote (without the write
+    /// lock, except on the last attempt, which holds it throughout): notes how many local
+    /// writes came before the read.
+    async fn start_reading(&self, attempt: u32) -> Reading<'_> {
+        let held = if attempt == RELOAD_ATTEMPTS {
+            Some(self.writes.lock().await)
+        } else {
+            None
+        };
+        Reading {
+            held,
+            writes_before: self.local_writes.load(Ordering::SeqCst),
+        }
+    }
+
+    /// The write lock to apply what `reading` read, or `None` when a local write landed
+    /// since it started (the read may not hold it: read again).
+    async fn lock_to_apply<'a>(
+        &'a self,
+        reading: Reading<'a>,
+    ) -> Option<tokio::sync::MutexGuard<'a, ()>> {
+        let write = match reading.held {
+            Some(held) => held,
+            None => self.writes.lock().await,
+        };
+        (self.local_writes.load(Ordering::SeqCst) == reading.writes_before).then_some(write)
     }
 
     /// Puts `connectors` in place of the installed ones, and with `served` the directory
