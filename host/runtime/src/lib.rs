@@ -42,6 +42,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use connector_model::error::{HandlerError, HostError};
 use connector_trace::TARGET as TRACE;
 use sha2::{Digest, Sha256};
@@ -576,14 +577,22 @@ fn link_host_interfaces(linker: &mut Linker<GuestState>) -> anyhow::Result<()> {
         let name = format!("spring:connector/host@{version}");
         let mut instance = linker
             .instance(&name)
-            .map_err(|e| anyhow::anyhow!("linking {name}: {e}"))?;
+            .map_err(|e| setup_failed(e, format!("linking {name}")))?;
         bindings::spring::connector::host::add_to_linker_instance::<
             GuestState,
             HasSelf<GuestState>,
         >(&mut instance, |s| s)
-        .map_err(|e| anyhow::anyhow!("linking {name}: {e}"))?;
+        .map_err(|e| setup_failed(e, format!("linking {name}")))?;
     }
     Ok(())
+}
+
+/// A wasmtime error from setting the runtime up, kept as the cause of `what` failed.
+fn setup_failed(
+    error: wasmtime::Error,
+    what: impl std::fmt::Display + Send + Sync + 'static,
+) -> anyhow::Error {
+    anyhow::Error::from_boxed(error.into_boxed_dyn_error()).context(what)
 }
 
 type GuestFuture<'a, R> = Pin<Box<dyn Future<Output = wasmtime::Result<R>> + Send + 'a>>;
@@ -636,17 +645,17 @@ impl ConnectorRuntime {
             .async_stack_size(1024 * 1024)
             .max_wasm_stack(512 * 1024);
         let engine = Engine::new(&config)
-            .map_err(|e| anyhow::anyhow!("could not create the WebAssembly engine: {e}"))?;
+            .map_err(|e| setup_failed(e, "could not create the WebAssembly engine"))?;
 
         let mut linker: Linker<GuestState> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
-            .map_err(|e| anyhow::anyhow!("linking WASI: {e}"))?;
+            .map_err(|e| setup_failed(e, "linking WASI"))?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
-            .map_err(|e| anyhow::anyhow!("linking wasi:http: {e}"))?;
+            .map_err(|e| setup_failed(e, "linking wasi:http"))?;
         link_host_interfaces(&mut linker)?;
 
         let cache = ComponentCache::new(&engine, options.cache_dir.clone(), options.cache_bound)
-            .map_err(|e| anyhow::anyhow!("could not create the component cache directory: {e}"))?;
+            .context("could not create the component cache directory")?;
 
         let ticker_stop = Arc::new(AtomicBool::new(false));
         {
@@ -660,7 +669,7 @@ impl ConnectorRuntime {
                         engine.increment_epoch();
                     }
                 })
-                .map_err(|e| anyhow::anyhow!("could not start the epoch ticker thread: {e}"))?;
+                .context("could not start the epoch ticker thread")?;
         }
 
         Ok(Self {
@@ -1310,7 +1319,30 @@ fn panic_message(stderr: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::panic_message;
+    use super::{panic_message, ConnectorRuntime, RuntimeOptions};
+
+    #[test]
+    fn a_runtime_that_cannot_start_keeps_the_cause() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, b"not a directory").expect("write");
+        let Err(error) = ConnectorRuntime::new(RuntimeOptions {
+            cache_dir: Some(file.join("compiled")),
+            ..RuntimeOptions::default()
+        }) else {
+            panic!("a cache directory under a file was accepted");
+        };
+        assert_eq!(
+            error.to_string(),
+            "could not create the component cache directory"
+        );
+        let cause = error
+            .chain()
+            .nth(1)
+            .and_then(|c| c.downcast_ref::<std::io::Error>())
+            .expect("the I/O error is kept as the cause");
+        assert_eq!(cause.kind(), std::io::ErrorKind::NotADirectory);
+    }
 
     #[test]
     fn panic_messages_are_extracted_from_stderr() {
