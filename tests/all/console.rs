@@ -157,6 +157,24 @@ impl Browser {
         }
     }
 
+    /// Waits until the page's address has the query parameter `pair` (`name=value`): a
+    /// form that reloads the same path with new parameters has arrived.
+    pub(crate) async fn wait_query(&self, pair: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let url = self.client.current_url().await.expect("current url");
+            if url.query().is_some_and(|q| q.split('&').any(|p| p == pair)) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "expected `{pair}` in the address, still at {url}:\n{}",
+                self.body_text().await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Waits until the page's text contains `text` (up to 10 s); the text.
     pub(crate) async fn wait_text(&self, text: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(10);

@@ -265,6 +265,8 @@ async fn every_change_asks_first_or_says_what_happened_in_a_browser() {
         .await
         .expect("choose failed");
     b.click("form.filter button").await;
+    // The filtered page, not the one the click left: both list `f-1`.
+    b.wait_query("status=failed").await;
     b.find("tr[data-delivery='f-1']").await;
     assert!(b.has("tr[data-delivery='f-1']").await);
     assert!(
