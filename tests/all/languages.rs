@@ -14,18 +14,19 @@
 //!   (`connectors.<slug>.memory_mib`).
 //!
 //! The components are built by `integration_tests::languages` (and kept under
-//! target/langs/). Every host here shares one compiled-component cache, so each
-//! component is compiled once per change, not once per test.
+//! target/langs/). Every host here shares the test hosts' compiled-component cache
+//! (`harness::shared_compiled_cache`), so each component is compiled once per change,
+//! not once per test.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use connector_host::config::{ConnectorSettings, GithubAppSettings, HostConfig};
+use connector_host::config::{ConnectorSettings, GithubAppSettings};
 use integration_tests::fake_github::FakeGithub;
 use integration_tests::harness::{
-    error_code, now_unix, send_standard_webhook, upload_component, TestHost,
+    error_code, now_unix, send_standard_webhook, shared_compiled_cache, upload_component, TestHost,
 };
-use integration_tests::languages::{component, target_dir, Lang};
+use integration_tests::languages::{component, Lang};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -61,27 +62,14 @@ fn probe_slug(lang: Lang) -> &'static str {
     }
 }
 
-/// The compiled-component cache every test host and local command here shares.
-fn shared_cache_dir() -> PathBuf {
-    target_dir().join("langs/compiled")
-}
-
-/// Points the host's compiled-component cache at [`shared_cache_dir`].
-fn shared_cache(config: &mut HostConfig) {
-    let shared = shared_cache_dir();
-    std::fs::create_dir_all(&shared).expect("target/langs/compiled");
-    let link = config.data_dir.join("compiled");
-    std::os::unix::fs::symlink(&shared, &link).expect("link the shared cache");
-}
-
-/// The compiled code of the component at `wasm` in [`shared_cache_dir`], one file per
+/// The compiled code of the component at `wasm` in the shared cache, one file per
 /// engine key.
 fn compiled_entries(wasm: &std::path::Path) -> Vec<String> {
     use sha2::{Digest, Sha256};
     let digest = hex::encode(Sha256::digest(
         std::fs::read(wasm).expect("built component"),
     ));
-    std::fs::read_dir(shared_cache_dir())
+    std::fs::read_dir(shared_compiled_cache())
         .expect("the shared cache")
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter(|name| name.starts_with(&digest) && name.ends_with(".cwasm"))
@@ -97,7 +85,7 @@ async fn acme_answers_over_http_and_mcp(lang: Lang) {
     let Some(path) = component(lang, acme_source(lang)) else {
         return;
     };
-    let h = TestHost::start_with(shared_cache).await;
+    let h = TestHost::start().await;
     h.unit("team", None).await;
     h.agent("ada", &["team"]).await;
     h.bind("team", "acme", json!({"greeting": "hey"})).await;
@@ -170,7 +158,6 @@ async fn probe_host(lang: Lang) -> Option<(TestHost, FakeGithub)> {
     fake.register(FOREIGN_INSTALLATION);
     let api_url = fake.url();
     let h = TestHost::start_with(move |c| {
-        shared_cache(c);
         c.limits.call_timeout = Duration::from_secs(3);
         c.github_app = Some(GithubAppSettings {
             app_id: APP_ID.into(),
@@ -488,7 +475,7 @@ async fn the_scaffold_builds_installs_and_answers(lang: Lang) {
         .arg(&wasm)
         .arg("--json")
         // The host below reads the code this compiles.
-        .env("CONNECTOR_HOST_CACHE_DIR", shared_cache_dir())
+        .env("CONNECTOR_HOST_CACHE_DIR", shared_compiled_cache())
         .output()
         .expect("run inspect");
     assert!(
@@ -506,7 +493,7 @@ async fn the_scaffold_builds_installs_and_answers(lang: Lang) {
         "inspect compiled into the shared cache"
     );
 
-    let h = TestHost::start_with(shared_cache).await;
+    let h = TestHost::start().await;
     let (s, b) = upload(&h, &wasm).await;
     assert_eq!(s, 201, "{b}");
     // The host loaded what inspect compiled: the same entry, not a second compilation

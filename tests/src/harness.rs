@@ -78,16 +78,38 @@ pub fn test_config(data_dir: &Path) -> HostConfig {
     }
 }
 
+/// The compiled-component cache test hosts share, under `target/`. Entries are keyed by
+/// the component's digest and the engine's settings and written whole before they are
+/// renamed into place, so hosts in any number of test processes can share it.
+pub fn shared_compiled_cache() -> PathBuf {
+    crate::languages::target_dir().join("test-compiled")
+}
+
+/// Makes `<data_dir>/compiled`, where a host keeps its compiled components, a link to
+/// [`shared_compiled_cache`].
+pub fn share_compiled_cache(data_dir: &Path) {
+    let shared = shared_compiled_cache();
+    std::fs::create_dir_all(&shared)
+        .unwrap_or_else(|e| panic!("creating {}: {e}", shared.display()));
+    let link = data_dir.join("compiled");
+    std::os::unix::fs::symlink(&shared, &link)
+        .unwrap_or_else(|e| panic!("linking {} to {}: {e}", link.display(), shared.display()));
+}
+
 impl TestHost {
     /// A host with the default test configuration.
     pub async fn start() -> TestHost {
         Self::start_with(|_| {}).await
     }
 
-    /// A host whose configuration `tweak` adjusts.
+    /// A host whose configuration `tweak` adjusts. Its compiled-component cache is the
+    /// one every test host shares ([`share_compiled_cache`]), so the bundled connectors
+    /// are compiled once per build, not once per test; a test that needs a cache of its
+    /// own removes `<data_dir>/compiled` (a link) in `tweak`.
     pub async fn start_with(tweak: impl FnOnce(&mut HostConfig)) -> TestHost {
         let data_dir = tempfile::tempdir().expect("temp dir");
         let mut config = test_config(data_dir.path());
+        share_compiled_cache(data_dir.path());
         tweak(&mut config);
         let (host, _) = Host::open(config).await.expect("host opens");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
