@@ -142,33 +142,31 @@ impl Browser {
 
     /// Waits until the page's path is `path`.
     pub(crate) async fn wait_path(&self, path: &str) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let now = self.path().await;
-            if now == path {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "expected to arrive at {path}, still at {now}:\n{}",
-                self.body_text().await
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.wait_address(&format!("to arrive at {path}"), |url| url.path() == path)
+            .await;
     }
 
     /// Waits until the page's address has the query parameter `pair` (`name=value`): a
     /// form that reloads the same path with new parameters has arrived.
     pub(crate) async fn wait_query(&self, pair: &str) {
+        self.wait_address(&format!("`{pair}` in the address"), |url| {
+            url.query().is_some_and(|q| q.split('&').any(|p| p == pair))
+        })
+        .await;
+    }
+
+    /// Waits (up to 10 s) until the page's address satisfies `arrived`; `expected` says
+    /// what was waited for when it does not.
+    async fn wait_address(&self, expected: &str, arrived: impl Fn(&reqwest::Url) -> bool) {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let url = self.client.current_url().await.expect("current url");
-            if url.query().is_some_and(|q| q.split('&').any(|p| p == pair)) {
+            if arrived(&url) {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "expected `{pair}` in the address, still at {url}:\n{}",
+                "expected {expected}, still at {url}:\n{}",
                 self.body_text().await
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
