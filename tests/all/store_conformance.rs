@@ -225,6 +225,150 @@ mod postgres {
         assert_eq!((check.checked(), check.first_broken()), (40, None));
     }
 
+    /// PostgreSQL only: replicas that start at the same moment on one fresh database all
+    /// write the same rows (the bundled connectors) with their records, on connections
+    /// that have prepared nothing yet. Every write goes through: one that PostgreSQL
+    /// aborts to break a deadlock between them, or for a serialization failure, runs
+    /// again instead of failing the start.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn replicas_starting_together_write_the_same_rows_without_failing() {
+        use connector_model::audit::{Actor, AuditEntry, ChainCheck};
+        use connector_store::{AuditQuery, AuditStore, StateWrite};
+        use connector_store_testing::fixtures::{connector, COMPONENT};
+        let Some(pg) = require_postgres() else { return };
+        const ROUNDS: usize = 12;
+        const REPLICAS: usize = 4;
+        let mut written = 0;
+        for round in 0..ROUNDS {
+            let url = pg
+                .fresh_database(&format!("together{round}"))
+                .expect("a fresh database");
+            let handles: Vec<PostgresStore> =
+                futures::future::join_all((0..REPLICAS).map(|_| PostgresStore::connect(&url)))
+                    .await
+                    .into_iter()
+                    .map(|s| s.expect("a handle"))
+                    .collect();
+            // A start records something before its first state write (so its
+            // connection has the audit statements prepared, not the state write's).
+            for store in &handles {
+                store
+                    .append_audit(vec![AuditEntry::now(
+                        Actor::host(),
+                        "unit.put",
+                        "unit:start".to_string(),
+                    )])
+                    .await
+                    .expect("a first record");
+            }
+            let starts = handles.iter().map(|store| async move {
+                for slug in ["acme", "github", "arxiv"] {
+                    let record = connector(slug, slug, "sha256:1");
+                    let entry = AuditEntry::now(
+                        Actor::host(),
+                        "connector.install",
+                        format!("connector:{slug}"),
+                    );
+                    store
+                        .write(StateWrite::PutConnector(&record, COMPONENT), Some(&entry))
+                        .await?;
+                }
+                Ok::<_, connector_store::StoreError>(())
+            });
+            for (replica, result) in futures::future::join_all(starts)
+                .await
+                .into_iter()
+                .enumerate()
+            {
+                if let Err(e) = result {
+                    panic!("round {round}: replica {replica}'s start failed: {e}");
+                }
+            }
+            let store = &handles[0];
+            let records = store
+                .audit_records(&AuditQuery {
+                    limit: 1000,
+                    ..AuditQuery::default()
+                })
+                .await
+                .expect("records");
+            assert_eq!(records.len(), REPLICAS * 4, "round {round}");
+            let mut check = ChainCheck::from(&store.audit_anchor().await.expect("anchor"));
+            records.iter().for_each(|r| check.next(r));
+            assert_eq!(check.first_broken(), None, "round {round}");
+            written += records.len();
+        }
+        assert_eq!(written, ROUNDS * REPLICAS * 4);
+    }
+
+    /// PostgreSQL only: inbox cursors are given in commit order, so a reader that follows
+    /// a unit's cursor while replicas append to it concurrently sees every message (a
+    /// cursor given before its append took the inbox lock could commit after a later
+    /// one, and the reader, already past it, would never see it).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_reader_following_the_cursor_misses_nothing_of_concurrent_appends() {
+        use connector_store::{DeliveryQueue, InboxStore, StateStore};
+        use connector_store_testing::fixtures::{delivery, message, unit};
+        use std::collections::BTreeSet;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let Some(pg) = require_postgres() else { return };
+        let url = pg.fresh_database("cursor_order").expect("a fresh database");
+        const WRITERS: usize = 4;
+        const EACH: usize = 60;
+        let handles: Vec<PostgresStore> =
+            futures::future::join_all((0..WRITERS + 1).map(|_| PostgresStore::connect(&url)))
+                .await
+                .into_iter()
+                .map(|s| s.expect("a handle"))
+                .collect();
+        handles[0].put_unit(&unit("u", None)).await.expect("unit");
+        let (reader, writers) = handles.split_last().expect("handles");
+        let done = AtomicBool::new(false);
+        let read = async {
+            let (mut seen, mut after) = (BTreeSet::new(), 0);
+            loop {
+                let finished = done.load(Ordering::SeqCst);
+                let page = reader.messages("u", after, 1000).await.expect("read");
+                after = page.last().map_or(after, |m| m.seq);
+                seen.extend(page.into_iter().map(|m| m.id));
+                if finished {
+                    return seen;
+                }
+            }
+        };
+        let write = async {
+            let appends = writers.iter().enumerate().map(|(w, store)| async move {
+                for i in 0..EACH {
+                    let id = format!("w{w}-{i}");
+                    store
+                        .insert_routed_delivery(
+                            &delivery(&id, 0),
+                            &[message(&id, "u", &id)],
+                            &["u".to_string()],
+                            3600,
+                            None,
+                        )
+                        .await
+                        .expect("append")
+                        .expect("not a duplicate");
+                }
+            });
+            futures::future::join_all(appends).await;
+            done.store(true, Ordering::SeqCst);
+        };
+        let (seen, ()) = futures::join!(read, write);
+        let all = reader.messages("u", 0, 1000).await.expect("all");
+        assert_eq!(all.len(), WRITERS * EACH);
+        let missed: Vec<_> = all.iter().filter(|m| !seen.contains(&m.id)).collect();
+        assert!(
+            missed.is_empty(),
+            "the reader following the cursor never saw {} of {} messages, e.g. cursor {}",
+            missed.len(),
+            all.len(),
+            missed[0].seq
+        );
+    }
+
     /// PostgreSQL only: a database written by a newer host is refused, not misread.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_database_from_a_newer_host_is_refused() {

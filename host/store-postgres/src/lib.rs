@@ -52,7 +52,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{IsolationLevel, NoTls, Row};
+use tokio_postgres::{IsolationLevel, NoTls, Row, Statement};
 
 mod writer;
 
@@ -413,12 +413,9 @@ impl PostgresStore {
     /// turns) and refuses to go on if another replica wrote a version the caller has not
     /// seen: the caller checked its rules (the unit exists, the connector is installed)
     /// against state that is no longer current.
-    async fn refuse_stale(&self, tx: &Tx<'_>, op: &str) -> StoreResult<()> {
-        let lock = tx
-            .prepare_cached("SELECT version FROM state_version FOR UPDATE")
-            .await
-            .map_err(|e| map_err(op, e))?;
-        let row = tx.query_one(&lock, &[]).await.map_err(|e| map_err(op, e))?;
+    /// `lock` is [`VERSION_LOCK`], prepared before the pipeline it leads was started.
+    async fn refuse_stale(&self, tx: &Tx<'_>, lock: &Statement, op: &str) -> StoreResult<()> {
+        let row = tx.query_one(lock, &[]).await.map_err(|e| map_err(op, e))?;
         let current: i64 = col(&row, 0)?;
         let seen = self.seen.load(Ordering::SeqCst);
         if self.guard_stale.load(Ordering::SeqCst)
@@ -494,11 +491,16 @@ macro_rules! state_tx {
         let $tx = read_committed(&mut conn)
             .await
             .map_err(|e| map_err($op, e))?;
+        // Prepared first, so that it is the first statement the server runs (see
+        // `prepare_first`): every state write takes the version lock before anything else.
+        let version_lock = prepare_first(&$tx, &[VERSION_LOCK])
+            .await
+            .map_err(|e| map_err($op, e))?;
         // Sent together, in this order (one round trip where the change is one statement):
-        // the state version's lock and check, the change, the audit chain's lock and head.
+        // the state version's lock and check, the audit chain's lock and head, the change.
         // A change made on stale state is rolled back with the rest.
         let (fresh, out, head) = futures::join!(
-            $self.refuse_stale(&$tx, $op),
+            $self.refuse_stale(&$tx, &version_lock[0], $op),
             async {
                 let out: StoreResult<_> = async { $body }.await;
                 out
@@ -603,6 +605,41 @@ fn aborted_by_earlier(error: &tokio_postgres::Error) -> bool {
     error.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION)
 }
 
+/// Both results of two pipelined statements, or the error that caused the failure: of two
+/// failures, the one that does not merely say "the transaction is aborted" (whichever
+/// answer arrived first).
+fn first_cause<A, B>(
+    a: Result<A, tokio_postgres::Error>,
+    b: Result<B, tokio_postgres::Error>,
+) -> Result<(A, B), tokio_postgres::Error> {
+    match (a, b) {
+        (Ok(a), Ok(b)) => Ok((a, b)),
+        (Err(a), Err(b)) if aborted_by_earlier(&a) => Err(b),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    }
+}
+
+/// Takes the version lock of a state write ([`PostgresStore::refuse_stale`]).
+const VERSION_LOCK: &str = "SELECT version FROM state_version FOR UPDATE";
+/// Takes the transaction-scoped advisory lock `$1` (held to the commit).
+const ADVISORY_LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
+
+/// `sql`'s statements, prepared (once per connection) before a pipeline that runs them
+/// starts. A pipeline's statements reach the server in the order their futures send
+/// them, and one still being prepared sends its execution a round trip later: a lock
+/// meant to lead would run after the statements it was to guard (and two transactions
+/// taking the same locks in different orders deadlock). Prepared first, each one's
+/// execution goes out on its future's first poll, in the pipeline's order.
+async fn prepare_first<const N: usize>(
+    tx: &Tx<'_>,
+    sql: &[&str; N],
+) -> Result<[Statement; N], tokio_postgres::Error> {
+    let prepared = futures::future::try_join_all(sql.iter().map(|s| tx.prepare_cached(s))).await?;
+    prepared
+        .try_into()
+        .map_err(|_| unreachable!("try_join_all returns one statement per query"))
+}
+
 /// Appends `entries` to the audit chain inside `tx`, taking the audit lock (held to the
 /// commit: one chain, appended in turn by every replica); returns the sealed records.
 pub(crate) async fn append_audit(
@@ -621,25 +658,17 @@ pub(crate) async fn append_audit(
 /// it; both statements go out together.
 async fn lock_audit_head(tx: &Tx<'_>, ctx: &str) -> StoreResult<AuditAnchor> {
     let db = |e| map_err(ctx, e);
-    let lock = async {
-        let stmt = tx
-            .prepare_cached("SELECT pg_advisory_xact_lock($1)")
-            .await?;
-        tx.execute(&stmt, &[&AUDIT_LOCK]).await
-    };
-    let head = async {
-        let stmt = tx
-            .prepare_cached("SELECT seq, hash FROM audit_head")
-            .await?;
-        tx.query_one(&stmt, &[]).await
-    };
-    // Of two failures the first is reported (the second only says "aborted").
-    match futures::join!(lock, head) {
-        (Ok(_), Ok(row)) => Ok(AuditAnchor {
+    let [lock, head] = prepare_first(tx, &[ADVISORY_LOCK, "SELECT seq, hash FROM audit_head"])
+        .await
+        .map_err(db)?;
+    let (locked, head) =
+        futures::join!(tx.execute(&lock, &[&AUDIT_LOCK]), tx.query_one(&head, &[]));
+    match first_cause(locked, head) {
+        Ok((_, row)) => Ok(AuditAnchor {
             seq: col(&row, 0)?,
             hash: col(&row, 1)?,
         }),
-        (Err(e), _) | (_, Err(e)) => Err(db(e)),
+        Err(e) => Err(db(e)),
     }
 }
 
@@ -742,8 +771,12 @@ pub(crate) async fn append_messages(
             .await
             .map_err(db)?;
         // The inbox lock is held from here to the commit; the two statements go out
-        // together (pipelined), so holding it costs one round trip and the commit.
-        let lock = tx.execute("SELECT pg_advisory_xact_lock($1)", &[&INBOX_LOCK]);
+        // together (pipelined), so holding it costs one round trip and the commit. The
+        // lock is prepared first so that the server runs it before the insert (whose
+        // identity column gives the cursors: taken before the lock, they could commit out
+        // of order, and a reader past a later cursor would never see an earlier one).
+        let [lock] = prepare_first(tx, &[ADVISORY_LOCK]).await.map_err(db)?;
+        let lock = tx.execute(&lock, &[&INBOX_LOCK]);
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
             &columns[0],
             &columns[1],
@@ -757,11 +790,8 @@ pub(crate) async fn append_messages(
         let rows = tx.query(&insert, &params);
         // Of two pipelined statements, the one that fails second answers "transaction
         // aborted": report the one that failed first, whichever answer arrives first.
-        let rows = match futures::join!(lock, rows) {
-            (Ok(_), Ok(rows)) => rows,
-            (Err(lock), Err(insert)) if aborted_by_earlier(&lock) => return Err(db(insert)),
-            (Err(e), _) | (_, Err(e)) => return Err(db(e)),
-        };
+        let (locked, rows) = futures::join!(lock, rows);
+        let (_, rows) = first_cause(locked, rows).map_err(db)?;
         let mut seqs = HashMap::with_capacity(rows.len());
         for row in &rows {
             seqs.insert(col::<String>(row, 0)?, col::<i64>(row, 1)?);
