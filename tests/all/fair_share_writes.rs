@@ -243,6 +243,8 @@ async fn installs_that_compile_leave_requests_fast() {
         "the packed component is {} bytes",
         component.len()
     );
+    // A compiled-component cache of its own, so that each install compiles.
+    std::fs::create_dir_all(dir.path().join("data/compiled")).expect("the server's cache");
     let server = ServerProcess::start(&dir.path().join("data"), &[]).await;
     let client = reqwest::Client::new();
     let base = server.url.clone();

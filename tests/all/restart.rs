@@ -17,6 +17,8 @@ async fn call(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn units_agents_bindings_grants_and_tokens_survive_a_kill_and_restart() {
     let data = tempfile::tempdir().unwrap();
+    // A compiled-component cache of its own: the test reads what the server kept there.
+    std::fs::create_dir(data.path().join("compiled")).unwrap();
     let client = reqwest::Client::new();
     let mut server = ServerProcess::start(data.path(), &[]).await;
     let u = |p: &str, s: &ServerProcess| format!("{}/api/v1{p}", s.url);
@@ -223,6 +225,8 @@ async fn sigterm_stops_the_server_even_with_an_open_message_stream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_stored_bundled_connector_is_rewritten_when_the_cache_misses() {
     let data = tempfile::tempdir().unwrap();
+    // A compiled-component cache of its own, which the test empties to make it miss.
+    std::fs::create_dir(data.path().join("compiled")).unwrap();
     let acme = connector_bundled::component("acme").expect("acme is bundled");
     let stored_acme = |db: &std::path::Path| -> Vec<u8> {
         let conn = rusqlite::Connection::open(db).unwrap();
@@ -251,6 +255,7 @@ async fn a_damaged_stored_bundled_connector_is_rewritten_when_the_cache_misses()
     assert_eq!(changed, 1);
     drop(conn);
     std::fs::remove_dir_all(data.path().join("compiled")).unwrap();
+    std::fs::create_dir(data.path().join("compiled")).unwrap();
 
     let mut server = ServerProcess::start(data.path(), &[]).await;
     let client = reqwest::Client::new();

@@ -373,7 +373,8 @@ pub struct ServerProcess {
 
 impl ServerProcess {
     /// Starts `connector-host serve` on `data_dir` with extra environment, and waits until
-    /// `/healthz` answers.
+    /// `/healthz` answers. The server keeps its compiled components in the cache test
+    /// hosts share ([`share_compiled_cache`]) unless `<data_dir>/compiled` exists already.
     pub async fn start(data_dir: &Path, env: &[(&str, &str)]) -> ServerProcess {
         Self::start_command(data_dir, env, |_| {}).await
     }
@@ -449,6 +450,13 @@ impl ServerProcess {
         env: &[(&str, &str)],
         adjust: impl FnOnce(&mut Command),
     ) -> ServerProcess {
+        // The test hosts' shared compiled-component cache, unless the data directory has
+        // a cache of its own (a test of the cache creates `compiled` before the start).
+        if std::fs::symlink_metadata(data_dir.join("compiled")).is_err() {
+            std::fs::create_dir_all(data_dir)
+                .unwrap_or_else(|e| panic!("creating {}: {e}", data_dir.display()));
+            share_compiled_cache(data_dir);
+        }
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
         let mut cmd = Command::new(host_binary());
