@@ -21,7 +21,9 @@
 //! `SCALE_UNITS`, `SCALE_AGENTS`, `SCALE_BINDINGS`, `SCALE_CONNECTORS` (the shape),
 //! `SCALE_WRITERS` (writes in flight while generating, default 64), `SCALE_STREAMS`
 //! (default 5,000), `SCALE_POSTGRES_AGENTS` (agents of the PostgreSQL part, default the
-//! shape's), `SCALE_SKIP_POSTGRES=1`. Lines `@result <key> <field>=<value> ...` are
+//! shape's), `SCALE_SKIP_POSTGRES=1`, `SCALE_DATA_DIR` (the SQLite directory is kept
+//! there; when it already holds one, of the same shape, it is opened without generating
+//! it again: generating a million agents takes minutes). Lines `@result <key> <field>=<value> ...` are
 //! for `bench/table.py`.
 
 use std::io::{BufRead, BufReader, Write as _};
@@ -309,13 +311,15 @@ fn copy_compiled(from: &std::path::Path, to: &std::path::Path) -> anyhow::Result
 }
 
 /// The SQLite part; returns SQLite's agent write rate and its data directory.
-fn sqlite_part(
-    shape: &Shape,
-    writers: usize,
-    n_streams: usize,
-) -> anyhow::Result<(f64, tempfile::TempDir)> {
-    let dir = tempfile::tempdir()?;
-    let agent_rate = {
+fn sqlite_part(shape: &Shape, writers: usize, n_streams: usize) -> anyhow::Result<(f64, DataDir)> {
+    let dir = DataDir::from_env()?;
+    let agent_rate = if dir.generated() {
+        println!(
+            "scale bench: opening the directory generated before in {}",
+            dir.path().display()
+        );
+        0.0
+    } else {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()?;
@@ -339,6 +343,7 @@ fn sqlite_part(
             anyhow::Ok(agents)
         })?;
         rt.shutdown_timeout(Duration::from_secs(10));
+        dir.mark_generated()?;
         rate
     };
     // A fresh process opens it: cold start, memory, resolver, binds, then streams.
@@ -425,10 +430,14 @@ async fn postgres_part(
         .find(|p| p.what == "agents")
         .map(|p| p.rate())
         .unwrap_or(0.0);
-    println!(
-        "@result scale.postgres_vs_sqlite_writes ratio={:.3} postgres={pg_rate:.0} sqlite={sqlite_agent_rate:.0}",
-        pg_rate / sqlite_agent_rate.max(1e-9)
-    );
+    if sqlite_agent_rate > 0.0 {
+        println!(
+            "@result scale.postgres_vs_sqlite_writes ratio={:.3} postgres={pg_rate:.0} sqlite={sqlite_agent_rate:.0}",
+            pg_rate / sqlite_agent_rate
+        );
+    } else {
+        println!("scale bench: the SQLite directory was not generated in this run: no write ratio");
+    }
     let started = Instant::now();
     let (b, _) = Host::open(config(dirs[1].path(), Some(&url))).await?;
     println!(
@@ -497,6 +506,51 @@ async fn postgres_part(
         proc_kib(me, "VmRSS")? as f64 / 1024.0
     );
     Ok(())
+}
+
+/// Where the SQLite part's directory lives: a temporary folder, or `SCALE_DATA_DIR`
+/// (kept, and reused when a run finished generating it).
+enum DataDir {
+    Temporary(tempfile::TempDir),
+    Kept(std::path::PathBuf),
+}
+
+impl DataDir {
+    /// The file that says generation finished (a run stopped halfway is generated again).
+    const GENERATED: &'static str = "scale-generated";
+
+    fn from_env() -> anyhow::Result<DataDir> {
+        match std::env::var_os("SCALE_DATA_DIR") {
+            Some(path) => {
+                let path = std::path::PathBuf::from(path);
+                std::fs::create_dir_all(&path)
+                    .with_context(|| format!("creating SCALE_DATA_DIR {}", path.display()))?;
+                Ok(DataDir::Kept(path))
+            }
+            None => Ok(DataDir::Temporary(tempfile::tempdir()?)),
+        }
+    }
+
+    fn path(&self) -> &std::path::Path {
+        match self {
+            DataDir::Temporary(dir) => dir.path(),
+            DataDir::Kept(path) => path,
+        }
+    }
+
+    fn generated(&self) -> bool {
+        matches!(self, DataDir::Kept(path) if path.join(Self::GENERATED).exists())
+    }
+
+    fn mark_generated(&self) -> anyhow::Result<()> {
+        if let DataDir::Kept(path) = self {
+            std::fs::write(
+                path.join(Self::GENERATED),
+                format!("{:?}\n", Shape::from_env()?),
+            )?;
+        }
+        Ok(())
+    }
 }
 
 fn main() -> anyhow::Result<()> {
