@@ -137,7 +137,7 @@ impl Parts {
         let (replica_id, _) = read_or_create_secret(&replica_path)
             .with_context(|| format!("cannot read or create {}", replica_path.display()))?;
 
-        let snapshot = store.load().await.context("cannot load the stored state")?;
+        let mut snapshot = store.load().await.context("cannot load the stored state")?;
         // Every write below is checked against the state just loaded (and kept current
         // by `refresh`): on a shared database, one racing another replica's is refused.
         store.refuse_stale_writes();
@@ -146,7 +146,7 @@ impl Parts {
             store.clone(),
             audit.clone(),
             registry,
-            &snapshot,
+            &mut snapshot,
         ));
         store.applied(snapshot.version);
         let catalog = Arc::new(Catalog::new(config.clone(), runtime, state.clone()));

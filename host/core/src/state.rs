@@ -254,12 +254,13 @@ pub(crate) struct State {
 
 impl State {
     /// The state `snapshot` stores, with no connectors installed yet (see
-    /// [`State::install_stored`]).
+    /// [`State::install_stored`]). Its units, agents, bindings and grants are taken out of
+    /// `snapshot` ([`Directory::from_snapshot`]).
     pub(crate) fn new(
         store: Arc<dyn StateStore>,
         audit: Arc<AuditLog>,
         registry: ConnectorRegistry,
-        snapshot: &Snapshot,
+        snapshot: &mut Snapshot,
     ) -> Self {
         let state = Self {
             store,
@@ -335,7 +336,9 @@ impl State {
             let reading = self.start_reading(attempt).await;
             let snapshot = Arc::new(self.store.load().await?);
             prepared = prepare(snapshot.clone(), prepared).await;
-            let directory = Directory::from_snapshot(&snapshot);
+            // `prepare` is done with it: the directory takes what it holds, not a copy.
+            let mut snapshot = Arc::try_unwrap(snapshot).unwrap_or_else(|shared| (*shared).clone());
+            let directory = Directory::from_snapshot(&mut snapshot);
             let image_tools = image_tools_of(&snapshot);
             let Some(_write) = self.lock_to_apply(reading).await else {
                 tracing::debug!(
@@ -593,7 +596,7 @@ mod tests {
             store.clone(),
             AuditLog::start(store.clone(), Default::default()),
             ConnectorRegistry::new(runtime),
-            &Snapshot::default(),
+            &mut Snapshot::default(),
         );
         (Arc::new(state), store)
     }

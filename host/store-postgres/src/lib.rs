@@ -1021,14 +1021,14 @@ async fn load_snapshot(tx: &Tx<'_>) -> StoreResult<Snapshot> {
 
     let table = |columns: &str, table: &str| format!("SELECT {columns} FROM {table} ORDER BY ord");
     let select = |sql: String| async move { tx.query(&sql, &[]).await.map_err(db) };
-    let mut memberships: HashMap<String, Vec<String>> = HashMap::new();
+    let mut memberships = rows::Memberships::default();
+    // Bytewise, whatever the database's collation (the order `Memberships` looks up by).
     let sql = format!(
-        "SELECT {} FROM agent_units ORDER BY agent_id, position",
+        "SELECT {} FROM agent_units ORDER BY agent_id COLLATE \"C\", position",
         rows::MEMBERSHIP_COLUMNS
     );
     for row in select(sql).await? {
-        let (agent, unit) = rows::membership(&Pg(&row))?;
-        memberships.entry(agent).or_default().push(unit);
+        memberships.push(rows::membership(&Pg(&row))?);
     }
     let connectors = select(table(rows::CONNECTOR_COLUMNS, "connectors")).await?;
     let units = select(table(rows::UNIT_COLUMNS, "units")).await?;

@@ -36,31 +36,31 @@ pub struct Directory {
 }
 
 impl Directory {
-    /// The directory described by a store snapshot.
-    pub fn from_snapshot(snapshot: &Snapshot) -> Self {
+    /// The directory described by a store snapshot. Its units, agents, bindings and grants
+    /// are taken out of `snapshot`, not copied: at a platform's size (a million agents) a
+    /// copy would double the memory a start needs, and the time it takes to fill it. Its
+    /// connectors, image tools and version stay for the caller.
+    pub fn from_snapshot(snapshot: &mut Snapshot) -> Self {
         let mut d = Directory::default();
-        for u in &snapshot.units {
-            d.put_unit(u.clone());
+        for u in std::mem::take(&mut snapshot.units) {
+            d.put_unit(u);
         }
-        for a in &snapshot.agents {
+        let agents = std::mem::take(&mut snapshot.agents);
+        for a in &agents {
             d.count_members(a, true);
         }
         // Built at once from sorted entries (ids are unique in a snapshot): full nodes,
         // where inserting one at a time leaves them partly empty.
-        d.agents = snapshot
-            .agents
-            .iter()
-            .map(|a| (a.id.clone(), a.clone()))
-            .collect();
-        for b in &snapshot.bindings {
-            d.index_routes(b);
+        d.agents = agents.into_iter().map(|a| (a.id.clone(), a)).collect();
+        for b in std::mem::take(&mut snapshot.bindings) {
+            d.index_routes(&b);
             d.bindings
                 .entry(b.unit_id.clone())
                 .or_default()
-                .insert(b.connector.clone(), b.clone());
+                .insert(b.connector.clone(), b);
         }
-        for g in &snapshot.grants {
-            d.put_grant(g.clone());
+        for g in std::mem::take(&mut snapshot.grants) {
+            d.put_grant(g);
         }
         for i in &snapshot.image_tools {
             d.image_tools.insert(i.agent_id.clone(), i.clone());
@@ -496,7 +496,7 @@ mod tests {
         ] {
             store.put_grant(&grant).await.expect("grant");
         }
-        let mut memory = Directory::from_snapshot(&store.load().await.expect("load"));
+        let mut memory = Directory::from_snapshot(&mut store.load().await.expect("load"));
 
         store
             .put_connector(
@@ -507,7 +507,7 @@ mod tests {
             .expect("rotate");
         memory.rename_connector_namespace("acme", "newns");
 
-        let stored = Directory::from_snapshot(&store.load().await.expect("load"));
+        let stored = Directory::from_snapshot(&mut store.load().await.expect("load"));
         for unit in ["team", "root"] {
             let subject = Subject::Unit(unit.into());
             assert_eq!(

@@ -355,13 +355,13 @@ mod tests {
         let path = dir.path().join("host.db");
         let ours: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).expect("our handle"));
         let theirs = SqliteStore::open(&path).expect("another process's handle");
-        let snapshot = ours.load().await.expect("load");
+        let mut snapshot = ours.load().await.expect("load");
         let runtime = Arc::new(ConnectorRuntime::new(RuntimeOptions::default()).expect("runtime"));
         let state = Arc::new(State::new(
             ours.clone(),
             crate::audit::AuditLog::start(ours.clone(), Default::default()),
             ConnectorRegistry::new(runtime.clone()),
-            &snapshot,
+            &mut snapshot,
         ));
         let catalog = Arc::new(Catalog::new(
             Arc::new(HostConfig::default()),

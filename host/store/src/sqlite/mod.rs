@@ -61,7 +61,7 @@
 mod checkpoint;
 mod writer;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
@@ -1004,13 +1004,13 @@ fn load_snapshot(tx: &Transaction<'_>) -> StoreResult<Snapshot> {
     let op = "loading the stored state";
     let table =
         |columns: &str, table: &str| format!("SELECT {columns} FROM {table} ORDER BY rowid");
-    let mut memberships: HashMap<String, Vec<String>> = HashMap::new();
+    let mut memberships = rows::Memberships::default();
     let sql = format!(
         "SELECT {} FROM agent_units ORDER BY agent_id, position",
         rows::MEMBERSHIP_COLUMNS
     );
-    for (agent, unit) in select_all(tx, op, &sql, [], |r| rows::membership(r))? {
-        memberships.entry(agent).or_default().push(unit);
+    for row in select_all(tx, op, &sql, [], |r| rows::membership(r))? {
+        memberships.push(row);
     }
     Ok(Snapshot {
         connectors: select_all(
