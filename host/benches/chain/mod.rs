@@ -103,7 +103,7 @@ pub fn chain(
     });
     Chain {
         connectors,
-        directory: Directory::from_snapshot(&snapshot),
+        directory: Directory::from_snapshot(&mut snapshot),
         runtime,
     }
 }
