@@ -181,6 +181,15 @@ pub fn component(lang: Lang, entry: &str) -> Option<PathBuf> {
         String::from_utf8_lossy(&done.stdout),
         String::from_utf8_lossy(&done.stderr)
     );
+    // The TypeScript build goes on, with a warning, when it cannot warm up the bindings
+    // componentize-js generates (a componentize-js that moved its splicer): its
+    // components would work, only slower to call.
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert!(
+        !stderr.contains("not warmed up"),
+        "building {}: {stderr}",
+        entry.display()
+    );
     std::fs::rename(&partial, &out).expect("rename the built component");
     prune_builds(&out_dir, &format!("{stem}-{}-", lang.name()));
     Some(out)

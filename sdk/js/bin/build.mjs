@@ -44,8 +44,8 @@ wit =
   [join(sdkDir, "wit", "connector.wit"), join(sdkDir, "..", "..", "wit", "connector.wit")].find((p) => existsSync(p));
 if (!wit || !existsSync(wit)) usage("cannot find connector.wit: pass --wit PATH");
 
-/** Imports package `name` normally, or from SPRING_CONNECTOR_NODE_MODULES. */
-async function load(name) {
+/** The URL of package `name`'s entry module: resolved normally, or in SPRING_CONNECTOR_NODE_MODULES. */
+function locate(name) {
   if (modulesDir) {
     const dir = join(modulesDir, name);
     const pkg = JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
@@ -54,13 +54,60 @@ async function load(name) {
       (typeof exp === "string" ? exp : exp?.import?.default ?? exp?.import ?? exp?.default ?? exp?.require) ??
       pkg.module ??
       pkg.main;
-    return import(pathToFileURL(join(dir, typeof file === "string" ? file : pkg.main)).href);
+    return pathToFileURL(join(dir, typeof file === "string" ? file : pkg.main)).href;
   }
-  return import(name);
+  return import.meta.resolve(name);
 }
 
-const esbuild = await load("esbuild");
-const { componentize } = await load("@bytecodealliance/componentize-js");
+const esbuild = await import(locate("esbuild"));
+const componentizeUrl = locate("@bytecodealliance/componentize-js");
+const { componentize } = await import(componentizeUrl);
+
+/**
+ * Makes the engine create every built-in class of the global it runs in (Promise, String,
+ * the typed arrays, TextDecoder, URL ...). The engine creates each the first time it is
+ * used, and every call runs in a fresh instance of the snapshot componentize-js takes at
+ * build time: a class first used by a call was created again in each call. Run before
+ * the snapshot (in the module's top level), this creates them once, at build time. A
+ * global whose getter throws at build time is left alone.
+ */
+const RESOLVE_BUILT_INS = `for (const name of Object.getOwnPropertyNames(globalThis)) {
+  try { void globalThis[name]; } catch {}
+}`;
+
+/**
+ * What runs, before the snapshot, at the end of the bindings componentize-js generates
+ * (the code that lifts and lowers every export's arguments and results). They run in a
+ * global of their own, not the connector's, so they need {@link RESOLVE_BUILT_INS} too;
+ * and each export there is an async function, whose first run creates more still.
+ */
+const BINDINGS_WARM_UP = `
+;(() => {
+${RESOLVE_BUILT_INS}
+(async () => { await null; })();
+})();
+`;
+
+/**
+ * Appends {@link BINDINGS_WARM_UP} to the bindings: componentize-js has no option for it,
+ * so this wraps the `spliceBindings` of its splicer (the module componentize-js 0.23
+ * imports from `../lib/`). Without that module the build goes on, only slower to call.
+ */
+async function warmBindings() {
+  const splicerUrl = new URL("../lib/spidermonkey-embedding-splicer.js", componentizeUrl).href;
+  const splicer = await import(splicerUrl).then((m) => m.splicer).catch(() => undefined);
+  const splice = splicer?.spliceBindings;
+  if (typeof splice !== "function") {
+    console.error(`warning: no splicer at ${splicerUrl}: the bindings are not warmed up (calls are slower)`);
+    return;
+  }
+  splicer.spliceBindings = (...args) => {
+    const spliced = splice.apply(splicer, args);
+    spliced.jsBindings += BINDINGS_WARM_UP;
+    return spliced;
+  };
+}
+await warmBindings();
 
 const work = mkdtempSync(join(tmpdir(), "spring-connector-"));
 try {
@@ -75,6 +122,7 @@ try {
         `${entry} must \`export default connector({...})\``,
       )});`,
       `const world = exportsOf(connector);`,
+      RESOLVE_BUILT_INS,
       ...names.map((n) => `export function ${n}(...args) { return world.${n}(...args); }`),
     ].join("\n"),
   );
