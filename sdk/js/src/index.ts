@@ -181,7 +181,12 @@ export interface Tool<Config = unknown> {
   readonly inputSchema: Record<string, unknown>;
   readonly outputSchema?: Record<string, unknown>;
   readonly hints: Required<ToolHints>;
-  call(args: unknown, ctx: CallContext<Config>): Promise<ToolResult>;
+  /**
+   * Checks `args` against the input schema and runs the tool: synchronously when its
+   * handler returns a plain value, else through the handler's promise (in a fresh
+   * instance, each promise costs a captured stack and a turn of the event loop).
+   */
+  call(args: unknown, ctx: CallContext<Config>): Awaitable<ToolResult>;
 }
 
 /** The JSON Schema of `schema` as the host takes it (no `$schema`). */
@@ -203,6 +208,15 @@ export function warmParser(schema: z.ZodType): void {
   if (!parsed.success) z.prettifyError(parsed.error);
 }
 
+function toolResult(answer: unknown): ToolResult {
+  return answer instanceof ToolResult ? answer : new ToolResult(answer, []);
+}
+
+/** Whether `value` is a promise (or another thenable, which `await` would also wait for). */
+export function isThenable<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
+  return typeof (value as { then?: unknown } | null | undefined)?.then === "function";
+}
+
 /** Declares a tool; its argument and result types follow from the zod schemas. */
 export function tool<In extends AnyObject, Out extends AnyObject | undefined = undefined, Config = unknown>(
   spec: ToolSpec<In, Out, Config>,
@@ -220,13 +234,13 @@ export function tool<In extends AnyObject, Out extends AnyObject | undefined = u
     inputSchema: jsonSchema(spec.input, "input"),
     outputSchema: spec.output ? jsonSchema(spec.output, "output") : undefined,
     hints,
-    async call(args, ctx) {
+    call(args, ctx) {
       const parsed = spec.input.safeParse(args);
       if (!parsed.success) {
         throw ToolError.invalidArguments(z.prettifyError(parsed.error));
       }
-      const answer = await spec.run(parsed.data, ctx);
-      return answer instanceof ToolResult ? answer : new ToolResult(answer, []);
+      const answer = spec.run(parsed.data, ctx);
+      return isThenable(answer) ? Promise.resolve(answer).then(toolResult) : toolResult(answer);
     },
   };
 }

@@ -8,7 +8,7 @@
  * `Uint8Array`. An export returning `result<T, E>` returns `T`, and answers `err(e)` when
  * it throws an object whose own `payload` is `e`.
  */
-import { ToolError, ToolResult, jsonSchema, log, reason, warmParser } from "./index.ts";
+import { ToolError, ToolResult, isThenable, jsonSchema, log, reason, warmParser } from "./index.ts";
 import type { AgentContext, Binding, CallContext, Connector, ContentBlock, Message, Webhook } from "./index.ts";
 
 type WitBinding = { unit: string; config: string };
@@ -97,6 +97,21 @@ function block(b: ContentBlock): WitContent {
   }
 }
 
+/** A tool's result as the world's `tool-output`. */
+function toolOutput(answer: ToolResult) {
+  return {
+    structured: answer.structured === undefined ? undefined : JSON.stringify(answer.structured),
+    content: answer.content.map(block),
+  };
+}
+
+/** What a tool threw, as the world's `tool-error` (an engine out of memory is rethrown). */
+function toolFailure(e: unknown): never {
+  if (outOfMemory(e)) throw e;
+  const kind = e instanceof ToolError ? e.kind : "failed";
+  return err({ tag: kind, val: reason(e) });
+}
+
 function webhook(hook: { headers: [string, string][]; body: Uint8Array }): Webhook {
   return {
     headers: hook.headers,
@@ -157,21 +172,17 @@ export function exportsOf(connector: Connector) {
       }
     },
 
-    async callTool(ctx: { binding: WitBinding; agent?: string; callId: string }, name: string, args: string) {
+    // Not `async`: a tool whose handler returns a plain value is answered without a
+    // promise (see `Tool.call`).
+    callTool(ctx: { binding: WitBinding; agent?: string; callId: string }, name: string, args: string) {
       const found = tools.get(name);
       if (!found) return err({ tag: "invalid-arguments", val: `no tool ${name} in connector ${spec.slug}` });
       const context: CallContext = { binding: binding(ctx.binding), agent: ctx.agent, callId: ctx.callId };
-      let answer: ToolResult;
       try {
-        answer = await found.call(JSON.parse(args), context);
-        return {
-          structured: answer.structured === undefined ? undefined : JSON.stringify(answer.structured),
-          content: answer.content.map(block),
-        };
+        const answer = found.call(JSON.parse(args), context);
+        return isThenable(answer) ? Promise.resolve(answer).then(toolOutput).catch(toolFailure) : toolOutput(answer);
       } catch (e) {
-        if (outOfMemory(e)) throw e;
-        const kind = e instanceof ToolError ? e.kind : "failed";
-        return err({ tag: kind, val: reason(e) });
+        return toolFailure(e);
       }
     },
 
