@@ -84,8 +84,9 @@ def main(argv: list[str] | None = None) -> None:
             "import spring_connector_frozen\n"
             "spring_connector._freeze(json.loads(spring_connector_frozen.MANIFEST))\n"
             f"import {app.stem}\n"
-            "from spring_connector._world import WitWorld\n"
+            "from spring_connector._world import WitWorld, warm_up\n"
             "spring_connector._prepare()\n"
+            "warm_up()\n"
         )
         # 3. The world, with the WASI packages it includes, and componentize-py.
         wit_dir = work / "wit"
