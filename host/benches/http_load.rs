@@ -700,13 +700,22 @@ fn main() -> anyhow::Result<()> {
         check_tool_call,
     ));
     let commits_before = tools.host.commit_counts();
+    // A profiler attached from here on sees the timed calls alone (setup compiles
+    // components): `perf record -p PID` once this line is printed.
+    println!("  timed run starts (pid {})", std::process::id());
+    let cpu_before = loadgen::thread_cpu();
     let calls = client.block_on(loadgen::http(
         &[tools.addr],
         limits,
         tool_req.clone(),
         check_tool_call,
     ));
+    let cpu_after = loadgen::thread_cpu();
     calls.print("tool calls", "req");
+    println!(
+        "  CPU per call, µs by thread: {}",
+        loadgen::cpu_per(&cpu_before, &cpu_after, calls.ok + calls.errors)
+    );
     let commits = tools.host.commit_counts();
     let n = commits.commits - commits_before.commits;
     println!(
