@@ -7,29 +7,25 @@
 //! - Everything else that leaves a record without changing the state (tool calls,
 //!   webhook deliveries, token mints, refusals, a write that found nothing to change)
 //!   goes through [`AuditLog::append`], which waits until its record is committed. The
-//!   appends waiting at one moment are committed together, one transaction for the
-//!   group, as routed webhook deliveries are: a caller that arrives while a group is
+//!   store commits the appends waiting at one moment together, one transaction for the
+//!   group ([`connector_store::audit_groups`]): a caller that arrives while a group is
 //!   committing joins the next one, so a burst of tool calls costs a few commits, not
 //!   one each.
 //!
 //! Reading ([`AuditLog::records`]), checking the chain ([`AuditLog::verify`]) and
 //! pruning ([`AuditLog::prune`]) go to the store directly.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
 
 use crate::config::AuditSettings;
 use connector_model::audit::{audit_time, Actor, AuditEntry, AuditRecord, ChainCheck};
 use connector_model::error::{ErrorCode, HostError, HostResult};
-use connector_store::{AuditQuery, AuditStore, StoreResult};
+use connector_store::{AuditQuery, AuditStore};
 
-/// The most records one group commit holds.
-const MAX_GROUP: usize = 512;
 /// Checks `verify` makes of a chain that is pruned while it is read.
 const VERIFY_ATTEMPTS: usize = 3;
 /// Records read per page while verifying.
@@ -101,80 +97,16 @@ pub struct AuditVerdict {
     pub first_broken: Option<i64>,
 }
 
-/// A record announced by [`AuditLog::expect`]; dropping it ends the announcement.
-pub(crate) struct ExpectedRecord(Arc<AtomicUsize>);
-
-impl Drop for ExpectedRecord {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-struct Pending {
-    entry: AuditEntry,
-    done: oneshot::Sender<StoreResult<()>>,
-}
-
-/// Scheduler turns the committer lets pass, while records are expected, before it
-/// commits what it has (see [`AuditLog::expect`]).
-const GATHER_TURNS: usize = 8;
-
 /// The host's way into the audit log (see the module docs).
 pub(crate) struct AuditLog {
-    queue: mpsc::UnboundedSender<Pending>,
-    /// Records announced by [`AuditLog::expect`] and not yet appended.
-    expected: Arc<AtomicUsize>,
     store: Arc<dyn AuditStore>,
     settings: AuditSettings,
 }
 
 impl AuditLog {
-    /// Starts the group committer on `store`.
-    pub(crate) fn start(store: Arc<dyn AuditStore>, settings: AuditSettings) -> Arc<AuditLog> {
-        let (queue, mut waiting) = mpsc::unbounded_channel::<Pending>();
-        let writer = store.clone();
-        let expected = Arc::new(AtomicUsize::new(0));
-        let coming = Arc::clone(&expected);
-        tokio::spawn(async move {
-            let mut group = Vec::new();
-            while waiting.recv_many(&mut group, MAX_GROUP).await > 0 {
-                // Records of calls still running come in a moment: a few turns of the
-                // scheduler (no timer, nothing waits when nothing else is ready) let
-                // them join this commit instead of each paying for one.
-                for _ in 0..GATHER_TURNS {
-                    if group.len() >= MAX_GROUP || coming.load(Ordering::Relaxed) == 0 {
-                        break;
-                    }
-                    tokio::task::yield_now().await;
-                    while group.len() < MAX_GROUP {
-                        match waiting.try_recv() {
-                            Ok(pending) => group.push(pending),
-                            Err(_) => break,
-                        }
-                    }
-                }
-                let (entries, answers): (Vec<_>, Vec<_>) =
-                    group.drain(..).map(|p| (p.entry, p.done)).unzip();
-                let result = writer.append_audit(entries).await.map(drop);
-                for done in answers {
-                    let _ = done.send(result.clone());
-                }
-            }
-        });
-        Arc::new(AuditLog {
-            queue,
-            expected,
-            store,
-            settings,
-        })
-    }
-
-    /// Announces a record that will be appended soon (a tool call's, from its start):
-    /// the committer gives such records a few turns to join its next commit. The
-    /// announcement ends when the guard is dropped.
-    pub(crate) fn expect(&self) -> ExpectedRecord {
-        self.expected.fetch_add(1, Ordering::Relaxed);
-        ExpectedRecord(Arc::clone(&self.expected))
+    /// The audit log kept in `store`.
+    pub(crate) fn new(store: Arc<dyn AuditStore>, settings: AuditSettings) -> Arc<AuditLog> {
+        Arc::new(AuditLog { store, settings })
     }
 
     /// Whether tool-call records keep their arguments (`audit.record_arguments`).
@@ -184,20 +116,11 @@ impl AuditLog {
 
     /// Appends `entry` and waits until it is committed.
     pub(crate) async fn append(&self, entry: AuditEntry) -> HostResult<()> {
-        let (done, committed) = oneshot::channel();
         let action = entry.action.clone();
-        self.queue
-            .send(Pending { entry, done })
-            .map_err(|_| HostError::internal("the audit log writer has stopped"))?;
-        match committed.await {
-            Ok(result) => result.map_err(|e| {
-                tracing::warn!(%action, error = %e, "cannot append to the audit log");
-                HostError::from(e)
-            }),
-            Err(_) => Err(HostError::internal(
-                "the audit log writer stopped before committing",
-            )),
-        }
+        self.store.append_audit_entry(entry).await.map_err(|e| {
+            tracing::warn!(%action, error = %e, "cannot append to the audit log");
+            HostError::from(e)
+        })
     }
 
     /// Records that `audit`'s change was refused with `error`. A record that cannot be

@@ -121,7 +121,7 @@ impl Parts {
             )),
             None => None,
         };
-        let audit = AuditLog::start(store.clone(), config.audit.clone());
+        let audit = AuditLog::new(store.clone(), config.audit.clone());
         let runtime = Arc::new(ConnectorRuntime::new(RuntimeOptions {
             limits: config.runtime_limits(),
             cache_dir: Some(config.data_dir.join("compiled")),

@@ -594,7 +594,7 @@ mod tests {
         let runtime = Arc::new(ConnectorRuntime::new(RuntimeOptions::default()).expect("runtime"));
         let state = State::new(
             store.clone(),
-            AuditLog::start(store.clone(), Default::default()),
+            AuditLog::new(store.clone(), Default::default()),
             ConnectorRegistry::new(runtime),
             &mut Snapshot::default(),
         );

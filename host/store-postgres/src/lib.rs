@@ -62,6 +62,7 @@ use connector_model::records::{
     rederive, AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus,
     GrantRecord, ImageToolsRecord, MessageRecord, Snapshot, Subject, UnitRecord,
 };
+use connector_store::audit_groups::{AuditGroups, Submitted};
 use connector_store::rows;
 use connector_store::{
     encode_json, subject_parts, ClaimScope, CommitCounts, StateCheck, StoreError, StoreResult,
@@ -248,6 +249,11 @@ pub struct PostgresStore {
     /// the store.
     routed: mpsc::UnboundedSender<RoutedJob>,
     writer: Arc<WriterShared>,
+    /// Audit records waiting for their group's transaction
+    /// ([`AuditStore::append_audit_entry`](connector_store::AuditStore::append_audit_entry)),
+    /// and the task that commits the groups.
+    audit_groups: Arc<AuditGroups>,
+    audit: mpsc::UnboundedSender<Submitted>,
     /// State versions written through this handle and not yet reported by
     /// `changes_since` as applied.
     own_versions: Mutex<BTreeSet<i64>>,
@@ -283,6 +289,47 @@ async fn read_committed(
         .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
         .start()
         .await
+}
+
+/// A connection from `pool`, for `op`.
+async fn pooled(pool: &Pool, op: &str) -> StoreResult<Conn> {
+    pool.get().await.map_err(|e| {
+        StoreError::Unavailable(format!(
+            "{op}: cannot get a database connection ({e}); check that PostgreSQL is running \
+             and reachable"
+        ))
+    })
+}
+
+/// Appends `entries` to the audit chain in a transaction of their own.
+async fn append_audit_committed(
+    pool: &Pool,
+    entries: Vec<AuditEntry>,
+) -> StoreResult<Vec<AuditRecord>> {
+    let ctx = "append_audit";
+    let mut conn = pooled(pool, ctx).await?;
+    let tx = read_committed(&mut conn)
+        .await
+        .map_err(|e| map_err(ctx, e))?;
+    let sealed = append_audit(&tx, ctx, entries).await?;
+    tx.commit().await.map_err(|e| map_err(ctx, e))?;
+    Ok(sealed)
+}
+
+/// Starts the task that commits the audit groups of
+/// [`AuditStore::append_audit_entry`](connector_store::AuditStore::append_audit_entry), one
+/// transaction at a time: a group takes the records that arrived while the one before it
+/// was committing. The task ends with the store.
+fn spawn_audit_groups(pool: Pool) -> mpsc::UnboundedSender<Submitted> {
+    let (send, mut receive) = mpsc::unbounded_channel::<Submitted>();
+    tokio::spawn(async move {
+        while let Some(submitted) = receive.recv().await {
+            let entries = submitted.records().take();
+            let outcome = append_audit_committed(&pool, entries).await;
+            submitted.finish(outcome.map(drop));
+        }
+    });
+    send
 }
 
 impl PostgresStore {
@@ -337,6 +384,8 @@ impl PostgresStore {
             writes: AtomicU64::new(0),
         });
         let store = Self {
+            audit: spawn_audit_groups(pool.clone()),
+            audit_groups: Arc::default(),
             pool,
             routed: writer::spawn(Arc::clone(&writer)),
             writer,
@@ -349,12 +398,7 @@ impl PostgresStore {
     }
 
     async fn conn(&self, op: &str) -> StoreResult<Conn> {
-        self.pool.get().await.map_err(|e| {
-            StoreError::Unavailable(format!(
-                "{op}: cannot get a database connection ({e}); check that PostgreSQL is running \
-                 and reachable"
-            ))
-        })
+        pooled(&self.pool, op).await
     }
 
     async fn migrate(&self) -> StoreResult<()> {
@@ -1398,14 +1442,17 @@ impl PostgresStore {
 #[async_trait]
 impl AuditStore for PostgresStore {
     async fn append_audit(&self, entries: Vec<AuditEntry>) -> StoreResult<Vec<AuditRecord>> {
-        let ctx = "append_audit";
-        let mut conn = self.conn(ctx).await?;
-        let tx = read_committed(&mut conn)
-            .await
-            .map_err(|e| map_err(ctx, e))?;
-        let sealed = append_audit(&tx, ctx, entries).await?;
-        tx.commit().await.map_err(|e| map_err(ctx, e))?;
-        Ok(sealed)
+        append_audit_committed(&self.pool, entries).await
+    }
+
+    async fn append_audit_entry(&self, entry: AuditEntry) -> StoreResult<()> {
+        let joined = self.audit_groups.push(entry);
+        if let Some(submitted) = joined.submit {
+            // A task that stopped drops the group's `Submitted`, which answers the group
+            // with the error.
+            let _ = self.audit.send(submitted);
+        }
+        joined.group.committed().await
     }
 
     async fn audit_records(&self, query: &AuditQuery) -> StoreResult<Vec<AuditRecord>> {

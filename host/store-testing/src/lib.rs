@@ -106,6 +106,8 @@ macro_rules! store_conformance_tests {
             audited_writes_and_appends_form_one_chain
             a_failed_audited_write_leaves_no_record
             concurrent_appends_through_two_handles_form_one_chain
+            entries_appended_one_by_one_join_the_chain_once_each
+            a_failed_group_of_appended_entries_keeps_none_of_them
             audit_records_filter_and_page
             pruning_moves_the_anchor_and_keeps_the_newest_record
             a_stored_delivery_has_its_record_in_its_transaction_once
@@ -2512,6 +2514,96 @@ pub async fn concurrent_appends_through_two_handles_form_one_chain(factory: &dyn
         assert_eq!(seqs, (1..=written as i64).collect::<Vec<_>>());
         assert_eq!(check_chain(&**store).await, (written as u64, None));
     }
+}
+
+/// Records appended one at a time ([`connector_store::AuditStore::append_audit_entry`],
+/// committed in groups) from two handles, among audited state writes: every caller is
+/// answered once its record is committed, and the records form one chain, each once.
+pub async fn entries_appended_one_by_one_join_the_chain_once_each(factory: &dyn StoreFactory) {
+    let handles = [factory.open().await, factory.open().await];
+    let results = together(48, |i| {
+        let store = Arc::clone(&handles[i % 2]);
+        async move {
+            let at = "2026-01-01T00:00:00.000Z";
+            let target = format!("tool:t{i}");
+            if i % 8 == 0 {
+                let u = unit(&format!("u{i}"), None);
+                let entry = audit_entry(Actor::operator(), "unit.put", &format!("unit:u{i}"), at);
+                store.write_audited(StateWrite::PutUnit(&u), &entry).await?;
+                Ok::<_, StoreError>(format!("unit:u{i}"))
+            } else {
+                let entry = audit_entry(Actor::agent("ada"), "tool.call", &target, at);
+                store.append_audit_entry(entry).await?;
+                // Answered: the record is committed, so every handle reads it.
+                let other = Arc::clone(&store);
+                let found = other
+                    .audit_records(&AuditQuery {
+                        target: Some(target.clone()),
+                        ..every_record(10)
+                    })
+                    .await?;
+                assert_eq!(found.len(), 1, "{target} answered before it was readable");
+                Ok(target)
+            }
+        }
+    })
+    .await;
+    let mut written: Vec<String> = results.into_iter().map(|r| r.unwrap()).collect();
+    written.sort();
+    for store in &handles {
+        let records = store.audit_records(&every_record(1000)).await.unwrap();
+        let seqs: Vec<i64> = records.iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, (1..=48).collect::<Vec<_>>());
+        let mut targets: Vec<String> = records.iter().map(|r| r.target.clone()).collect();
+        targets.sort();
+        assert_eq!(targets, written);
+        assert_eq!(check_chain(&**store).await, (48, None));
+        assert_eq!(store.audit_head().await.unwrap().seq, 48);
+    }
+}
+
+/// A group of appended records whose transaction fails keeps none of them: each of its
+/// callers gets the error, the other groups' records are kept, and the chain holds.
+pub async fn a_failed_group_of_appended_entries_keeps_none_of_them(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    let at = "2026-01-01T00:00:00.000Z";
+    factory.inject(Some(Fault::CredentialRecord)).await;
+    let results = together(24, |i| {
+        let store = Arc::clone(&store);
+        async move {
+            // One record in eight is refused by the database: its group fails.
+            let action = if i % 8 == 0 {
+                "secret.read"
+            } else {
+                "tool.call"
+            };
+            let target = format!("tool:t{i}");
+            let entry = audit_entry(Actor::agent("ada"), action, &target, at);
+            (target, action, store.append_audit_entry(entry).await)
+        }
+    })
+    .await;
+    let mut kept = Vec::new();
+    for (target, action, result) in results {
+        match result {
+            Ok(()) => {
+                assert_eq!(action, "tool.call");
+                kept.push(target);
+            }
+            Err(e) => assert!(is_injected(&e), "{target}: {e:?}"),
+        }
+    }
+    let records = store.audit_records(&every_record(1000)).await.unwrap();
+    let mut targets: Vec<String> = records.iter().map(|r| r.target.clone()).collect();
+    targets.sort();
+    kept.sort();
+    assert_eq!(targets, kept, "exactly the answered records are kept");
+    assert_eq!(check_chain(&*store).await, (kept.len() as u64, None));
+
+    factory.inject(None).await;
+    let entry = audit_entry(Actor::agent("ada"), "secret.read", "connector:acme", at);
+    store.append_audit_entry(entry).await.unwrap();
+    assert_eq!(check_chain(&*store).await, (kept.len() as u64 + 1, None));
 }
 
 pub async fn audit_records_filter_and_page(factory: &dyn StoreFactory) {

@@ -13,6 +13,7 @@
 
 #![deny(missing_docs)]
 
+pub mod audit_groups;
 pub mod rows;
 pub mod sqlite;
 
@@ -479,6 +480,9 @@ pub trait AuditStore: Send + Sync + 'static {
     /// Appends `entries`, in order, to the chain in one transaction (each gets the next
     /// seq and the hash of the record before it); returns the sealed records.
     async fn append_audit(&self, entries: Vec<AuditEntry>) -> StoreResult<Vec<AuditRecord>>;
+    /// Appends `entry` with the other records appended at the same moment, in one
+    /// transaction for all of them ([`audit_groups`]), and answers once it is committed.
+    async fn append_audit_entry(&self, entry: AuditEntry) -> StoreResult<()>;
     /// The records `query` asks for.
     async fn audit_records(&self, query: &AuditQuery) -> StoreResult<Vec<AuditRecord>>;
     /// Where the kept chain starts (moved by [`AuditStore::prune_audit`]).

@@ -359,7 +359,7 @@ mod tests {
         let runtime = Arc::new(ConnectorRuntime::new(RuntimeOptions::default()).expect("runtime"));
         let state = Arc::new(State::new(
             ours.clone(),
-            crate::audit::AuditLog::start(ours.clone(), Default::default()),
+            crate::audit::AuditLog::new(ours.clone(), Default::default()),
             ConnectorRegistry::new(runtime.clone()),
             &mut snapshot,
         ));

@@ -24,8 +24,12 @@ use super::AuditRecord;
 /// The largest integer every JSON reader holds exactly (2^53).
 const EXACT_INTEGER: u64 = 1 << 53;
 
-/// Appends the canonical JSON of `record` without its `hash` to `out`.
-pub(super) fn record_body(out: &mut Vec<u8>, record: &AuditRecord) -> serde_json::Result<()> {
+/// Appends the canonical JSON of `record` without its `hash` to `out`; returns where in
+/// `out` the canonical JSON of its `details` is.
+pub(super) fn record_body(
+    out: &mut Vec<u8>,
+    record: &AuditRecord,
+) -> serde_json::Result<std::ops::Range<usize>> {
     // The members in the order JCS sorts them (all ASCII keys: byte order is UTF-16
     // order).
     out.extend_from_slice(b"{\"action\":");
@@ -37,7 +41,9 @@ pub(super) fn record_body(out: &mut Vec<u8>, record: &AuditRecord) -> serde_json
     out.extend_from_slice(b"},\"at\":");
     string(out, &record.at)?;
     out.extend_from_slice(b",\"details\":");
+    let details_start = out.len();
     value(out, &record.details)?;
+    let details = details_start..out.len();
     out.extend_from_slice(b",\"outcome\":");
     string(out, &record.outcome)?;
     out.extend_from_slice(b",\"prev\":");
@@ -49,7 +55,7 @@ pub(super) fn record_body(out: &mut Vec<u8>, record: &AuditRecord) -> serde_json
     out.extend_from_slice(b",\"traceId\":");
     optional_string(out, record.trace_id.as_deref())?;
     out.push(b'}');
-    Ok(())
+    Ok(details)
 }
 
 /// Appends the canonical JSON of `v` to `out`.
@@ -71,21 +77,52 @@ pub(super) fn value(out: &mut Vec<u8>, v: &Value) -> serde_json::Result<()> {
             out.push(b']');
         }
         Value::Object(members) => {
-            let mut sorted: Vec<(&String, &Value)> = members.iter().collect();
-            sorted.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
-            out.push(b'{');
-            for (i, (key, member)) in sorted.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                string(out, key)?;
-                out.push(b':');
-                value(out, member)?;
+            if in_utf16_order(members.keys()) {
+                object(out, members.iter())?;
+            } else {
+                let mut sorted: Vec<(&String, &Value)> = members.iter().collect();
+                sorted.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
+                object(out, sorted.into_iter())?;
             }
-            out.push(b'}');
         }
     }
     Ok(())
+}
+
+fn object<'a>(
+    out: &mut Vec<u8>,
+    members: impl Iterator<Item = (&'a String, &'a Value)>,
+) -> serde_json::Result<()> {
+    out.push(b'{');
+    for (i, (key, member)) in members.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        string(out, key)?;
+        out.push(b':');
+        value(out, member)?;
+    }
+    out.push(b'}');
+    Ok(())
+}
+
+/// Whether `keys`, as they come, are already in JCS order (by UTF-16 code units), without
+/// sorting them: true when each is greater than the one before by bytes and none holds a
+/// character from U+E000 on. Below U+E000, UTF-8 byte order and UTF-16 order agree
+/// (they part only where a character of U+E000..U+FFFF meets one past U+FFFF, whose
+/// UTF-16 form starts with a surrogate). A map that keeps its keys sorted by bytes (as
+/// `serde_json`'s does) passes; anything else is sorted.
+fn in_utf16_order<'a>(keys: impl Iterator<Item = &'a String>) -> bool {
+    // UTF-8 lead bytes from 0xEE on start U+E000 and beyond.
+    let plain = |k: &str| k.bytes().all(|b| b < 0xEE);
+    let mut before: Option<&str> = None;
+    for key in keys {
+        if !plain(key) || before.is_some_and(|b| b >= key.as_str()) {
+            return false;
+        }
+        before = Some(key);
+    }
+    true
 }
 
 fn string(out: &mut Vec<u8>, s: &str) -> serde_json::Result<()> {
@@ -209,6 +246,21 @@ mod tests {
                 ),
             }
         }
+    }
+
+    /// Keys kept in byte order (as `serde_json`'s map keeps them) are written as they come
+    /// only where byte order is UTF-16 order: a character of U+E000..U+FFFF sorts before
+    /// an astral one by bytes and after it by UTF-16 code units.
+    #[test]
+    fn keys_in_byte_order_are_resorted_where_utf16_order_differs() {
+        let keys = |ks: &[&str]| ks.iter().map(|k| k.to_string()).collect::<Vec<_>>();
+        assert!(in_utf16_order(keys(&["a", "b", "é", "€"]).iter()));
+        assert!(!in_utf16_order(keys(&["b", "a"]).iter()));
+        assert!(!in_utf16_order(keys(&["a", "a"]).iter()));
+        assert!(!in_utf16_order(keys(&["\u{ffff}", "😀"]).iter()));
+        let v = serde_json::json!({"\u{ffff}": 1, "😀": 2, "a": 3});
+        assert_eq!(ours(&v), reference(&v));
+        assert_eq!(ours(&v), "{\"a\":3,\"😀\":2,\"\u{ffff}\":1}");
     }
 
     /// RFC 8785's own examples (§3.2.2, appendix B) come out as the crate writes them.

@@ -24,6 +24,9 @@ use sha2::{Digest, Sha256};
 /// with it never verifies ([`ChainCheck`] reports it broken).
 const UNHASHABLE: &str = "sha256:unhashable";
 
+/// How every hash of the chain starts.
+const HASH_PREFIX: &str = "sha256:";
+
 /// The `prev` of the first record ever appended.
 pub const GENESIS: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -217,6 +220,12 @@ pub struct AuditRecord {
 impl AuditRecord {
     /// `entry` placed at `seq` after a record whose hash is `prev`, with its hash.
     pub fn seal(entry: AuditEntry, seq: i64, prev: String) -> AuditRecord {
+        Self::seal_with_details(entry, seq, prev).0
+    }
+
+    /// [`Self::seal`], and the canonical JSON of the record's `details` (what a store
+    /// keeps), written once for the hash and the store both.
+    pub fn seal_with_details(entry: AuditEntry, seq: i64, prev: String) -> (AuditRecord, String) {
         let mut record = AuditRecord {
             seq,
             at: entry.at,
@@ -229,24 +238,53 @@ impl AuditRecord {
             prev,
             hash: String::new(),
         };
-        record.hash = record.computed_hash();
-        record
+        let (hash, details) = match record.hashed_text() {
+            Some((text, details)) => {
+                // The canonical writer writes UTF-8 (strings through `serde_json`, the
+                // rest ASCII).
+                let details = String::from_utf8(text[details].to_vec())
+                    .unwrap_or_else(|_| record.details.to_string());
+                (hash_of(&text), details)
+            }
+            None => (UNHASHABLE.to_string(), record.details.to_string()),
+        };
+        record.hash = hash;
+        (record, details)
     }
 
     /// The hash this record's content gives (whatever its `hash` field says).
     pub fn computed_hash(&self) -> String {
+        match self.hashed_text() {
+            Some((text, _)) => hash_of(&text),
+            None => UNHASHABLE.to_string(),
+        }
+    }
+
+    /// What the hash is taken of, `prev + "\n" + JCS(record without hash)`, and where in
+    /// it the canonical JSON of `details` is. `None` for a record that cannot be
+    /// canonicalised: its numbers are finite and its keys strings, so that could only come
+    /// from writing JSON itself; such a record gets a "hash" that is no SHA-256 and never
+    /// verifies (it is reported broken), rather than a panic or a hash that would not
+    /// cover its content.
+    fn hashed_text(&self) -> Option<(Vec<u8>, std::ops::Range<usize>)> {
         let mut text = Vec::with_capacity(512 + self.prev.len());
         text.extend_from_slice(self.prev.as_bytes());
         text.push(b'\n');
-        // A record always canonicalises (its numbers are finite, its keys strings); an
-        // error here could only come from writing JSON itself. It gives a "hash" that is
-        // no SHA-256 and never verifies (the record is reported broken), rather than a
-        // panic or a hash that would not cover the record's content.
-        if canonical::record_body(&mut text, self).is_err() {
-            return UNHASHABLE.to_string();
-        }
-        format!("sha256:{}", hex::encode(Sha256::digest(&text)))
+        let details = canonical::record_body(&mut text, self).ok()?;
+        Some((text, details))
     }
+}
+
+/// `"sha256:" + hex(SHA-256(text))`.
+fn hash_of(text: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut hash = String::with_capacity(HASH_PREFIX.len() + 64);
+    hash.push_str(HASH_PREFIX);
+    for byte in Sha256::digest(text) {
+        hash.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        hash.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+    }
+    hash
 }
 
 /// Where the kept chain starts: the seq and hash of the last record pruned (`0` and
@@ -434,6 +472,41 @@ mod tests {
         let json = serde_json::to_value(record).expect("json");
         assert_eq!(json["traceId"], Value::Null);
         assert_eq!(json["actor"]["kind"], "agent");
+    }
+
+    /// What a store keeps as a record's details is the canonical JSON its hash covers,
+    /// which reads back as the same value.
+    #[test]
+    fn a_sealed_records_details_text_is_its_canonical_json() {
+        let mut entry = AuditEntry::now(Actor::agent("ada"), "tool.call", target::tool("a.b"));
+        entry.details = serde_json::json!({
+            "z": [1.5, "\u{1}é"], "a": {"y": null, "b": 18446744073709551615u64}, "m": -3
+        });
+        let (record, details) = AuditRecord::seal_with_details(entry, 7, GENESIS.to_string());
+        assert_eq!(
+            details,
+            serde_json_canonicalizer::to_string(&record.details).expect("canonical")
+        );
+        let read: Value = serde_json::from_str(&details).expect("json");
+        let mut reread = record.clone();
+        reread.details = read;
+        assert_eq!(reread.computed_hash(), record.hash);
+        assert_eq!(
+            record,
+            AuditRecord::seal(record_entry(&record), 7, GENESIS.into())
+        );
+    }
+
+    fn record_entry(record: &AuditRecord) -> AuditEntry {
+        AuditEntry {
+            at: record.at.clone(),
+            actor: record.actor.clone(),
+            action: record.action.clone(),
+            target: record.target.clone(),
+            outcome: record.outcome.clone(),
+            details: record.details.clone(),
+            trace_id: record.trace_id.clone(),
+        }
     }
 
     #[test]

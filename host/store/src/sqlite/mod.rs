@@ -73,6 +73,7 @@ use rusqlite::{
     params, Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior,
 };
 
+use crate::audit_groups::{AuditGroups, Submitted};
 use crate::rows;
 use crate::{
     encode_json, subject_parts, ClaimScope, CommitCounts, StateCheck, StoreError, StoreResult,
@@ -86,6 +87,10 @@ use connector_model::records::{
     GrantRecord, ImageToolsRecord, MessageRecord, Snapshot, Subject, UnitRecord,
 };
 use writer::Job;
+
+/// The most turns of the scheduler a new group of audit records waits for more records
+/// before it goes to the writer ([`SqliteStore::submit_audit_group`]).
+const GATHER_TURNS: usize = 8;
 
 /// How long a statement waits for another connection's lock before giving up.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -365,6 +370,8 @@ pub struct SqliteStore {
     pub(super) inner: Arc<Inner>,
     /// The writer thread's queue ([`sqlite_writer`]); the thread ends with the last clone.
     writer: mpsc::Sender<Job>,
+    /// Audit records waiting for the writer ([`AuditStore::append_audit_entry`]).
+    audit_groups: Arc<AuditGroups>,
     path: Option<PathBuf>,
 }
 
@@ -447,6 +454,7 @@ impl SqliteStore {
         Ok(Self {
             inner,
             writer,
+            audit_groups: Arc::default(),
             path,
         })
     }
@@ -500,12 +508,55 @@ impl SqliteStore {
         F: FnOnce(&Transaction<'_>) -> StoreResult<T> + Send + 'static,
     {
         let (reply, answer) = tokio::sync::oneshot::channel();
+        let reply = move |out| {
+            // The caller may be gone (it was dropped): nothing to do.
+            let _ = reply.send(out);
+        };
         self.writer
             .send(Job::new(op, change, f, reply))
             .map_err(|_| StoreError::Unavailable(format!("{op}: the database writer stopped")))?;
         answer.await.map_err(|_| {
             StoreError::Unavailable(format!("{op}: the database writer did not answer"))
         })?
+    }
+}
+
+impl SqliteStore {
+    /// Hands a new group of audit records to the writer as one job, which takes the
+    /// group's records when the writer runs it (those appended until then are in it).
+    ///
+    /// The job goes to the writer after at most [`GATHER_TURNS`] turns of the scheduler,
+    /// for as long as the group keeps growing: the writer thread, woken at once, would
+    /// otherwise commit the first record or two alone while the calls that append the
+    /// next ones wait for a core, and every commit has a cost of its own (the writer's
+    /// wake-up, the transaction, the log pages of the tables and indexes it touched, their
+    /// checkpoint). A record appended alone waits one turn.
+    fn submit_audit_group(&self, submitted: Submitted) {
+        let op = "append_audit";
+        let records = submitted.records();
+        let gathering = submitted.records();
+        let write = move |tx: &Transaction<'_>| write_audit(tx, op, records.take(), drop);
+        let reply = move |outcome| submitted.finish(outcome);
+        // A writer that stopped drops the job, and with it the group's `Submitted`, which
+        // answers the group with the error.
+        let job = Job::new(op, None, write, reply);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            let _ = self.writer.send(job);
+            return;
+        };
+        let writer = self.writer.clone();
+        runtime.spawn(async move {
+            let mut held = gathering.len();
+            for _ in 0..GATHER_TURNS {
+                tokio::task::yield_now().await;
+                let now = gathering.len();
+                if now == held {
+                    break;
+                }
+                held = now;
+            }
+            let _ = writer.send(job);
+        });
     }
 }
 
@@ -615,8 +666,21 @@ fn append_audit(
     op: &'static str,
     entries: Vec<AuditEntry>,
 ) -> StoreResult<Vec<AuditRecord>> {
+    let mut sealed = Vec::with_capacity(entries.len());
+    write_audit(tx, op, entries, |record| sealed.push(record))?;
+    Ok(sealed)
+}
+
+/// Appends `entries` to the audit chain inside `tx` (as [`append_audit`]), handing each
+/// sealed record to `sealed`.
+fn write_audit(
+    tx: &Transaction<'_>,
+    op: &'static str,
+    entries: Vec<AuditEntry>,
+    mut sealed: impl FnMut(AuditRecord),
+) -> StoreResult<()> {
     if entries.is_empty() {
-        return Ok(Vec::new());
+        return Ok(());
     }
     let head = read_chain_point(tx, ChainPoint::Head, op)?;
     let mut insert = tx
@@ -626,11 +690,9 @@ fn append_audit(
         )
         .map_err(|e| map_err(op, e))?;
     let (mut seq, mut prev) = (head.seq, head.hash);
-    let mut sealed = Vec::with_capacity(entries.len());
     for entry in entries {
         seq += 1;
-        let record = AuditRecord::seal(entry, seq, prev);
-        let details = encode_json(op, &record.details)?;
+        let (record, details) = AuditRecord::seal_with_details(entry, seq, prev);
         insert
             .execute(params![
                 record.seq,
@@ -647,14 +709,12 @@ fn append_audit(
             ])
             .map_err(|e| map_err(op, e))?;
         prev = record.hash.clone();
-        sealed.push(record);
+        sealed(record);
     }
-    tx.execute(
-        "UPDATE audit_head SET seq = ?1, hash = ?2 WHERE id = 1",
-        params![seq, prev],
-    )
-    .map_err(|e| map_err(op, e))?;
-    Ok(sealed)
+    tx.prepare_cached("UPDATE audit_head SET seq = ?1, hash = ?2 WHERE id = 1")
+        .and_then(|mut update| update.execute(params![seq, prev]))
+        .map_err(|e| map_err(op, e))?;
+    Ok(())
 }
 
 /// The two points of the chain the store keeps apart from its records.
@@ -1390,6 +1450,14 @@ impl AuditStore for SqliteStore {
             append_audit(tx, "append_audit", entries)
         })
         .await
+    }
+
+    async fn append_audit_entry(&self, entry: AuditEntry) -> StoreResult<()> {
+        let joined = self.audit_groups.push(entry);
+        if let Some(submitted) = joined.submit {
+            self.submit_audit_group(submitted);
+        }
+        joined.group.committed().await
     }
 
     async fn audit_records(&self, query: &AuditQuery) -> StoreResult<Vec<AuditRecord>> {

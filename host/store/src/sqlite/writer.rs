@@ -57,17 +57,18 @@ trait PendingWrite: Send {
     fn answer(self: Box<Self>, group: StoreResult<()>);
 }
 
-struct Typed<T, F> {
+struct Typed<T, F, R> {
     op: &'static str,
     f: Option<F>,
     out: Option<StoreResult<T>>,
-    reply: tokio::sync::oneshot::Sender<StoreResult<T>>,
+    reply: R,
 }
 
-impl<T, F> PendingWrite for Typed<T, F>
+impl<T, F, R> PendingWrite for Typed<T, F, R>
 where
     T: Send + 'static,
     F: FnOnce(&Transaction<'_>) -> StoreResult<T> + Send + 'static,
+    R: FnOnce(StoreResult<T>) + Send + 'static,
 {
     fn run(&mut self, tx: &Transaction<'_>) -> bool {
         let Some(f) = self.f.take() else {
@@ -97,22 +98,19 @@ where
                 )))
             })
         });
-        // The receiver may be gone (its caller was dropped): nothing to do.
-        let _ = reply.send(out);
+        reply(out);
     }
 }
 
 impl Job {
-    /// A job running `f`, whose answer goes to `reply`.
-    pub(super) fn new<T, F>(
-        op: &'static str,
-        change: Option<String>,
-        f: F,
-        reply: tokio::sync::oneshot::Sender<StoreResult<T>>,
-    ) -> Job
+    /// A job running `f`, whose result `reply` is given once the transaction holding it
+    /// has committed (or failed). A job dropped unanswered (the writer stopped) drops
+    /// `reply` uncalled.
+    pub(super) fn new<T, F, R>(op: &'static str, change: Option<String>, f: F, reply: R) -> Job
     where
         T: Send + 'static,
         F: FnOnce(&Transaction<'_>) -> StoreResult<T> + Send + 'static,
+        R: FnOnce(StoreResult<T>) + Send + 'static,
     {
         Job {
             op,
@@ -285,7 +283,8 @@ mod tests {
     use std::time::Duration;
 
     use crate::sqlite::SqliteStore;
-    use crate::{DeliveryQueue, InboxStore, ReplicaCoordination, StateStore};
+    use crate::{AuditStore, DeliveryQueue, InboxStore, ReplicaCoordination, StateStore};
+    use connector_model::audit::{target, Actor, AuditEntry};
     use connector_model::records::DeliveryStatus;
     use connector_store_testing::faults::{inject_sqlite, Fault, INJECTED};
     use connector_store_testing::fixtures::{claim, delivery, message, unit};
@@ -391,6 +390,41 @@ mod tests {
             .expect("first completion");
         assert_eq!(stored.len(), 1);
         assert_eq!(store.messages("u1", 0, 10).await.expect("inbox").len(), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn audit_records_appended_while_the_writer_is_busy_go_to_it_as_one_job() {
+        let store = SqliteStore::open_in_memory().expect("store");
+        let before = store.commit_counts();
+        let appends = || {
+            (0..20)
+                .map(|i| {
+                    let s = store.clone();
+                    tokio::spawn(async move {
+                        let entry = AuditEntry::now(
+                            Actor::agent("ada"),
+                            "tool.call",
+                            target::tool(&format!("acme.t{i}")),
+                        );
+                        s.append_audit_entry(entry).await
+                    })
+                })
+                .collect()
+        };
+        for r in grouped(&store, appends).await {
+            r.expect("append");
+        }
+        let after = store.commit_counts();
+        // One job per group of records (the writer may take the first record alone),
+        // not one per record.
+        assert!(
+            after.writes - before.writes <= 2,
+            "{} writer jobs for 20 records appended together",
+            after.writes - before.writes
+        );
+        assert!(after.commits - before.commits <= 2);
+        let head = store.audit_head().await.expect("head");
+        assert_eq!(head.seq, 20);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
