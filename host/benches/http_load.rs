@@ -55,7 +55,7 @@ use connector_host::config::{ConnectorSettings, HostConfig};
 use connector_host::webhooks::verify::{self as signature, standard_signature};
 use connector_host::Host;
 use connector_model::connector::WebhookSchemeName;
-use connector_runtime::{ConnectorRuntime, GuestLimits, LoadedComponent, RuntimeOptions};
+use connector_runtime::{ConnectorRuntime, LoadedComponent, RuntimeOptions};
 use connector_store::sqlite::SqliteStore;
 use connector_store::DeliveryQueue as _;
 use http::{HeaderValue, Request, StatusCode};
@@ -218,13 +218,7 @@ impl Beside {
     fn open(bench: &BenchHost) -> anyhow::Result<Arc<Beside>> {
         let db = bench.dir.path().join("host.db");
         let store = SqliteStore::open(&db).with_context(|| db.display().to_string())?;
-        let runtime = ConnectorRuntime::new(RuntimeOptions {
-            limits: GuestLimits::default(),
-            cache_dir: None,
-            installation_tokens: None,
-            credential_log: None,
-            ..RuntimeOptions::default()
-        })?;
+        let runtime = ConnectorRuntime::new(RuntimeOptions::default())?;
         let hostile = runtime
             .load(&hostile_wasm()?)
             .context("the hostile component")?;

@@ -49,14 +49,7 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("tokio");
-    let runtime = ConnectorRuntime::new(RuntimeOptions {
-        limits: GuestLimits::default(),
-        cache_dir: None,
-        installation_tokens: None,
-        credential_log: None,
-        ..RuntimeOptions::default()
-    })
-    .expect("runtime");
+    let runtime = ConnectorRuntime::new(RuntimeOptions::default()).expect("runtime");
     let component = runtime.load(acme()).expect("acme loads");
     let sandbox = Sandbox::isolated("acme");
 

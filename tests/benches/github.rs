@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use connector_host::config::{ConnectorSettings, GithubAppSettings, HostConfig};
 use connector_host::Host;
-use connector_runtime::{wit, ConnectorRuntime, GuestLimits, RuntimeOptions, Sandbox};
+use connector_runtime::{wit, ConnectorRuntime, RuntimeOptions, Sandbox};
 use integration_tests::fake_github::FakeGithub;
 use serde_json::json;
 
@@ -65,13 +65,7 @@ fn main() {
         let body = std::fs::read(root.join("../connectors/github/fixtures/pull_request.opened.json")).expect("fixture");
         // The guest translates on a runtime of its own (as the host's would: same
         // engine settings, a fresh instance per delivery).
-        let runtime = ConnectorRuntime::new(RuntimeOptions {
-            limits: GuestLimits::default(),
-            cache_dir: None,
-            installation_tokens: None,
-            credential_log: None,
-            ..RuntimeOptions::default()
-        })
+        let runtime = ConnectorRuntime::new(RuntimeOptions::default())
         .expect("runtime");
         let github = runtime
             .load(connector_bundled::component("github").expect("github is bundled"))

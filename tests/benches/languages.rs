@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use connector_host::config::HostConfig;
 use connector_host::Host;
-use connector_runtime::{ConnectorRuntime, GuestLimits, RuntimeOptions};
+use connector_runtime::{ConnectorRuntime, RuntimeOptions};
 use integration_tests::harness::share_compiled_cache;
 use integration_tests::languages::{component, Lang};
 use serde_json::json;
@@ -150,14 +150,7 @@ async fn call_loop(name: &str, bytes: Vec<u8>, length: Duration) {
 
 async fn measure(name: &str, bytes: Vec<u8>, path: Option<PathBuf>) {
     let size = bytes.len();
-    let uncached = ConnectorRuntime::new(RuntimeOptions {
-        limits: GuestLimits::default(),
-        cache_dir: None,
-        installation_tokens: None,
-        credential_log: None,
-        ..RuntimeOptions::default()
-    })
-    .expect("runtime");
+    let uncached = ConnectorRuntime::new(RuntimeOptions::default()).expect("runtime");
     let started = Instant::now();
     uncached.load(&bytes).expect("the component loads");
     let compile = started.elapsed();
