@@ -830,3 +830,68 @@ async fn one_call_records_at_most_32_credential_uses_and_is_refused_the_rest() {
         .collect();
     assert_eq!(ids, (1..=32).collect());
 }
+
+/// A credential whose use the audit log cannot take is refused, and the server's log says
+/// so once: one warning naming the connector and the cause, not one from the audit log and
+/// another from the runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_record_that_fails_is_logged_once() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let log_path = data.path().join("server.log");
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let mut server = ServerProcess::start_logging_to(data.path(), &[], log).await;
+    let client = reqwest::Client::new();
+    let op = |method: Method, path: &str, body: Value| {
+        let (client, url) = (client.clone(), format!("{}{path}", server.url));
+        async move { try_send(&client, method, &url, Some(OPERATOR_TOKEN), Some(body)).await }
+    };
+    let (s, b) = integration_tests::harness::upload_component(
+        &client,
+        &server.url,
+        std::fs::read(integration_tests::guests::HOSTILE).expect("component"),
+        "",
+    )
+    .await;
+    assert!(s == 201 || s == 200, "{s} {b}");
+    for (path, body) in [
+        ("/api/v1/units/team", json!({})),
+        ("/api/v1/agents/ada", json!({"units": ["team"]})),
+        (
+            "/api/v1/units/team/connectors/hostile",
+            json!({"config": {}}),
+        ),
+    ] {
+        let (s, b) = op(Method::PUT, path, body).await;
+        assert!(s == 201 || s == 200, "PUT {path}: {s} {b}");
+    }
+    connector_store_testing::faults::inject_sqlite(
+        &data.path().join("host.db"),
+        Some(connector_store_testing::faults::Fault::CredentialRecord),
+    )
+    .expect("inject the fault");
+    let (s, b) = op(
+        Method::POST,
+        "/api/v1/agents/ada/tool-calls",
+        json!({"tool": "hostile.token", "arguments": {"installation_id": 1}}),
+    )
+    .await;
+    assert_eq!(s, 502, "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("could not record this use of a credential")),
+        "{b}"
+    );
+    server.kill9();
+    let log = std::fs::read_to_string(&log_path).expect("log");
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("injected fault"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(
+        warnings[0].contains("a credential was refused") && warnings[0].contains("hostile"),
+        "{}",
+        warnings[0]
+    );
+}

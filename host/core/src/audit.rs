@@ -304,6 +304,11 @@ impl connector_runtime::CredentialLog for AuditLog {
             ),
         };
         let audit = Audit::new(&actor, action, target).with_details(details);
-        self.append(audit.entry(outcome)).await
+        // Not `append`, which logs the failure: the runtime logs it once, with what it
+        // means (the credential is refused).
+        self.store
+            .append_audit_entry(audit.entry(outcome))
+            .await
+            .map_err(HostError::from)
     }
 }
