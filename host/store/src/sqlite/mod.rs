@@ -58,6 +58,7 @@
 //! An SQLite host is a single process ([`ReplicaCoordination::is_shared`](crate::ReplicaCoordination::is_shared) is `false`), but nothing here
 //! depends on that: two handles on one file behave as two replicas would.
 
+mod audit;
 mod checkpoint;
 mod writer;
 
@@ -73,24 +74,21 @@ use rusqlite::{
     params, Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior,
 };
 
-use crate::audit_groups::{AuditGroups, Submitted};
+use crate::audit_groups::AuditGroups;
 use crate::rows;
 use crate::{
     encode_json, subject_parts, ClaimScope, CommitCounts, StateCheck, StoreError, StoreResult,
 };
-use crate::{AuditQuery, AuditStore, LoggedWrite, StateWrite, WriteRecords};
 use crate::{DeliveryQueue, InboxStore, ReplicaCoordination, SecretStore, StateStore};
-use connector_model::audit::{AuditAnchor, AuditEntry, AuditRecord};
+use crate::{LoggedWrite, StateWrite, WriteRecords};
+use audit::append_audit;
+use connector_model::audit::AuditEntry;
 use connector_model::provenance::GrantProvenance;
 use connector_model::records::{
     rederive, AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus,
     GrantRecord, ImageToolsRecord, MessageRecord, Snapshot, Subject, UnitRecord,
 };
 use writer::Job;
-
-/// The most turns of the scheduler a new group of audit records waits for more records
-/// before it goes to the writer ([`SqliteStore::submit_audit_group`]).
-const GATHER_TURNS: usize = 8;
 
 /// How long a statement waits for another connection's lock before giving up.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -255,6 +253,28 @@ const MIGRATIONS: &[&str] = &[
         change  TEXT NOT NULL
     );
     "#,
+    // 8: the audit log's filters by target and by time read summaries of buckets of 256
+    // records (`seq >> 8`) instead of an index entry per record (see `audit`); the
+    // records already kept are summarised here.
+    r#"
+    CREATE TABLE audit_targets (
+        target TEXT NOT NULL,
+        bucket INTEGER NOT NULL,
+        PRIMARY KEY (target, bucket)
+    ) WITHOUT ROWID;
+    CREATE INDEX audit_targets_by_bucket ON audit_targets (bucket);
+    CREATE TABLE audit_times (
+        bucket   INTEGER PRIMARY KEY NOT NULL,
+        first_at TEXT NOT NULL,
+        last_at  TEXT NOT NULL
+    );
+    INSERT INTO audit_targets (target, bucket)
+        SELECT DISTINCT target, seq >> 8 FROM audit_log;
+    INSERT INTO audit_times (bucket, first_at, last_at)
+        SELECT seq >> 8, min(at), max(at) FROM audit_log GROUP BY seq >> 8;
+    DROP INDEX audit_log_by_target;
+    DROP INDEX audit_log_by_at;
+    "#,
 ];
 
 /// The newest schema version this host knows.
@@ -370,7 +390,8 @@ pub struct SqliteStore {
     pub(super) inner: Arc<Inner>,
     /// The writer thread's queue ([`sqlite_writer`]); the thread ends with the last clone.
     writer: mpsc::Sender<Job>,
-    /// Audit records waiting for the writer ([`AuditStore::append_audit_entry`]).
+    /// Audit records waiting for the writer
+    /// ([`AuditStore::append_audit_entry`](crate::AuditStore::append_audit_entry)).
     audit_groups: Arc<AuditGroups>,
     path: Option<PathBuf>,
 }
@@ -521,45 +542,6 @@ impl SqliteStore {
     }
 }
 
-impl SqliteStore {
-    /// Hands a new group of audit records to the writer as one job, which takes the
-    /// group's records when the writer runs it (those appended until then are in it).
-    ///
-    /// The job goes to the writer after at most [`GATHER_TURNS`] turns of the scheduler,
-    /// for as long as the group keeps growing: the writer thread, woken at once, would
-    /// otherwise commit the first record or two alone while the calls that append the
-    /// next ones wait for a core, and every commit has a cost of its own (the writer's
-    /// wake-up, the transaction, the log pages of the tables and indexes it touched, their
-    /// checkpoint). A record appended alone waits one turn.
-    fn submit_audit_group(&self, submitted: Submitted) {
-        let op = "append_audit";
-        let records = submitted.records();
-        let gathering = submitted.records();
-        let write = move |tx: &Transaction<'_>| write_audit(tx, op, records.take(), drop);
-        let reply = move |outcome| submitted.finish(outcome);
-        // A writer that stopped drops the job, and with it the group's `Submitted`, which
-        // answers the group with the error.
-        let job = Job::new(op, None, write, reply);
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            let _ = self.writer.send(job);
-            return;
-        };
-        let writer = self.writer.clone();
-        runtime.spawn(async move {
-            let mut held = gathering.len();
-            for _ in 0..GATHER_TURNS {
-                tokio::task::yield_now().await;
-                let now = gathering.len();
-                if now == held {
-                    break;
-                }
-                held = now;
-            }
-            let _ = writer.send(job);
-        });
-    }
-}
-
 /// Stores delivery `d` (inside `tx`) with `claim`, unless the same (connector, delivery id)
 /// was stored within `window_secs` before it: then writes nothing and returns `false`. An
 /// older row of the same id is replaced. One step with the check, for every connection to
@@ -635,95 +617,6 @@ fn append_messages(
         });
     }
     Ok(stored)
-}
-
-/// The chain's head (`audit_head`) or the start of what is kept (`audit_anchor`).
-fn read_chain_point(
-    conn: &Connection,
-    table: ChainPoint,
-    op: &'static str,
-) -> StoreResult<AuditAnchor> {
-    let sql = match table {
-        ChainPoint::Anchor => "SELECT seq, hash FROM audit_anchor WHERE id = 1",
-        ChainPoint::Head => "SELECT seq, hash FROM audit_head WHERE id = 1",
-    };
-    conn.prepare_cached(sql)
-        .and_then(|mut s| {
-            s.query_row([], |r| {
-                Ok(AuditAnchor {
-                    seq: r.get(0)?,
-                    hash: r.get(1)?,
-                })
-            })
-        })
-        .map_err(|e| map_err(op, e))
-}
-
-/// Appends `entries` to the audit chain inside `tx` (the caller's transaction is
-/// immediate, so no other connection appends in between); returns the sealed records.
-fn append_audit(
-    tx: &Transaction<'_>,
-    op: &'static str,
-    entries: Vec<AuditEntry>,
-) -> StoreResult<Vec<AuditRecord>> {
-    let mut sealed = Vec::with_capacity(entries.len());
-    write_audit(tx, op, entries, |record| sealed.push(record))?;
-    Ok(sealed)
-}
-
-/// Appends `entries` to the audit chain inside `tx` (as [`append_audit`]), handing each
-/// sealed record to `sealed`.
-fn write_audit(
-    tx: &Transaction<'_>,
-    op: &'static str,
-    entries: Vec<AuditEntry>,
-    mut sealed: impl FnMut(AuditRecord),
-) -> StoreResult<()> {
-    if entries.is_empty() {
-        return Ok(());
-    }
-    let head = read_chain_point(tx, ChainPoint::Head, op)?;
-    let mut insert = tx
-        .prepare_cached(
-            "INSERT INTO audit_log (seq, at, actor_kind, actor_id, action, target, outcome, details, trace_id, prev, hash)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-        )
-        .map_err(|e| map_err(op, e))?;
-    let (mut seq, mut prev) = (head.seq, head.hash);
-    for entry in entries {
-        seq += 1;
-        let (record, details) = AuditRecord::seal_with_details(entry, seq, prev);
-        insert
-            .execute(params![
-                record.seq,
-                record.at,
-                record.actor.kind.as_str(),
-                record.actor.id,
-                record.action,
-                record.target,
-                record.outcome,
-                details,
-                record.trace_id,
-                record.prev,
-                record.hash
-            ])
-            .map_err(|e| map_err(op, e))?;
-        prev = record.hash.clone();
-        sealed(record);
-    }
-    tx.prepare_cached("UPDATE audit_head SET seq = ?1, hash = ?2 WHERE id = 1")
-        .and_then(|mut update| update.execute(params![seq, prev]))
-        .map_err(|e| map_err(op, e))?;
-    Ok(())
-}
-
-/// The two points of the chain the store keeps apart from its records.
-#[derive(Clone, Copy)]
-enum ChainPoint {
-    /// Where the kept chain starts (the last record pruned).
-    Anchor,
-    /// The last record appended.
-    Head,
 }
 
 /// Adds 1 to the state version (inside `tx`), keeps `change` (a [`LoggedWrite`]'s JSON)
@@ -935,6 +828,11 @@ fn configure(conn: &Connection, file: bool) -> StoreResult<()> {
 
 /// Applies every migration the database lacks, one transaction each.
 fn migrate(conn: &mut Connection) -> StoreResult<()> {
+    migrate_to(conn, MIGRATIONS.len())
+}
+
+/// Applies the first `upto` migrations the database lacks, one transaction each.
+fn migrate_to(conn: &mut Connection, upto: usize) -> StoreResult<()> {
     let ctx = "migrating the database schema";
     conn.execute_batch(
         "CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -945,7 +843,7 @@ fn migrate(conn: &mut Connection) -> StoreResult<()> {
     .map_err(|e| map_err(ctx, e))?;
     let applied = applied_versions(conn).map_err(|e| map_err(ctx, e))?;
     refuse_newer(&applied)?;
-    for (index, sql) in MIGRATIONS.iter().enumerate() {
+    for (index, sql) in MIGRATIONS.iter().take(upto).enumerate() {
         let version = index as i64 + 1;
         if applied.contains(&version) {
             continue;
@@ -1192,12 +1090,6 @@ impl SqliteStore {
         })?
     }
 
-    /// One of the chain's two points, read beside the writer.
-    async fn chain_point(&self, point: ChainPoint, op: &'static str) -> StoreResult<AuditAnchor> {
-        self.read(op, move |conn| read_chain_point(conn, point, op))
-            .await
-    }
-
     async fn put_connector_audited(
         &self,
         connector: &ConnectorRecord,
@@ -1436,100 +1328,6 @@ impl SqliteStore {
             )
             .map_err(|e| map_err("put_image_tools", e))?;
             Ok(())
-        })
-        .await
-    }
-}
-
-#[async_trait]
-impl AuditStore for SqliteStore {
-    async fn append_audit(&self, entries: Vec<AuditEntry>) -> StoreResult<Vec<AuditRecord>> {
-        // A write job like any other: entries appended at the same moment share the
-        // writer's transaction (group commit).
-        self.write("append_audit", move |tx| {
-            append_audit(tx, "append_audit", entries)
-        })
-        .await
-    }
-
-    async fn append_audit_entry(&self, entry: AuditEntry) -> StoreResult<()> {
-        let joined = self.audit_groups.push(entry);
-        if let Some(submitted) = joined.submit {
-            self.submit_audit_group(submitted);
-        }
-        joined.group.committed().await
-    }
-
-    async fn audit_records(&self, query: &AuditQuery) -> StoreResult<Vec<AuditRecord>> {
-        let op = "reading the audit log";
-        let query = query.clone();
-        self.read(op, move |conn| {
-            let sql = format!(
-                "SELECT {} FROM audit_log
-                 WHERE seq > ?1
-                   AND (?2 IS NULL OR action = ?2)
-                   AND (?3 IS NULL OR actor_kind = ?3)
-                   AND (?4 IS NULL OR actor_id = ?4)
-                   AND (?5 IS NULL OR target = ?5)
-                   AND (?6 IS NULL OR at >= ?6)
-                   AND (?7 IS NULL OR at < ?7)
-                 ORDER BY seq LIMIT ?8",
-                rows::AUDIT_COLUMNS
-            );
-            let params = params![
-                query.after,
-                query.action,
-                query.actor_kind,
-                query.actor_id,
-                query.target,
-                query.since,
-                query.until,
-                query.limit
-            ];
-            select_all(conn, op, &sql, params, |r| rows::audit_record(r))
-        })
-        .await
-    }
-
-    async fn audit_anchor(&self) -> StoreResult<AuditAnchor> {
-        self.chain_point(ChainPoint::Anchor, "reading the audit anchor")
-            .await
-    }
-
-    async fn audit_head(&self) -> StoreResult<AuditAnchor> {
-        self.chain_point(ChainPoint::Head, "reading the audit head")
-            .await
-    }
-
-    async fn prune_audit(&self, before: &str, max: u32) -> StoreResult<u64> {
-        let before = before.to_owned();
-        self.write("prune_audit", move |tx| {
-            let db = |e| map_err("prune_audit", e);
-            // The last record to go: of the `max` oldest, the last dated before `before`,
-            // and never the newest.
-            let last: Option<(i64, String)> = tx
-                .query_row(
-                    "SELECT seq, hash FROM
-                         (SELECT seq, hash, at FROM audit_log ORDER BY seq LIMIT ?2)
-                     WHERE at < ?1 AND seq < (SELECT MAX(seq) FROM audit_log)
-                     ORDER BY seq DESC LIMIT 1",
-                    params![before, max],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .optional()
-                .map_err(db)?;
-            let Some((seq, hash)) = last else {
-                return Ok(0);
-            };
-            let n = tx
-                .execute("DELETE FROM audit_log WHERE seq <= ?1", [seq])
-                .map_err(db)?;
-            tx.execute(
-                "UPDATE audit_anchor SET seq = ?1, hash = ?2 WHERE id = 1",
-                params![seq, hash],
-            )
-            .map_err(db)?;
-            Ok(n as u64)
         })
         .await
     }
