@@ -249,7 +249,9 @@ def scale_rows(table):
     row("scale.cold_start", f"scale, SQLite ({shape}): cold start, open + a deep agent's tools",
         "≤ 2 s", lambda v: (f"{v['secs']:.2f} s (open {v['open_secs']:.2f} s)", v["secs"] <= 2))
     row("scale.memory", "scale, SQLite: resident memory after the cold start", "≤ 1 GiB",
-        lambda v: (f"{v['rss_mib']:,.0f} MiB (peak {v['peak_mib']:,.0f} MiB)",
+        lambda v: (f"{v['rss_mib']:,.0f} MiB (peak {v['peak_mib']:,.0f} MiB"
+                   + (f"; anonymous {v['anon_mib']:,.0f}, files {v['file_mib']:,.0f} MiB"
+                      if "anon_mib" in v else "") + ")",
                    v["rss_mib"] <= 1024))
     row("scale.tools_unchanged", "scale: a deep agent's effective tools, unchanged, p50",
         "≤ 5 µs", lambda v: (f"{v['p50_us']:.2f} µs", v["p50_us"] <= 5))

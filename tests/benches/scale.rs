@@ -104,10 +104,16 @@ fn serve_directory(data_dir: &str) -> anyhow::Result<()> {
             tools.len()
         );
         let me = std::process::id();
+        // Of the resident memory, what is the process's own (anonymous) and what is
+        // mapped from files (mostly compiled code mapped from the cache: clean pages of
+        // the page cache, shared with other processes mapping them and dropped by the
+        // kernel under pressure).
         println!(
-            "@result scale.memory rss_mib={:.0} peak_mib={:.0}",
+            "@result scale.memory rss_mib={:.0} peak_mib={:.0} anon_mib={:.0} file_mib={:.0}",
             proc_kib(me, "VmRSS")? as f64 / 1024.0,
-            proc_kib(me, "VmHWM")? as f64 / 1024.0
+            proc_kib(me, "VmHWM")? as f64 / 1024.0,
+            proc_kib(me, "RssAnon")? as f64 / 1024.0,
+            proc_kib(me, "RssFile")? as f64 / 1024.0
         );
 
         // Unchanged: the cached answer.
