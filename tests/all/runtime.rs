@@ -676,6 +676,50 @@ async fn compiled_components_are_cached_and_a_corrupt_cache_is_recompiled() {
     );
 }
 
+/// On Linux a component read back from the cache is mapped from its file, not copied
+/// into the process's own memory (at 500 stored connectors the copies were half a GiB),
+/// and keeps running after the cache replaces or removes that file (a mapping outlives
+/// the file's name).
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_component_is_mapped_from_its_file_and_outlives_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = RuntimeOptions {
+        limits: limits(5_000),
+        cache_dir: Some(dir.path().to_path_buf()),
+        ..RuntimeOptions::default()
+    };
+    let compiled = ConnectorRuntime::new(options.clone()).unwrap();
+    assert_eq!(
+        compiled.load(acme_bytes()).unwrap().source(),
+        LoadSource::Compiled
+    );
+    let code = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .expect("a compiled file in the cache");
+    let mapped = || {
+        std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .any(|l| l.contains(code.to_str().unwrap()))
+    };
+    assert!(!mapped(), "compiled in memory, nothing mapped yet");
+
+    let rt = ConnectorRuntime::new(options).unwrap();
+    let cached = rt.load(acme_bytes()).unwrap();
+    assert_eq!(cached.source(), LoadSource::Cache);
+    assert!(mapped(), "{} is not mapped", code.display());
+
+    // Replaced by a rename (as the cache writes), then removed: the mapping stays.
+    let copy = code.with_extension("copy");
+    std::fs::copy(&code, &copy).unwrap();
+    std::fs::rename(&copy, &code).unwrap();
+    std::fs::remove_file(&code).unwrap();
+    assert_echoes(&rt, &cached, "mapped").await;
+}
+
 /// The cache is held to its bound after each compile, the least recently used entries
 /// first, but never loses the entry of a component the runtime still holds (nor the one
 /// just written); once the component is dropped, its entry may go.

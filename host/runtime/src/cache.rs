@@ -10,17 +10,24 @@
 //!
 //! Deserializing compiled code is `unsafe` in wasmtime because the bytes are trusted to
 //! be machine code: the cache only ever loads files it wrote itself (each written whole
-//! under a name no other writer uses, then renamed), reads a file into memory, checks
-//! those bytes' length and XXH3-128 against what it recorded at write time, and hands
-//! wasmtime exactly the bytes it checked (wasmtime copies them into executable memory),
-//! so a truncated or corrupted file is recompiled, not executed, and nothing done to the
-//! file later reaches the code.
+//! under a name no other writer uses, then renamed), opens a file, reads it and checks
+//! its length and XXH3-128 against what it recorded at write time, so a truncated or
+//! corrupted file is recompiled, not executed.
+//!
+//! On Linux wasmtime then maps that same open file (through `/proc/self/fd`, so a
+//! rename in between cannot put another file there) instead of copying it: the code is
+//! shared with the page cache and only the pages a call runs become resident. A copy
+//! cost a host with 500 stored connectors half a GiB of memory, all of it written at
+//! start-up. The file is never written in place (the cache writes a new file and renames
+//! it over the old one, and removing a file leaves its mapping intact), so the mapped
+//! bytes stay the checked ones; replacing a cache file in place by hand while the host
+//! runs is not supported. Elsewhere, or if the mapping fails, wasmtime gets a copy of
+//! the checked bytes.
 //!
 //! The check guards against accidents (a torn write, a bad disk block), not an attacker:
 //! whoever can write the cache directory can write the checksum beside it, so a
 //! cryptographic hash would add nothing but time. XXH3 reads the file at memory speed
-//! (SHA-256 of it was a third of a cached load). Mapping the file instead of reading it
-//! would halve a load again, but then the checked bytes would not be the ones that run.
+//! (SHA-256 of it was a third of a cached load).
 //!
 //! The cache is bounded ([`CacheBound`]): every component ever built or installed would
 //! otherwise stay on disk (an interpreter component's code is tens of MiB, and a
@@ -343,23 +350,56 @@ fn checksum(serialized: &[u8]) -> String {
 }
 
 fn read_verified(engine: &Engine, code: &Path, sum: &Path) -> Option<Component> {
+    use std::io::Read as _;
+
     let expected = fs::read_to_string(sum).ok()?;
-    let serialized = fs::read(code).ok()?;
+    let mut file = fs::File::open(code).ok()?;
+    let mut serialized = Vec::new();
+    file.read_to_end(&mut serialized).ok()?;
     if checksum(&serialized) != expected.trim() {
         tracing::warn!(path = %code.display(), "compiled-component cache entry does not match its checksum; recompiling");
         return None;
     }
     // SAFETY: these bytes were written by `write_atomically` from `Component::serialize`
     // of this same engine configuration (the engine key is part of the name) and match
-    // the checksum recorded at write time; wasmtime copies them, so the file does not
-    // matter after this.
-    match unsafe { Component::deserialize(engine, &serialized) } {
+    // the checksum recorded at write time. Mapped, they are those of the file just read
+    // (the same open file), which the cache never writes in place (see the module docs).
+    let loaded = match map_open_file(engine, &file) {
+        Some(mapped) => mapped,
+        None => unsafe { Component::deserialize(engine, &serialized) },
+    };
+    match loaded {
         Ok(component) => Some(component),
         Err(err) => {
             tracing::warn!(path = %code.display(), error = %err, "unusable compiled-component cache entry; recompiling");
             None
         }
     }
+}
+
+/// The component in `file`, checked by the caller, mapped rather than copied; `None`
+/// where this cannot be done (the caller copies the bytes instead).
+#[cfg(target_os = "linux")]
+fn map_open_file(engine: &Engine, file: &fs::File) -> Option<wasmtime::Result<Component>> {
+    use std::os::fd::AsRawFd as _;
+
+    // The open file itself, whatever its name points at by now.
+    let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    // SAFETY: the caller checked this file's bytes against their checksum (see
+    // `read_verified`).
+    match unsafe { Component::deserialize_file(engine, &path) } {
+        Ok(component) => Some(Ok(component)),
+        // No `/proc` (a minimal container) or no mapping: copying still works.
+        Err(err) => {
+            tracing::debug!(error = %err, "could not map a compiled-component cache entry; copying it");
+            None
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn map_open_file(_: &Engine, _: &fs::File) -> Option<wasmtime::Result<Component>> {
+    None
 }
 
 fn write_atomically(code: &Path, sum: &Path, serialized: &[u8]) -> std::io::Result<()> {
