@@ -250,7 +250,7 @@ pub struct Snapshot {
     pub connectors: Vec<ConnectorRecord>,
     /// Units.
     pub units: Vec<UnitRecord>,
-    /// Agents.
+    /// Agents, in id order (bytewise); every other kind in the order it was stored.
     pub agents: Vec<AgentRecord>,
     /// Bindings.
     pub bindings: Vec<BindingRecord>,

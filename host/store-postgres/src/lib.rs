@@ -1076,7 +1076,7 @@ async fn load_snapshot(tx: &Tx<'_>) -> StoreResult<Snapshot> {
     }
     let connectors = select(table(rows::CONNECTOR_COLUMNS, "connectors")).await?;
     let units = select(table(rows::UNIT_COLUMNS, "units")).await?;
-    let agents = select(table(rows::AGENT_COLUMNS, "agents")).await?;
+    let agents = select(rows::agents_sql("id COLLATE \"C\"")).await?;
     let bindings = select(table(rows::BINDING_COLUMNS, "bindings")).await?;
     let grants = select(table(rows::GRANT_COLUMNS, "grants")).await?;
     let image_tools = select(table(rows::IMAGE_TOOLS_COLUMNS, "image_tools")).await?;

@@ -74,6 +74,13 @@ pub fn membership(r: &impl StoredRow) -> StoreResult<(String, String)> {
 /// The columns [`agent`] reads, in order.
 pub const AGENT_COLUMNS: &str = "id, display_name, created_at, token_epoch";
 
+/// Every agent's row as a snapshot reads them: in id order, bytewise (`id` is how the
+/// database sorts its `id` column that way). The directory keeps agents sorted by id, so
+/// building it from a million agents in this order sorts nothing.
+pub fn agents_sql(id: &str) -> String {
+    format!("SELECT {AGENT_COLUMNS} FROM agents ORDER BY {id}")
+}
+
 /// Agents' unit memberships as a snapshot reads them, before their agents: rows of
 /// [`MEMBERSHIP_COLUMNS`] in agent id order (bytewise), each agent's in position order,
 /// grouped by agent. Each agent's units are taken when its row is read ([`agent`]).

@@ -5,6 +5,8 @@
 //! few maps instead of a dozen queries, and lets every change bump one generation
 //! counter that invalidates the resolver's cache.
 
+use std::borrow::Borrow;
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 
@@ -21,10 +23,11 @@ pub struct Directory {
     /// Unit ids, sorted: list pages read a range of it instead of sorting every unit.
     unit_ids: BTreeSet<String>,
     children: HashMap<String, usize>,
-    /// Sorted by id, for list pages, and in one map: at a million agents a hash map
-    /// beside a sorted index of ids held twice the memory (a hash table sized to a power
-    /// of two is up to half empty) for lookups that are hardly faster.
-    agents: BTreeMap<String, AgentRecord>,
+    /// Sorted by id, for list pages, and in one ordered set: at a million agents a hash
+    /// map beside a sorted index of ids held twice the memory (a hash table sized to a
+    /// power of two is up to half empty) for lookups that are hardly faster, and a map
+    /// keyed by id held each id twice.
+    agents: BTreeSet<AgentById>,
     /// unit → how many agents have it among their units.
     members: HashMap<String, usize>,
     /// unit → connector slug → binding (a unit's bindings in slug order).
@@ -49,9 +52,11 @@ impl Directory {
         for a in &agents {
             d.count_members(a, true);
         }
-        // Built at once from sorted entries (ids are unique in a snapshot): full nodes,
-        // where inserting one at a time leaves them partly empty.
-        d.agents = agents.into_iter().map(|a| (a.id.clone(), a)).collect();
+        // Built at once (ids are unique in a snapshot): full nodes, where inserting one at
+        // a time leaves them partly empty. The records stay where the snapshot put them
+        // until the set takes them (the same layout), and stores read them in id order, so
+        // sorting them finds them sorted and writes nothing.
+        d.agents = agents.into_iter().map(AgentById).collect();
         for b in std::mem::take(&mut snapshot.bindings) {
             d.index_routes(&b);
             d.bindings
@@ -75,7 +80,7 @@ impl Directory {
 
     /// Agent `id`, if it exists.
     pub fn agent(&self, id: &str) -> Option<&AgentRecord> {
-        self.agents.get(id)
+        self.agents.get(id).map(|a| &a.0)
     }
 
     /// Whether some unit has `id` as its parent.
@@ -123,8 +128,15 @@ impl Directory {
     /// Removes a unit with its bindings, the grants whose subject it is and its place in
     /// every agent's unit list.
     pub fn remove_unit(&mut self, id: &str) {
-        for agent in self.agents.values_mut() {
-            agent.units.retain(|u| u != id);
+        // Members leave the set while their record changes (its id, the set's order, does
+        // not), then go back.
+        let members: Vec<AgentById> = self
+            .agents
+            .extract_if(.., |a| a.0.units.iter().any(|u| u == id))
+            .collect();
+        for mut agent in members {
+            agent.0.units.retain(|u| u != id);
+            self.agents.insert(agent);
         }
         self.members.remove(id);
         self.unit_ids.remove(id);
@@ -168,7 +180,7 @@ impl Directory {
         let from = after.map_or(Bound::Unbounded, Bound::Excluded);
         self.agents
             .range::<str, _>((from, Bound::Unbounded))
-            .map(|(_, agent)| agent)
+            .map(|agent| &agent.0)
     }
 
     /// How many agents have `unit` among their units.
@@ -192,22 +204,22 @@ impl Directory {
 
     /// Every agent, in no order.
     pub fn agents(&self) -> impl Iterator<Item = &AgentRecord> {
-        self.agents.values()
+        self.agents.iter().map(|a| &a.0)
     }
 
     /// Adds or replaces an agent.
     pub fn put_agent(&mut self, agent: AgentRecord) {
-        if let Some(old) = self.agents.remove(&agent.id) {
-            self.count_members(&old, false);
+        if let Some(old) = self.agents.take(agent.id.as_str()) {
+            self.count_members(&old.0, false);
         }
         self.count_members(&agent, true);
-        self.agents.insert(agent.id.clone(), agent);
+        self.agents.insert(AgentById(agent));
     }
 
     /// Removes an agent with its grants and image tools.
     pub fn remove_agent(&mut self, id: &str) {
-        if let Some(old) = self.agents.remove(id) {
-            self.count_members(&old, false);
+        if let Some(old) = self.agents.take(id) {
+            self.count_members(&old.0, false);
         }
         self.grants.remove(&Subject::Agent(id.to_string()));
         self.image_tools.remove(id);
@@ -397,6 +409,39 @@ impl Directory {
     }
 }
 
+/// An agent ordered, compared and looked up by its id: the key of
+/// [`Directory`]'s agents is the record's own id, not a copy of it.
+#[derive(Debug, Clone)]
+#[repr(transparent)]
+struct AgentById(AgentRecord);
+
+impl PartialEq for AgentById {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.id == other.0.id
+    }
+}
+
+impl Eq for AgentById {}
+
+impl PartialOrd for AgentById {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for AgentById {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.id.cmp(&other.0.id)
+    }
+}
+
+/// Compares as the id does (what `Borrow` asks of `Ord` and `Eq`).
+impl Borrow<str> for AgentById {
+    fn borrow(&self) -> &str {
+        &self.0.id
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -470,6 +515,12 @@ mod tests {
             assert_eq!(d.member_count(u), counted, "{u}");
         }
         assert_eq!(d.member_count("gone"), 0);
+        // A removed unit leaves every agent's list (agents are only given units that
+        // exist), and each agent is found by its id.
+        for a in d.agents() {
+            assert!(a.units.iter().all(|u| d.unit(u).is_some()), "{}", a.id);
+            assert_eq!(d.agent(&a.id).map(|found| &found.id), Some(&a.id));
+        }
     }
 
     /// The directory re-derives a connector's grants as the stores do: the same writes

@@ -981,7 +981,7 @@ fn load_snapshot(tx: &Transaction<'_>) -> StoreResult<Snapshot> {
         units: select_all(tx, op, &table(rows::UNIT_COLUMNS, "units"), [], |r| {
             rows::unit(r)
         })?,
-        agents: select_all(tx, op, &table(rows::AGENT_COLUMNS, "agents"), [], |r| {
+        agents: select_all(tx, op, &rows::agents_sql("id"), [], |r| {
             rows::agent(r, &mut memberships)
         })?,
         bindings: select_all(tx, op, &table(rows::BINDING_COLUMNS, "bindings"), [], |r| {
