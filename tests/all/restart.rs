@@ -272,3 +272,103 @@ async fn a_damaged_stored_bundled_connector_is_rewritten_when_the_cache_misses()
     server.kill9();
     assert_eq!(stored_acme(&db), acme, "the damaged copy was not rewritten");
 }
+
+/// A start serves the stored connectors from their stored descriptions and loads their
+/// code in the background (the bundled ones excepted: see the test above). A stored
+/// component damaged since therefore keeps its connector's tools listed; each call says
+/// the component could not be loaded, the log says it once, and the other connectors
+/// answer as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_component_damaged_since_keeps_its_tools_and_its_calls_say_why_they_fail() {
+    let data = tempfile::tempdir().unwrap();
+    std::fs::create_dir(data.path().join("compiled")).unwrap();
+    let client = reqwest::Client::new();
+    let mut server = ServerProcess::start(data.path(), &[]).await;
+    let hostile = std::fs::read(guests::HOSTILE).expect("component");
+    let (s, b) = upload_component(&client, &server.url, hostile.clone(), "").await;
+    assert!(s == 201 || s == 200, "{s} {b}");
+    let u = |p: &str, s: &ServerProcess| format!("{}/api/v1{p}", s.url);
+    use reqwest::Method as M;
+    for (path, body) in [
+        ("/units/team", json!({})),
+        ("/agents/ada", json!({"units": ["team"]})),
+        ("/units/team/connectors/hostile", json!({"config": {}})),
+        ("/units/team/connectors/acme", json!({"config": {}})),
+    ] {
+        let (s, b) = call(
+            &client,
+            M::PUT,
+            u(path, &server),
+            OPERATOR_TOKEN,
+            Some(body),
+        )
+        .await;
+        assert!(s == 201 || s == 200, "PUT {path}: {s} {b}");
+    }
+    server.kill9();
+
+    let db = data.path().join("host.db");
+    let mut damaged = hostile.clone();
+    let mid = damaged.len() / 2;
+    damaged[mid] ^= 0xff;
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let changed = conn
+        .execute(
+            "UPDATE connectors SET component = ?1 WHERE slug = 'hostile'",
+            [&damaged],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(conn);
+    std::fs::remove_dir_all(data.path().join("compiled")).unwrap();
+    std::fs::create_dir(data.path().join("compiled")).unwrap();
+
+    let log_path = data.path().join("server.log");
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let mut server = ServerProcess::start_logging_to(data.path(), &[], log).await;
+    let (s, b) = call(
+        &client,
+        M::GET,
+        u("/agents/ada/tools", &server),
+        OPERATOR_TOKEN,
+        None,
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    assert!(b.to_string().contains("hostile.counter"), "{b}");
+    for _ in 0..2 {
+        let (s, b) = call(
+            &client,
+            M::POST,
+            u("/agents/ada/tool-calls", &server),
+            OPERATOR_TOKEN,
+            Some(json!({"tool": "hostile.counter"})),
+        )
+        .await;
+        assert!(s >= 500, "{s} {b}");
+        let message = b["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("cannot be loaded on this host")
+                && message.contains("do not match the digest")
+                && message.contains("install the component again"),
+            "{b}"
+        );
+    }
+    let (s, b) = call(
+        &client,
+        M::POST,
+        u("/agents/ada/tool-calls", &server),
+        OPERATOR_TOKEN,
+        Some(json!({"tool": "acme.echo", "arguments": {"message": "still here"}})),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    server.kill9();
+    let log = std::fs::read_to_string(&log_path).expect("log");
+    let errors: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("ERROR") && l.contains("does not load on this host"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{log}");
+    assert!(errors[0].contains("hostile"), "{}", errors[0]);
+}

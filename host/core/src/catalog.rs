@@ -97,11 +97,15 @@ impl Provenance {
 /// How [`Catalog::prepare_stored`] prepares a connector it has not prepared yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Preparing {
-    /// Load and describe it now (at start-up).
-    Now,
     /// From the description stored with it, its component loaded in the background (a
     /// replica catching up).
     Described,
+    /// At start-up: as [`Preparing::Described`], except a bundled connector, which is
+    /// loaded now: a stored copy damaged since is then found, and the start installs the
+    /// binary's copy again. A start thus neither runs every stored connector to describe
+    /// it nor touches their code (at hundreds of connectors, most of a start's memory)
+    /// before serving.
+    Start,
 }
 
 /// Why a stored connector could not be prepared on this host (it stays stored).
@@ -282,15 +286,15 @@ impl Catalog {
     }
 
     /// The connectors `snapshot` stores, ready to serve: one already installed with the
-    /// same digest (or prepared by an `earlier` attempt) is reused. Any other is, with
-    /// [`Preparing::Described`] and a description stored with it, put in place from that
-    /// description, its component loaded in the background and on first use (see
-    /// [`InstalledConnector::described`]): a replica catching up with another's install
-    /// compiles nothing before serving. Otherwise (at start-up, or a connector stored
-    /// without a description) it is loaded now: read back from the compiled-component
-    /// cache by its digest or, on a miss, read from the store and compiled, off the async
-    /// threads, and described. A stored connector that does not load on this host is
-    /// logged and left out. Runs before the write lock is taken.
+    /// same digest (or prepared by an `earlier` attempt) is reused. Any other with a
+    /// description stored with it (and, at start-up, not bundled) is put in place from
+    /// that description, its component loaded in the background and on first use (see
+    /// [`InstalledConnector::described`]): neither a replica catching up with another's
+    /// install nor a start compiles or runs anything before serving. Otherwise (a bundled
+    /// connector at start-up, or one stored without a description) it is loaded now:
+    /// read back from the compiled-component cache by its digest or, on a miss, read from
+    /// the store and compiled, off the async threads, and described; one that does not
+    /// load on this host is logged and left out. Runs before the write lock is taken.
     pub(crate) async fn prepare_stored(
         &self,
         snapshot: &Snapshot,
@@ -307,9 +311,13 @@ impl Catalog {
                 .get(&record.slug)
                 .filter(same)
                 .or_else(|| earlier.iter().map(|(c, _)| c).find(|c| same(c)).cloned());
-            let described = match (reused.is_none(), preparing) {
-                (true, Preparing::Described) => self.described(record),
-                _ => None,
+            let from_description = match preparing {
+                Preparing::Described => true,
+                Preparing::Start => !record.bundled,
+            };
+            let described = match reused.is_none() && from_description {
+                true => self.described(record),
+                false => None,
             };
             let connector = match (reused, described) {
                 (Some(connector), _) | (None, Some(connector)) => connector,
@@ -344,6 +352,7 @@ impl Catalog {
         let preload = Arc::clone(&connector);
         let within = self.runtime.limits().call_timeout.max(PRELOAD_WAIT);
         tokio::spawn(async move {
+            // A failure is logged by the loader, once; each call tries again and says why.
             let _ = preload.component(within).await;
         });
         Some(connector)

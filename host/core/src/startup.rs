@@ -216,11 +216,13 @@ impl Parts {
         ))
     }
 
-    /// Puts the connectors `snapshot` stores in place (those that load on this host).
+    /// Puts the connectors `snapshot` stores in place: from their stored descriptions,
+    /// their components loading in the background, except the bundled ones, loaded now
+    /// (see [`Preparing::Start`]).
     async fn adopt_stored(&self, snapshot: &Snapshot) {
         let ready = self
             .catalog
-            .prepare_stored(snapshot, Vec::new(), Preparing::Now)
+            .prepare_stored(snapshot, Vec::new(), Preparing::Start)
             .await;
         self.state.install_stored(ready);
     }
