@@ -14,6 +14,26 @@ async fn call(
     send(client, method, &url, Some(token), body).await
 }
 
+/// Flips one byte of connector `slug`'s stored component (`stored`, as installed) in the
+/// host's SQLite file under `data`, and empties the compiled-component cache so that the
+/// next start has to read the damaged copy.
+fn damage_stored_component(data: &std::path::Path, slug: &str, stored: &[u8]) {
+    let mut damaged = stored.to_vec();
+    let mid = damaged.len() / 2;
+    damaged[mid] ^= 0xff;
+    let conn = rusqlite::Connection::open(data.join("host.db")).unwrap();
+    let changed = conn
+        .execute(
+            "UPDATE connectors SET component = ?1 WHERE slug = ?2",
+            rusqlite::params![damaged, slug],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(conn);
+    std::fs::remove_dir_all(data.join("compiled")).unwrap();
+    std::fs::create_dir(data.join("compiled")).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn units_agents_bindings_grants_and_tokens_survive_a_kill_and_restart() {
     let data = tempfile::tempdir().unwrap();
@@ -242,20 +262,7 @@ async fn a_damaged_stored_bundled_connector_is_rewritten_when_the_cache_misses()
     server.kill9();
     assert_eq!(stored_acme(&db), acme);
 
-    let mut damaged = acme.to_vec();
-    let mid = damaged.len() / 2;
-    damaged[mid] ^= 0xff;
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let changed = conn
-        .execute(
-            "UPDATE connectors SET component = ?1 WHERE slug = 'acme'",
-            [&damaged],
-        )
-        .unwrap();
-    assert_eq!(changed, 1);
-    drop(conn);
-    std::fs::remove_dir_all(data.path().join("compiled")).unwrap();
-    std::fs::create_dir(data.path().join("compiled")).unwrap();
+    damage_stored_component(data.path(), "acme", acme);
 
     let mut server = ServerProcess::start(data.path(), &[]).await;
     let client = reqwest::Client::new();
@@ -307,21 +314,7 @@ async fn a_stored_component_damaged_since_keeps_its_tools_and_its_calls_say_why_
     }
     server.kill9();
 
-    let db = data.path().join("host.db");
-    let mut damaged = hostile.clone();
-    let mid = damaged.len() / 2;
-    damaged[mid] ^= 0xff;
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let changed = conn
-        .execute(
-            "UPDATE connectors SET component = ?1 WHERE slug = 'hostile'",
-            [&damaged],
-        )
-        .unwrap();
-    assert_eq!(changed, 1);
-    drop(conn);
-    std::fs::remove_dir_all(data.path().join("compiled")).unwrap();
-    std::fs::create_dir(data.path().join("compiled")).unwrap();
+    damage_stored_component(data.path(), "hostile", &hostile);
 
     let log_path = data.path().join("server.log");
     let log = std::fs::File::create(&log_path).expect("log file");
