@@ -1446,13 +1446,11 @@ impl AuditStore for PostgresStore {
     }
 
     async fn append_audit_entry(&self, entry: AuditEntry) -> StoreResult<()> {
-        let joined = self.audit_groups.push(entry);
-        if let Some(submitted) = joined.submit {
-            // A task that stopped drops the group's `Submitted`, which answers the group
-            // with the error.
-            let _ = self.audit.send(submitted);
-        }
-        joined.group.committed().await
+        // A task that stopped drops the group's `Submitted`, which answers the group with
+        // the error.
+        self.audit_groups
+            .append(entry, |submitted| drop(self.audit.send(submitted)))
+            .await
     }
 
     async fn audit_records(&self, query: &AuditQuery) -> StoreResult<Vec<AuditRecord>> {

@@ -76,6 +76,21 @@ impl AuditGroups {
         Joined { group, submit }
     }
 
+    /// The whole protocol for one record: adds `entry` to the open group, gives a group
+    /// it opened to `submit` (the store's way to its writer), and waits until the group
+    /// has committed (or failed).
+    pub async fn append(
+        self: &Arc<Self>,
+        entry: AuditEntry,
+        submit: impl FnOnce(Submitted),
+    ) -> StoreResult<()> {
+        let joined = self.push(entry);
+        if let Some(submitted) = joined.submit {
+            submit(submitted);
+        }
+        joined.group.committed().await
+    }
+
     /// The records of `group` if it is still the open one, closing it; nothing if it was
     /// taken already.
     fn take(&self, group: &Arc<AuditGroup>) -> Vec<AuditEntry> {

@@ -368,11 +368,9 @@ impl AuditStore for SqliteStore {
     }
 
     async fn append_audit_entry(&self, entry: AuditEntry) -> StoreResult<()> {
-        let joined = self.audit_groups.push(entry);
-        if let Some(submitted) = joined.submit {
-            self.submit_audit_group(submitted);
-        }
-        joined.group.committed().await
+        self.audit_groups
+            .append(entry, |submitted| self.submit_audit_group(submitted))
+            .await
     }
 
     async fn audit_records(&self, query: &AuditQuery) -> StoreResult<Vec<AuditRecord>> {
