@@ -277,14 +277,7 @@ impl AuditRecord {
 
 /// `"sha256:" + hex(SHA-256(text))`.
 fn hash_of(text: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut hash = String::with_capacity(HASH_PREFIX.len() + 64);
-    hash.push_str(HASH_PREFIX);
-    for byte in Sha256::digest(text) {
-        hash.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        hash.push(char::from(DIGITS[usize::from(byte & 0xf)]));
-    }
-    hash
+    format!("{HASH_PREFIX}{}", hex::encode(Sha256::digest(text)))
 }
 
 /// Where the kept chain starts: the seq and hash of the last record pruned (`0` and
