@@ -611,14 +611,7 @@ fn main() -> anyhow::Result<()> {
     let hostile = hostile_wasm()?;
     // With `OTEL_EXPORTER_OTLP_ENDPOINT` set, the host's spans are exported as
     // `connector-host serve` exports them (to measure what export costs).
-    let exporting = connector_trace::export::Exporting::from_env()?;
-    if let Some(exporting) = &exporting {
-        use tracing_subscriber::layer::SubscriberExt;
-        use tracing_subscriber::util::SubscriberInitExt;
-        tracing_subscriber::registry()
-            .with(exporting.layer())
-            .try_init()?;
-    }
+    let _exporting = connector_trace::export::Exporting::from_env()?;
 
     let server = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -61,26 +61,18 @@ fn main() -> ExitCode {
 
 /// Logs go to stderr, filtered by `RUST_LOG` (default `info`). With `export`, spans go to
 /// the OTLP/HTTP collector the standard `OTEL_*` variables name, if they name one
-/// (CONTRACT §11); the spans never appear in the log lines.
+/// (CONTRACT §11); they are `connector_trace` spans, never in the log lines.
 fn init_tracing(export: bool) -> Result<Option<Exporting>, SetupError> {
-    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    if let Ok(spans_off) = format!("{}=off", connector_trace::TARGET).parse() {
-        filter = filter.add_directive(spans_off);
-    }
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_filter(filter);
-    let exporting = match export {
-        true => Exporting::from_env()?,
-        false => None,
-    };
-    let spans = exporting.as_ref().map(Exporting::layer);
-    let _ = tracing_subscriber::registry()
-        .with(logs)
-        .with(spans)
-        .try_init();
-    Ok(exporting)
+    let _ = tracing_subscriber::registry().with(logs).try_init();
+    match export {
+        true => Exporting::from_env(),
+        false => Ok(None),
+    }
 }
 
 fn serve(args: cli::ServeArgs) -> Result<(), CliError> {

@@ -44,7 +44,7 @@ const NOT_IN_THE_CORE: [&str; 15] = [
     "oci-client",
     "scrypt",
     "opentelemetry_sdk",
-    "tracing-opentelemetry",
+    "opentelemetry-otlp",
 ];
 
 #[test]

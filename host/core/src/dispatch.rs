@@ -13,8 +13,8 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use serde_json::{json, Value};
 
+use connector_trace::InSpan;
 use std::time::Instant;
-use tracing::Instrument;
 
 use crate::audit::{Audit, AuditLog};
 use crate::catalog::{guest_error, violations_json, Catalog};
@@ -139,17 +139,12 @@ impl ToolDispatcher {
         tool: &str,
         arguments: Value,
     ) -> HostResult<ToolOutput> {
-        let span = tracing::info_span!(
-            target: connector_trace::TARGET,
-            "tool call",
-            agent = truncate(agent.as_ref(), 128).as_str(),
-            tool = truncate(tool, 256).as_str(),
-            connector = tracing::field::Empty,
-            digest = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
+        let span = connector_trace::span("tool call")
+            .attr_with("agent", || truncate(agent.as_ref(), 128))
+            .attr_with("tool", || truncate(tool, 256))
+            .start();
         self.call_tool_recorded(actor, agent, tool, arguments)
-            .instrument(span)
+            .in_span(span)
             .await
     }
 
@@ -186,7 +181,7 @@ impl ToolDispatcher {
             "bytesIn": bytes_in,
             "bytesOut": result.as_ref().map_or(0, output_bytes),
         });
-        let span = tracing::Span::current();
+        let span = connector_trace::Span::current();
         if let Some((slug, digest)) = connector {
             span.record("connector", slug.as_str());
             span.record("digest", digest.as_str());

@@ -44,9 +44,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use connector_model::error::{HandlerError, HostError};
-use connector_trace::TARGET as TRACE;
+use connector_trace::InSpan;
 use sha2::{Digest, Sha256};
-use tracing::Instrument;
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap,
@@ -946,12 +945,16 @@ impl ConnectorRuntime {
             };
             let instance = pre
                 .instantiate_async(&mut store)
-                .instrument(tracing::info_span!(target: TRACE, "guest instantiate"))
+                .in_span(connector_trace::span("guest instantiate").start())
                 .await
                 .map(world)
                 .map_err(|e| (e, true))?;
             f(&instance, &mut store)
-                .instrument(tracing::info_span!(target: TRACE, "guest call", export))
+                .in_span(
+                    connector_trace::span("guest call")
+                        .attr("export", connector_trace::Value::Static(export))
+                        .start(),
+                )
                 .await
                 .map_err(|e| (e, false))
         };

@@ -12,9 +12,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use connector_trace::InSpan;
 use http_body_util::BodyExt;
 use tokio::net::TcpStream;
-use tracing::Instrument;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
@@ -171,12 +171,12 @@ impl WasiHttpHooks for OutboundHooks {
                 };
                 let sent = send_checked(&policy, &connector, request, options, connection).await;
                 if let Ok((response, _)) = &sent {
-                    tracing::Span::current()
+                    connector_trace::Span::current()
                         .record("http.response.status_code", response.status().as_u16());
                 }
                 sent
             }
-            .instrument(span),
+            .in_span(span),
         )
     }
 }
@@ -184,16 +184,13 @@ impl WasiHttpHooks for OutboundHooks {
 /// The span of one outbound request (a child of the guest call making it), whose
 /// `traceparent` the request carries when the call is traced, replacing any the guest set:
 /// the receiver joins the host's trace.
-fn outbound_span(request: &mut http::Request<WasiBody>) -> tracing::Span {
-    let span = tracing::info_span!(
-        target: connector_trace::TARGET,
-        "guest HTTP request",
-        otel.kind = "client",
-        http.request.method = %request.method(),
-        server.address = request.uri().host().unwrap_or_default(),
-        http.response.status_code = tracing::field::Empty,
-    );
-    let traced = connector_trace::headers_of(&span);
+fn outbound_span(request: &mut http::Request<WasiBody>) -> connector_trace::Span {
+    let span = connector_trace::span("guest HTTP request")
+        .kind(connector_trace::Kind::Client)
+        .attr("http.request.method", request.method().as_str())
+        .attr("server.address", request.uri().host().unwrap_or_default())
+        .start();
+    let traced = span.headers();
     if traced.is_empty() {
         return span;
     }

@@ -6,6 +6,8 @@
 //! `OTEL_TRACES_EXPORTER` `none`). The exporter, its batch processor and the sampler read
 //! the rest themselves: `OTEL_EXPORTER_OTLP_*HEADERS`, `*TIMEOUT`, `OTEL_BSP_*`,
 //! `OTEL_TRACES_SAMPLER[_ARG]`, `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES`.
+//! The host's spans become SDK spans directly ([`crate::Tracer`]), with no `tracing`
+//! layer between: the sampler, span limits and processors apply to them as to any.
 //!
 //! A collector that is down or slow never delays the host's work: spans go to the SDK's
 //! batch processor, which exports from its own thread; the queue in front of it is
@@ -20,23 +22,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
-use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
-use opentelemetry::Context;
+use opentelemetry::trace::{
+    Span as _, SpanBuilder, SpanKind, TraceContextExt, Tracer as _, TracerProvider as _,
+};
+use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, Span, SpanData, SpanExporter,
-    SpanProcessor,
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, Span, SpanData,
+    SpanExporter, SpanProcessor,
 };
 use opentelemetry_sdk::Resource;
-use tracing::Subscriber;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
-use tracing_subscriber::filter::{Filtered, Targets};
-use tracing_subscriber::registry::LookupSpan;
-use tracing_subscriber::Layer;
 
-use crate::{Propagation, SPANS_DROPPED, SPANS_NOT_DELIVERED, TARGET, TRACEPARENT, TRACESTATE};
+use crate::{
+    Kind, NewSpan, Recording, Value, SPANS_DROPPED, SPANS_NOT_DELIVERED, TRACEPARENT, TRACESTATE,
+};
 
 /// The queue's length when `OTEL_BSP_MAX_QUEUE_SIZE` is not set (the SDK's default).
 const DEFAULT_QUEUE: usize = 2048;
@@ -61,18 +62,21 @@ pub struct Exporting {
     provider: SdkTracerProvider,
 }
 
-/// The `tracing` layer that turns the host's spans (target [`TARGET`]) into OpenTelemetry
-/// spans; everything else (log lines, other crates' spans) passes it by.
-pub type ExportLayer<S> = Filtered<
-    tracing_opentelemetry::OpenTelemetryLayer<S, opentelemetry_sdk::trace::SdkTracer>,
-    Targets,
-    S,
->;
-
 impl Exporting {
-    /// Export as the standard variables say, or `None` when they name no endpoint.
+    /// Export as the standard variables say, or `None` when they name no endpoint; when
+    /// exporting, the host's spans go to OpenTelemetry from now on
+    /// ([`crate::set_tracer`]).
     pub fn from_env() -> Result<Option<Exporting>, SetupError> {
-        Self::from_vars(|name| std::env::var(name).ok())
+        let exporting = Self::from_vars(|name| std::env::var(name).ok())?;
+        if let Some(exporting) = &exporting {
+            crate::set_tracer(exporting.tracer());
+        }
+        Ok(exporting)
+    }
+
+    /// The tracer that hands the host's spans to this export.
+    fn tracer(&self) -> OtelTracer {
+        OtelTracer(self.provider.tracer("connector-host"))
     }
 
     fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Option<Exporting>, SetupError> {
@@ -145,48 +149,9 @@ impl Exporting {
             })
             .with_resource(resource.build())
             .build();
-        crate::set_propagation(W3cPropagation);
         Ok(Some(Exporting { provider }))
     }
-
-    /// The layer to add to the subscriber.
-    pub fn layer<S>(&self) -> ExportLayer<S>
-    where
-        S: Subscriber + for<'a> LookupSpan<'a>,
-    {
-        export_layer(self.provider.tracer("connector-host"))
-    }
 }
-
-/// The layer that hands the host's spans to `tracer`, doing no per-span work the export
-/// does not use: no code location, thread, level or target attributes, no busy/idle
-/// timings, and no OpenTelemetry context made current on each entry of a span. The
-/// host's spans find their parents through `tracing`'s current span (the layer looks it
-/// up when a span starts) and nothing in the process reads OpenTelemetry's current
-/// context, while activating it costs every entry of a span (every poll of a future
-/// instrumented with one, several per call and span) a context clone and a thread-local
-/// push and pop: a quarter of what the host's spans cost their tool call.
-fn export_layer<S>(tracer: opentelemetry_sdk::trace::SdkTracer) -> ExportLayer<S>
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
-    tracing_opentelemetry::layer()
-        .with_tracer(tracer)
-        .with_location(false)
-        .with_threads(false)
-        .with_tracked_inactivity(false)
-        .with_level(false)
-        .with_target(false)
-        .with_context_activation(false)
-        .with_filter(Targets::new().with_target(TARGET, SPAN_LEVEL))
-}
-
-/// The level of the host's spans (all are `info_span!`). The export layer takes its
-/// target at this level and not below: a layer that asks for `TRACE` raises the process's
-/// level ceiling to `TRACE`, and every `log::trace!` of a dependency (wasmtime logs on its
-/// instantiation path) is then handed to the subscriber to be looked at and dropped, on
-/// every tool call.
-const SPAN_LEVEL: tracing::Level = tracing::Level::INFO;
 
 impl Drop for Exporting {
     fn drop(&mut self) {
@@ -194,38 +159,101 @@ impl Drop for Exporting {
     }
 }
 
-/// W3C Trace Context through OpenTelemetry: what [`crate::adopt_parent`],
-/// [`crate::headers_of`] and [`crate::current_trace_id`] answer while exporting.
-struct W3cPropagation;
+/// Starts the host's spans as OpenTelemetry spans, directly through the SDK's tracer
+/// (its sampler, id generator, span limits and batch processor, all as the `OTEL_*`
+/// variables set them).
+struct OtelTracer(SdkTracer);
 
-impl Propagation for W3cPropagation {
-    fn adopt_parent(&self, span: &tracing::Span, traceparent: &str, tracestate: Option<&str>) {
-        let parent = TraceContextPropagator::new().extract(&Carrier {
-            traceparent,
-            tracestate,
+impl crate::Tracer for OtelTracer {
+    fn start(&self, span: NewSpan, parent: Option<&dyn Recording>) -> Box<dyn Recording> {
+        let remote = span
+            .remote_parent
+            .as_ref()
+            .and_then(|(traceparent, tracestate)| {
+                let context = TraceContextPropagator::new().extract(&Carrier {
+                    traceparent,
+                    tracestate: tracestate.as_deref(),
+                });
+                context.span().span_context().is_remote().then_some(context)
+            });
+        let parent = remote.unwrap_or_else(|| {
+            match parent.and_then(|p| p.as_any().downcast_ref::<Recorded>()) {
+                Some(parent) => {
+                    Context::new().with_remote_span_context(parent.span.span_context().clone())
+                }
+                None => Context::new(),
+            }
         });
-        if parent.span().span_context().is_remote() {
-            // Fails only when the span already started or is not exported.
-            let _ = span.set_parent(parent);
+        let builder = SpanBuilder::from_name(span.name)
+            .with_kind(match span.kind {
+                Kind::Internal => SpanKind::Internal,
+                Kind::Server => SpanKind::Server,
+                Kind::Client => SpanKind::Client,
+            })
+            .with_attributes(
+                span.attributes
+                    .into_iter()
+                    .map(|(key, value)| KeyValue::new(key, otel_value(value))),
+            );
+        Box::new(Recorded {
+            span: self.0.build_with_context(builder, &parent),
+            later: Vec::new(),
+        })
+    }
+}
+
+fn otel_value(value: Value) -> opentelemetry::Value {
+    match value {
+        Value::Static(text) => text.into(),
+        Value::Text(text) => text.into(),
+        Value::Int(n) => n.into(),
+    }
+}
+
+/// An SDK span, with the attributes set after its start; dropping it ends it (and hands
+/// it to the batch processor).
+struct Recorded {
+    span: Span,
+    /// Kept aside until the end, so that setting a key again replaces its value (the SDK
+    /// span only appends).
+    later: Vec<KeyValue>,
+}
+
+impl Drop for Recorded {
+    fn drop(&mut self) {
+        self.span.set_attributes(std::mem::take(&mut self.later));
+    }
+}
+
+impl Recording for Recorded {
+    fn set(&mut self, key: &'static str, value: Value) {
+        let value = otel_value(value);
+        match self.later.iter_mut().find(|kv| kv.key.as_str() == key) {
+            Some(kept) => kept.value = value,
+            None => self.later.push(KeyValue::new(key, value)),
         }
     }
 
-    fn headers_of(&self, span: &tracing::Span) -> Vec<(&'static str, String)> {
-        let context = span.context();
-        if !context.span().span_context().is_valid() {
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        let span_context = self.span.span_context();
+        if !span_context.is_valid() {
             return Vec::new();
         }
+        let context = Context::new().with_remote_span_context(span_context.clone());
         let mut headers = Headers::default();
         TraceContextPropagator::new().inject_context(&context, &mut headers);
         headers.0
     }
 
-    fn trace_id_of(&self, span: &tracing::Span) -> Option<String> {
-        let context = span.context();
-        let span_context = context.span().span_context().clone();
+    fn trace_id(&self) -> Option<String> {
+        let span_context = self.span.span_context();
         span_context
             .is_valid()
             .then(|| span_context.trace_id().to_string())
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 
@@ -383,23 +411,6 @@ mod tests {
         }
     }
 
-    /// The export layer must not raise the process's level ceiling: with it, `log`
-    /// records below INFO from dependencies would be looked at on every call.
-    #[test]
-    fn the_export_layer_asks_for_nothing_below_the_spans_level() {
-        let exporting = Exporting::from_vars(vars(&[(
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            "http://127.0.0.1:9",
-        )]))
-        .unwrap()
-        .expect("an endpoint is named");
-        let layer = exporting.layer::<tracing_subscriber::Registry>();
-        assert_eq!(
-            Layer::<tracing_subscriber::Registry>::max_level_hint(&layer),
-            Some(tracing::level_filters::LevelFilter::INFO)
-        );
-    }
-
     #[test]
     fn a_protocol_other_than_http_protobuf_or_a_bad_queue_is_refused_by_name() {
         let err = Exporting::from_vars(vars(&[
@@ -494,6 +505,39 @@ mod tests {
         }
     }
 
+    /// The spans every test of this module records: the process has one tracer, so each
+    /// test finds its own spans by its trace id.
+    fn kept() -> &'static Kept {
+        static KEPT: std::sync::OnceLock<Kept> = std::sync::OnceLock::new();
+        KEPT.get_or_init(|| {
+            let kept = Kept::default();
+            let provider = SdkTracerProvider::builder()
+                .with_simple_exporter(kept.clone())
+                .build();
+            crate::set_tracer(OtelTracer(provider.tracer("test")));
+            kept
+        })
+    }
+
+    /// The spans of trace `trace` ended so far.
+    fn of_trace(trace: &str) -> Vec<SpanData> {
+        kept()
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.span_context.trace_id().to_string() == trace)
+            .cloned()
+            .collect()
+    }
+
+    fn named<'s>(spans: &'s [SpanData], name: &str) -> &'s SpanData {
+        spans
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no span `{name}` among {spans:#?}"))
+    }
+
     /// A future that is pending `turns` times before it is ready, as a guest call waiting
     /// for its turn or an HTTP handler waiting for a commit is.
     struct Pending {
@@ -515,114 +559,154 @@ mod tests {
         }
     }
 
-    /// The export layer makes no OpenTelemetry context current when a span is entered:
-    /// parents still come from `tracing`'s current span, whether a child starts at the
+    /// A span's parent is the span current when it starts, whether a child starts at the
     /// first poll of its parent's future or after the parent has been left and entered
-    /// again, and a caller's `traceparent` still parents the first span.
+    /// again; between polls no span is current; a caller's `traceparent` parents the
+    /// first span; attributes set after the start are kept.
     #[test]
     fn spans_of_futures_polled_many_times_keep_their_parents() {
-        use tracing::Instrument;
-        use tracing_subscriber::layer::SubscriberExt;
-        let kept = Kept::default();
-        let provider = SdkTracerProvider::builder()
-            .with_simple_exporter(kept.clone())
-            .build();
-        let subscriber = tracing_subscriber::registry().with(export_layer(provider.tracer("test")));
-        crate::set_propagation(W3cPropagation);
+        use crate::InSpan;
+        kept();
         let trace = "5bf92f3577b34da6a3ce929d0e0e4737";
         let mut seen_trace_id = None;
-        tracing::subscriber::with_default(subscriber, || {
-            let request = tracing::info_span!(target: TARGET, "request");
-            crate::adopt_parent(
-                &request,
-                Some(&format!("00-{trace}-00f067aa0ba902b7-01")),
-                None,
-            );
+        let request = crate::span("request")
+            .kind(Kind::Server)
+            .attr("url.path", "/x")
+            .remote_parent(Some(&format!("00-{trace}-00f067aa0ba902b7-01")), None)
+            .start();
+        {
             let call = async {
                 Pending { turns: 2 }.await;
                 async {
                     Pending { turns: 1 }
-                        .instrument(tracing::info_span!(target: TARGET, "first"))
+                        .in_span(crate::span("first").start())
                         .await;
                     Pending { turns: 2 }.await;
                     Pending { turns: 1 }
-                        .instrument(tracing::info_span!(target: TARGET, "later"))
+                        .in_span(crate::span("later").start())
                         .await;
                     seen_trace_id = crate::current_trace_id();
+                    crate::Span::current().record("outcome", "failed");
+                    crate::Span::current().record("outcome", "ok");
                 }
-                .instrument(tracing::info_span!(target: TARGET, "call"))
+                .in_span(crate::span("call").start())
                 .await;
             }
-            .instrument(request);
+            .in_span(request);
             let mut call = std::pin::pin!(call);
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
             let mut polls = 0;
             while std::future::Future::poll(call.as_mut(), &mut cx).is_pending() {
                 polls += 1;
                 // Between polls no span is current, as between a worker's tasks.
-                assert!(tracing::Span::current().is_none());
+                assert!(crate::Span::current().is_none());
             }
             assert!(polls >= 6, "{polls} polls");
-        });
-        let spans = kept.0.lock().unwrap().clone();
-        let named = |name: &str| {
-            spans
-                .iter()
-                .find(|s| s.name == name)
-                .unwrap_or_else(|| panic!("no span `{name}` among {spans:#?}"))
-        };
-        let (request, call) = (named("request"), named("call"));
-        assert_eq!(request.span_context.trace_id().to_string(), trace);
+        }
+        let spans = of_trace(trace);
+        assert_eq!(spans.len(), 4, "{spans:#?}");
+        let (request, call) = (named(&spans, "request"), named(&spans, "call"));
         assert_eq!(request.parent_span_id.to_string(), "00f067aa0ba902b7");
+        assert!(request.parent_span_is_remote);
+        assert_eq!(request.span_kind, SpanKind::Server);
+        assert_eq!(
+            request.attributes,
+            [KeyValue::new("url.path", "/x".to_string())]
+        );
         assert_eq!(call.parent_span_id, request.span_context.span_id());
+        assert_eq!(
+            call.attributes,
+            [KeyValue::new("outcome", "ok".to_string())]
+        );
         for child in ["first", "later"] {
-            let child = named(child);
+            let child = named(&spans, child);
             assert_eq!(child.parent_span_id, call.span_context.span_id());
-            assert_eq!(child.span_context.trace_id().to_string(), trace);
         }
         assert_eq!(seen_trace_id.as_deref(), Some(trace));
     }
 
     #[test]
     fn a_span_adopts_a_callers_traceparent_and_hands_on_its_own() {
-        use tracing_subscriber::layer::SubscriberExt;
-        let provider = SdkTracerProvider::builder().build();
-        let layer = tracing_opentelemetry::layer()
-            .with_tracer(provider.tracer("test"))
-            .with_filter(Targets::new().with_target(TARGET, tracing::Level::TRACE));
-        let subscriber = tracing_subscriber::registry().with(layer);
-        crate::set_propagation(W3cPropagation);
-        tracing::subscriber::with_default(subscriber, || {
-            let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
-            let span = tracing::info_span!(target: TARGET, "work");
-            crate::adopt_parent(
-                &span,
+        kept();
+        let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+        let span = crate::span("work")
+            .remote_parent(
                 Some(&format!("00-{trace}-00f067aa0ba902b7-01")),
                 Some("tests=1"),
-            );
-            let headers = crate::headers_of(&span);
-            assert_eq!(headers.len(), 2, "{headers:?}");
-            let (name, traceparent) = &headers[0];
-            assert_eq!(*name, TRACEPARENT);
-            let parts: Vec<&str> = traceparent.split('-').collect();
-            assert_eq!((parts[0], parts[1], parts[3]), ("00", trace, "01"));
-            assert_ne!(
-                parts[2], "00f067aa0ba902b7",
-                "the span's own id is handed on"
-            );
-            assert_eq!(headers[1], (TRACESTATE, "tests=1".to_string()));
-            {
-                let _entered = span.enter();
-                assert_eq!(crate::current_trace_id().as_deref(), Some(trace));
-            }
+            )
+            .start();
+        let headers = span.headers();
+        assert_eq!(headers.len(), 2, "{headers:?}");
+        let (name, traceparent) = &headers[0];
+        assert_eq!(*name, TRACEPARENT);
+        let parts: Vec<&str> = traceparent.split('-').collect();
+        assert_eq!((parts[0], parts[1], parts[3]), ("00", trace, "01"));
+        assert_ne!(
+            parts[2], "00f067aa0ba902b7",
+            "the span's own id is handed on"
+        );
+        assert_eq!(headers[1], (TRACESTATE, "tests=1".to_string()));
+        {
+            let _entered = span.enter();
+            assert_eq!(crate::current_trace_id().as_deref(), Some(trace));
+            // A child of an entered span, sent on: the receiver sees the child.
+            let child = crate::span("child").start();
+            let sent = child.headers();
+            assert_eq!(sent[1], (TRACESTATE, "tests=1".to_string()));
+            assert!(sent[0].1.starts_with(&format!("00-{trace}-")), "{sent:?}");
+        }
+        assert!(crate::Span::current().is_none());
 
-            // A malformed traceparent is ignored: the span starts a trace of its own.
-            let own = tracing::info_span!(target: TARGET, "own");
-            crate::adopt_parent(&own, Some("00-not-a-trace-01"), None);
-            let _entered = own.enter();
-            let id = crate::current_trace_id().expect("a trace of its own");
-            assert_eq!(id.len(), 32);
-            assert_ne!(id, trace);
-        });
+        // A malformed traceparent is ignored: the span starts a trace of its own.
+        let own = crate::span("own")
+            .remote_parent(Some("00-not-a-trace-01"), None)
+            .start();
+        let _entered = own.enter();
+        let id = crate::current_trace_id().expect("a trace of its own");
+        assert_eq!(id.len(), 32);
+        assert_ne!(id, trace);
+    }
+
+    /// A future that panics while polled leaves no span current behind it.
+    #[test]
+    fn a_panicking_poll_restores_the_current_span() {
+        use crate::InSpan;
+        kept();
+        let outer = crate::span("outer").start();
+        let _entered = outer.enter();
+        let outer_trace = crate::current_trace_id();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let failing = std::pin::pin!(async { panic!("deliberate") }.in_span(
+                crate::span("failing")
+                    .remote_parent(
+                        Some("00-6bf92f3577b34da6a3ce929d0e0e4738-00f067aa0ba902b7-01"),
+                        None,
+                    )
+                    .start()
+            ));
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            let _ = std::future::Future::poll(failing, &mut cx);
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(crate::current_trace_id(), outer_trace);
+    }
+
+    /// A span started where none is current is a root even inside a blocking section of
+    /// another thread's span: the current span is per thread.
+    #[test]
+    fn the_current_span_is_the_threads_own() {
+        kept();
+        let outer = crate::span("outer").start();
+        let _entered = outer.enter();
+        let outer_trace = crate::current_trace_id().expect("traced");
+        let other = std::thread::spawn(|| {
+            assert!(crate::Span::current().is_none());
+            let root = crate::span("root").start();
+            let _entered = root.enter();
+            crate::current_trace_id().expect("traced")
+        })
+        .join()
+        .unwrap();
+        assert_ne!(other, outer_trace);
     }
 }

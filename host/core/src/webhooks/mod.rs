@@ -27,9 +27,9 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use connector_trace::InSpan;
 use serde::Serialize;
 use serde_json::{json, Value};
-use tracing::Instrument;
 
 use crate::audit::Audit;
 use crate::catalog::Catalog;
@@ -591,8 +591,10 @@ impl Drop for BodyAdmission {
 
 /// The span of appending a delivery's messages to their units' inboxes (with the
 /// delivery's outcome, one transaction).
-fn inbox_span(messages: usize) -> tracing::Span {
-    tracing::info_span!(target: connector_trace::TARGET, "inbox append", messages)
+fn inbox_span(messages: usize) -> connector_trace::Span {
+    connector_trace::span("inbox append")
+        .attr("messages", messages)
+        .start()
 }
 
 fn now_unix() -> i64 {
@@ -781,18 +783,18 @@ impl Webhooks {
         headers: &http::HeaderMap,
         body: &[u8],
     ) -> HostResult<WebhookOutcome> {
-        let span = tracing::info_span!(
-            target: connector_trace::TARGET,
-            "webhook receive",
-            connector = truncate(slug, 128).as_str(),
-            status = tracing::field::Empty,
-        );
+        let span = connector_trace::span("webhook receive")
+            .attr_with("connector", || truncate(slug, 128))
+            .start();
         let received = self
             .receive_traced(slug, headers, body)
-            .instrument(span.clone())
+            .in_span(span.clone())
             .await;
         if let Ok(outcome) = &received {
-            span.record("status", outcome.status.as_str());
+            span.record(
+                "status",
+                connector_trace::Value::Static(outcome.status.as_str()),
+            );
         }
         received
     }
@@ -848,7 +850,7 @@ impl Webhooks {
                 this.route_and_store(record, window_over_rx, answer_tx)
                     .await
             }
-            .instrument(tracing::Span::current()),
+            .in_span(connector_trace::Span::current()),
         );
         let mut answer = std::pin::pin!(answer);
         let outcome = match tokio::time::timeout(INLINE_ROUTING, &mut answer).await {
@@ -908,7 +910,7 @@ impl Webhooks {
                         DEDUP_WINDOW_SECS,
                         Some(&audit),
                     )
-                    .instrument(inbox_span(messages.len()))
+                    .in_span(inbox_span(messages.len()))
                     .await;
                 match stored {
                     Ok(Some(stored)) => {
@@ -1020,7 +1022,7 @@ impl Webhooks {
                         &routed_to,
                     )),
                 )
-                .instrument(inbox_span(messages.len()))
+                .in_span(inbox_span(messages.len()))
                 .await
             {
                 Ok(Some(stored)) => {
@@ -1067,7 +1069,7 @@ impl Webhooks {
         record: &DeliveryRecord,
     ) -> Result<(Vec<MessageRecord>, Vec<String>), RouteFailure> {
         self.route_delivery(record)
-            .instrument(tracing::info_span!(target: connector_trace::TARGET, "webhook route"))
+            .in_span(connector_trace::span("webhook route").start())
             .await
     }
 
@@ -1218,7 +1220,7 @@ impl Webhooks {
         let this = Arc::clone(self);
         let task = tokio::spawn(
             async move { this.process_delivery(record, &audit).await }
-                .instrument(tracing::Span::current()),
+                .in_span(connector_trace::Span::current()),
         );
         let outcome = task.await.map_err(|e| {
             HostError::internal(format!("the retry task failed: {e}")).with_source(e)

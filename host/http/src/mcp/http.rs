@@ -10,9 +10,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use connector_trace::InSpan;
 use serde::Serialize;
 use serde_json::Value;
-use tracing::Instrument;
 
 use super::jsonrpc::{
     self, classify, params_object, Incoming, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST,
@@ -396,7 +396,8 @@ async fn one(
     match message {
         Incoming::Request { id, method, params } => {
             if method == "initialize" {
-                let _span = super::message_span(&method, params.as_ref()).entered();
+                let span = super::message_span(&method, params.as_ref());
+                let _entered = span.enter();
                 return initialize(sessions, endpoint, headers, &id, params);
             }
             if !METHODS.contains(&method.as_str()) && !headers.contains_key(SESSION_HEADER) {
@@ -672,7 +673,7 @@ async fn request(
 ) -> Vec<u8> {
     let span = super::message_span(method, params.as_ref());
     answer(sessions, session, id, method, params)
-        .instrument(span)
+        .in_span(span)
         .await
 }
 

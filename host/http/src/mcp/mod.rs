@@ -127,23 +127,18 @@ static STREAMS_END: std::sync::LazyLock<tokio::sync::watch::Sender<bool>> =
 
 /// The span of one MCP request (CONTRACT §11): a child of the `traceparent` in its
 /// `params._meta` (SEP-414) when there is one, else of the HTTP request carrying it.
-fn message_span(method: &str, params: Option<&serde_json::Value>) -> tracing::Span {
-    let span = tracing::info_span!(
-        target: connector_trace::TARGET,
-        "MCP message",
-        otel.name = %format_args!("MCP {}", connector_model::ids::truncate(method, 64)),
-        mcp.method.name = connector_model::ids::truncate(method, 64).as_str(),
-    );
-    if !span.is_disabled() {
-        let meta = params.and_then(|p| p.get("_meta"));
-        let key = |name: &str| meta.and_then(|m| m.get(name)).and_then(|v| v.as_str());
-        connector_trace::adopt_parent(
-            &span,
+fn message_span(method: &str, params: Option<&serde_json::Value>) -> connector_trace::Span {
+    let method = || connector_model::ids::truncate(method, 64);
+    let meta = params.and_then(|p| p.get("_meta"));
+    let key = |name: &str| meta.and_then(|m| m.get(name)).and_then(|v| v.as_str());
+    connector_trace::span("MCP message")
+        .named(|| format!("MCP {}", method()))
+        .attr_with("mcp.method.name", method)
+        .remote_parent(
             key(connector_trace::TRACEPARENT),
             key(connector_trace::TRACESTATE),
-        );
-    }
-    span
+        )
+        .start()
 }
 
 /// Ends every open MCP stream of this process, GET and `subscriptions/listen` (and makes

@@ -24,9 +24,9 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
+use connector_trace::InSpan;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
-use tracing::Instrument;
 
 use super::http::{
     invalid_request, json_response, rpc_error, token_revoked, Rejection, ServerInfo, SERVER_INFO,
@@ -390,7 +390,7 @@ pub async fn serve(
     }
     let span = super::message_span(&method, params.as_ref());
     answer(sessions, endpoint, headers, id, method, params)
-        .instrument(span)
+        .in_span(span)
         .await
 }
 

@@ -13,8 +13,8 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use connector_trace::InSpan;
 use serde_json::{json, Value};
-use tracing::Instrument;
 
 use connector_core::host::Host;
 use connector_model::error::HostError;
@@ -66,29 +66,19 @@ pub fn router_with(host: Host, more: Router<Host>) -> Router {
 /// Each request is a span (CONTRACT §11), a child of the caller's when it sends a W3C
 /// `traceparent`; nothing is done when no trace is exported.
 async fn traced(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    let span = tracing::info_span!(
-        target: connector_trace::TARGET,
-        "HTTP request",
-        otel.name = %request.method(),
-        otel.kind = "server",
-        http.request.method = %request.method(),
-        url.path = request.uri().path(),
-        http.route = tracing::field::Empty,
-        http.response.status_code = tracing::field::Empty,
-    );
-    if span.is_disabled() {
-        return next.run(request).await;
-    }
-    {
-        let headers = request.headers();
-        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        connector_trace::adopt_parent(
-            &span,
+    let headers = request.headers();
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let span = connector_trace::span("HTTP request")
+        .named(|| request.method().to_string())
+        .kind(connector_trace::Kind::Server)
+        .attr("http.request.method", request.method().as_str())
+        .attr("url.path", request.uri().path())
+        .remote_parent(
             header(connector_trace::TRACEPARENT),
             header(connector_trace::TRACESTATE),
-        );
-    }
-    let response = next.run(request).instrument(span.clone()).await;
+        )
+        .start();
+    let response = next.run(request).in_span(span.clone()).await;
     span.record("http.response.status_code", response.status().as_u16());
     response
 }
@@ -99,11 +89,8 @@ async fn record_traced_route(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let span = tracing::Span::current();
-    if !span.is_disabled() {
-        if let Some(route) = request.extensions().get::<axum::extract::MatchedPath>() {
-            span.record("http.route", route.as_str());
-        }
+    if let Some(route) = request.extensions().get::<axum::extract::MatchedPath>() {
+        connector_trace::Span::current().record("http.route", route.as_str());
     }
     next.run(request).await
 }
