@@ -253,13 +253,18 @@ thread_local! {
     static CURRENT: Cell<Option<Arc<Shared>>> = const { Cell::new(None) };
 }
 
+/// Calls `f` with the current span, taken out of the slot for the call (no reference
+/// count changes) and put back after it, also when `f` panics.
 fn with_current<T>(f: impl FnOnce(Option<&Arc<Shared>>) -> T) -> T {
-    CURRENT.with(|slot| {
-        let current = slot.take();
-        let answer = f(current.as_ref());
-        slot.set(current);
-        answer
-    })
+    struct PutBack(Option<Arc<Shared>>);
+    impl Drop for PutBack {
+        fn drop(&mut self) {
+            let current = self.0.take();
+            CURRENT.with(|slot| slot.set(current));
+        }
+    }
+    let current = PutBack(CURRENT.with(Cell::take));
+    f(current.0.as_ref())
 }
 
 impl Span {
