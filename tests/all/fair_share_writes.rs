@@ -534,3 +534,111 @@ async fn a_replica_catching_up_is_seen_before_or_after() {
         "2.0.0"
     );
 }
+
+/// A bind on `root` until `agent`'s next read has its tools, then the unbind: how long
+/// the bind and the read took.
+async fn bind_until_visible(host: &Host, agent: &Subject) -> Duration {
+    let started = Instant::now();
+    host.bind("root", "acme", json!({})).await.expect("a bind");
+    let tools = host.effective_tools(agent).expect("the agent's tools");
+    let took = started.elapsed();
+    assert!(tools.get("acme.echo").is_some(), "the bind is not visible");
+    host.unbind("root", "acme").await.expect("an unbind");
+    took
+}
+
+/// How many of this process's threads are running or waiting for a core.
+fn runnable_threads() -> usize {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("stat")).ok())
+        // `<tid> (<name>) <state> ...`: the name may hold spaces and parentheses.
+        .filter(|stat| {
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('R'))
+        })
+        .count()
+}
+
+/// A start puts stored connectors in place from their stored descriptions and loads their
+/// code in the background; those loads leave a bind, and the read after it, about as fast
+/// as once they are done, and never run on more than a few threads at once. (With 60
+/// stored connectors loading all at once, each on a thread of its own, the binds right
+/// after a start took up to 50 to 350 times as long: the loads took the cores from the
+/// bind's guest call and from the database's writer.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loads_after_a_start_leave_a_bind_as_fast_as_once_they_are_done() {
+    use integration_tests::large_directory::{connector_component, connector_slug};
+    const CONNECTORS: usize = 60;
+    const ROUNDS: usize = 9;
+
+    let _machine = machine_load().await;
+    let dir = tempfile::tempdir().expect("a data directory");
+    integration_tests::harness::share_compiled_cache(dir.path());
+    {
+        let (host, _) = Host::open(test_config(dir.path())).await.expect("opens");
+        for i in 0..CONNECTORS {
+            let bytes = connector_component(i).expect("a distinct component");
+            host.install_connector(&bytes, false)
+                .await
+                .unwrap_or_else(|e| panic!("installing {}: {e}", connector_slug(i)));
+        }
+        host.put_unit("root", None, None).await.expect("a unit");
+        host.put_unit("team", Some("root"), None)
+            .await
+            .expect("a unit");
+        host.put_unit("elsewhere", None, None)
+            .await
+            .expect("a unit");
+        host.put_agent("ada", &["team"], None)
+            .await
+            .expect("an agent");
+    }
+
+    let agent = Subject::Agent("ada".into());
+    let opened = Instant::now();
+    let (host, _) = Host::open(test_config(dir.path()))
+        .await
+        .expect("opens again");
+    let opening = opened.elapsed();
+    let mut during = Vec::with_capacity(ROUNDS);
+    let mut most_runnable = runnable_threads();
+    for _ in 0..ROUNDS {
+        during.push(bind_until_visible(&host, &agent).await);
+        most_runnable = most_runnable.max(runnable_threads());
+    }
+    // Each connector bound once: what is not loaded yet is loaded now.
+    let binding = Instant::now();
+    for i in 0..CONNECTORS {
+        host.bind("elsewhere", &connector_slug(i), json!({}))
+            .await
+            .unwrap_or_else(|e| panic!("binding {}: {e}", connector_slug(i)));
+    }
+    let binding = binding.elapsed();
+    let mut after: Vec<Duration> = Vec::with_capacity(3 * ROUNDS);
+    for _ in 0..3 * ROUNDS {
+        after.push(bind_until_visible(&host, &agent).await);
+    }
+    let baseline = quantile(&mut after, 0.5);
+    let total: Duration = during.iter().sum();
+    eprintln!(
+        "opened in {opening:?}; binds during the loads {during:?} (at most {most_runnable} \
+         threads runnable); binding every connector then took {binding:?}; binds after: \
+         p50 {baseline:?}, max {:?}",
+        quantile(&mut after, 1.0)
+    );
+    // The process's own request threads, the load-ahead thread and a test running beside
+    // this one (a compilation's threads, say); not a thread per connector.
+    assert!(
+        most_runnable <= CONNECTORS / 4,
+        "{most_runnable} threads were runnable at once while {CONNECTORS} connectors loaded"
+    );
+    // With room: a test running beside this one may slow a few binds several times over.
+    assert!(
+        total <= baseline * (20 * ROUNDS) as u32,
+        "{ROUNDS} binds while the stored connectors loaded took {total:?} ({during:?}); \
+         after, a bind took {baseline:?} (p50)"
+    );
+}

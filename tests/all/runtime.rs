@@ -677,12 +677,13 @@ async fn compiled_components_are_cached_and_a_corrupt_cache_is_recompiled() {
 }
 
 /// On Linux a component read back from the cache is mapped from its file, not copied
-/// into the process's own memory (at 500 stored connectors the copies were half a GiB),
-/// and keeps running after the cache replaces or removes that file (a mapping outlives
-/// the file's name).
+/// into the process's own memory (at 500 stored connectors the copies were half a GiB);
+/// its checksum is checked through a mapping too, so the file is never read into memory
+/// (it used to be read whole for the check, then mapped); and it keeps running after the
+/// cache replaces or removes that file (a mapping outlives the file's name).
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cached_component_is_mapped_from_its_file_and_outlives_it() {
+async fn a_cached_component_is_mapped_not_read_and_outlives_its_file() {
     let dir = tempfile::tempdir().unwrap();
     let options = RuntimeOptions {
         limits: limits(5_000),
@@ -707,10 +708,26 @@ async fn a_cached_component_is_mapped_from_its_file_and_outlives_it() {
     };
     assert!(!mapped(), "compiled in memory, nothing mapped yet");
 
+    // Bytes this thread read through `read` and the like (a mapping's pages are not
+    // counted); the load below runs on this thread.
+    let read_by_this_thread = || -> u64 {
+        std::fs::read_to_string("/proc/thread-self/io")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("rchar: ")?.parse().ok())
+            .expect("rchar in /proc/thread-self/io")
+    };
+    let code_bytes = std::fs::metadata(&code).unwrap().len();
     let rt = ConnectorRuntime::new(options).unwrap();
+    let before = read_by_this_thread();
     let cached = rt.load(acme_bytes()).unwrap();
+    let read = read_by_this_thread() - before;
     assert_eq!(cached.source(), LoadSource::Cache);
     assert!(mapped(), "{} is not mapped", code.display());
+    assert!(
+        read < code_bytes / 10,
+        "the load read {read} bytes; the compiled file has {code_bytes}"
+    );
 
     // Replaced by a rename (as the cache writes), then removed: the mapping stays.
     let copy = code.with_extension("copy");

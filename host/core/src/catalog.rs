@@ -288,13 +288,15 @@ impl Catalog {
     /// The connectors `snapshot` stores, ready to serve: one already installed with the
     /// same digest (or prepared by an `earlier` attempt) is reused. Any other with a
     /// description stored with it (and, at start-up, not bundled) is put in place from
-    /// that description, its component loaded in the background and on first use (see
-    /// [`InstalledConnector::described`]): neither a replica catching up with another's
-    /// install nor a start compiles or runs anything before serving. Otherwise (a bundled
-    /// connector at start-up, or one stored without a description) it is loaded now:
-    /// read back from the compiled-component cache by its digest or, on a miss, read from
-    /// the store and compiled, off the async threads, and described; one that does not
-    /// load on this host is logged and left out. Runs before the write lock is taken.
+    /// that description, its component loaded on first use and ahead of it, one after
+    /// the other in the background (see [`InstalledConnector::load_ahead`]): neither a
+    /// replica catching up with another's install nor a start compiles or runs anything
+    /// before serving, and the loads run one at a time below the priority of the requests
+    /// served meanwhile. Otherwise (a bundled connector at start-up, or one stored without
+    /// a description) it is loaded now: read back from the compiled-component cache by
+    /// its digest or, on a miss, read from the store and compiled, off the async threads,
+    /// and described; one that does not load on this host is logged and left out. Runs
+    /// before the write lock is taken.
     pub(crate) async fn prepare_stored(
         &self,
         snapshot: &Snapshot,
@@ -303,6 +305,7 @@ impl Catalog {
     ) -> PreparedConnectors {
         let registry = self.state.registry();
         let mut ready = Vec::with_capacity(snapshot.connectors.len());
+        let mut load_ahead = Vec::new();
         for record in &snapshot.connectors {
             let same = |c: &Arc<InstalledConnector>| {
                 c.slug() == record.slug && c.info().digest == record.digest
@@ -319,6 +322,9 @@ impl Catalog {
                 true => self.described(record),
                 false => None,
             };
+            if let Some(connector) = &described {
+                load_ahead.push(Arc::downgrade(connector));
+            }
             let connector = match (reused, described) {
                 (Some(connector), _) | (None, Some(connector)) => connector,
                 (None, None) => match self.prepare_record(record).await {
@@ -332,11 +338,23 @@ impl Catalog {
             let policy = self.policy_of(connector.info());
             ready.push((connector, policy));
         }
+        if !load_ahead.is_empty() {
+            // One after the other (see `load_ahead`), skipping those replaced meanwhile.
+            let within = self.runtime.limits().call_timeout.max(PRELOAD_WAIT);
+            tokio::spawn(async move {
+                for connector in load_ahead {
+                    if let Some(connector) = connector.upgrade() {
+                        connector.load_ahead(within).await;
+                    }
+                }
+            });
+        }
         ready
     }
 
-    /// A stored connector put in place from its stored description, its component loading
-    /// in the background; `None` when it has no usable description.
+    /// A stored connector put in place from its stored description, its component to be
+    /// loaded ahead of first use (see [`InstalledConnector::load_ahead`]); `None` when it
+    /// has no usable description.
     fn described(&self, record: &ConnectorRecord) -> Option<Arc<InstalledConnector>> {
         let mut info: Connector = serde_json::from_value(record.manifest.clone()?).ok()?;
         if record.bundled {
@@ -348,14 +366,9 @@ impl Catalog {
         {
             return None;
         }
-        let connector = Arc::new(InstalledConnector::described(info, self.loader(record)).ok()?);
-        let preload = Arc::clone(&connector);
-        let within = self.runtime.limits().call_timeout.max(PRELOAD_WAIT);
-        tokio::spawn(async move {
-            // A failure is logged by the loader, once; each call tries again and says why.
-            let _ = preload.component(within).await;
-        });
-        Some(connector)
+        InstalledConnector::described(info, self.loader(record))
+            .ok()
+            .map(Arc::new)
     }
 
     /// Loads the component of stored connector `record`: from the compiled-component cache
@@ -364,11 +377,11 @@ impl Catalog {
         let state = Arc::downgrade(&self.state);
         let runtime = Arc::clone(&self.runtime);
         let (slug, digest) = (record.slug.clone(), record.digest.clone());
-        Arc::new(move || {
+        Arc::new(move |lane| {
             let (state, runtime) = (state.clone(), Arc::clone(&runtime));
             let (slug, digest) = (slug.clone(), digest.clone());
             Box::pin(async move {
-                if let Some(cached) = runtime.load_cached(&digest).await {
+                if let Some(cached) = runtime.load_cached(&digest, lane).await {
                     return Ok(cached?);
                 }
                 let state = state.upgrade().ok_or(LoadFailure::ShuttingDown)?;
@@ -379,7 +392,7 @@ impl Catalog {
                         digest: digest.clone(),
                     })?;
                 Ok(runtime
-                    .load_off_thread(Arc::from(bytes), Some(&digest))
+                    .load_off_thread(Arc::from(bytes), Some(&digest), lane)
                     .await?)
             })
         })

@@ -10,9 +10,11 @@
 //!
 //! Deserializing compiled code is `unsafe` in wasmtime because the bytes are trusted to
 //! be machine code: the cache only ever loads files it wrote itself (each written whole
-//! under a name no other writer uses, then renamed), opens a file, reads it and checks
-//! its length and XXH3-128 against what it recorded at write time, so a truncated or
-//! corrupted file is recompiled, not executed.
+//! under a name no other writer uses, then renamed), opens a file and checks its length
+//! and XXH3-128 against what it recorded at write time, so a truncated or corrupted file
+//! is recompiled, not executed. On Linux the check reads the file through a read-only
+//! mapping (its pages come from the page cache, nothing is copied), elsewhere it reads
+//! the file into memory.
 //!
 //! On Linux wasmtime then maps that same open file (through `/proc/self/fd`, so a
 //! rename in between cannot put another file there) instead of copying it: the code is
@@ -350,23 +352,24 @@ fn checksum(serialized: &[u8]) -> String {
 }
 
 fn read_verified(engine: &Engine, code: &Path, sum: &Path) -> Option<Component> {
-    use std::io::Read as _;
-
     let expected = fs::read_to_string(sum).ok()?;
-    let mut file = fs::File::open(code).ok()?;
-    let mut serialized = Vec::new();
-    file.read_to_end(&mut serialized).ok()?;
-    if checksum(&serialized) != expected.trim() {
-        tracing::warn!(path = %code.display(), "compiled-component cache entry does not match its checksum; recompiling");
-        return None;
-    }
-    // SAFETY: these bytes were written by `write_atomically` from `Component::serialize`
-    // of this same engine configuration (the engine key is part of the name) and match
-    // the checksum recorded at write time. Mapped, they are those of the file just read
-    // (the same open file), which the cache never writes in place (see the module docs).
-    let loaded = match map_open_file(engine, &file) {
-        Some(mapped) => mapped,
-        None => unsafe { Component::deserialize(engine, &serialized) },
+    let expected = expected.trim();
+    let file = fs::File::open(code).ok()?;
+    let loaded = match checked_mapping(&file, expected) {
+        // SAFETY: the bytes of this open file were written by `write_atomically` from
+        // `Component::serialize` of this same engine configuration (the engine key is part
+        // of the name) and match the checksum recorded at write time; the cache never
+        // writes a file in place (see the module docs), so the mapping wasmtime makes of
+        // it holds the bytes just checked.
+        Some(true) => match unsafe { map_open_file(engine, &file) } {
+            Some(mapped) => mapped,
+            None => copy_checked(engine, file, code, expected)?,
+        },
+        Some(false) => {
+            warn_mismatch(code);
+            return None;
+        }
+        None => copy_checked(engine, file, code, expected)?,
     };
     match loaded {
         Ok(component) => Some(component),
@@ -377,16 +380,84 @@ fn read_verified(engine: &Engine, code: &Path, sum: &Path) -> Option<Component> 
     }
 }
 
-/// The component in `file`, checked by the caller, mapped rather than copied; `None`
-/// where this cannot be done (the caller copies the bytes instead).
+fn warn_mismatch(code: &Path) {
+    tracing::warn!(path = %code.display(), "compiled-component cache entry does not match its checksum; recompiling");
+}
+
+/// Reads `file` (at `code`) whole, checks it against `expected` and hands wasmtime a copy:
+/// where the file cannot be mapped. `None` when it cannot be read or does not match.
+fn copy_checked(
+    engine: &Engine,
+    mut file: fs::File,
+    code: &Path,
+    expected: &str,
+) -> Option<wasmtime::Result<Component>> {
+    use std::io::Read as _;
+
+    let mut serialized = Vec::new();
+    file.read_to_end(&mut serialized).ok()?;
+    if checksum(&serialized) != expected {
+        warn_mismatch(code);
+        return None;
+    }
+    // SAFETY: written by the cache from this engine configuration (see `read_verified`),
+    // and the bytes wasmtime copies are the ones just checked.
+    Some(unsafe { Component::deserialize(engine, &serialized) })
+}
+
+/// Checks the bytes of `file` against `expected` (`<length> <xxh3-128 hex>`) through a
+/// read-only mapping, so they are read once, from the page cache, and never copied; the
+/// mapping wasmtime then makes of the same file shares those pages. `None` where the
+/// file cannot be mapped here (the caller reads it instead).
 #[cfg(target_os = "linux")]
-fn map_open_file(engine: &Engine, file: &fs::File) -> Option<wasmtime::Result<Component>> {
+fn checked_mapping(file: &fs::File, expected: &str) -> Option<bool> {
+    use rustix::mm::{mmap, munmap, MapFlags, ProtFlags};
+
+    let len = usize::try_from(file.metadata().ok()?.len()).ok()?;
+    if len == 0 {
+        return None;
+    }
+    // SAFETY: a fresh read-only mapping of `len` bytes of `file` at an address the kernel
+    // picks; it is read only through the slice below and unmapped before returning. The
+    // cache never writes a file in place (see the module docs), so the bytes do not change
+    // under the slice.
+    let at = unsafe {
+        mmap(
+            std::ptr::null_mut(),
+            len,
+            ProtFlags::READ,
+            MapFlags::SHARED | MapFlags::POPULATE,
+            file,
+            0,
+        )
+    }
+    .ok()?;
+    // SAFETY: `at` is the start of the `len` readable bytes just mapped.
+    let bytes = unsafe { std::slice::from_raw_parts(at.cast::<u8>(), len) };
+    let matches = checksum(bytes) == expected;
+    // SAFETY: unmaps exactly the mapping made above; `bytes` is not used after this.
+    let _ = unsafe { munmap(at, len) };
+    Some(matches)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn checked_mapping(_: &fs::File, _: &str) -> Option<bool> {
+    None
+}
+
+/// The component in `file`, mapped rather than copied; `None` where this cannot be done
+/// (the caller copies the bytes instead).
+///
+/// # Safety
+/// The file's bytes must have been checked against the checksum the cache wrote with
+/// them (see `read_verified`).
+#[cfg(target_os = "linux")]
+unsafe fn map_open_file(engine: &Engine, file: &fs::File) -> Option<wasmtime::Result<Component>> {
     use std::os::fd::AsRawFd as _;
 
     // The open file itself, whatever its name points at by now.
     let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-    // SAFETY: the caller checked this file's bytes against their checksum (see
-    // `read_verified`).
+    // SAFETY: the caller checked this file's bytes against their checksum.
     match unsafe { Component::deserialize_file(engine, &path) } {
         Ok(component) => Some(Ok(component)),
         // No `/proc` (a minimal container) or no mapping: copying still works.
@@ -398,7 +469,7 @@ fn map_open_file(engine: &Engine, file: &fs::File) -> Option<wasmtime::Result<Co
 }
 
 #[cfg(not(target_os = "linux"))]
-fn map_open_file(_: &Engine, _: &fs::File) -> Option<wasmtime::Result<Component>> {
+unsafe fn map_open_file(_: &Engine, _: &fs::File) -> Option<wasmtime::Result<Component>> {
     None
 }
 

@@ -28,6 +28,7 @@
 
 mod cache;
 mod error;
+mod lanes;
 mod limits;
 mod outbound;
 mod previous;
@@ -57,6 +58,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 pub use cache::{CacheBound, LoadSource};
 pub use error::{GuestError, LoadError};
+pub use lanes::LoadLane;
 pub use limits::GuestLimits;
 pub use outbound::{is_public, OutboundPolicy};
 pub use share::Caller;
@@ -308,6 +310,8 @@ pub struct ConnectorRuntime {
     ticker_stop: Arc<AtomicBool>,
     /// Slots for compiling components (see [`ConnectorRuntime::load_off_thread`]).
     compiling: tokio::sync::Semaphore,
+    /// Where loads run (see [`LoadLane`]).
+    load_threads: lanes::LoadThreads,
 }
 
 /// Compilations run at once: each already spreads over every core (wasmtime compiles a
@@ -681,6 +685,8 @@ impl ConnectorRuntime {
             share: HostShare::new(&limits),
             ticker_stop,
             compiling: tokio::sync::Semaphore::new(compilation_slots()),
+            load_threads: lanes::LoadThreads::start()
+                .context("could not start the component load-ahead thread")?,
         })
     }
 
@@ -721,30 +727,33 @@ impl ConnectorRuntime {
     }
 
     /// [`load`](Self::load) (`digest` `None`) or [`load_known`](Self::load_known), off the
-    /// async threads: the cache is read and the bytes are hashed on a blocking thread, and
-    /// a component that must be compiled waits for one of the runtime's few compilation
-    /// slots, then compiles on a blocking thread. An install or a replica catching up
-    /// never holds a thread that serves requests for the seconds a compilation takes, and
-    /// concurrent installs do not compile all at once.
+    /// async threads, on `lane`: the cache is read and the bytes are hashed first, and a
+    /// component that must be compiled waits for one of the runtime's few compilation
+    /// slots, then compiles. An install or a replica catching up never holds a thread that
+    /// serves requests for the seconds a compilation takes, and concurrent installs do not
+    /// compile all at once.
     pub async fn load_off_thread(
         self: &Arc<Self>,
         bytes: Arc<[u8]>,
         digest: Option<&str>,
+        lane: LoadLane,
     ) -> Result<LoadedComponent, LoadError> {
         let known = digest.map(known_digest_hex).transpose()?.map(str::to_owned);
         let (this, first_bytes) = (Arc::clone(self), Arc::clone(&bytes));
-        let lookup = off_thread(move || {
-            check_component(&first_bytes)?;
-            let digest_hex = match known {
-                Some(hex) => hex,
-                None => sha256_hex(&first_bytes),
-            };
-            Ok(match this.cached_code(&digest_hex) {
-                Some(loaded) => CacheLookup::Loaded(loaded?),
-                None => CacheLookup::Compile(digest_hex),
+        let lookup = self
+            .load_threads
+            .run(lane, move || {
+                check_component(&first_bytes)?;
+                let digest_hex = match known {
+                    Some(hex) => hex,
+                    None => sha256_hex(&first_bytes),
+                };
+                Ok(match this.cached_code(&digest_hex) {
+                    Some(loaded) => CacheLookup::Loaded(loaded?),
+                    None => CacheLookup::Compile(digest_hex),
+                })
             })
-        })
-        .await?;
+            .await?;
         let digest_hex = match lookup {
             CacheLookup::Loaded(loaded) => return Ok(loaded),
             CacheLookup::Compile(digest_hex) => digest_hex,
@@ -755,22 +764,26 @@ impl ConnectorRuntime {
             .await
             .map_err(|_| LoadError::Cache("the runtime is shutting down".into()))?;
         let this = Arc::clone(self);
-        off_thread(move || this.compile_checked(&bytes, &digest_hex)).await
+        self.load_threads
+            .run(lane, move || this.compile_checked(&bytes, &digest_hex))
+            .await
     }
 
     /// The component whose digest is `digest` (`sha256:<hex>`, from the host's own
-    /// records), read back from the compiled-component cache on a blocking thread:
-    /// `None` when it is not cached (then its bytes are needed).
+    /// records), read back from the compiled-component cache off the async threads, on
+    /// `lane`: `None` when it is not cached (then its bytes are needed).
     pub async fn load_cached(
         self: &Arc<Self>,
         digest: &str,
+        lane: LoadLane,
     ) -> Option<Result<LoadedComponent, LoadError>> {
         let digest_hex = match known_digest_hex(digest) {
             Ok(hex) => hex.to_owned(),
             Err(e) => return Some(Err(e)),
         };
         let this = Arc::clone(self);
-        off_thread(move || Ok(this.cached_code(&digest_hex)))
+        self.load_threads
+            .run(lane, move || Ok(this.cached_code(&digest_hex)))
             .await
             .unwrap_or_else(|e| Some(Err(e)))
     }
@@ -1284,17 +1297,6 @@ fn check_component(bytes: &[u8]) -> Result<(), LoadError> {
         "the bytes do not start with the WebAssembly magic number"
     };
     Err(LoadError::NotAComponent(what.into()))
-}
-
-/// Runs `work` on a blocking thread (never one that serves requests).
-async fn off_thread<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, LoadError> + Send + 'static,
-) -> Result<T, LoadError> {
-    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
-        Err(LoadError::NotAComponent(format!(
-            "loading the component stopped unexpectedly ({e}); try installing it again"
-        )))
-    })
 }
 
 /// The SHA-256 of `bytes` in lowercase hex: a component's digest without `sha256:`.

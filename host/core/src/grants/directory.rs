@@ -202,7 +202,7 @@ impl Directory {
         }
     }
 
-    /// Every agent, in no order.
+    /// Every agent, in id order.
     pub fn agents(&self) -> impl Iterator<Item = &AgentRecord> {
         self.agents.iter().map(|a| &a.0)
     }

@@ -20,7 +20,7 @@ use serde_json::Value;
 use connector_model::connector::{Connector, ToolInfo};
 use connector_model::ids::Slug;
 use connector_model::tool_output::ToolOutput;
-use connector_runtime::{wit, ConnectorRuntime, GuestError, LoadError, LoadedComponent};
+use connector_runtime::{wit, ConnectorRuntime, GuestError, LoadError, LoadLane, LoadedComponent};
 use connector_store::StoreError;
 
 pub use manifest::ManifestError;
@@ -241,9 +241,11 @@ fn compile(owner: &str, schema: &Value) -> Result<jsonschema::Validator, Manifes
 }
 
 /// Loads the component of a connector known by its stored description (see
-/// [`InstalledConnector::described`]).
+/// [`InstalledConnector::described`]), its blocking work on the lane given.
 pub type ComponentLoader = Arc<
-    dyn Fn() -> std::pin::Pin<
+    dyn Fn(
+            LoadLane,
+        ) -> std::pin::Pin<
             Box<dyn std::future::Future<Output = Result<LoadedComponent, LoadFailure>> + Send>,
         > + Send
         + Sync,
@@ -362,12 +364,31 @@ impl InstalledConnector {
 
     /// The linked component, loading it first if it is not yet (waiting at most
     /// `within`: a call's deadline). Fails when it cannot be loaded on this host, or
-    /// is still being loaded after `within`.
+    /// is still being loaded after `within`. A load ahead of first use that is under way
+    /// is waited for; one only queued is not (see [`load_ahead`](Self::load_ahead)).
     pub async fn component(&self, within: Duration) -> Result<&LoadedComponent, GuestError> {
+        self.component_on(LoadLane::Waited, within).await
+    }
+
+    /// Loads the component ahead of its first use, if it is not loaded yet, on the
+    /// runtime's thread for such loads ([`LoadLane::Ahead`]): after the loads queued
+    /// before, at a lower priority than the threads serving requests. A failure is logged
+    /// by the loader, once; each call tries again and says why. Load many connectors ahead
+    /// one after the other: a call into one whose load is queued but not started loads it
+    /// itself, while one started is waited for.
+    pub async fn load_ahead(&self, within: Duration) {
+        let _ = self.component_on(LoadLane::Ahead, within).await;
+    }
+
+    async fn component_on(
+        &self,
+        lane: LoadLane,
+        within: Duration,
+    ) -> Result<&LoadedComponent, GuestError> {
         let loaded = match self.component.get() {
             Some(loaded) => loaded,
             None => {
-                let init = self.component.get_or_try_init(|| self.load());
+                let init = self.component.get_or_try_init(|| self.load(lane));
                 match tokio::time::timeout(within, init).await {
                     Ok(Ok(loaded)) => loaded,
                     Ok(Err(passing)) => {
@@ -408,11 +429,14 @@ impl InstalledConnector {
     }
 
     /// Runs the loader: `Ok(Err)` for a lasting failure (kept), `Err` for a passing one.
-    async fn load(&self) -> Result<Result<LoadedComponent, LoadFailure>, LoadFailure> {
+    async fn load(
+        &self,
+        lane: LoadLane,
+    ) -> Result<Result<LoadedComponent, LoadFailure>, LoadFailure> {
         let Some(loader) = &self.loader else {
             return Ok(Err(LoadFailure::NoLoader));
         };
-        match loader().await {
+        match loader(lane).await {
             Ok(component) if component.digest() != self.info.digest => {
                 Ok(Err(LoadFailure::OtherDigest {
                     loaded: component.digest().to_string(),
@@ -541,7 +565,7 @@ impl ConnectorRegistry {
     pub async fn prepare(&self, bytes: &[u8]) -> Result<InstalledConnector, InstallError> {
         let component = self
             .runtime
-            .load_off_thread(Arc::from(bytes), None)
+            .load_off_thread(Arc::from(bytes), None, LoadLane::Waited)
             .await
             .map_err(InstallError::Load)?;
         self.describe(component).await
@@ -557,7 +581,7 @@ impl ConnectorRegistry {
     ) -> Result<InstalledConnector, InstallError> {
         let component = self
             .runtime
-            .load_off_thread(bytes, Some(digest))
+            .load_off_thread(bytes, Some(digest), LoadLane::Waited)
             .await
             .map_err(InstallError::Load)?;
         self.describe(component).await
@@ -569,10 +593,12 @@ impl ConnectorRegistry {
         &self,
         digest: &str,
     ) -> Option<Result<InstalledConnector, InstallError>> {
-        Some(match self.runtime.load_cached(digest).await? {
-            Ok(component) => self.describe(component).await,
-            Err(e) => Err(InstallError::Load(e)),
-        })
+        Some(
+            match self.runtime.load_cached(digest, LoadLane::Waited).await? {
+                Ok(component) => self.describe(component).await,
+                Err(e) => Err(InstallError::Load(e)),
+            },
+        )
     }
 
     /// Asks a loaded component to describe itself and validates what it says.
