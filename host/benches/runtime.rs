@@ -5,7 +5,9 @@
 //!     hashing its bytes first) versus compiling it.
 //!
 //! `cargo bench -p connector-host --bench runtime`. Besides criterion's report, a plain
-//! loop prints p50/p99 of (a) and (b) measured side by side in one run.
+//! loop prints p50/p99 of (a) and (b) measured side by side in one run, then (b)'s CPU time
+//! per call. docs/profile-fresh-sandbox.md says where (b)'s time goes and which wasmtime
+//! settings were tried.
 
 use std::time::{Duration, Instant};
 
@@ -44,6 +46,17 @@ fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
     (p(0.50), p(0.99))
 }
 
+/// Calls timed by CPU time after the side-by-side loop.
+const CPU_TIMED_CALLS: u32 = 20_000;
+
+/// The CPU time this thread has run (Linux: `/proc/thread-self/schedstat`, nanoseconds);
+/// `None` where the kernel does not say.
+fn thread_cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns = stat.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
+}
+
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -74,6 +87,18 @@ fn bench(c: &mut Criterion) {
             assert!(matches!(out, Ok(Ok(_))));
         }
     });
+    // The same calls timed by this thread's CPU time: on a machine shared with other work,
+    // wall time includes waiting for a core, CPU time does not.
+    let cpu_per_call = rt.block_on(async {
+        let before = thread_cpu_time()?;
+        for _ in 0..CPU_TIMED_CALLS {
+            let out = runtime
+                .call_tool(&component, &sandbox, ctx(), "acme.echo", ARGS)
+                .await;
+            assert!(matches!(out, Ok(Ok(_))));
+        }
+        Some((thread_cpu_time()? - before) / CPU_TIMED_CALLS)
+    });
     let (n50, n99) = percentiles(native);
     let (f50, f99) = percentiles(fresh);
     println!("native echo: p50 {n50:?} p99 {n99:?}");
@@ -81,6 +106,15 @@ fn bench(c: &mut Criterion) {
         "acme.echo fresh instance per call: p50 {f50:?} p99 {f99:?} (ratio p50 {:.0}x)",
         f50.as_secs_f64() / n50.as_secs_f64()
     );
+
+    match cpu_per_call {
+        Some(cpu) => println!(
+            "acme.echo fresh instance per call: CPU {cpu:?} (this thread, {CPU_TIMED_CALLS} calls)"
+        ),
+        None => println!(
+            "acme.echo fresh instance per call: CPU not measured (no /proc/thread-self/schedstat)"
+        ),
+    }
 
     let mut g = c.benchmark_group("echo");
     g.bench_function("native_echo", |b| {
