@@ -109,6 +109,43 @@ struct Binaries {
     bindir: PathBuf,
 }
 
+/// An open `psql` session ([`PgCluster::psql_session`]); killed if dropped unfinished.
+pub struct PsqlSession {
+    child: Child,
+}
+
+impl PsqlSession {
+    /// Sends `sql` (one or more statements) to the session.
+    pub fn write(&mut self, sql: &str) -> anyhow::Result<()> {
+        let stdin = self
+            .child
+            .stdin
+            .as_mut()
+            .context("the psql session's input is closed")?;
+        writeln!(stdin, "{sql}").context("writing to the psql session")?;
+        stdin.flush().context("writing to the psql session")
+    }
+
+    /// Ends the session (its input closed) and waits for it: `Err` if psql failed.
+    pub fn finish(mut self) -> anyhow::Result<()> {
+        drop(self.child.stdin.take());
+        let status = self.child.wait().context("waiting for psql")?;
+        if !status.success() {
+            bail!("the psql session failed ({status})");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PsqlSession {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 impl Binaries {
     fn tool(&self, name: &str) -> PathBuf {
         self.bindir.join(name)
@@ -445,6 +482,21 @@ impl PgCluster {
             );
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// An open `psql` session in database `db` (as `postgres`), for a test that holds a
+    /// transaction open while the host works: statements are sent with
+    /// [`PsqlSession::write`] and run as they arrive.
+    pub fn psql_session(&self, db: &str) -> anyhow::Result<PsqlSession> {
+        let psql = self.bin.psql();
+        let child = Command::new(&psql)
+            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d"])
+            .arg(format!("{}?connect_timeout=5", self.url(db)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .with_context(|| format!("running {}", psql.display()))?;
+        Ok(PsqlSession { child })
     }
 
     /// The last `lines` lines of the server log (or why it cannot be read).
