@@ -1537,8 +1537,9 @@ async fn a_batch_whose_commit_fails_fails_every_write_in_it_and_leaves_memory_as
     // commit, and the writes after it form one batch behind it.
     let mut holder = pg.psql_session(&db).unwrap();
     holder
-        .write("BEGIN; SELECT version FROM state_version FOR UPDATE;")
+        .write("BEGIN; SELECT 'locked' FROM state_version FOR UPDATE;")
         .unwrap();
+    holder.wait_for("locked").unwrap();
     let first = tokio::spawn({
         let a = a.clone();
         async move { a.put_unit("first", None, None).await }

@@ -112,6 +112,7 @@ struct Binaries {
 /// An open `psql` session ([`PgCluster::psql_session`]); killed if dropped unfinished.
 pub struct PsqlSession {
     child: Child,
+    output: std::io::BufReader<std::process::ChildStdout>,
 }
 
 impl PsqlSession {
@@ -124,6 +125,22 @@ impl PsqlSession {
             .context("the psql session's input is closed")?;
         writeln!(stdin, "{sql}").context("writing to the psql session")?;
         stdin.flush().context("writing to the psql session")
+    }
+
+    /// Reads the session's output up to a line that is `line` (what a `SELECT` sent before
+    /// printed once it ran): `Err` if the session ends first.
+    pub fn wait_for(&mut self, line: &str) -> anyhow::Result<()> {
+        use std::io::BufRead as _;
+        let mut read = String::new();
+        loop {
+            read.clear();
+            if self.output.read_line(&mut read)? == 0 {
+                bail!("the psql session ended before printing {line:?}");
+            }
+            if read.trim_end() == line {
+                return Ok(());
+            }
+        }
     }
 
     /// Ends the session (its input closed) and waits for it: `Err` if psql failed.
@@ -489,14 +506,19 @@ impl PgCluster {
     /// [`PsqlSession::write`] and run as they arrive.
     pub fn psql_session(&self, db: &str) -> anyhow::Result<PsqlSession> {
         let psql = self.bin.psql();
-        let child = Command::new(&psql)
+        let mut child = Command::new(&psql)
             .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d"])
             .arg(format!("{}?connect_timeout=5", self.url(db)))
             .stdin(Stdio::piped())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .spawn()
             .with_context(|| format!("running {}", psql.display()))?;
-        Ok(PsqlSession { child })
+        let output = child
+            .stdout
+            .take()
+            .map(std::io::BufReader::new)
+            .context("the psql session has no output")?;
+        Ok(PsqlSession { child, output })
     }
 
     /// The last `lines` lines of the server log (or why it cannot be read).
