@@ -597,12 +597,40 @@ impl State {
 
     /// Commits batches, one at a time under the commit slot, until none has formed.
     async fn commit_batches(self: Arc<Self>) {
+        /// Ends the committer's turn if its task ends half-way (the runtime stopped, or a
+        /// panic): the writes formed behind it decide again and the next write starts a
+        /// committer, instead of waiting for one that is gone.
+        struct Turn<'a> {
+            state: &'a State,
+            ended: bool,
+        }
+        impl Drop for Turn<'_> {
+            fn drop(&mut self) {
+                if !self.ended {
+                    let answers = {
+                        let mut batches = self.state.batches.lock();
+                        batches.committer = false;
+                        batches.committing_view = Pending::default();
+                        batches.decide_again()
+                    };
+                    self.state
+                        .batch_changed
+                        .send_modify(|n| *n = n.wrapping_add(1));
+                    answer_all(answers);
+                }
+            }
+        }
+        let mut turn = Turn {
+            state: &self,
+            ended: false,
+        };
         loop {
             let slot = self.writes.lock().await;
             let batch = {
                 let mut batches = self.batches.lock();
                 if batches.forming.is_empty() {
                     batches.committer = false;
+                    turn.ended = true;
                     return;
                 }
                 batches.committing_view = std::mem::take(&mut batches.forming_view);

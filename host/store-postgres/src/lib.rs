@@ -520,21 +520,85 @@ impl PostgresStore {
 /// Bumps the state version inside `tx` and keeps `change` (a [`LoggedWrite`]'s JSON) under
 /// the new version in the change log; returns that version.
 async fn bump_version(tx: &Tx<'_>, op: &str, change: &str) -> StoreResult<i64> {
-    let db = |e| map_err(op, e);
     let bump = tx
-        .prepare_cached(
-            "WITH bumped AS (
-                 UPDATE state_version SET version = version + 1 RETURNING version
-             )
-             INSERT INTO state_changes (version, change)
-             SELECT version, $1 FROM bumped
-             RETURNING version",
-        )
+        .prepare_cached(BUMP_VERSION)
         .await
-        .map_err(db)?;
-    let row = tx.query_one(&bump, &[&change]).await.map_err(db)?;
+        .map_err(|e| map_err(op, e))?;
+    bumped_version(tx, &bump, op, change).await
+}
+
+/// [`bump_version`] with its statement ([`BUMP_VERSION`]) prepared.
+async fn bumped_version(tx: &Tx<'_>, bump: &Statement, op: &str, change: &str) -> StoreResult<i64> {
+    let row = tx
+        .query_one(bump, &[&change])
+        .await
+        .map_err(|e| map_err(op, e))?;
     col(&row, 0)
 }
+
+/// Upserts a unit.
+const PUT_UNIT: &str = "INSERT INTO units (id, parent, display_name, created_at)
+     VALUES ($1, $2, $3, $4)
+     ON CONFLICT (id) DO UPDATE SET
+         parent = excluded.parent,
+         display_name = excluded.display_name,
+         created_at = excluded.created_at";
+/// Upserts an agent's row.
+const PUT_AGENT: &str = "INSERT INTO agents (id, display_name, created_at, token_epoch)
+     VALUES ($1, $2, $3, $4)
+     ON CONFLICT (id) DO UPDATE SET
+         display_name = excluded.display_name,
+         created_at = excluded.created_at,
+         token_epoch = excluded.token_epoch";
+/// Drops an agent's memberships (before [`PUT_MEMBERSHIPS`]).
+const DROP_MEMBERSHIPS: &str = "DELETE FROM agent_units WHERE agent_id = $1";
+/// An agent's memberships, in order.
+const PUT_MEMBERSHIPS: &str = "INSERT INTO agent_units (agent_id, unit_id, position)
+     SELECT $1, unit, (position - 1)::integer
+     FROM unnest($2::text[]) WITH ORDINALITY AS m (unit, position)";
+/// Upserts a grant.
+const UPSERT_GRANT: &str =
+    "INSERT INTO grants (subject_kind, subject_id, tool, namespace, provenance, created_at)
+     VALUES ($1, $2, $3, $4, $5, $6)
+     ON CONFLICT (subject_kind, subject_id, tool, provenance)
+     DO UPDATE SET namespace = excluded.namespace";
+/// The statements of the writes [`sent_at_once`] says are: prepared before a batch sends
+/// them, so that each goes out on its future's first poll.
+const SENT_AT_ONCE: [&str; 5] = [
+    PUT_UNIT,
+    PUT_AGENT,
+    DROP_MEMBERSHIPS,
+    PUT_MEMBERSHIPS,
+    UPSERT_GRANT,
+];
+
+/// Whether `write`'s statements all go out on its first poll once [`SENT_AT_ONCE`] is
+/// prepared (so that several such writes sent together run in order).
+fn sent_at_once(write: &StateWrite<'_>) -> bool {
+    matches!(
+        write,
+        StateWrite::PutUnit(_) | StateWrite::PutAgent(_) | StateWrite::PutGrant(_)
+    )
+}
+
+/// Bumps the state version by as many versions as `$1` has changes and keeps each under
+/// its own version, in order; returns the versions.
+const BUMP_VERSIONS: &str = "WITH bumped AS (
+         UPDATE state_version SET version = version + cardinality($1::text[])
+         RETURNING version
+     )
+     INSERT INTO state_changes (version, change)
+     SELECT bumped.version - cardinality($1::text[]) + c.ord, c.change
+     FROM bumped, unnest($1::text[]) WITH ORDINALITY AS c (change, ord)
+     RETURNING version";
+
+/// Bumps the state version and keeps change `$1` under the new one, which it returns.
+const BUMP_VERSION: &str = "WITH bumped AS (
+         UPDATE state_version SET version = version + 1 RETURNING version
+     )
+     INSERT INTO state_changes (version, change)
+     SELECT version, $1 FROM bumped
+     RETURNING version";
 
 /// Runs `$body` in one state-changing transaction bound to `$tx` and commits it with
 /// [`PostgresStore::commit_state`] (which keeps the change-log entry of `$records`, a
@@ -902,14 +966,7 @@ impl rows::StoredRow for Pg<'_> {
 
 async fn upsert_grant(tx: &Tx<'_>, grant: &GrantRecord) -> Result<(), tokio_postgres::Error> {
     let (kind, id) = subject_parts(&grant.subject);
-    let stmt = tx
-        .prepare_cached(
-            "INSERT INTO grants (subject_kind, subject_id, tool, namespace, provenance, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (subject_kind, subject_id, tool, provenance)
-             DO UPDATE SET namespace = excluded.namespace",
-        )
-        .await?;
+    let stmt = tx.prepare_cached(UPSERT_GRANT).await?;
     tx.execute(
         &stmt,
         &[
@@ -1195,12 +1252,96 @@ impl PostgresStore {
         })
     }
 
-    /// [`StateStore::write_batch`] in one transaction: the version lock and the audit
-    /// chain's head first (sent together), then each write in its own savepoint with its
-    /// version bump and change-log entry, up to the first that fails; then the audit
-    /// records of the writes done, appended together, and one commit. `Err`: the
+    /// [`StateStore::write_batch`]: all at once ([`PostgresStore::batch_at_once`]), or,
+    /// when a write of it failed there, one savepoint each
+    /// ([`PostgresStore::batch_one_by_one`]), which stops at that write. `Err`: the
     /// transaction failed as a whole (nothing of the batch is stored).
     async fn batch_tx(
+        &self,
+        writes: &[(StateWrite<'_>, &AuditEntry)],
+    ) -> StoreResult<Vec<BatchedWrite>> {
+        if writes.len() > 1 && self.batch_at_once(writes).await? {
+            return Ok(vec![BatchedWrite::Committed; writes.len()]);
+        }
+        self.batch_one_by_one(writes).await
+    }
+
+    /// The whole batch in one transaction with no savepoint: the version lock and the
+    /// audit chain's head (sent together); the changes, those [`sent_at_once`] in one
+    /// pipeline; every version bump and change-log entry in one statement, sent with the
+    /// audit records; one commit. A handful of round trips per batch, whatever its size.
+    /// `false`: a change failed, and the transaction was rolled back (the batch is then
+    /// written one savepoint each, to find which).
+    async fn batch_at_once(&self, writes: &[(StateWrite<'_>, &AuditEntry)]) -> StoreResult<bool> {
+        let op = "writing a batch of state changes";
+        let db = |e| map_err(op, e);
+        let changes = match writes
+            .iter()
+            .map(|(write, _)| WriteRecords::of(write, None).map(|r| r.change))
+            .collect::<StoreResult<Vec<String>>>()
+        {
+            Ok(changes) => changes,
+            Err(_) => return Ok(false),
+        };
+        let mut conn = self.conn(op).await?;
+        let tx = read_committed(&mut conn).await.map_err(db)?;
+        let version_lock = prepare_first(&tx, &[VERSION_LOCK]).await.map_err(db)?;
+        let (fresh, head, prepared) = futures::join!(
+            self.refuse_stale(&tx, &version_lock[0], op),
+            lock_audit_head(&tx, op),
+            prepare_first(&tx, &SENT_AT_ONCE),
+        );
+        fresh?;
+        let head = head?;
+        prepared.map_err(db)?;
+        let mut rest = writes;
+        while let Some(((first, _), _)) = rest.split_first() {
+            // A run of writes sent at once goes out together (at most 30: `join_all`
+            // polls that many in order); any other write alone.
+            let run = if sent_at_once(first) {
+                rest.iter()
+                    .take(30)
+                    .take_while(|(w, _)| sent_at_once(w))
+                    .count()
+            } else {
+                1
+            };
+            let (now, later) = rest.split_at(run);
+            rest = later;
+            let done =
+                futures::future::join_all(now.iter().map(|(w, _)| self.change(&tx, *w))).await;
+            if done.iter().any(Result::is_err) {
+                return Ok(false);
+            }
+        }
+        let [bump] = prepare_first(&tx, &[BUMP_VERSIONS]).await.map_err(db)?;
+        let entries = writes.iter().map(|(_, audit)| (*audit).clone()).collect();
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&changes];
+        let (bumped, appended) = futures::join!(
+            tx.query(&bump, &params),
+            write_audit(&tx, op, head, entries)
+        );
+        let versions = bumped
+            .map_err(db)?
+            .iter()
+            .map(|row| col::<i64>(row, 0))
+            .collect::<StoreResult<Vec<i64>>>()?;
+        appended?;
+        let newest = versions.iter().copied().max().unwrap_or_default();
+        let oldest = versions.iter().copied().min().unwrap_or_default();
+        if (oldest..=newest).any(|v| v % CHANGES_PRUNED_EVERY == 0) {
+            prune_changes(&tx, newest - CHANGES_KEPT, op).await?;
+        }
+        tx.commit().await.map_err(db)?;
+        // Recorded only after the commit (see `commit_state`).
+        self.own_versions.lock().extend(versions);
+        Ok(true)
+    }
+
+    /// The batch in one transaction, each write in its own savepoint with its version
+    /// bump and change-log entry, up to the first that fails; then the audit records of
+    /// the writes done, appended together, and one commit.
+    async fn batch_one_by_one(
         &self,
         writes: &[(StateWrite<'_>, &AuditEntry)],
     ) -> StoreResult<Vec<BatchedWrite>> {
@@ -1288,25 +1429,36 @@ impl PostgresStore {
         let (opened, changed) = futures::join!(opened, self.change(tx, write));
         opened?;
         let bumped = match changed {
-            Ok(_) => bump_version(tx, op, &records.change).await,
-            Err(e) => Err(e),
+            // Sent together: a failed bump makes the release fail too (the transaction
+            // is aborted up to the savepoint), and the rollback below restores it.
+            Ok(_) => {
+                // Prepared first, so that the bump goes out before the release.
+                let [bump] = prepare_first(tx, &[BUMP_VERSION]).await.map_err(db)?;
+                let released = async {
+                    if savepoint {
+                        tx.batch_execute("RELEASE SAVEPOINT batched").await
+                    } else {
+                        Ok(())
+                    }
+                };
+                let (bumped, released) =
+                    futures::join!(bumped_version(tx, &bump, op, &records.change), released);
+                match bumped {
+                    Ok(version) => {
+                        released.map_err(db)?;
+                        return Ok(Ran::Done(version));
+                    }
+                    Err(e) => e,
+                }
+            }
+            Err(e) => e,
         };
-        match (bumped, savepoint) {
-            (Ok(version), true) => {
-                tx.batch_execute("RELEASE SAVEPOINT batched")
-                    .await
-                    .map_err(db)?;
-                Ok(Ran::Done(version))
-            }
-            (Ok(version), false) => Ok(Ran::Done(version)),
-            (Err(e), true) => {
-                tx.batch_execute("ROLLBACK TO SAVEPOINT batched; RELEASE SAVEPOINT batched")
-                    .await
-                    .map_err(db)?;
-                Ok(Ran::Failed(e))
-            }
-            (Err(e), false) => Ok(Ran::Failed(e)),
+        if savepoint {
+            tx.batch_execute("ROLLBACK TO SAVEPOINT batched; RELEASE SAVEPOINT batched")
+                .await
+                .map_err(db)?;
         }
+        Ok(Ran::Failed(bumped))
     }
 
     /// Makes `write`'s change inside `tx`: no version bump and no records (see
@@ -1354,12 +1506,7 @@ impl PostgresStore {
             StateWrite::PutUnit(unit) => {
                 exec(
                     tx,
-                    "INSERT INTO units (id, parent, display_name, created_at)
-                     VALUES ($1, $2, $3, $4)
-                     ON CONFLICT (id) DO UPDATE SET
-                         parent = excluded.parent,
-                         display_name = excluded.display_name,
-                         created_at = excluded.created_at",
+                    PUT_UNIT,
                     &[
                         &unit.id,
                         &unit.parent,
@@ -1403,24 +1550,9 @@ impl PostgresStore {
                 let members: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&agent.id, &units];
                 // In this order, sent together.
                 let (agent_row, dropped, memberships) = futures::join!(
-                    exec(
-                        tx,
-                        "INSERT INTO agents (id, display_name, created_at, token_epoch)
-                         VALUES ($1, $2, $3, $4)
-                         ON CONFLICT (id) DO UPDATE SET
-                             display_name = excluded.display_name,
-                             created_at = excluded.created_at,
-                             token_epoch = excluded.token_epoch",
-                        &row,
-                    ),
-                    exec(tx, "DELETE FROM agent_units WHERE agent_id = $1", &id),
-                    exec(
-                        tx,
-                        "INSERT INTO agent_units (agent_id, unit_id, position)
-                         SELECT $1, unit, (position - 1)::integer
-                         FROM unnest($2::text[]) WITH ORDINALITY AS m (unit, position)",
-                        &members,
-                    ),
+                    exec(tx, PUT_AGENT, &row),
+                    exec(tx, DROP_MEMBERSHIPS, &id),
+                    exec(tx, PUT_MEMBERSHIPS, &members),
                 );
                 first_failure(op, [agent_row, dropped, memberships])?;
                 Ok(true)
