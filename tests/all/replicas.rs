@@ -1444,3 +1444,140 @@ async fn a_replica_behind_a_pruned_change_log_reloads_and_sees_every_write() {
     assert_eq!(b.catch_ups().reloaded, after.reloaded);
     assert_eq!(b.catch_ups().applied, after.applied + 1);
 }
+
+/// `write` on `host`, again after a refresh while another replica's write raced it (`409
+/// state_changed`: nothing was written).
+async fn write_retrying<T, F, Fut>(host: &connector_host::Host, write: F) -> T
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = connector_model::error::HostResult<T>>,
+{
+    for _ in 0..50 {
+        match write().await {
+            Ok(out) => return out,
+            Err(e) if e.code == connector_model::error::ErrorCode::StateChanged => {
+                host.refresh().await.unwrap();
+            }
+            Err(e) => panic!("the write failed: {e}"),
+        }
+    }
+    panic!("the write kept racing another replica's");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_on_two_replicas_are_each_read_on_the_other() {
+    let Some(pg) = require_postgres() else { return };
+    let url = pg.fresh_database("replicas_batched").unwrap();
+    let (a, _a) = open_pg_replica(&url).await;
+    let (b, _b) = open_pg_replica(&url).await;
+    write_retrying(&a, || a.put_unit("root", None, None)).await;
+    b.refresh().await.unwrap();
+    // Writes in flight on both replicas at once (they commit in batches); after each, the
+    // next read on the other replica has it.
+    let writes = (0..64).map(|i| {
+        let (a, b) = (&a, &b);
+        async move {
+            let (writer, reader) = if i % 2 == 0 { (a, b) } else { (b, a) };
+            let id = format!("w{i}");
+            if i % 4 < 2 {
+                write_retrying(writer, || writer.put_unit(&id, Some("root"), None)).await;
+                reader.refresh().await.unwrap();
+                assert!(
+                    reader.unit(&id).is_ok(),
+                    "unit {id} is not read on the other replica"
+                );
+            } else {
+                write_retrying(writer, || writer.put_agent(&id, &["root"], None)).await;
+                reader.refresh().await.unwrap();
+                assert!(
+                    reader.agent(&id).is_ok(),
+                    "agent {id} is not read on the other replica"
+                );
+            }
+        }
+    });
+    futures::future::join_all(writes).await;
+    // Both serve what the database holds.
+    let (fresh, _fresh) = open_pg_replica(&url).await;
+    a.refresh().await.unwrap();
+    b.refresh().await.unwrap();
+    let ids = |h: &connector_host::Host| {
+        let units: BTreeSet<String> = h.list_units().into_iter().map(|u| u.id).collect();
+        let agents: BTreeSet<String> = h.list_agents().into_iter().map(|a| a.id).collect();
+        (units, agents)
+    };
+    let stored = ids(&fresh);
+    assert_eq!(stored.0.len(), 33, "{stored:?}");
+    assert_eq!(stored.1.len(), 32, "{stored:?}");
+    assert_eq!(ids(&a), stored);
+    assert_eq!(ids(&b), stored);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_commit_fails_fails_every_write_in_it_and_leaves_memory_as_stored() {
+    let Some(pg) = require_postgres() else { return };
+    let db = "replicas_commit_fails";
+    let url = pg.fresh_database(db).unwrap();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    let (a, _a) = open_pg_replica(&url).await;
+    // A rule the database checks at commit: a transaction holding unit `poison` fails
+    // there, after every statement of it succeeded.
+    pg.psql(
+        &db,
+        "CREATE FUNCTION refuse_poison() RETURNS trigger AS $$
+         BEGIN
+             IF NEW.id = 'poison' THEN RAISE EXCEPTION 'poisoned batch'; END IF;
+             RETURN NEW;
+         END $$ LANGUAGE plpgsql;
+         CREATE CONSTRAINT TRIGGER refuse_poison AFTER INSERT ON units
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_poison();",
+    )
+    .unwrap();
+    // Another session holds the state version's lock: the first write waits in its
+    // commit, and the writes after it form one batch behind it.
+    let mut holder = pg.psql_session(&db).unwrap();
+    holder
+        .write("BEGIN; SELECT 'locked' FROM state_version FOR UPDATE;")
+        .unwrap();
+    holder.wait_for("locked").unwrap();
+    let first = tokio::spawn({
+        let a = a.clone();
+        async move { a.put_unit("first", None, None).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let batch: Vec<_> = ["b1", "b2", "poison", "b3"]
+        .into_iter()
+        .map(|id| {
+            let a = a.clone();
+            tokio::spawn(async move { a.put_unit(id, None, None).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    holder.write("COMMIT;").unwrap();
+    holder.finish().unwrap();
+
+    assert!(
+        first.await.unwrap().is_ok(),
+        "the write alone in its batch commits"
+    );
+    for (write, id) in batch.into_iter().zip(["b1", "b2", "poison", "b3"]) {
+        let answer = write.await.unwrap();
+        assert!(
+            answer.is_err(),
+            "{id} was answered {answer:?} though its batch failed"
+        );
+    }
+    let stored: BTreeSet<String> = open_pg_replica(&url)
+        .await
+        .0
+        .list_units()
+        .into_iter()
+        .map(|u| u.id)
+        .collect();
+    assert_eq!(stored, BTreeSet::from(["first".to_string()]));
+    let served: BTreeSet<String> = a.list_units().into_iter().map(|u| u.id).collect();
+    assert_eq!(served, stored, "memory holds what the database does not");
+    // Writing goes on.
+    a.put_unit("after", None, None).await.unwrap();
+    assert!(a.unit("after").is_ok());
+}

@@ -109,6 +109,60 @@ struct Binaries {
     bindir: PathBuf,
 }
 
+/// An open `psql` session ([`PgCluster::psql_session`]); killed if dropped unfinished.
+pub struct PsqlSession {
+    child: Child,
+    output: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl PsqlSession {
+    /// Sends `sql` (one or more statements) to the session.
+    pub fn write(&mut self, sql: &str) -> anyhow::Result<()> {
+        let stdin = self
+            .child
+            .stdin
+            .as_mut()
+            .context("the psql session's input is closed")?;
+        writeln!(stdin, "{sql}").context("writing to the psql session")?;
+        stdin.flush().context("writing to the psql session")
+    }
+
+    /// Reads the session's output up to a line that is `line` (what a `SELECT` sent before
+    /// printed once it ran): `Err` if the session ends first.
+    pub fn wait_for(&mut self, line: &str) -> anyhow::Result<()> {
+        use std::io::BufRead as _;
+        let mut read = String::new();
+        loop {
+            read.clear();
+            if self.output.read_line(&mut read)? == 0 {
+                bail!("the psql session ended before printing {line:?}");
+            }
+            if read.trim_end() == line {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Ends the session (its input closed) and waits for it: `Err` if psql failed.
+    pub fn finish(mut self) -> anyhow::Result<()> {
+        drop(self.child.stdin.take());
+        let status = self.child.wait().context("waiting for psql")?;
+        if !status.success() {
+            bail!("the psql session failed ({status})");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PsqlSession {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 impl Binaries {
     fn tool(&self, name: &str) -> PathBuf {
         self.bindir.join(name)
@@ -445,6 +499,26 @@ impl PgCluster {
             );
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// An open `psql` session in database `db` (as `postgres`), for a test that holds a
+    /// transaction open while the host works: statements are sent with
+    /// [`PsqlSession::write`] and run as they arrive.
+    pub fn psql_session(&self, db: &str) -> anyhow::Result<PsqlSession> {
+        let psql = self.bin.psql();
+        let mut child = Command::new(&psql)
+            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d"])
+            .arg(format!("{}?connect_timeout=5", self.url(db)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("running {}", psql.display()))?;
+        let output = child
+            .stdout
+            .take()
+            .map(std::io::BufReader::new)
+            .context("the psql session has no output")?;
+        Ok(PsqlSession { child, output })
     }
 
     /// The last `lines` lines of the server log (or why it cannot be read).

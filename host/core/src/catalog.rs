@@ -15,11 +15,10 @@ use serde_json::{json, Value};
 use crate::audit::Audit;
 use crate::capabilities::Capabilities;
 use crate::config::HostConfig;
-use crate::grants::Directory;
 use crate::registry::{
     ComponentLoader, InstallError, InstalledConnector, LoadFailure, SchemaViolation,
 };
-use crate::state::{PreparedConnectors, State, StateChange};
+use crate::state::{PreparedConnectors, State, StateChange, Working};
 use crate::trust::{check_pinned, tool_changes, ToolChange};
 use connector_model::connector::{Connector, SOURCE_BUNDLED, SOURCE_UPLOAD};
 use connector_model::error::{ErrorCode, HostError, HostResult};
@@ -513,7 +512,11 @@ impl Catalog {
                     .await;
             }
             let plan = &*pending;
-            if let Some(installed) = self.state.write(audit, || self.plan_install(plan)).await? {
+            if let Some(installed) = self
+                .state
+                .write(audit, |dir| self.plan_install(dir, plan))
+                .await?
+            {
                 return Ok(installed);
             }
         }
@@ -591,6 +594,7 @@ impl Catalog {
     /// (and nothing written) when a binding is not the one that was checked.
     fn plan_install(
         &self,
+        dir: &Working<'_>,
         pending: &PendingInstall,
     ) -> HostResult<(StateChange, Option<Installed>)> {
         let PendingInstall {
@@ -628,7 +632,6 @@ impl Catalog {
             &changes,
             options.accept_tool_changes,
         )?;
-        let dir = self.state.directory();
         let mut kept = Vec::new();
         let mut broken = Vec::new();
         for b in dir.bindings_of_connector(&slug) {
@@ -665,7 +668,8 @@ impl Catalog {
         let kept: Vec<(BindingRecord, GrantRecord)> = kept
             .into_iter()
             .map(|b| {
-                let grant = binding_grant(&dir, &b.unit_id, &slug, &namespace);
+                let unit = Subject::Unit(b.unit_id.clone());
+                let grant = binding_grant(dir.grants_of(&unit), &b.unit_id, &slug, &namespace);
                 (b, grant)
             })
             .collect();
@@ -691,12 +695,11 @@ impl Catalog {
     /// `force`, which unbinds it everywhere first.
     pub(crate) async fn remove(&self, audit: &Audit, slug: &str, force: bool) -> HostResult<()> {
         self.state
-            .write(audit, || {
+            .write(audit, |dir| {
                 self.get(slug)?;
-                let bound: Vec<String> = self
-                    .state
-                    .directory()
+                let bound: Vec<String> = dir
                     .bindings_of_connector(slug)
+                    .into_iter()
                     .map(|b| b.unit_id.clone())
                     .collect();
                 if !bound.is_empty() && !force {
@@ -712,15 +715,14 @@ impl Catalog {
 }
 
 /// The `<namespace>.*` grant a binding of `slug` on `unit` carries (keeping the creation
-/// time of the one it replaces).
+/// time of the one it replaces among `held`, the unit's grants).
 pub(crate) fn binding_grant(
-    dir: &Directory,
+    held: &[GrantRecord],
     unit: &str,
     slug: &Slug,
     namespace: &str,
 ) -> GrantRecord {
-    let existing = dir
-        .grants_of(&Subject::Unit(unit.to_string()))
+    let existing = held
         .iter()
         .find(|g| g.provenance.connector() == Some(slug.as_str()))
         .map(|g| g.created_at.clone());
@@ -751,12 +753,14 @@ fn install_error(err: InstallError) -> HostError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::grants::Directory;
 
     #[test]
     fn a_binding_grant_keeps_the_time_of_the_one_it_replaces() {
         let mut dir = Directory::default();
         let acme = Slug::parse("acme").expect("a slug");
-        let first = binding_grant(&dir, "u", &acme, "acme");
+        let u = Subject::Unit("u".into());
+        let first = binding_grant(dir.grants_of(&u), "u", &acme, "acme");
         assert_eq!(first.tool, "acme.*");
         assert_eq!(
             first.provenance,
@@ -767,7 +771,7 @@ mod tests {
             ..first
         };
         dir.put_grant(old);
-        let again = binding_grant(&dir, "u", &acme, "acme2");
+        let again = binding_grant(dir.grants_of(&u), "u", &acme, "acme2");
         assert_eq!(again.created_at, "2020-01-01T00:00:00Z");
         assert_eq!(again.tool, "acme2.*");
     }

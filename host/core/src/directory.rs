@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use crate::audit::Audit;
 use crate::catalog::{binding_grant, Catalog, Written};
 use crate::grants::{Directory, ResolvedTools};
-use crate::state::{State, StateChange};
+use crate::state::{State, StateChange, Working};
 use connector_model::connector::{is_namespace, is_tool_id};
 use connector_model::error::{ErrorCode, HostError, HostResult};
 use connector_model::ids::{now_rfc3339, truncate, AgentId, ToolId, UnitId};
@@ -322,8 +322,8 @@ impl DirectoryService {
     /// Revokes every token minted for agent `id` so far: it gets a new token epoch.
     pub(crate) async fn revoke_agent_tokens(&self, audit: &Audit, id: &AgentId) -> HostResult<()> {
         self.state
-            .write(audit, || {
-                let Some(agent) = self.state.directory().agent(id).cloned() else {
+            .write(audit, |dir| {
+                let Some(agent) = dir.agent(id).cloned() else {
                     return Err(HostError::not_found(format!("agent `{id}` does not exist")));
                 };
                 let record = AgentRecord {
@@ -347,8 +347,7 @@ impl DirectoryService {
     ) -> HostResult<(UnitView, Written)> {
         let written = self
             .state
-            .write(audit, || {
-                let dir = self.state.directory();
+            .write(audit, |dir| {
                 if let Some(p) = parent {
                     if dir.unit(p).is_none() {
                         return Err(HostError::not_found(format!(
@@ -427,8 +426,7 @@ impl DirectoryService {
     /// children (`409 has_children`).
     pub(crate) async fn delete_unit(&self, audit: &Audit, id: &UnitId) -> HostResult<()> {
         self.state
-            .write(audit, || {
-                let dir = self.state.directory();
+            .write(audit, |dir| {
                 if dir.unit(id).is_none() {
                     return Err(HostError::not_found(format!("unit `{id}` does not exist")));
                 }
@@ -455,8 +453,7 @@ impl DirectoryService {
         let units = units.as_slice();
         let written = self
             .state
-            .write(audit, || {
-                let dir = self.state.directory();
+            .write(audit, |dir| {
                 if let Some(u) = units.iter().find(|u| dir.unit(u).is_none()) {
                     return Err(HostError::not_found(format!(
                         "unit `{u}` does not exist; create it first"
@@ -505,8 +502,8 @@ impl DirectoryService {
     /// Deletes an agent with its explicit grants and image tools.
     pub(crate) async fn delete_agent(&self, audit: &Audit, id: &AgentId) -> HostResult<()> {
         self.state
-            .write(audit, || {
-                if self.state.directory().agent(id).is_none() {
+            .write(audit, |dir| {
+                if dir.agent(id).is_none() {
                     return Err(HostError::not_found(format!("agent `{id}` does not exist")));
                 }
                 Ok((StateChange::DeleteAgent(id.to_string()), ()))
@@ -565,10 +562,9 @@ impl DirectoryService {
             let checked = self.catalog.check_binding(slug, &config).await?;
             let written = self
                 .state
-                .write(audit, || {
+                .write(audit, |dir| {
                     // Checked again under the write lock: the unit or the connector may
                     // have gone meanwhile, or another version replaced it.
-                    let dir = self.state.directory();
                     if dir.unit(unit).is_none() {
                         return Err(HostError::not_found(format!(
                             "unit `{unit}` does not exist"
@@ -589,7 +585,8 @@ impl DirectoryService {
                             .map(|b| b.bound_at.clone())
                             .unwrap_or_else(now_rfc3339),
                     };
-                    let grant = binding_grant(&dir, unit, &connector.info().slug, &namespace);
+                    let held = dir.grants_of(&Subject::Unit(unit.to_string()));
+                    let grant = binding_grant(held, unit, &connector.info().slug, &namespace);
                     Ok((
                         StateChange::PutBinding(record, grant),
                         Some(Written::from_existing(existing)),
@@ -630,8 +627,8 @@ impl DirectoryService {
     /// Unbinds: deletes the binding and exactly its grants in one transaction.
     pub(crate) async fn unbind(&self, audit: &Audit, unit: &UnitId, slug: &str) -> HostResult<()> {
         self.state
-            .write(audit, || {
-                if self.state.directory().binding(unit, slug).is_none() {
+            .write(audit, |dir| {
+                if dir.binding(unit, slug).is_none() {
                     return Err(HostError::not_found(format!(
                         "connector `{}` is not bound to unit `{unit}`",
                         truncate(slug, 80)
@@ -648,7 +645,7 @@ impl DirectoryService {
 
     // ----- grants and effective tools ------------------------------------------------
 
-    fn subject_exists(dir: &Directory, subject: &Subject) -> HostResult<()> {
+    fn subject_exists(dir: &Working<'_>, subject: &Subject) -> HostResult<()> {
         let (kind, id, exists) = match subject {
             Subject::Unit(id) => ("unit", id, dir.unit(id).is_some()),
             Subject::Agent(id) => ("agent", id, dir.agent(id).is_some()),
@@ -671,14 +668,14 @@ impl DirectoryService {
     ) -> HostResult<GrantView> {
         let GrantTarget { tool, namespace } = target;
         self.state
-            .write(audit, || {
+            .write(audit, |dir| {
                 // The subject is checked under the write lock: a unit or agent deleted
                 // concurrently cannot be left with a grant.
-                Self::subject_exists(&self.state.directory(), &subject)?;
+                Self::subject_exists(dir, &subject)?;
                 let record = GrantRecord {
-                    subject,
-                    tool,
-                    namespace,
+                    subject: subject.clone(),
+                    tool: tool.clone(),
+                    namespace: namespace.clone(),
                     provenance: GrantProvenance::Explicit,
                     created_at: now_rfc3339(),
                 };
@@ -697,9 +694,8 @@ impl DirectoryService {
     ) -> HostResult<()> {
         let GrantTarget { tool, .. } = target;
         self.state
-            .write(audit, || {
-                let dir = self.state.directory();
-                Self::subject_exists(&dir, &subject)?;
+            .write(audit, |dir| {
+                Self::subject_exists(dir, &subject)?;
                 let present = dir
                     .grants_of(&subject)
                     .iter()
@@ -710,8 +706,8 @@ impl DirectoryService {
                     )));
                 }
                 let change = StateChange::DeleteGrant {
-                    subject,
-                    tool,
+                    subject: subject.clone(),
+                    tool: tool.clone(),
                     provenance: GrantProvenance::Explicit,
                 };
                 Ok((change, ()))
@@ -744,13 +740,13 @@ impl DirectoryService {
             tools: tools.clone(),
         };
         self.state
-            .write(audit, || {
-                if self.state.directory().agent(agent).is_none() {
+            .write(audit, |dir| {
+                if dir.agent(agent).is_none() {
                     return Err(HostError::not_found(format!(
                         "agent `{agent}` does not exist"
                     )));
                 }
-                Ok((StateChange::PutImageTools(record), ()))
+                Ok((StateChange::PutImageTools(record.clone()), ()))
             })
             .await?;
         Ok(json!({"digest": digest, "tools": tools}))

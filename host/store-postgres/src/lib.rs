@@ -22,6 +22,12 @@
 //!   depend on each other's answers (the version's lock, the change, the audit chain's
 //!   lock and head; then the audit record and the bump), so the lock every replica waits
 //!   for is held for a few round trips, not one per statement.
+//! - **State writes in batches.** The host sends the writes that queued up while its
+//!   previous batch committed as one batch ([`StateStore::write_batch`](connector_store::StateStore::write_batch)): one transaction takes
+//!   the version lock and the audit chain's head once, makes each change in a savepoint of
+//!   its own with its own version and change-log entry, appends their audit records
+//!   together and commits once. The lock is held through one commit's WAL flush per batch,
+//!   not per write, which is what bounds a replica's write rate.
 //! - **Deliveries are claimed.** `insert_delivery` is one `INSERT … ON CONFLICT … WHERE`
 //!   statement, so of two replicas receiving the same delivery exactly one stores it.
 //!   Unfinished deliveries carry a claim (owner + expiry); sweeps take unclaimed or
@@ -59,15 +65,17 @@ mod writer;
 use connector_model::audit::{AuditAnchor, AuditEntry, AuditRecord};
 use connector_model::provenance::GrantProvenance;
 use connector_model::records::{
-    rederive, AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus,
-    GrantRecord, ImageToolsRecord, MessageRecord, Snapshot, Subject, UnitRecord,
+    rederive, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus, GrantRecord,
+    MessageRecord, Snapshot,
 };
 use connector_store::audit_groups::{AuditGroups, Submitted};
 use connector_store::rows;
 use connector_store::{
     encode_json, subject_parts, ClaimScope, CommitCounts, StateCheck, StoreError, StoreResult,
 };
-use connector_store::{AuditQuery, AuditStore, LoggedWrite, StateWrite, WriteRecords};
+use connector_store::{
+    AuditQuery, AuditStore, BatchedWrite, LoggedWrite, StateWrite, WriteRecords,
+};
 use connector_store::{DeliveryQueue, InboxStore, ReplicaCoordination, SecretStore, StateStore};
 use connector_store::{CHANGES_KEPT, CHANGES_PRUNED_EVERY};
 use writer::{RoutedJob, WriterShared};
@@ -486,20 +494,7 @@ impl PostgresStore {
         audit: Option<(&AuditEntry, AuditAnchor)>,
     ) -> StoreResult<()> {
         let db = |e| map_err(op, e);
-        let bump = async {
-            let bump = tx
-                .prepare_cached(
-                    "WITH bumped AS (
-                         UPDATE state_version SET version = version + 1 RETURNING version
-                     )
-                     INSERT INTO state_changes (version, change)
-                     SELECT version, $1 FROM bumped
-                     RETURNING version",
-                )
-                .await
-                .map_err(db)?;
-            tx.query_one(&bump, &[&change]).await.map_err(db)
-        };
+        let bump = bump_version(&tx, op, change);
         let appended = async {
             match audit {
                 Some((entry, head)) => write_audit(&tx, op, head, vec![entry.clone()])
@@ -509,9 +504,8 @@ impl PostgresStore {
             }
         };
         let (bumped, appended) = futures::join!(bump, appended);
-        let row = bumped?;
+        let version = bumped?;
         appended?;
-        let version: i64 = col(&row, 0)?;
         if version % CHANGES_PRUNED_EVERY == 0 {
             prune_changes(&tx, version - CHANGES_KEPT, op).await?;
         }
@@ -522,6 +516,89 @@ impl PostgresStore {
         Ok(())
     }
 }
+
+/// Bumps the state version inside `tx` and keeps `change` (a [`LoggedWrite`]'s JSON) under
+/// the new version in the change log; returns that version.
+async fn bump_version(tx: &Tx<'_>, op: &str, change: &str) -> StoreResult<i64> {
+    let bump = tx
+        .prepare_cached(BUMP_VERSION)
+        .await
+        .map_err(|e| map_err(op, e))?;
+    bumped_version(tx, &bump, op, change).await
+}
+
+/// [`bump_version`] with its statement ([`BUMP_VERSION`]) prepared.
+async fn bumped_version(tx: &Tx<'_>, bump: &Statement, op: &str, change: &str) -> StoreResult<i64> {
+    let row = tx
+        .query_one(bump, &[&change])
+        .await
+        .map_err(|e| map_err(op, e))?;
+    col(&row, 0)
+}
+
+/// Upserts a unit.
+const PUT_UNIT: &str = "INSERT INTO units (id, parent, display_name, created_at)
+     VALUES ($1, $2, $3, $4)
+     ON CONFLICT (id) DO UPDATE SET
+         parent = excluded.parent,
+         display_name = excluded.display_name,
+         created_at = excluded.created_at";
+/// Upserts an agent's row.
+const PUT_AGENT: &str = "INSERT INTO agents (id, display_name, created_at, token_epoch)
+     VALUES ($1, $2, $3, $4)
+     ON CONFLICT (id) DO UPDATE SET
+         display_name = excluded.display_name,
+         created_at = excluded.created_at,
+         token_epoch = excluded.token_epoch";
+/// Drops an agent's memberships (before [`PUT_MEMBERSHIPS`]).
+const DROP_MEMBERSHIPS: &str = "DELETE FROM agent_units WHERE agent_id = $1";
+/// An agent's memberships, in order.
+const PUT_MEMBERSHIPS: &str = "INSERT INTO agent_units (agent_id, unit_id, position)
+     SELECT $1, unit, (position - 1)::integer
+     FROM unnest($2::text[]) WITH ORDINALITY AS m (unit, position)";
+/// Upserts a grant.
+const UPSERT_GRANT: &str =
+    "INSERT INTO grants (subject_kind, subject_id, tool, namespace, provenance, created_at)
+     VALUES ($1, $2, $3, $4, $5, $6)
+     ON CONFLICT (subject_kind, subject_id, tool, provenance)
+     DO UPDATE SET namespace = excluded.namespace";
+/// The statements of the writes [`sent_at_once`] says are: prepared before a batch sends
+/// them, so that each goes out on its future's first poll.
+const SENT_AT_ONCE: [&str; 5] = [
+    PUT_UNIT,
+    PUT_AGENT,
+    DROP_MEMBERSHIPS,
+    PUT_MEMBERSHIPS,
+    UPSERT_GRANT,
+];
+
+/// Whether `write`'s statements all go out on its first poll once [`SENT_AT_ONCE`] is
+/// prepared (so that several such writes sent together run in order).
+fn sent_at_once(write: &StateWrite<'_>) -> bool {
+    matches!(
+        write,
+        StateWrite::PutUnit(_) | StateWrite::PutAgent(_) | StateWrite::PutGrant(_)
+    )
+}
+
+/// Bumps the state version by as many versions as `$1` has changes and keeps each under
+/// its own version, in order; returns the versions.
+const BUMP_VERSIONS: &str = "WITH bumped AS (
+         UPDATE state_version SET version = version + cardinality($1::text[])
+         RETURNING version
+     )
+     INSERT INTO state_changes (version, change)
+     SELECT bumped.version - cardinality($1::text[]) + c.ord, c.change
+     FROM bumped, unnest($1::text[]) WITH ORDINALITY AS c (change, ord)
+     RETURNING version";
+
+/// Bumps the state version and keeps change `$1` under the new one, which it returns.
+const BUMP_VERSION: &str = "WITH bumped AS (
+         UPDATE state_version SET version = version + 1 RETURNING version
+     )
+     INSERT INTO state_changes (version, change)
+     SELECT version, $1 FROM bumped
+     RETURNING version";
 
 /// Runs `$body` in one state-changing transaction bound to `$tx` and commits it with
 /// [`PostgresStore::commit_state`] (which keeps the change-log entry of `$records`, a
@@ -889,14 +966,7 @@ impl rows::StoredRow for Pg<'_> {
 
 async fn upsert_grant(tx: &Tx<'_>, grant: &GrantRecord) -> Result<(), tokio_postgres::Error> {
     let (kind, id) = subject_parts(&grant.subject);
-    let stmt = tx
-        .prepare_cached(
-            "INSERT INTO grants (subject_kind, subject_id, tool, namespace, provenance, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (subject_kind, subject_id, tool, provenance)
-             DO UPDATE SET namespace = excluded.namespace",
-        )
-        .await?;
+    let stmt = tx.prepare_cached(UPSERT_GRANT).await?;
     tx.execute(
         &stmt,
         &[
@@ -1141,44 +1211,33 @@ impl StateStore for PostgresStore {
     }
 
     async fn write(&self, write: StateWrite<'_>, audit: Option<&AuditEntry>) -> StoreResult<bool> {
-        let put = |done: StoreResult<()>| done.map(|()| true);
-        let audit = WriteRecords::of(&write, audit)?;
-        match write {
-            StateWrite::PutConnector(c, component) => {
-                put(self.put_connector_audited(c, component, audit).await)
-            }
-            StateWrite::DeleteConnector(slug) => self.delete_connector_audited(slug, audit).await,
-            StateWrite::RotateConnector {
-                connector,
-                component,
-                kept,
-                removed,
-            } => put(self
-                .rotate_connector_audited(connector, component, kept, removed, audit)
-                .await),
-            StateWrite::PutUnit(u) => put(self.put_unit_audited(u, audit).await),
-            StateWrite::DeleteUnit(id) => self.delete_unit_audited(id, audit).await,
-            StateWrite::PutAgent(a) => put(self.put_agent_audited(a, audit).await),
-            StateWrite::DeleteAgent(id) => self.delete_agent_audited(id, audit).await,
-            StateWrite::PutBinding(b, g) => put(self.put_binding_audited(b, g, audit).await),
-            StateWrite::DeleteBinding { unit, connector } => {
-                self.delete_binding_audited(unit, connector, audit).await
-            }
-            StateWrite::PutGrant(g) => put(self.put_grant_audited(g, audit).await),
-            StateWrite::DeleteGrant {
-                subject,
-                tool,
-                provenance,
-            } => {
-                self.delete_grant_audited(subject, tool, provenance, audit)
-                    .await
-            }
-            StateWrite::PutImageTools(r) => put(self.put_image_tools_audited(r, audit).await),
+        let op = write.op();
+        let records = WriteRecords::of(&write, audit)?;
+        state_tx!(self, op, records, |tx| {
+            let changed = self.change(&tx, write).await;
+            changed
+        })
+    }
+
+    async fn write_batch(&self, writes: &[(StateWrite<'_>, &AuditEntry)]) -> Vec<BatchedWrite> {
+        match self.batch_tx(writes).await {
+            Ok(outcomes) => outcomes,
+            Err(e) => writes
+                .iter()
+                .map(|_| BatchedWrite::Failed(e.clone()))
+                .collect(),
         }
     }
 }
 
-/// The state writes, each with the audit record (if any) appended in its transaction.
+/// How a batch's write ended inside its transaction ([`PostgresStore::batch_tx`]).
+enum Ran {
+    /// Done, at this state version, with this audit entry to append.
+    Done(i64),
+    /// Failed and rolled back to its savepoint: the batch stops here.
+    Failed(StoreError),
+}
+
 impl PostgresStore {
     /// One of the audit chain's two points (`sql` reads its seq and hash).
     async fn chain_point(&self, sql: &str, ctx: &str) -> StoreResult<AuditAnchor> {
@@ -1193,249 +1252,371 @@ impl PostgresStore {
         })
     }
 
-    async fn put_connector_audited(
+    /// [`StateStore::write_batch`]: all at once ([`PostgresStore::batch_at_once`]), or,
+    /// when a write of it failed there, one savepoint each
+    /// ([`PostgresStore::batch_one_by_one`]), which stops at that write. `Err`: the
+    /// transaction failed as a whole (nothing of the batch is stored).
+    async fn batch_tx(
         &self,
-        connector: &ConnectorRecord,
-        component: &[u8],
-        audit: WriteRecords<'_>,
-    ) -> StoreResult<()> {
-        state_tx!(self, "put_connector", audit, |tx| {
-            self.write_connector(&tx, connector, component).await
-        })
+        writes: &[(StateWrite<'_>, &AuditEntry)],
+    ) -> StoreResult<Vec<BatchedWrite>> {
+        if writes.len() > 1 && self.batch_at_once(writes).await? {
+            return Ok(vec![BatchedWrite::Committed; writes.len()]);
+        }
+        self.batch_one_by_one(writes).await
     }
 
-    async fn delete_connector_audited(
-        &self,
-        slug: &str,
-        audit: WriteRecords<'_>,
-    ) -> StoreResult<bool> {
-        state_tx!(self, "delete_connector", audit, |tx| {
-            let db = |e| map_err("delete_connector", e);
-            tx.execute("DELETE FROM bindings WHERE connector = $1", &[&slug])
-                .await
-                .map_err(db)?;
-            tx.execute(
-                "DELETE FROM grants WHERE provenance = $1",
-                &[&GrantProvenance::connector_text(slug)],
-            )
-            .await
-            .map_err(db)?;
-            let n = tx
-                .execute("DELETE FROM connectors WHERE slug = $1", &[&slug])
-                .await
-                .map_err(db)?;
-            Ok(n > 0)
-        })
-    }
-
-    async fn rotate_connector_audited(
-        &self,
-        connector: &ConnectorRecord,
-        component: &[u8],
-        kept: &[(BindingRecord, GrantRecord)],
-        removed: &[String],
-        audit: WriteRecords<'_>,
-    ) -> StoreResult<()> {
-        state_tx!(self, "rotate_connector", audit, |tx| {
-            self.write_connector(&tx, connector, component).await?;
-            for unit in removed {
-                self.remove_binding(&tx, unit, &connector.slug).await?;
+    /// The whole batch in one transaction with no savepoint: the version lock and the
+    /// audit chain's head (sent together); the changes, those [`sent_at_once`] in one
+    /// pipeline; every version bump and change-log entry in one statement, sent with the
+    /// audit records; one commit. A handful of round trips per batch, whatever its size.
+    /// `false`: a change failed, and the transaction was rolled back (the batch is then
+    /// written one savepoint each, to find which).
+    async fn batch_at_once(&self, writes: &[(StateWrite<'_>, &AuditEntry)]) -> StoreResult<bool> {
+        let op = "writing a batch of state changes";
+        let db = |e| map_err(op, e);
+        let changes = match writes
+            .iter()
+            .map(|(write, _)| WriteRecords::of(write, None).map(|r| r.change))
+            .collect::<StoreResult<Vec<String>>>()
+        {
+            Ok(changes) => changes,
+            Err(_) => return Ok(false),
+        };
+        let mut conn = self.conn(op).await?;
+        let tx = read_committed(&mut conn).await.map_err(db)?;
+        let version_lock = prepare_first(&tx, &[VERSION_LOCK]).await.map_err(db)?;
+        let (fresh, head, prepared) = futures::join!(
+            self.refuse_stale(&tx, &version_lock[0], op),
+            lock_audit_head(&tx, op),
+            prepare_first(&tx, &SENT_AT_ONCE),
+        );
+        fresh?;
+        let head = head?;
+        prepared.map_err(db)?;
+        let mut rest = writes;
+        while let Some(((first, _), _)) = rest.split_first() {
+            // A run of writes sent at once goes out together (at most 30: `join_all`
+            // polls that many in order); any other write alone.
+            let run = if sent_at_once(first) {
+                rest.iter()
+                    .take(30)
+                    .take_while(|(w, _)| sent_at_once(w))
+                    .count()
+            } else {
+                1
+            };
+            let (now, later) = rest.split_at(run);
+            rest = later;
+            let done =
+                futures::future::join_all(now.iter().map(|(w, _)| self.change(&tx, *w))).await;
+            if done.iter().any(Result::is_err) {
+                return Ok(false);
             }
-            for (b, g) in kept {
-                self.write_binding(&tx, b, g).await?;
+        }
+        let [bump] = prepare_first(&tx, &[BUMP_VERSIONS]).await.map_err(db)?;
+        let entries = writes.iter().map(|(_, audit)| (*audit).clone()).collect();
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&changes];
+        let (bumped, appended) = futures::join!(
+            tx.query(&bump, &params),
+            write_audit(&tx, op, head, entries)
+        );
+        let versions = bumped
+            .map_err(db)?
+            .iter()
+            .map(|row| col::<i64>(row, 0))
+            .collect::<StoreResult<Vec<i64>>>()?;
+        appended?;
+        let newest = versions.iter().copied().max().unwrap_or_default();
+        let oldest = versions.iter().copied().min().unwrap_or_default();
+        if (oldest..=newest).any(|v| v % CHANGES_PRUNED_EVERY == 0) {
+            prune_changes(&tx, newest - CHANGES_KEPT, op).await?;
+        }
+        tx.commit().await.map_err(db)?;
+        // Recorded only after the commit (see `commit_state`).
+        self.own_versions.lock().extend(versions);
+        Ok(true)
+    }
+
+    /// The batch in one transaction, each write in its own savepoint with its version
+    /// bump and change-log entry, up to the first that fails; then the audit records of
+    /// the writes done, appended together, and one commit.
+    async fn batch_one_by_one(
+        &self,
+        writes: &[(StateWrite<'_>, &AuditEntry)],
+    ) -> StoreResult<Vec<BatchedWrite>> {
+        let op = "writing a batch of state changes";
+        let db = |e| map_err(op, e);
+        let mut conn = self.conn(op).await?;
+        let tx = read_committed(&mut conn).await.map_err(db)?;
+        let version_lock = prepare_first(&tx, &[VERSION_LOCK]).await.map_err(db)?;
+        let (fresh, head) = futures::join!(
+            self.refuse_stale(&tx, &version_lock[0], op),
+            lock_audit_head(&tx, op)
+        );
+        fresh?;
+        let head = head?;
+        // A lone write needs no savepoint: its failure rolls the transaction back.
+        let savepoints = writes.len() > 1;
+        let mut ran = Vec::with_capacity(writes.len());
+        for (write, _) in writes {
+            match self.batched_change(&tx, *write, savepoints).await? {
+                Ran::Done(version) => ran.push(Ran::Done(version)),
+                failed @ Ran::Failed(_) => {
+                    ran.push(failed);
+                    break;
+                }
             }
-            Ok(())
-        })
+        }
+        let done: Vec<i64> = ran
+            .iter()
+            .filter_map(|r| match r {
+                Ran::Done(v) => Some(*v),
+                Ran::Failed(_) => None,
+            })
+            .collect();
+        if done.is_empty() {
+            // Nothing to commit (the first write failed): the transaction is rolled back.
+            drop(tx);
+        } else {
+            let entries = writes[..done.len()]
+                .iter()
+                .map(|(_, audit)| (*audit).clone())
+                .collect();
+            write_audit(&tx, op, head, entries).await?;
+            let newest = done.iter().copied().max().unwrap_or_default();
+            let oldest = done.iter().copied().min().unwrap_or_default();
+            if (oldest..=newest).any(|v| v % CHANGES_PRUNED_EVERY == 0) {
+                prune_changes(&tx, newest - CHANGES_KEPT, op).await?;
+            }
+            tx.commit().await.map_err(db)?;
+            // Recorded only after the commit (see `commit_state`).
+            self.own_versions.lock().extend(done.iter().copied());
+        }
+        let mut outcomes: Vec<BatchedWrite> = ran
+            .into_iter()
+            .map(|r| match r {
+                Ran::Done(_) => BatchedWrite::Committed,
+                Ran::Failed(e) => BatchedWrite::Failed(e),
+            })
+            .collect();
+        outcomes.resize(writes.len(), BatchedWrite::NotRun);
+        Ok(outcomes)
     }
 
-    async fn put_unit_audited(
+    /// One write of a batch inside `tx` (in a savepoint of its own with `savepoint`):
+    /// the change, then its version bump and change-log entry. `Err`: the transaction
+    /// cannot go on.
+    async fn batched_change(
         &self,
-        unit: &UnitRecord,
-        audit: WriteRecords<'_>,
-    ) -> StoreResult<()> {
-        state_tx!(self, "put_unit", audit, |tx| {
-            exec(
-                &tx,
-                "INSERT INTO units (id, parent, display_name, created_at)
-                 VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (id) DO UPDATE SET
-                     parent = excluded.parent,
-                     display_name = excluded.display_name,
-                     created_at = excluded.created_at",
-                &[
-                    &unit.id,
-                    &unit.parent,
-                    &pg_opt_text(&unit.display_name),
-                    &unit.created_at,
-                ],
-            )
-            .await
-            .map_err(|e| map_err("put_unit", e))?;
-            Ok(())
-        })
-    }
-
-    async fn delete_unit_audited(&self, id: &str, audit: WriteRecords<'_>) -> StoreResult<bool> {
-        state_tx!(self, "delete_unit", audit, |tx| {
-            let db = |e| map_err("delete_unit", e);
-            tx.execute("DELETE FROM bindings WHERE unit_id = $1", &[&id])
+        tx: &Tx<'_>,
+        write: StateWrite<'_>,
+        savepoint: bool,
+    ) -> StoreResult<Ran> {
+        let op = write.op();
+        let db = |e| map_err(op, e);
+        let records = match WriteRecords::of(&write, None) {
+            Ok(records) => records,
+            Err(e) => return Ok(Ran::Failed(e)),
+        };
+        let opened = async {
+            if savepoint {
+                tx.batch_execute("SAVEPOINT batched").await.map_err(db)
+            } else {
+                Ok(())
+            }
+        };
+        let (opened, changed) = futures::join!(opened, self.change(tx, write));
+        opened?;
+        let bumped = match changed {
+            // Sent together: a failed bump makes the release fail too (the transaction
+            // is aborted up to the savepoint), and the rollback below restores it.
+            Ok(_) => {
+                // Prepared first, so that the bump goes out before the release.
+                let [bump] = prepare_first(tx, &[BUMP_VERSION]).await.map_err(db)?;
+                let released = async {
+                    if savepoint {
+                        tx.batch_execute("RELEASE SAVEPOINT batched").await
+                    } else {
+                        Ok(())
+                    }
+                };
+                let (bumped, released) =
+                    futures::join!(bumped_version(tx, &bump, op, &records.change), released);
+                match bumped {
+                    Ok(version) => {
+                        released.map_err(db)?;
+                        return Ok(Ran::Done(version));
+                    }
+                    Err(e) => e,
+                }
+            }
+            Err(e) => e,
+        };
+        if savepoint {
+            tx.batch_execute("ROLLBACK TO SAVEPOINT batched; RELEASE SAVEPOINT batched")
                 .await
                 .map_err(db)?;
-            tx.execute("DELETE FROM agent_units WHERE unit_id = $1", &[&id])
-                .await
-                .map_err(db)?;
-            tx.execute(
-                "DELETE FROM grants WHERE subject_kind = 'unit' AND subject_id = $1",
-                &[&id],
-            )
-            .await
-            .map_err(db)?;
-            let n = tx
-                .execute("DELETE FROM units WHERE id = $1", &[&id])
-                .await
-                .map_err(db)?;
-            Ok(n > 0)
-        })
+        }
+        Ok(Ran::Failed(bumped))
     }
 
-    async fn put_agent_audited(
-        &self,
-        agent: &AgentRecord,
-        audit: WriteRecords<'_>,
-    ) -> StoreResult<()> {
-        state_tx!(self, "put_agent", audit, |tx| {
-            let units: Vec<&str> = agent.units.iter().map(String::as_str).collect();
-            let display_name = pg_opt_text(&agent.display_name);
-            let row: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [
-                &agent.id,
-                &display_name,
-                &agent.created_at,
-                &agent.token_epoch,
-            ];
-            let id: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&agent.id];
-            let members: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&agent.id, &units];
-            // In this order, sent together.
-            let (agent_row, dropped, memberships) = futures::join!(
-                exec(
-                    &tx,
-                    "INSERT INTO agents (id, display_name, created_at, token_epoch)
-                     VALUES ($1, $2, $3, $4)
-                     ON CONFLICT (id) DO UPDATE SET
-                         display_name = excluded.display_name,
-                         created_at = excluded.created_at,
-                         token_epoch = excluded.token_epoch",
-                    &row,
-                ),
-                exec(&tx, "DELETE FROM agent_units WHERE agent_id = $1", &id),
-                exec(
-                    &tx,
-                    "INSERT INTO agent_units (agent_id, unit_id, position)
-                     SELECT $1, unit, (position - 1)::integer
-                     FROM unnest($2::text[]) WITH ORDINALITY AS m (unit, position)",
-                    &members,
-                ),
-            );
-            first_failure("put_agent", [agent_row, dropped, memberships])
-        })
-    }
-
-    async fn delete_agent_audited(&self, id: &str, audit: WriteRecords<'_>) -> StoreResult<bool> {
-        state_tx!(self, "delete_agent", audit, |tx| {
-            let db = |e| map_err("delete_agent", e);
-            tx.execute("DELETE FROM agent_units WHERE agent_id = $1", &[&id])
-                .await
-                .map_err(db)?;
-            tx.execute("DELETE FROM image_tools WHERE agent_id = $1", &[&id])
-                .await
-                .map_err(db)?;
-            tx.execute(
-                "DELETE FROM grants WHERE subject_kind = 'agent' AND subject_id = $1",
-                &[&id],
-            )
-            .await
-            .map_err(db)?;
-            let n = tx
-                .execute("DELETE FROM agents WHERE id = $1", &[&id])
-                .await
-                .map_err(db)?;
-            Ok(n > 0)
-        })
-    }
-
-    async fn put_binding_audited(
-        &self,
-        binding: &BindingRecord,
-        grant: &GrantRecord,
-        audit: WriteRecords<'_>,
-    ) -> StoreResult<()> {
-        state_tx!(self, "put_binding", audit, |tx| {
-            self.write_binding(&tx, binding, grant).await
-        })
-    }
-
-    async fn delete_binding_audited(
-        &self,
-        unit_id: &str,
-        connector: &str,
-        audit: WriteRecords<'_>,
-    ) -> StoreResult<bool> {
-        state_tx!(self, "delete_binding", audit, |tx| {
-            self.remove_binding(&tx, unit_id, connector).await
-        })
-    }
-
-    async fn put_grant_audited(
-        &self,
-        grant: &GrantRecord,
-        audit: WriteRecords<'_>,
-    ) -> StoreResult<()> {
-        state_tx!(self, "put_grant", audit, |tx| {
-            upsert_grant(&tx, grant)
-                .await
-                .map_err(|e| map_err("put_grant", e))
-        })
-    }
-
-    async fn delete_grant_audited(
-        &self,
-        subject: &Subject,
-        tool: &str,
-        provenance: &GrantProvenance,
-        audit: WriteRecords<'_>,
-    ) -> StoreResult<bool> {
-        let provenance = provenance.to_string();
-        state_tx!(self, "delete_grant", audit, |tx| {
-            let (kind, id) = subject_parts(subject);
-            let n = tx
-                .execute(
-                    "DELETE FROM grants WHERE subject_kind = $1 AND subject_id = $2
-                     AND tool = $3 AND provenance = $4",
-                    &[&kind, &id, &tool, &provenance],
+    /// Makes `write`'s change inside `tx`: no version bump and no records (see
+    /// `state_tx!` and [`PostgresStore::batch_tx`]). `false`: a delete found nothing to
+    /// delete.
+    async fn change(&self, tx: &Tx<'_>, write: StateWrite<'_>) -> StoreResult<bool> {
+        let op = write.op();
+        let db = |e| map_err(op, e);
+        match write {
+            StateWrite::PutConnector(connector, component) => {
+                self.write_connector(tx, connector, component).await?;
+                Ok(true)
+            }
+            StateWrite::DeleteConnector(slug) => {
+                tx.execute("DELETE FROM bindings WHERE connector = $1", &[&slug])
+                    .await
+                    .map_err(db)?;
+                tx.execute(
+                    "DELETE FROM grants WHERE provenance = $1",
+                    &[&GrantProvenance::connector_text(slug)],
                 )
                 .await
-                .map_err(|e| map_err("delete_grant", e))?;
-            Ok(n > 0)
-        })
-    }
-
-    async fn put_image_tools_audited(
-        &self,
-        record: &ImageToolsRecord,
-        audit: WriteRecords<'_>,
-    ) -> StoreResult<()> {
-        state_tx!(self, "put_image_tools", audit, |tx| {
-            let tools = encode_json("put_image_tools", &record.tools)?;
-            tx.execute(
-                "INSERT INTO image_tools (agent_id, digest, tools) VALUES ($1, $2, $3)
-                 ON CONFLICT (agent_id) DO UPDATE SET
-                     digest = excluded.digest,
-                     tools = excluded.tools",
-                &[&record.agent_id, &record.digest, &tools],
-            )
-            .await
-            .map_err(|e| map_err("put_image_tools", e))?;
-            Ok(())
-        })
+                .map_err(db)?;
+                let n = tx
+                    .execute("DELETE FROM connectors WHERE slug = $1", &[&slug])
+                    .await
+                    .map_err(db)?;
+                Ok(n > 0)
+            }
+            StateWrite::RotateConnector {
+                connector,
+                component,
+                kept,
+                removed,
+            } => {
+                self.write_connector(tx, connector, component).await?;
+                for unit in removed {
+                    self.remove_binding(tx, unit, &connector.slug).await?;
+                }
+                for (b, g) in kept {
+                    self.write_binding(tx, b, g).await?;
+                }
+                Ok(true)
+            }
+            StateWrite::PutUnit(unit) => {
+                exec(
+                    tx,
+                    PUT_UNIT,
+                    &[
+                        &unit.id,
+                        &unit.parent,
+                        &pg_opt_text(&unit.display_name),
+                        &unit.created_at,
+                    ],
+                )
+                .await
+                .map_err(db)?;
+                Ok(true)
+            }
+            StateWrite::DeleteUnit(id) => {
+                tx.execute("DELETE FROM bindings WHERE unit_id = $1", &[&id])
+                    .await
+                    .map_err(db)?;
+                tx.execute("DELETE FROM agent_units WHERE unit_id = $1", &[&id])
+                    .await
+                    .map_err(db)?;
+                tx.execute(
+                    "DELETE FROM grants WHERE subject_kind = 'unit' AND subject_id = $1",
+                    &[&id],
+                )
+                .await
+                .map_err(db)?;
+                let n = tx
+                    .execute("DELETE FROM units WHERE id = $1", &[&id])
+                    .await
+                    .map_err(db)?;
+                Ok(n > 0)
+            }
+            StateWrite::PutAgent(agent) => {
+                let units: Vec<&str> = agent.units.iter().map(String::as_str).collect();
+                let display_name = pg_opt_text(&agent.display_name);
+                let row: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [
+                    &agent.id,
+                    &display_name,
+                    &agent.created_at,
+                    &agent.token_epoch,
+                ];
+                let id: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&agent.id];
+                let members: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&agent.id, &units];
+                // In this order, sent together.
+                let (agent_row, dropped, memberships) = futures::join!(
+                    exec(tx, PUT_AGENT, &row),
+                    exec(tx, DROP_MEMBERSHIPS, &id),
+                    exec(tx, PUT_MEMBERSHIPS, &members),
+                );
+                first_failure(op, [agent_row, dropped, memberships])?;
+                Ok(true)
+            }
+            StateWrite::DeleteAgent(id) => {
+                tx.execute("DELETE FROM agent_units WHERE agent_id = $1", &[&id])
+                    .await
+                    .map_err(db)?;
+                tx.execute("DELETE FROM image_tools WHERE agent_id = $1", &[&id])
+                    .await
+                    .map_err(db)?;
+                tx.execute(
+                    "DELETE FROM grants WHERE subject_kind = 'agent' AND subject_id = $1",
+                    &[&id],
+                )
+                .await
+                .map_err(db)?;
+                let n = tx
+                    .execute("DELETE FROM agents WHERE id = $1", &[&id])
+                    .await
+                    .map_err(db)?;
+                Ok(n > 0)
+            }
+            StateWrite::PutBinding(binding, grant) => {
+                self.write_binding(tx, binding, grant).await?;
+                Ok(true)
+            }
+            StateWrite::DeleteBinding { unit, connector } => {
+                self.remove_binding(tx, unit, connector).await
+            }
+            StateWrite::PutGrant(grant) => {
+                upsert_grant(tx, grant).await.map_err(db)?;
+                Ok(true)
+            }
+            StateWrite::DeleteGrant {
+                subject,
+                tool,
+                provenance,
+            } => {
+                let (kind, id) = subject_parts(subject);
+                let n = tx
+                    .execute(
+                        "DELETE FROM grants WHERE subject_kind = $1 AND subject_id = $2
+                         AND tool = $3 AND provenance = $4",
+                        &[&kind, &id, &tool, &provenance.to_string()],
+                    )
+                    .await
+                    .map_err(db)?;
+                Ok(n > 0)
+            }
+            StateWrite::PutImageTools(record) => {
+                let tools = encode_json(op, &record.tools)?;
+                tx.execute(
+                    "INSERT INTO image_tools (agent_id, digest, tools) VALUES ($1, $2, $3)
+                     ON CONFLICT (agent_id) DO UPDATE SET
+                         digest = excluded.digest,
+                         tools = excluded.tools",
+                    &[&record.agent_id, &record.digest, &tools],
+                )
+                .await
+                .map_err(db)?;
+                Ok(true)
+            }
+        }
     }
 }
 

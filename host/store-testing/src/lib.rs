@@ -105,6 +105,7 @@ macro_rules! store_conformance_tests {
             inboxes_read_newest_first_by_cursor
             audited_writes_and_appends_form_one_chain
             a_failed_audited_write_leaves_no_record
+            a_batch_commits_up_to_its_first_failing_write
             concurrent_appends_through_two_handles_form_one_chain
             entries_appended_one_by_one_join_the_chain_once_each
             a_failed_group_of_appended_entries_keeps_none_of_them
@@ -2381,6 +2382,76 @@ async fn check_chain(store: &dyn Store) -> (u64, Option<i64>) {
         check.next(&record);
     }
     (check.checked(), check.first_broken())
+}
+
+/// A batch writes each write as its own version with its record, in order; the first
+/// write that fails stops it: those before it commit, it and those after it leave nothing.
+pub async fn a_batch_commits_up_to_its_first_failing_write(factory: &dyn StoreFactory) {
+    use connector_store::BatchedWrite;
+    let store = factory.open().await;
+    let at = "2026-01-01T00:00:00.000Z";
+    store.put_unit(&unit("team", None)).await.unwrap();
+    let before = store.load().await.unwrap().version;
+    let (a, b, c) = (unit("a", None), unit("b", None), unit("c", None));
+    let record = |target: &str| audit_entry(Actor::operator(), "unit.put", target, at);
+    let (ra, rb, rc) = (record("unit:a"), record("unit:b"), record("unit:c"));
+    let outcomes = store
+        .write_batch(&[
+            (StateWrite::PutUnit(&a), &ra),
+            (StateWrite::PutUnit(&b), &rb),
+        ])
+        .await;
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, BatchedWrite::Committed)),
+        "{outcomes:?}"
+    );
+    let stored = store.load().await.unwrap();
+    assert_eq!(stored.version, before + 2, "one version per write");
+    assert_eq!(stored.units.len(), 3);
+
+    factory.inject(Some(Fault::AfterBindingWrite)).await;
+    let bound = binding("team", "acme", json!({}));
+    let grant = connector_grant("team", "acme", "acme");
+    let rbind = audit_entry(Actor::operator(), "binding.put", "binding:team/acme", at);
+    let outcomes = store
+        .write_batch(&[
+            (StateWrite::PutUnit(&c), &rc),
+            (StateWrite::PutBinding(&bound, &grant), &rbind),
+            (StateWrite::PutUnit(&unit("d", None)), &record("unit:d")),
+        ])
+        .await;
+    assert!(
+        matches!(
+            outcomes.as_slice(),
+            [
+                BatchedWrite::Committed,
+                BatchedWrite::Failed(e),
+                BatchedWrite::NotRun
+            ] if is_injected(e)
+        ),
+        "{outcomes:?}"
+    );
+    let stored = store.load().await.unwrap();
+    assert_eq!(
+        stored.version,
+        before + 3,
+        "only the write before the failure"
+    );
+    let mut units: Vec<&str> = stored.units.iter().map(|u| u.id.as_str()).collect();
+    units.sort_unstable();
+    assert_eq!(units, vec!["a", "b", "c", "team"]);
+    assert!(stored.bindings.is_empty() && stored.grants.is_empty());
+    let targets: Vec<String> = store
+        .audit_records(&every_record(100))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.target)
+        .collect();
+    assert_eq!(targets, vec!["unit:a", "unit:b", "unit:c"]);
+    assert_eq!(check_chain(store.as_ref()).await, (3, None));
 }
 
 pub async fn audited_writes_and_appends_form_one_chain(factory: &dyn StoreFactory) {

@@ -399,6 +399,38 @@ pub trait StateStore: Send + Sync + 'static {
     async fn write_audited(&self, write: StateWrite<'_>, audit: &AuditEntry) -> StoreResult<()> {
         self.write(write, Some(audit)).await.map(drop)
     }
+    /// Writes `writes` in order, each exactly as [`StateStore::write_audited`] does (its
+    /// own state version, change-log entry and audit record), in as few transactions as
+    /// the store can: one commit's fixed cost (a WAL flush) is shared by the batch. Each
+    /// write is all or nothing on its own (a savepoint each); the first that fails stops
+    /// the batch, and those after it are not run (they may have been decided on top of
+    /// it). The answer has one outcome per write, in order: a write is
+    /// [`BatchedWrite::Committed`] only once the transaction holding it has committed.
+    async fn write_batch(&self, writes: &[(StateWrite<'_>, &AuditEntry)]) -> Vec<BatchedWrite> {
+        let mut outcomes = Vec::with_capacity(writes.len());
+        for (write, audit) in writes {
+            let outcome = match outcomes.last() {
+                Some(BatchedWrite::Failed(_) | BatchedWrite::NotRun) => BatchedWrite::NotRun,
+                _ => match self.write_audited(*write, audit).await {
+                    Ok(()) => BatchedWrite::Committed,
+                    Err(e) => BatchedWrite::Failed(e),
+                },
+            };
+            outcomes.push(outcome);
+        }
+        outcomes
+    }
+}
+
+/// What became of one write of [`StateStore::write_batch`].
+#[derive(Debug, Clone)]
+pub enum BatchedWrite {
+    /// Committed, with its audit record and change-log entry.
+    Committed,
+    /// Not stored: it failed, or the transaction holding it did not commit.
+    Failed(StoreError),
+    /// Not run: an earlier write of the batch failed first.
+    NotRun,
 }
 
 /// One of [`StateStore`]'s writes, named as a value (for [`StateStore::write_audited`]).
@@ -449,6 +481,26 @@ pub enum StateWrite<'a> {
     },
     /// [`StateStore::put_image_tools`].
     PutImageTools(&'a ImageToolsRecord),
+}
+
+impl StateWrite<'_> {
+    /// The write's name, as errors about it say.
+    pub fn op(&self) -> &'static str {
+        match self {
+            StateWrite::PutConnector(..) => "put_connector",
+            StateWrite::DeleteConnector(_) => "delete_connector",
+            StateWrite::RotateConnector { .. } => "rotate_connector",
+            StateWrite::PutUnit(_) => "put_unit",
+            StateWrite::DeleteUnit(_) => "delete_unit",
+            StateWrite::PutAgent(_) => "put_agent",
+            StateWrite::DeleteAgent(_) => "delete_agent",
+            StateWrite::PutBinding(..) => "put_binding",
+            StateWrite::DeleteBinding { .. } => "delete_binding",
+            StateWrite::PutGrant(_) => "put_grant",
+            StateWrite::DeleteGrant { .. } => "delete_grant",
+            StateWrite::PutImageTools(_) => "put_image_tools",
+        }
+    }
 }
 
 /// Which records [`AuditStore::audit_records`] returns: those after `after` that match

@@ -85,7 +85,12 @@ impl Directory {
 
     /// Whether some unit has `id` as its parent.
     pub fn has_children(&self, id: &str) -> bool {
-        self.children.get(id).copied().unwrap_or(0) > 0
+        self.child_count(id) > 0
+    }
+
+    /// How many units have `id` as their parent.
+    pub fn child_count(&self, id: &str) -> usize {
+        self.children.get(id).copied().unwrap_or(0)
     }
 
     /// Whether making `parent` the parent of `unit` would close a cycle.
@@ -236,10 +241,10 @@ impl Directory {
     }
 
     /// Every binding of a connector.
-    pub fn bindings_of_connector<'a>(
+    pub fn bindings_of_connector<'a, 'c>(
         &'a self,
-        connector: &'a str,
-    ) -> impl Iterator<Item = &'a BindingRecord> + 'a {
+        connector: &'c str,
+    ) -> impl Iterator<Item = &'a BindingRecord> + use<'a, 'c> {
         self.bindings.values().filter_map(move |m| m.get(connector))
     }
 
@@ -372,15 +377,7 @@ impl Directory {
 
     /// Upserts a grant keyed by subject, tool and provenance.
     pub fn put_grant(&mut self, grant: GrantRecord) {
-        let list = self.grants.entry(grant.subject.clone()).or_default();
-        if let Some(existing) = list
-            .iter_mut()
-            .find(|g| g.tool == grant.tool && g.provenance == grant.provenance)
-        {
-            existing.namespace = grant.namespace;
-        } else {
-            list.push(grant);
-        }
+        upsert_grant(self.grants.entry(grant.subject.clone()).or_default(), grant);
     }
 
     /// Removes the grant keyed by subject, tool and provenance; whether there was one.
@@ -406,6 +403,18 @@ impl Directory {
     /// Sets an agent's image tools.
     pub fn put_image_tools(&mut self, record: ImageToolsRecord) {
         self.image_tools.insert(record.agent_id.clone(), record);
+    }
+}
+
+/// Upserts `grant` into `list`, a subject's grants, keyed by tool and provenance.
+pub fn upsert_grant(list: &mut Vec<GrantRecord>, grant: GrantRecord) {
+    if let Some(existing) = list
+        .iter_mut()
+        .find(|g| g.tool == grant.tool && g.provenance == grant.provenance)
+    {
+        existing.namespace = grant.namespace;
+    } else {
+        list.push(grant);
     }
 }
 

@@ -399,7 +399,7 @@ mod tests {
                             "unit.put",
                             "unit:ours".into(),
                         ),
-                        || Ok((StateChange::PutUnit(unit("ours", None)), ())),
+                        |_| Ok((StateChange::PutUnit(unit("ours", None)), ())),
                     )
                     .await
             }

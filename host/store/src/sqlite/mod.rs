@@ -2,8 +2,9 @@
 //!
 //! - One writing connection behind a mutex. Every write runs as one `BEGIN IMMEDIATE`
 //!   transaction — or, when writes arrive together, as one savepoint each inside a shared
-//!   one, committed at once ([`writer`]: group commit) — so a failure anywhere in a write
-//!   rolls that whole write back, and two
+//!   one, committed at once ([`writer`]: group commit; a batch of state writes,
+//!   [`StateStore::write_batch`](crate::StateStore::write_batch), is sent as one job each, together) — so a failure
+//!   anywhere in a write rolls that whole write back, and two
 //!   handles (or processes) on the same file never interleave inside one method: the
 //!   de-duplication check of [`DeliveryQueue::insert_delivery`](crate::DeliveryQueue::insert_delivery) and the row selection of
 //!   [`DeliveryQueue::claim_deliveries`](crate::DeliveryQueue::claim_deliveries) are atomic with their writes.
@@ -64,7 +65,7 @@ mod writer;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
@@ -79,14 +80,14 @@ use crate::rows;
 use crate::{
     encode_json, subject_parts, ClaimScope, CommitCounts, StateCheck, StoreError, StoreResult,
 };
+use crate::{BatchedWrite, LoggedWrite, StateWrite, WriteRecords};
 use crate::{DeliveryQueue, InboxStore, ReplicaCoordination, SecretStore, StateStore};
-use crate::{LoggedWrite, StateWrite, WriteRecords};
 use audit::append_audit;
 use connector_model::audit::AuditEntry;
 use connector_model::provenance::GrantProvenance;
 use connector_model::records::{
-    rederive, AgentRecord, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus,
-    GrantRecord, ImageToolsRecord, MessageRecord, Snapshot, Subject, UnitRecord,
+    rederive, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus, GrantRecord,
+    MessageRecord, Snapshot,
 };
 use writer::Job;
 
@@ -1025,44 +1026,272 @@ impl StateStore for SqliteStore {
     }
 
     async fn write(&self, write: StateWrite<'_>, audit: Option<&AuditEntry>) -> StoreResult<bool> {
-        let put = |done: StoreResult<()>| done.map(|()| true);
-        let audit = WriteRecords::of(&write, audit)?;
-        match write {
-            StateWrite::PutConnector(c, component) => {
-                put(self.put_connector_audited(c, component, audit).await)
+        let op = write.op();
+        let records = WriteRecords::of(&write, audit)?;
+        self.write_state(op, records, change_job(write)).await
+    }
+
+    /// Each write is a job of its own for the writer, sent together so that they share
+    /// its group commits. The first to fail stops the batch: the jobs after it see that
+    /// and do nothing (they are [`BatchedWrite::NotRun`]), also when its group's commit
+    /// failed after it ran (the writer answers a group before it runs the next).
+    async fn write_batch(&self, writes: &[(StateWrite<'_>, &AuditEntry)]) -> Vec<BatchedWrite> {
+        /// What one job of the batch says.
+        type Said = (StoreResult<bool>, bool);
+        let stopped = Arc::new(AtomicBool::new(false));
+        let mut answers: Vec<StoreResult<tokio::sync::oneshot::Receiver<Said>>> =
+            Vec::with_capacity(writes.len());
+        for (write, audit) in writes {
+            let op = write.op();
+            let records = match WriteRecords::of(write, Some(audit)) {
+                Ok(records) => records,
+                Err(e) => {
+                    answers.push(Err(e));
+                    break;
+                }
+            };
+            let change = change_job(*write);
+            let audit = (*audit).clone();
+            let skipped = Arc::new(AtomicBool::new(false));
+            let run = {
+                let (stopped, skipped) = (stopped.clone(), skipped.clone());
+                move |tx: &Transaction<'_>| {
+                    if stopped.load(Ordering::SeqCst) {
+                        skipped.store(true, Ordering::SeqCst);
+                        return Err(StoreError::Unavailable(format!(
+                            "{op}: not run: an earlier write of its batch failed"
+                        )));
+                    }
+                    let out = change(tx).and_then(|changed| {
+                        append_audit(tx, op, vec![audit])?;
+                        Ok(changed)
+                    });
+                    if out.is_err() {
+                        stopped.store(true, Ordering::SeqCst);
+                    }
+                    out
+                }
+            };
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            let reply = {
+                let stopped = stopped.clone();
+                move |out: StoreResult<bool>| {
+                    if out.is_err() {
+                        stopped.store(true, Ordering::SeqCst);
+                    }
+                    let _ = reply.send((out, skipped.load(Ordering::SeqCst)));
+                }
+            };
+            let sent = self
+                .writer
+                .send(Job::new(op, Some(records.change), run, reply))
+                .map(|()| answer)
+                .map_err(|_| StoreError::Unavailable(format!("{op}: the database writer stopped")));
+            let failed = sent.is_err();
+            answers.push(sent);
+            if failed {
+                break;
             }
-            StateWrite::DeleteConnector(slug) => self.delete_connector_audited(slug, audit).await,
-            StateWrite::RotateConnector {
-                connector,
-                component,
-                kept,
-                removed,
-            } => put(self
-                .rotate_connector_audited(connector, component, kept, removed, audit)
-                .await),
-            StateWrite::PutUnit(u) => put(self.put_unit_audited(u, audit).await),
-            StateWrite::DeleteUnit(id) => self.delete_unit_audited(id, audit).await,
-            StateWrite::PutAgent(a) => put(self.put_agent_audited(a, audit).await),
-            StateWrite::DeleteAgent(id) => self.delete_agent_audited(id, audit).await,
-            StateWrite::PutBinding(b, g) => put(self.put_binding_audited(b, g, audit).await),
-            StateWrite::DeleteBinding { unit, connector } => {
-                self.delete_binding_audited(unit, connector, audit).await
-            }
-            StateWrite::PutGrant(g) => put(self.put_grant_audited(g, audit).await),
-            StateWrite::DeleteGrant {
-                subject,
-                tool,
-                provenance,
-            } => {
-                self.delete_grant_audited(subject, tool, provenance, audit)
-                    .await
-            }
-            StateWrite::PutImageTools(r) => put(self.put_image_tools_audited(r, audit).await),
+        }
+        let mut outcomes = Vec::with_capacity(writes.len());
+        for answer in answers {
+            let said = match answer {
+                Ok(answer) => answer.await.map_err(|_| {
+                    StoreError::Unavailable("the database writer did not answer".into())
+                }),
+                Err(e) => Err(e),
+            };
+            outcomes.push(match said {
+                Ok((Ok(_), _)) => BatchedWrite::Committed,
+                Ok((Err(_), true)) => BatchedWrite::NotRun,
+                Ok((Err(e), false)) | Err(e) => BatchedWrite::Failed(e),
+            });
+        }
+        outcomes.resize(writes.len(), BatchedWrite::NotRun);
+        outcomes
+    }
+}
+
+/// A change to the state as one job for the writer thread (owned, so it can be sent
+/// there): the statements of `write`, without the version bump and the records that
+/// [`SqliteStore::write_state`] adds. `false`: a delete found nothing to delete.
+type ChangeJob = Box<dyn FnOnce(&Transaction<'_>) -> StoreResult<bool> + Send>;
+
+/// See [`ChangeJob`].
+fn change_job(write: StateWrite<'_>) -> ChangeJob {
+    let op = write.op();
+    let db = move |e| map_err(op, e);
+    match write {
+        StateWrite::PutConnector(connector, component) => {
+            let (c, component) = (connector.clone(), component.to_vec());
+            Box::new(move |tx| write_connector(tx, &c, &component).map(|()| true))
+        }
+        StateWrite::DeleteConnector(slug) => {
+            let slug = slug.to_owned();
+            Box::new(move |tx| {
+                tx.execute("DELETE FROM bindings WHERE connector = ?1", [&slug])
+                    .map_err(db)?;
+                tx.execute(
+                    "DELETE FROM grants WHERE provenance = ?1",
+                    [GrantProvenance::connector_text(&slug)],
+                )
+                .map_err(db)?;
+                let n = tx
+                    .execute("DELETE FROM connectors WHERE slug = ?1", [&slug])
+                    .map_err(db)?;
+                Ok(n > 0)
+            })
+        }
+        StateWrite::RotateConnector {
+            connector,
+            component,
+            kept,
+            removed,
+        } => {
+            let c = connector.clone();
+            let component = component.to_vec();
+            let kept = kept.to_vec();
+            let removed = removed.to_vec();
+            Box::new(move |tx| {
+                write_connector(tx, &c, &component)?;
+                for unit in &removed {
+                    remove_binding(tx, unit, &c.slug)?;
+                }
+                for (b, g) in &kept {
+                    write_binding(tx, b, g)?;
+                }
+                Ok(true)
+            })
+        }
+        StateWrite::PutUnit(unit) => {
+            let u = unit.clone();
+            Box::new(move |tx| {
+                tx.execute(
+                    "INSERT INTO units (id, parent, display_name, created_at) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (id) DO UPDATE SET
+                         parent = excluded.parent,
+                         display_name = excluded.display_name,
+                         created_at = excluded.created_at",
+                    params![u.id, u.parent, u.display_name, u.created_at],
+                )
+                .map_err(db)?;
+                Ok(true)
+            })
+        }
+        StateWrite::DeleteUnit(id) => {
+            let id = id.to_owned();
+            Box::new(move |tx| {
+                tx.execute("DELETE FROM bindings WHERE unit_id = ?1", [&id])
+                    .map_err(db)?;
+                tx.execute("DELETE FROM agent_units WHERE unit_id = ?1", [&id])
+                    .map_err(db)?;
+                tx.execute(
+                    "DELETE FROM grants WHERE subject_kind = 'unit' AND subject_id = ?1",
+                    [&id],
+                )
+                .map_err(db)?;
+                let n = tx
+                    .execute("DELETE FROM units WHERE id = ?1", [&id])
+                    .map_err(db)?;
+                Ok(n > 0)
+            })
+        }
+        StateWrite::PutAgent(agent) => {
+            let a = agent.clone();
+            Box::new(move |tx| {
+                tx.execute(
+                    "INSERT INTO agents (id, display_name, created_at, token_epoch)
+                     VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (id) DO UPDATE SET
+                         display_name = excluded.display_name,
+                         created_at = excluded.created_at,
+                         token_epoch = excluded.token_epoch",
+                    params![a.id, a.display_name, a.created_at, a.token_epoch],
+                )
+                .map_err(db)?;
+                tx.execute("DELETE FROM agent_units WHERE agent_id = ?1", [&a.id])
+                    .map_err(db)?;
+                let mut stmt = tx
+                    .prepare(
+                        "INSERT INTO agent_units (agent_id, unit_id, position) VALUES (?1, ?2, ?3)",
+                    )
+                    .map_err(db)?;
+                for (position, unit) in a.units.iter().enumerate() {
+                    stmt.execute(params![a.id, unit, position as i64])
+                        .map_err(db)?;
+                }
+                Ok(true)
+            })
+        }
+        StateWrite::DeleteAgent(id) => {
+            let id = id.to_owned();
+            Box::new(move |tx| {
+                tx.execute("DELETE FROM agent_units WHERE agent_id = ?1", [&id])
+                    .map_err(db)?;
+                tx.execute("DELETE FROM image_tools WHERE agent_id = ?1", [&id])
+                    .map_err(db)?;
+                tx.execute(
+                    "DELETE FROM grants WHERE subject_kind = 'agent' AND subject_id = ?1",
+                    [&id],
+                )
+                .map_err(db)?;
+                let n = tx
+                    .execute("DELETE FROM agents WHERE id = ?1", [&id])
+                    .map_err(db)?;
+                Ok(n > 0)
+            })
+        }
+        StateWrite::PutBinding(binding, grant) => {
+            let (b, g) = (binding.clone(), grant.clone());
+            Box::new(move |tx| write_binding(tx, &b, &g).map(|()| true))
+        }
+        StateWrite::DeleteBinding { unit, connector } => {
+            let (unit, connector) = (unit.to_owned(), connector.to_owned());
+            Box::new(move |tx| remove_binding(tx, &unit, &connector))
+        }
+        StateWrite::PutGrant(grant) => {
+            let g = grant.clone();
+            Box::new(move |tx| upsert_grant(tx, &g).map(|_| true).map_err(db))
+        }
+        StateWrite::DeleteGrant {
+            subject,
+            tool,
+            provenance,
+        } => {
+            let subject = subject.clone();
+            let tool = tool.to_owned();
+            let provenance = provenance.to_string();
+            Box::new(move |tx| {
+                let (kind, id) = subject_parts(&subject);
+                let n = tx
+                    .execute(
+                        "DELETE FROM grants
+                         WHERE subject_kind = ?1 AND subject_id = ?2 AND tool = ?3 AND provenance = ?4",
+                        params![kind, id, tool, provenance],
+                    )
+                    .map_err(db)?;
+                Ok(n > 0)
+            })
+        }
+        StateWrite::PutImageTools(record) => {
+            let r = record.clone();
+            Box::new(move |tx| {
+                let tools = encode_json(op, &r.tools)?;
+                tx.execute(
+                    "INSERT INTO image_tools (agent_id, digest, tools) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (agent_id) DO UPDATE SET
+                         digest = excluded.digest,
+                         tools = excluded.tools",
+                    params![r.agent_id, r.digest, tools],
+                )
+                .map_err(db)?;
+                Ok(true)
+            })
         }
     }
 }
 
-/// The state writes, each with the audit record (if any) written in its transaction.
+/// The state's reads off the writer.
 impl SqliteStore {
     /// Runs the read `read` on a free reader (or the one whose turn it is, when all are
     /// busy), off the async threads (`op` names it in errors).
@@ -1088,248 +1317,6 @@ impl SqliteStore {
         .map_err(|e| {
             StoreError::Unavailable(format!("{op}: the database task did not finish: {e}"))
         })?
-    }
-
-    async fn put_connector_audited(
-        &self,
-        connector: &ConnectorRecord,
-        component: &[u8],
-        audit: WriteRecords<'_>,
-    ) -> StoreResult<()> {
-        let c = connector.clone();
-        let component = component.to_vec();
-        self.write_state("put_connector", audit, move |tx| {
-            write_connector(tx, &c, &component)
-        })
-        .await
-    }
-
-    async fn delete_connector_audited(
-        &self,
-        slug: &str,
-        audit: WriteRecords<'_>,
-    ) -> StoreResult<bool> {
-        let slug = slug.to_owned();
-        self.write_state("delete_connector", audit, move |tx| {
-            let db = |e| map_err("delete_connector", e);
-            tx.execute("DELETE FROM bindings WHERE connector = ?1", [&slug])
-                .map_err(db)?;
-            tx.execute(
-                "DELETE FROM grants WHERE provenance = ?1",
-                [GrantProvenance::connector_text(&slug)],
-            )
-            .map_err(db)?;
-            let n = tx
-                .execute("DELETE FROM connectors WHERE slug = ?1", [&slug])
-                .map_err(db)?;
-            Ok(n > 0)
-        })
-        .await
-    }
-
-    async fn rotate_connector_audited(
-        &self,
-        connector: &ConnectorRecord,
-        component: &[u8],
-        kept: &[(BindingRecord, GrantRecord)],
-        removed: &[String],
-        audit: WriteRecords<'_>,
-    ) -> StoreResult<()> {
-        let c = connector.clone();
-        let component = component.to_vec();
-        let kept = kept.to_vec();
-        let removed = removed.to_vec();
-        self.write_state("rotate_connector", audit, move |tx| {
-            write_connector(tx, &c, &component)?;
-            for unit in &removed {
-                remove_binding(tx, unit, &c.slug)?;
-            }
-            for (b, g) in &kept {
-                write_binding(tx, b, g)?;
-            }
-            Ok(())
-        })
-        .await
-    }
-
-    async fn put_unit_audited(
-        &self,
-        unit: &UnitRecord,
-        audit: WriteRecords<'_>,
-    ) -> StoreResult<()> {
-        let u = unit.clone();
-        self.write_state("put_unit", audit, move |tx| {
-            tx.execute(
-                "INSERT INTO units (id, parent, display_name, created_at) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (id) DO UPDATE SET
-                     parent = excluded.parent,
-                     display_name = excluded.display_name,
-                     created_at = excluded.created_at",
-                params![u.id, u.parent, u.display_name, u.created_at],
-            )
-            .map_err(|e| map_err("put_unit", e))?;
-            Ok(())
-        })
-        .await
-    }
-
-    async fn delete_unit_audited(&self, id: &str, audit: WriteRecords<'_>) -> StoreResult<bool> {
-        let id = id.to_owned();
-        self.write_state("delete_unit", audit, move |tx| {
-            let db = |e| map_err("delete_unit", e);
-            tx.execute("DELETE FROM bindings WHERE unit_id = ?1", [&id])
-                .map_err(db)?;
-            tx.execute("DELETE FROM agent_units WHERE unit_id = ?1", [&id])
-                .map_err(db)?;
-            tx.execute(
-                "DELETE FROM grants WHERE subject_kind = 'unit' AND subject_id = ?1",
-                [&id],
-            )
-            .map_err(db)?;
-            let n = tx
-                .execute("DELETE FROM units WHERE id = ?1", [&id])
-                .map_err(db)?;
-            Ok(n > 0)
-        })
-        .await
-    }
-
-    async fn put_agent_audited(
-        &self,
-        agent: &AgentRecord,
-        audit: WriteRecords<'_>,
-    ) -> StoreResult<()> {
-        let a = agent.clone();
-        self.write_state("put_agent", audit, move |tx| {
-            let db = |e| map_err("put_agent", e);
-            tx.execute(
-                "INSERT INTO agents (id, display_name, created_at, token_epoch)
-                 VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (id) DO UPDATE SET
-                     display_name = excluded.display_name,
-                     created_at = excluded.created_at,
-                     token_epoch = excluded.token_epoch",
-                params![a.id, a.display_name, a.created_at, a.token_epoch],
-            )
-            .map_err(db)?;
-            tx.execute("DELETE FROM agent_units WHERE agent_id = ?1", [&a.id])
-                .map_err(db)?;
-            let mut stmt = tx
-                .prepare(
-                    "INSERT INTO agent_units (agent_id, unit_id, position) VALUES (?1, ?2, ?3)",
-                )
-                .map_err(db)?;
-            for (position, unit) in a.units.iter().enumerate() {
-                stmt.execute(params![a.id, unit, position as i64])
-                    .map_err(db)?;
-            }
-            Ok(())
-        })
-        .await
-    }
-
-    async fn delete_agent_audited(&self, id: &str, audit: WriteRecords<'_>) -> StoreResult<bool> {
-        let id = id.to_owned();
-        self.write_state("delete_agent", audit, move |tx| {
-            let db = |e| map_err("delete_agent", e);
-            tx.execute("DELETE FROM agent_units WHERE agent_id = ?1", [&id])
-                .map_err(db)?;
-            tx.execute("DELETE FROM image_tools WHERE agent_id = ?1", [&id])
-                .map_err(db)?;
-            tx.execute(
-                "DELETE FROM grants WHERE subject_kind = 'agent' AND subject_id = ?1",
-                [&id],
-            )
-            .map_err(db)?;
-            let n = tx
-                .execute("DELETE FROM agents WHERE id = ?1", [&id])
-                .map_err(db)?;
-            Ok(n > 0)
-        })
-        .await
-    }
-
-    async fn put_binding_audited(
-        &self,
-        binding: &BindingRecord,
-        grant: &GrantRecord,
-        audit: WriteRecords<'_>,
-    ) -> StoreResult<()> {
-        let b = binding.clone();
-        let g = grant.clone();
-        self.write_state("put_binding", audit, move |tx| write_binding(tx, &b, &g))
-            .await
-    }
-
-    async fn delete_binding_audited(
-        &self,
-        unit_id: &str,
-        connector: &str,
-        audit: WriteRecords<'_>,
-    ) -> StoreResult<bool> {
-        let unit_id = unit_id.to_owned();
-        let connector = connector.to_owned();
-        self.write_state("delete_binding", audit, move |tx| {
-            remove_binding(tx, &unit_id, &connector)
-        })
-        .await
-    }
-
-    async fn put_grant_audited(
-        &self,
-        grant: &GrantRecord,
-        audit: WriteRecords<'_>,
-    ) -> StoreResult<()> {
-        let g = grant.clone();
-        self.write_state("put_grant", audit, move |tx| {
-            upsert_grant(tx, &g).map_err(|e| map_err("put_grant", e))
-        })
-        .await
-    }
-
-    async fn delete_grant_audited(
-        &self,
-        subject: &Subject,
-        tool: &str,
-        provenance: &GrantProvenance,
-        audit: WriteRecords<'_>,
-    ) -> StoreResult<bool> {
-        let subject = subject.clone();
-        let tool = tool.to_owned();
-        let provenance = provenance.to_string();
-        self.write_state("delete_grant", audit, move |tx| {
-            let (kind, id) = subject_parts(&subject);
-            let n = tx
-                .execute(
-                    "DELETE FROM grants
-                     WHERE subject_kind = ?1 AND subject_id = ?2 AND tool = ?3 AND provenance = ?4",
-                    params![kind, id, tool, provenance],
-                )
-                .map_err(|e| map_err("delete_grant", e))?;
-            Ok(n > 0)
-        })
-        .await
-    }
-
-    async fn put_image_tools_audited(
-        &self,
-        record: &ImageToolsRecord,
-        audit: WriteRecords<'_>,
-    ) -> StoreResult<()> {
-        let r = record.clone();
-        self.write_state("put_image_tools", audit, move |tx| {
-            let tools = encode_json("put_image_tools", &r.tools)?;
-            tx.execute(
-                "INSERT INTO image_tools (agent_id, digest, tools) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (agent_id) DO UPDATE SET
-                     digest = excluded.digest,
-                     tools = excluded.tools",
-                params![r.agent_id, r.digest, tools],
-            )
-            .map_err(|e| map_err("put_image_tools", e))?;
-            Ok(())
-        })
-        .await
     }
 }
 
