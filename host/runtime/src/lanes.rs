@@ -8,7 +8,6 @@
 //! start (a bind on a directory of 100k units took up to 0.6 s instead of under 1 ms).
 
 use std::sync::mpsc;
-use std::sync::Mutex;
 
 use crate::LoadError;
 
@@ -32,7 +31,7 @@ type Job = Box<dyn FnOnce() + Send>;
 /// Runs the blocking work of loads on their lane. The ahead thread ends when the runtime
 /// is dropped (after the loads already queued).
 pub(crate) struct LoadThreads {
-    ahead: Mutex<mpsc::Sender<Job>>,
+    ahead: mpsc::Sender<Job>,
 }
 
 impl LoadThreads {
@@ -47,9 +46,7 @@ impl LoadThreads {
                     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
                 }
             })?;
-        Ok(Self {
-            ahead: Mutex::new(jobs),
-        })
+        Ok(Self { ahead: jobs })
     }
 
     /// Runs `work` on `lane` and waits for its result.
@@ -72,12 +69,7 @@ impl LoadThreads {
                 let job: Job = Box::new(move || {
                     let _ = done.send(work());
                 });
-                let sent = self
-                    .ahead
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .send(job);
-                if let Err(mpsc::SendError(job)) = sent {
+                if let Err(mpsc::SendError(job)) = self.ahead.send(job) {
                     // The thread is gone (it never is while the runtime lives): load now.
                     tokio::task::spawn_blocking(job);
                 }
