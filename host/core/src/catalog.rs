@@ -144,6 +144,8 @@ pub(crate) struct PendingInstall {
     component: Arc<[u8]>,
     bundled: bool,
     policy: Arc<OutboundPolicy>,
+    /// The stored form of the new version's manifest, made once, before any decision.
+    manifest: Option<Value>,
     /// What the new version said of the bindings it checked so far.
     verdicts: BindVerdicts,
     options: InstallOptions,
@@ -462,6 +464,7 @@ impl Catalog {
         }
         let policy = self.policy_of(prepared.info());
         Ok(PendingInstall {
+            manifest: serde_json::to_value(prepared.info()).ok(),
             prepared: Arc::new(prepared),
             component: bytes,
             bundled: bundled.is_some(),
@@ -602,6 +605,7 @@ impl Catalog {
             component,
             bundled,
             policy,
+            manifest,
             verdicts,
             options,
         } = pending;
@@ -662,7 +666,7 @@ impl Catalog {
             digest: prepared.info().digest.clone(),
             bundled: *bundled,
             installed_at: now_rfc3339(),
-            manifest: serde_json::to_value(prepared.info()).ok(),
+            manifest: manifest.clone(),
         };
         let namespace = record.namespace.clone();
         let kept: Vec<(BindingRecord, GrantRecord)> = kept

@@ -34,7 +34,9 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
 use crate::audit::{Audit, AuditLog};
-use crate::grants::{upsert_grant, Directory, EffectiveToolResolver, ResolvedTools, ToolCatalog};
+use crate::grants::{
+    ancestry, upsert_grant, Directory, EffectiveToolResolver, ResolvedTools, ToolCatalog,
+};
 use crate::registry::{ConnectorRegistry, InstalledConnector};
 use connector_model::audit::AuditEntry;
 use connector_model::connector::ToolInfo;
@@ -360,16 +362,7 @@ impl<'a> Working<'a> {
 
     /// Whether making `parent` the parent of `unit` would close a cycle.
     pub(crate) fn would_cycle(&self, unit: &str, parent: &str) -> bool {
-        let mut next = self.unit(parent);
-        // A cycle cannot be stored (writes refuse it); the bound only guards the walk.
-        for _ in 0..10_000 {
-            let Some(current) = next else { return false };
-            if current.id == unit {
-                return true;
-            }
-            next = current.parent.as_deref().and_then(|p| self.unit(p));
-        }
-        false
+        ancestry(self.unit(parent), |p| self.unit(p)).any(|u| u.id == unit)
     }
 
     /// The grant list `change` leaves its subject with, if it grants.
@@ -431,13 +424,6 @@ impl Batches {
     }
 }
 
-/// Sends each answer (a caller that went away no longer needs its answer).
-fn answer_all(answers: Vec<(tokio::sync::oneshot::Sender<Answer>, Answer)>) {
-    for (to, answer) in answers {
-        let _ = to.send(answer);
-    }
-}
-
 /// Outbound policies of installed connectors, by slug.
 type Policies = RwLock<BTreeMap<String, Arc<OutboundPolicy>>>;
 /// The tools of each agent's image, by agent id.
@@ -471,9 +457,9 @@ pub(crate) struct State {
     writes: tokio::sync::Mutex<()>,
     /// The batches not yet applied (see [`Working`]).
     batches: Mutex<Batches>,
-    /// Bumped whenever a batch is taken to commit, applied or sent back: writes waiting
+    /// Sent whenever a batch is taken to commit, applied or sent back: writes waiting
     /// for room in the forming batch look again.
-    batch_changed: tokio::sync::watch::Sender<u64>,
+    batch_changed: tokio::sync::watch::Sender<()>,
     /// Batches of local writes applied so far (counted under the commit slot): a reload
     /// prepared from a snapshot read before one of them must not replace it.
     local_writes: AtomicU64,
@@ -501,7 +487,7 @@ impl State {
             audit,
             writes: tokio::sync::Mutex::new(()),
             batches: Mutex::new(Batches::default()),
-            batch_changed: tokio::sync::watch::Sender::new(0),
+            batch_changed: tokio::sync::watch::Sender::new(()),
             local_writes: AtomicU64::new(0),
             directory: RwLock::new(Directory::from_snapshot(snapshot)),
             resolver: EffectiveToolResolver::default(),
@@ -613,10 +599,7 @@ impl State {
                         batches.committing_view = Pending::default();
                         batches.decide_again()
                     };
-                    self.state
-                        .batch_changed
-                        .send_modify(|n| *n = n.wrapping_add(1));
-                    answer_all(answers);
+                    self.state.answer(answers);
                 }
             }
         }
@@ -636,7 +619,7 @@ impl State {
                 batches.committing_view = std::mem::take(&mut batches.forming_view);
                 std::mem::take(&mut batches.forming)
             };
-            self.batch_changed.send_modify(|n| *n = n.wrapping_add(1));
+            self.wake_waiting_writes();
             self.commit(batch).await;
             drop(slot);
         }
@@ -681,16 +664,28 @@ impl State {
             answers.extend(batches.decide_again());
         }
         drop(batches);
-        self.batch_changed.send_modify(|n| *n = n.wrapping_add(1));
-        answer_all(answers);
+        self.answer(answers);
     }
 
     /// After another replica's writes were put in place (under the commit slot): the
     /// forming batch was decided without them, so its writes decide again.
     fn forming_decides_again(&self) {
         let answers = self.batches.lock().decide_again();
-        self.batch_changed.send_modify(|n| *n = n.wrapping_add(1));
-        answer_all(answers);
+        self.answer(answers);
+    }
+
+    /// Writes waiting for room in the forming batch look again.
+    fn wake_waiting_writes(&self) {
+        self.batch_changed.send_replace(());
+    }
+
+    /// Wakes the writes waiting for room, then sends each answer (a caller that went
+    /// away no longer needs its answer).
+    fn answer(&self, answers: Vec<(tokio::sync::oneshot::Sender<Answer>, Answer)>) {
+        self.wake_waiting_writes();
+        for (to, answer) in answers {
+            let _ = to.send(answer);
+        }
     }
 
     /// Replaces everything with what the store holds now (another replica wrote it) and

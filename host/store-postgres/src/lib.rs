@@ -1260,6 +1260,9 @@ impl PostgresStore {
         &self,
         writes: &[(StateWrite<'_>, &AuditEntry)],
     ) -> StoreResult<Vec<BatchedWrite>> {
+        if writes.is_empty() {
+            return Ok(Vec::new());
+        }
         if writes.len() > 1 && self.batch_at_once(writes).await? {
             return Ok(vec![BatchedWrite::Committed; writes.len()]);
         }

@@ -83,35 +83,14 @@ impl Directory {
         self.agents.get(id).map(|a| &a.0)
     }
 
-    /// Whether some unit has `id` as its parent.
-    pub fn has_children(&self, id: &str) -> bool {
-        self.child_count(id) > 0
-    }
-
     /// How many units have `id` as their parent.
     pub fn child_count(&self, id: &str) -> usize {
         self.children.get(id).copied().unwrap_or(0)
     }
 
-    /// Whether making `parent` the parent of `unit` would close a cycle.
-    pub fn would_cycle(&self, unit: &str, parent: &str) -> bool {
-        self.chain(parent).any(|u| u.id == unit)
-    }
-
     /// `unit` and its ancestors, closest first.
     pub fn chain<'a>(&'a self, unit: &str) -> impl Iterator<Item = &'a UnitRecord> + 'a {
-        let mut next = self.units.get(unit);
-        let mut steps = 0usize;
-        std::iter::from_fn(move || {
-            let current = next?;
-            steps += 1;
-            // A cycle cannot be stored (writes refuse it); the bound only guards the walk.
-            if steps > 10_000 {
-                return None;
-            }
-            next = current.parent.as_deref().and_then(|p| self.units.get(p));
-            Some(current)
-        })
+        ancestry(self.units.get(unit), move |p| self.units.get(p))
     }
 
     /// Adds or replaces a unit (its child counts kept right).
@@ -404,6 +383,26 @@ impl Directory {
     pub fn put_image_tools(&mut self, record: ImageToolsRecord) {
         self.image_tools.insert(record.agent_id.clone(), record);
     }
+}
+
+/// `first` and its ancestors, closest first, each parent found by `unit`: the one walk up
+/// a unit tree, over the directory or over a view of it with writes not yet applied.
+pub(crate) fn ancestry<'a>(
+    first: Option<&'a UnitRecord>,
+    unit: impl Fn(&str) -> Option<&'a UnitRecord> + 'a,
+) -> impl Iterator<Item = &'a UnitRecord> + 'a {
+    let mut next = first;
+    let mut steps = 0usize;
+    std::iter::from_fn(move || {
+        let current = next?;
+        steps += 1;
+        // A cycle cannot be stored (writes refuse it); the bound only guards the walk.
+        if steps > 10_000 {
+            return None;
+        }
+        next = current.parent.as_deref().and_then(&unit);
+        Some(current)
+    })
 }
 
 /// Upserts `grant` into `list`, a subject's grants, keyed by tool and provenance.

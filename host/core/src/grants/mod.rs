@@ -7,6 +7,7 @@
 pub mod directory;
 pub mod resolver;
 
+pub(crate) use directory::ancestry;
 pub use directory::{upsert_grant, Directory};
 pub use resolver::{
     unit_order, EffectiveTool, EffectiveToolResolver, Group, Provider, ResolvedTools, ToolCatalog,
