@@ -9,13 +9,13 @@
 //! previous group was committing goes into the next transaction, and every caller of the
 //! group is woken together once it has committed.
 //!
-//! The protocol between callers and a store:
-//! - [`AuditGroups::push`] adds a record to the open group. The record that opens a
-//!   group gets a [`Submitted`] back: the store must hand it to its writer, which takes
-//!   the group's records ([`GroupRecords::take`]) when it starts the transaction (closing
-//!   the group: later records open the next one) and calls [`Submitted::finish`] once the
+//! The protocol between callers and a store, all of it in [`AuditGroups::append`]:
+//! - The record joins the open group. The record that opens a group gets a
+//!   [`Submitted`], which the store hands to its writer; the writer takes the group's
+//!   records ([`GroupRecords::take`]) when it starts the transaction (closing the group:
+//!   later records open the next one) and calls [`Submitted::finish`] once the
 //!   transaction has committed or failed.
-//! - Every caller waits with [`AuditGroup::committed`].
+//! - Every caller waits until its group has committed (or failed).
 //! - A [`Submitted`] dropped without being finished (a writer that stopped) fails its
 //!   group, so no caller waits forever and no record is kept in memory for a group that
 //!   will never be written.
@@ -47,12 +47,12 @@ pub struct AuditGroup {
     done: Notify,
 }
 
-/// What [`AuditGroups::push`] hands back.
-pub struct Joined {
+/// What `AuditGroups::push` hands back.
+struct Joined {
     /// The group the record is in.
-    pub group: Arc<AuditGroup>,
+    group: Arc<AuditGroup>,
     /// Set for the record that opened the group: the store must give it to its writer.
-    pub submit: Option<Submitted>,
+    submit: Option<Submitted>,
 }
 
 /// A group handed to the store's writer (see the module docs).
@@ -63,7 +63,7 @@ pub struct Submitted {
 
 impl AuditGroups {
     /// Adds `entry` to the open group.
-    pub fn push(self: &Arc<Self>, entry: AuditEntry) -> Joined {
+    fn push(self: &Arc<Self>, entry: AuditEntry) -> Joined {
         let mut open = self.open.lock();
         let first = open.entries.is_empty();
         open.entries.push(entry);
