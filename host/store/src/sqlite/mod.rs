@@ -506,15 +506,8 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Transaction<'_>) -> StoreResult<T> + Send + 'static,
     {
-        let audit = records.audit.cloned();
-        self.transaction(op, Some(records.change), move |tx| {
-            let out = f(tx)?;
-            if let Some(entry) = audit {
-                append_audit(tx, op, vec![entry])?;
-            }
-            Ok(out)
-        })
-        .await
+        let change = audited(op, records.audit.cloned(), f);
+        self.transaction(op, Some(records.change), change).await
     }
 
     /// Hands `f` to the writer thread, which runs it in a transaction with the other
@@ -535,13 +528,45 @@ impl SqliteStore {
             // The caller may be gone (it was dropped): nothing to do.
             let _ = reply.send(out);
         };
-        self.writer
-            .send(Job::new(op, change, f, reply))
-            .map_err(|_| StoreError::Unavailable(format!("{op}: the database writer stopped")))?;
-        answer.await.map_err(|_| {
-            StoreError::Unavailable(format!("{op}: the database writer did not answer"))
-        })?
+        self.send(op, Job::new(op, change, f, reply))?;
+        writer_answer(op, answer).await?
     }
+
+    /// Hands `job` (the write `op`) to the writer thread.
+    fn send(&self, op: &'static str, job: Job) -> StoreResult<()> {
+        self.writer
+            .send(job)
+            .map_err(|_| StoreError::Unavailable(format!("{op}: the database writer stopped")))
+    }
+}
+
+/// `f`, then `audit` (if any) appended to the audit log: a state write's job without the
+/// version bump, which the writer adds.
+fn audited<T, F>(
+    op: &'static str,
+    audit: Option<AuditEntry>,
+    f: F,
+) -> impl FnOnce(&Transaction<'_>) -> StoreResult<T> + Send + 'static
+where
+    F: FnOnce(&Transaction<'_>) -> StoreResult<T> + Send + 'static,
+{
+    move |tx| {
+        let out = f(tx)?;
+        if let Some(entry) = audit {
+            append_audit(tx, op, vec![entry])?;
+        }
+        Ok(out)
+    }
+}
+
+/// What the writer thread answered for the write `op`.
+async fn writer_answer<T>(
+    op: &'static str,
+    answer: tokio::sync::oneshot::Receiver<T>,
+) -> StoreResult<T> {
+    answer
+        .await
+        .map_err(|_| StoreError::Unavailable(format!("{op}: the database writer did not answer")))
 }
 
 /// Stores delivery `d` (inside `tx`) with `claim`, unless the same (connector, delivery id)
@@ -1041,36 +1066,24 @@ impl StateStore for SqliteStore {
         for (write, audit) in writes {
             let op = write.op();
             let sent = WriteRecords::of(write, Some(audit)).and_then(|records| {
-                let change = change_job(*write);
-                let audit = (*audit).clone();
-                let run = move |tx: &Transaction<'_>| {
-                    let changed = change(tx)?;
-                    append_audit(tx, op, vec![audit])?;
-                    Ok(changed)
-                };
+                let change = audited(op, records.audit.cloned(), change_job(*write));
                 let (reply, answer) = tokio::sync::oneshot::channel();
                 let reply = move |out| {
                     let _ = reply.send(out);
                 };
-                self.writer
-                    .send(Job::batched(op, records.change, &batch, run, reply))
+                self.send(op, Job::batched(op, records.change, &batch, change, reply))
                     .map(|()| answer)
-                    .map_err(|_| {
-                        StoreError::Unavailable(format!("{op}: the database writer stopped"))
-                    })
             });
             let failed = sent.is_err();
-            answers.push(sent);
+            answers.push((op, sent));
             if failed {
                 break;
             }
         }
         let mut outcomes = Vec::with_capacity(writes.len());
-        for sent in answers {
+        for (op, sent) in answers {
             let answered = match sent {
-                Ok(answer) => answer.await.map_err(|_| {
-                    StoreError::Unavailable("the database writer did not answer".into())
-                }),
+                Ok(answer) => writer_answer(op, answer).await,
                 Err(e) => Err(e),
             };
             outcomes.push(match answered {
