@@ -1071,8 +1071,8 @@ impl StateStore for SqliteStore {
                 let reply = move |out| {
                     let _ = reply.send(out);
                 };
-                self.send(op, Job::batched(op, records.change, &batch, change, reply))
-                    .map(|()| answer)
+                let job = Job::batched(op, Some(records.change), Some(&batch), change, reply);
+                self.send(op, job).map(|()| answer)
             });
             let failed = sent.is_err();
             answers.push((op, sent));

@@ -156,31 +156,15 @@ impl Job {
                 )))
             }))
         };
-        Job::typed(op, change, None, f, reply)
+        Job::batched(op, change, None, f, reply)
     }
 
-    /// As [`Job::new`], for a write of `batch` that changes the state with `change`:
-    /// `reply` is given `None` if the write was not run, because an earlier write of
-    /// `batch` ended not ok.
+    /// As [`Job::new`], for a write of `batch` (if any): `reply` is given `None` if the
+    /// write was not run, because an earlier write of `batch` ended not ok.
     pub(super) fn batched<T, F, R>(
         op: &'static str,
-        change: String,
-        batch: &Arc<Batch>,
-        f: F,
-        reply: R,
-    ) -> Job
-    where
-        T: Send + 'static,
-        F: FnOnce(&Transaction<'_>) -> StoreResult<T> + Send + 'static,
-        R: FnOnce(Option<StoreResult<T>>) + Send + 'static,
-    {
-        Job::typed(op, Some(change), Some(Arc::clone(batch)), f, reply)
-    }
-
-    fn typed<T, F, R>(
-        op: &'static str,
         change: Option<String>,
-        batch: Option<Arc<Batch>>,
+        batch: Option<&Arc<Batch>>,
         f: F,
         reply: R,
     ) -> Job
@@ -192,7 +176,7 @@ impl Job {
         Job {
             op,
             change,
-            batch,
+            batch: batch.cloned(),
             write: Box::new(Typed {
                 op,
                 f: Some(f),
