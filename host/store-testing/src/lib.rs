@@ -2375,6 +2375,12 @@ fn every_record(limit: u32) -> AuditQuery {
     }
 }
 
+/// The targets of the (first 100) records kept, in order.
+async fn audit_targets(store: &dyn Store) -> Vec<String> {
+    let records = store.audit_records(&every_record(100)).await.unwrap();
+    records.into_iter().map(|r| r.target).collect()
+}
+
 /// `(checked, first broken)` of the records kept, from the anchor.
 async fn check_chain(store: &dyn Store) -> (u64, Option<i64>) {
     let anchor = store.audit_anchor().await.unwrap();
@@ -2444,14 +2450,10 @@ pub async fn a_batch_commits_up_to_its_first_failing_write(factory: &dyn StoreFa
     units.sort_unstable();
     assert_eq!(units, vec!["a", "b", "c", "team"]);
     assert!(stored.bindings.is_empty() && stored.grants.is_empty());
-    let targets: Vec<String> = store
-        .audit_records(&every_record(100))
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| r.target)
-        .collect();
-    assert_eq!(targets, vec!["unit:a", "unit:b", "unit:c"]);
+    assert_eq!(
+        audit_targets(&*store).await,
+        vec!["unit:a", "unit:b", "unit:c"]
+    );
     assert_eq!(check_chain(store.as_ref()).await, (3, None));
 }
 
@@ -2518,14 +2520,11 @@ pub async fn a_batch_of_one_write_stores_all_of_it_or_nothing(factory: &dyn Stor
     let stored = store.load().await.unwrap();
     assert_eq!(stored.units, vec![team]);
     assert!(stored.bindings.is_empty() && stored.grants.is_empty());
-    let targets: Vec<String> = store
-        .audit_records(&every_record(100))
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| r.target)
-        .collect();
-    assert_eq!(targets, vec!["unit:team"], "no record of either");
+    assert_eq!(
+        audit_targets(&*store).await,
+        vec!["unit:team"],
+        "no record of either"
+    );
 
     let outcomes = store
         .write_batch(&[(StateWrite::PutBinding(&bound, &grant), &bind)])
