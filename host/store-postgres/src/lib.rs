@@ -509,12 +509,14 @@ impl PostgresStore {
         // `prepare_first`): every state write takes the version lock before anything else.
         let [version_lock] = prepare_first(&tx, &[VERSION_LOCK]).await.map_err(db)?;
         let head = async {
-            match audited {
-                true => lock_audit_head(&tx, op).await.map(Some),
-                false => Ok(None),
+            if audited {
+                lock_audit_head(&tx, op).await.map(Some)
+            } else {
+                Ok(None)
             }
         };
-        // A change made on stale state is rolled back with the rest.
+        // The body does not wait for the stale check: a change made on stale state is
+        // rolled back with the rest.
         let (fresh, head, staged) =
             futures::join!(self.refuse_stale(&tx, &version_lock, op), head, body(&tx));
         // Checked in the order sent: a failure's successors only say "aborted".
@@ -547,9 +549,10 @@ impl PostgresStore {
             }
         };
         let bumped = async {
-            match changes.is_empty() {
-                true => Ok(Vec::new()),
-                false => bump_versions(&tx, &bump, op, &changes).await,
+            if changes.is_empty() {
+                Ok(Vec::new())
+            } else {
+                bump_versions(&tx, &bump, op, &changes).await
             }
         };
         let (appended, bumped) = futures::join!(appended, bumped);
