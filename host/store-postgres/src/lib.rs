@@ -505,9 +505,13 @@ impl PostgresStore {
         let db = |e| map_err(op, e);
         let mut conn = self.conn(op).await?;
         let tx = read_committed(&mut conn).await.map_err(db)?;
-        // Prepared first, so that it is the first statement the server runs (see
-        // `prepare_first`): every state write takes the version lock before anything else.
-        let [version_lock] = prepare_first(&tx, &[VERSION_LOCK]).await.map_err(db)?;
+        // Prepared first, so that the server runs them first and in this order (see
+        // `prepare_first`): every state write takes the version lock before anything
+        // else, and the audit chain's lock and head before its body's statements (whose
+        // errors are checked after theirs).
+        let [version_lock, _, _] = prepare_first(&tx, &[VERSION_LOCK, ADVISORY_LOCK, AUDIT_HEAD])
+            .await
+            .map_err(db)?;
         let head = async {
             if audited {
                 lock_audit_head(&tx, op).await.map(Some)
@@ -537,9 +541,16 @@ impl PostgresStore {
             None if !audit.is_empty() => Some(lock_audit_head(&tx, op).await?),
             None => None,
         };
+        // Prepared first, so that the bump goes out before the records (sealed meanwhile),
+        // whose errors are checked after its.
         let [bump] = prepare_first(&tx, &[BUMP_VERSIONS]).await.map_err(db)?;
-        // The records first: they are sealed before anything goes out, so the bump
-        // follows them at once.
+        let bumped = async {
+            if changes.is_empty() {
+                Ok(Vec::new())
+            } else {
+                bump_versions(&tx, &bump, op, &changes).await
+            }
+        };
         let appended = async {
             match head {
                 Some(head) if !audit.is_empty() => {
@@ -548,16 +559,9 @@ impl PostgresStore {
                 _ => Ok(()),
             }
         };
-        let bumped = async {
-            if changes.is_empty() {
-                Ok(Vec::new())
-            } else {
-                bump_versions(&tx, &bump, op, &changes).await
-            }
-        };
-        let (appended, bumped) = futures::join!(appended, bumped);
-        appended?;
+        let (bumped, appended) = futures::join!(bumped, appended);
         versions.extend(bumped?);
+        appended?;
         let (oldest, newest) = (versions.iter().min(), versions.iter().max());
         if let (Some(&oldest), Some(&newest)) = (oldest, newest) {
             if (oldest..=newest).any(|v| v % CHANGES_PRUNED_EVERY == 0) {
@@ -773,6 +777,8 @@ const BATCH: &str = "writing a batch of state changes";
 const VERSION_LOCK: &str = "SELECT version FROM state_version FOR UPDATE";
 /// Takes the transaction-scoped advisory lock `$1` (held to the commit).
 const ADVISORY_LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
+/// Reads the audit chain's head (what the next record follows).
+const AUDIT_HEAD: &str = "SELECT seq, hash FROM audit_head";
 
 /// `sql`'s statements, prepared (once per connection) before a pipeline that runs them
 /// starts. A pipeline's statements reach the server in the order their futures send
@@ -808,7 +814,7 @@ pub(crate) async fn append_audit(
 /// it; both statements go out together.
 async fn lock_audit_head(tx: &Tx<'_>, ctx: &str) -> StoreResult<AuditAnchor> {
     let db = |e| map_err(ctx, e);
-    let [lock, head] = prepare_first(tx, &[ADVISORY_LOCK, "SELECT seq, hash FROM audit_head"])
+    let [lock, head] = prepare_first(tx, &[ADVISORY_LOCK, AUDIT_HEAD])
         .await
         .map_err(db)?;
     let (locked, head) =
@@ -1644,8 +1650,7 @@ impl AuditStore for PostgresStore {
     }
 
     async fn audit_head(&self) -> StoreResult<AuditAnchor> {
-        self.chain_point("SELECT seq, hash FROM audit_head", "reading the audit head")
-            .await
+        self.chain_point(AUDIT_HEAD, "reading the audit head").await
     }
 
     async fn prune_audit(&self, before: &str, max: u32) -> StoreResult<u64> {
