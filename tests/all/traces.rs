@@ -180,6 +180,11 @@ async fn one_mcp_tool_call_is_one_trace_down_to_the_guests_outbound_request() {
     assert_child(guest, call);
     let outbound = named(&spans, "guest HTTP request");
     assert_child(outbound, guest);
+    // Only the message's parent (the caller's span) is in another process.
+    assert_eq!(message.parent_is_remote, Some(true), "{message:?}");
+    for span in [call, instantiate, guest, outbound] {
+        assert_eq!(span.parent_is_remote, Some(false), "{span:?}");
+    }
     assert_eq!(outbound.attributes["http.request.method"], "POST");
     assert_eq!(outbound.attributes["http.response.status_code"], "200");
 

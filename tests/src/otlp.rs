@@ -24,6 +24,16 @@ pub struct Span {
     pub attributes: HashMap<String, String>,
     /// The `service.name` of its resource.
     pub service: String,
+    /// Whether its parent is in another process (the span's OTLP `flags`), when it says.
+    pub parent_is_remote: Option<bool>,
+}
+
+/// What a span's OTLP `flags` say of its parent: bit 8 says whether bit 9 (the parent is
+/// remote) is known.
+fn parent_is_remote(flags: u32) -> Option<bool> {
+    const HAS_IS_REMOTE: u32 = 1 << 8;
+    const IS_REMOTE: u32 = 1 << 9;
+    (flags & HAS_IS_REMOTE != 0).then_some(flags & IS_REMOTE != 0)
 }
 
 /// An OTLP/HTTP trace receiver: `POST /v1/traces` with `application/x-protobuf`.
@@ -94,6 +104,7 @@ impl Receiver {
                                         .map(|a| (a.key.clone(), text(a.value.as_ref())))
                                         .collect(),
                                     service: service.clone(),
+                                    parent_is_remote: parent_is_remote(span.flags),
                                 });
                             }
                         }

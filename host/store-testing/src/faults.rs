@@ -18,6 +18,9 @@ pub enum Fault {
     /// `put_connector` and `rotate_connector`: after the connector row is written, at the
     /// re-derivation of its grants (a connector with grants).
     AfterConnectorWrite,
+    /// `delete_unit`: after the unit is deleted, at its change-log entry (the bump of the
+    /// state version); every other write's entry is written.
+    AfterUnitDelete,
     /// `complete_delivery` and `insert_routed_delivery`: after the first message of a
     /// delivery is written, at its second.
     AfterMessagesWrite,
@@ -48,6 +51,11 @@ fn trigger_of(fault: Fault) -> (&'static str, &'static str, Option<&'static str>
         Fault::AfterBindingWrite => ("BEFORE INSERT", "grants", None),
         Fault::AfterBindingDelete => ("BEFORE DELETE", "grants", None),
         Fault::AfterConnectorWrite => ("BEFORE UPDATE", "grants", None),
+        Fault::AfterUnitDelete => (
+            "BEFORE INSERT",
+            "state_changes",
+            Some(r#"NEW.change LIKE '%"write":"delete_unit"%'"#),
+        ),
         Fault::AfterMessagesWrite => (
             "AFTER INSERT",
             "messages",
@@ -91,7 +99,7 @@ pub fn inject_sqlite(path: &std::path::Path, fault: Option<Fault>) -> rusqlite::
 pub async fn inject_postgres(url: &str, fault: Option<Fault>) -> Result<(), tokio_postgres::Error> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
     let driver = tokio::spawn(connection);
-    let tables = ["grants", "messages", "audit_log"];
+    let tables = ["grants", "state_changes", "messages", "audit_log"];
     for table in tables {
         client
             .batch_execute(&format!("DROP TRIGGER IF EXISTS {TRIGGER} ON {table};"))

@@ -105,6 +105,7 @@ macro_rules! store_conformance_tests {
             inboxes_read_newest_first_by_cursor
             audited_writes_and_appends_form_one_chain
             a_failed_audited_write_leaves_no_record
+            a_write_failing_at_its_change_log_entry_leaves_nothing
             a_batch_commits_up_to_its_first_failing_write
             a_batch_of_one_write_stores_all_of_it_or_nothing
             concurrent_appends_through_two_handles_form_one_chain
@@ -2641,6 +2642,33 @@ pub async fn a_failed_audited_write_leaves_no_record(factory: &dyn StoreFactory)
     assert_eq!(records.len(), 2);
     assert_eq!(records[1].seq, 2);
     assert_eq!(check_chain(&*store).await, (2, None));
+}
+
+/// A write whose change-log entry fails, after its own statements succeeded, leaves
+/// nothing behind: not its change, not its record, not a state version.
+pub async fn a_write_failing_at_its_change_log_entry_leaves_nothing(factory: &dyn StoreFactory) {
+    let store = factory.open().await;
+    let at = "2026-01-01T00:00:00.000Z";
+    store.put_unit(&unit("team", None)).await.unwrap();
+    factory.inject(Some(Fault::AfterUnitDelete)).await;
+    let before = store.load().await.unwrap().version;
+    let entry = audit_entry(Actor::operator(), "unit.delete", "unit:team", at);
+    let err = store
+        .write_audited(StateWrite::DeleteUnit("team"), &entry)
+        .await
+        .unwrap_err();
+    assert!(is_injected(&err), "{err:?}");
+    let stored = store.load().await.unwrap();
+    assert_eq!(stored.version, before);
+    assert_eq!(stored.units.len(), 1);
+    assert!(store
+        .audit_records(&every_record(10))
+        .await
+        .unwrap()
+        .is_empty());
+    // Every other write's entry is written.
+    store.put_unit(&unit("other", None)).await.unwrap();
+    assert_eq!(store.load().await.unwrap().version, before + 1);
 }
 
 pub async fn concurrent_appends_through_two_handles_form_one_chain(factory: &dyn StoreFactory) {

@@ -178,6 +178,9 @@ impl crate::Tracer for OtelTracer {
             });
         let parent = remote.unwrap_or_else(|| {
             match parent.and_then(|p| p.as_any().downcast_ref::<Recorded>()) {
+                // Despite the method's name, the context holds the span context as it
+                // is: its own `is_remote` (false for a span of this process) is what the
+                // SDK records as the parent's.
                 Some(parent) => {
                     Context::new().with_remote_span_context(parent.span.span_context().clone())
                 }

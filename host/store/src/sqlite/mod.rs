@@ -3,7 +3,8 @@
 //! - One writing connection behind a mutex. Every write runs as one `BEGIN IMMEDIATE`
 //!   transaction — or, when writes arrive together, as one savepoint each inside a shared
 //!   one, committed at once ([`writer`]: group commit; a batch of state writes,
-//!   [`StateStore::write_batch`](crate::StateStore::write_batch), is sent as one job each, together) — so a failure
+//!   [`StateStore::write_batch`](crate::StateStore::write_batch), is sent as one job
+//!   each, together, and the writer stops it at its first failure) — so a failure
 //!   anywhere in a write rolls that whole write back, and two
 //!   handles (or processes) on the same file never interleave inside one method: the
 //!   de-duplication check of [`DeliveryQueue::insert_delivery`](crate::DeliveryQueue::insert_delivery) and the row selection of
@@ -65,7 +66,7 @@ mod writer;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
@@ -505,15 +506,8 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Transaction<'_>) -> StoreResult<T> + Send + 'static,
     {
-        let audit = records.audit.cloned();
-        self.transaction(op, Some(records.change), move |tx| {
-            let out = f(tx)?;
-            if let Some(entry) = audit {
-                append_audit(tx, op, vec![entry])?;
-            }
-            Ok(out)
-        })
-        .await
+        let change = audited(op, records.audit.cloned(), f);
+        self.transaction(op, Some(records.change), change).await
     }
 
     /// Hands `f` to the writer thread, which runs it in a transaction with the other
@@ -534,13 +528,45 @@ impl SqliteStore {
             // The caller may be gone (it was dropped): nothing to do.
             let _ = reply.send(out);
         };
-        self.writer
-            .send(Job::new(op, change, f, reply))
-            .map_err(|_| StoreError::Unavailable(format!("{op}: the database writer stopped")))?;
-        answer.await.map_err(|_| {
-            StoreError::Unavailable(format!("{op}: the database writer did not answer"))
-        })?
+        self.send(op, Job::new(op, change, f, reply))?;
+        writer_answer(op, answer).await?
     }
+
+    /// Hands `job` (the write `op`) to the writer thread.
+    fn send(&self, op: &'static str, job: Job) -> StoreResult<()> {
+        self.writer
+            .send(job)
+            .map_err(|_| StoreError::Unavailable(format!("{op}: the database writer stopped")))
+    }
+}
+
+/// `f`, then `audit` (if any) appended to the audit log: a state write's job without the
+/// version bump, which the writer adds.
+fn audited<T, F>(
+    op: &'static str,
+    audit: Option<AuditEntry>,
+    f: F,
+) -> impl FnOnce(&Transaction<'_>) -> StoreResult<T> + Send + 'static
+where
+    F: FnOnce(&Transaction<'_>) -> StoreResult<T> + Send + 'static,
+{
+    move |tx| {
+        let out = f(tx)?;
+        if let Some(entry) = audit {
+            append_audit(tx, op, vec![entry])?;
+        }
+        Ok(out)
+    }
+}
+
+/// What the writer thread answered for the write `op`.
+async fn writer_answer<T>(
+    op: &'static str,
+    answer: tokio::sync::oneshot::Receiver<T>,
+) -> StoreResult<T> {
+    answer
+        .await
+        .map_err(|_| StoreError::Unavailable(format!("{op}: the database writer did not answer")))
 }
 
 /// Stores delivery `d` (inside `tx`) with `claim`, unless the same (connector, delivery id)
@@ -1032,79 +1058,38 @@ impl StateStore for SqliteStore {
     }
 
     /// Each write is a job of its own for the writer, sent together so that they share
-    /// its group commits. The first to fail stops the batch: the jobs after it see that
-    /// and do nothing (they are [`BatchedWrite::NotRun`]), also when its group's commit
-    /// failed after it ran (the writer answers a group before it runs the next).
+    /// its group commits. The writer stops the batch at the first of them that ends not
+    /// ok ([`writer::Batch`]) and answers the ones after it as not run.
     async fn write_batch(&self, writes: &[(StateWrite<'_>, &AuditEntry)]) -> Vec<BatchedWrite> {
-        /// What one job of the batch says.
-        type Said = (StoreResult<bool>, bool);
-        let stopped = Arc::new(AtomicBool::new(false));
-        let mut answers: Vec<StoreResult<tokio::sync::oneshot::Receiver<Said>>> =
-            Vec::with_capacity(writes.len());
+        let batch = Arc::new(writer::Batch::default());
+        let mut answers = Vec::with_capacity(writes.len());
         for (write, audit) in writes {
             let op = write.op();
-            let records = match WriteRecords::of(write, Some(audit)) {
-                Ok(records) => records,
-                Err(e) => {
-                    answers.push(Err(e));
-                    break;
-                }
-            };
-            let change = change_job(*write);
-            let audit = (*audit).clone();
-            let skipped = Arc::new(AtomicBool::new(false));
-            let run = {
-                let (stopped, skipped) = (stopped.clone(), skipped.clone());
-                move |tx: &Transaction<'_>| {
-                    if stopped.load(Ordering::SeqCst) {
-                        skipped.store(true, Ordering::SeqCst);
-                        return Err(StoreError::Unavailable(format!(
-                            "{op}: not run: an earlier write of its batch failed"
-                        )));
-                    }
-                    let out = change(tx).and_then(|changed| {
-                        append_audit(tx, op, vec![audit])?;
-                        Ok(changed)
-                    });
-                    if out.is_err() {
-                        stopped.store(true, Ordering::SeqCst);
-                    }
-                    out
-                }
-            };
-            let (reply, answer) = tokio::sync::oneshot::channel();
-            let reply = {
-                let stopped = stopped.clone();
-                move |out: StoreResult<bool>| {
-                    if out.is_err() {
-                        stopped.store(true, Ordering::SeqCst);
-                    }
-                    let _ = reply.send((out, skipped.load(Ordering::SeqCst)));
-                }
-            };
-            let sent = self
-                .writer
-                .send(Job::new(op, Some(records.change), run, reply))
-                .map(|()| answer)
-                .map_err(|_| StoreError::Unavailable(format!("{op}: the database writer stopped")));
+            let sent = WriteRecords::of(write, Some(audit)).and_then(|records| {
+                let change = audited(op, records.audit.cloned(), change_job(*write));
+                let (reply, answer) = tokio::sync::oneshot::channel();
+                let reply = move |out| {
+                    let _ = reply.send(out);
+                };
+                let job = Job::batched(op, Some(records.change), Some(&batch), change, reply);
+                self.send(op, job).map(|()| answer)
+            });
             let failed = sent.is_err();
-            answers.push(sent);
+            answers.push((op, sent));
             if failed {
                 break;
             }
         }
         let mut outcomes = Vec::with_capacity(writes.len());
-        for answer in answers {
-            let said = match answer {
-                Ok(answer) => answer.await.map_err(|_| {
-                    StoreError::Unavailable("the database writer did not answer".into())
-                }),
+        for (op, sent) in answers {
+            let answered = match sent {
+                Ok(answer) => writer_answer(op, answer).await,
                 Err(e) => Err(e),
             };
-            outcomes.push(match said {
-                Ok((Ok(_), _)) => BatchedWrite::Committed,
-                Ok((Err(_), true)) => BatchedWrite::NotRun,
-                Ok((Err(e), false)) | Err(e) => BatchedWrite::Failed(e),
+            outcomes.push(match answered {
+                Ok(Some(Ok(_))) => BatchedWrite::Committed,
+                Ok(None) => BatchedWrite::NotRun,
+                Ok(Some(Err(e))) | Err(e) => BatchedWrite::Failed(e),
             });
         }
         outcomes.resize(writes.len(), BatchedWrite::NotRun);

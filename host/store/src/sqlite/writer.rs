@@ -19,11 +19,17 @@
 //!   it, exactly as consecutive transactions would. An answer that depends on an earlier
 //!   write of the group (a duplicate delivery id, a completed delivery) is only sent if
 //!   that write commits with it.
+//! - **A batch stops at its first failure.** The writes of one batch
+//!   ([`StateStore::write_batch`](crate::StateStore::write_batch)) were each decided on
+//!   top of the ones before it, so the moment one of them ends not ok — its own failure, its
+//!   state version's bump, its savepoint, the transaction or the commit under it — the
+//!   batch is stopped, and the writer answers each later write of it as not run, without
+//!   running it, in this group or a later one.
 //!
 //! The thread ends when the last handle of the store is dropped.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -44,7 +50,27 @@ pub(super) struct Job {
     /// A change to the state (connectors, units, ...): also bump the state version and
     /// keep this change-log entry under it.
     change: Option<String>,
+    /// The batch this write belongs to, if any.
+    batch: Option<Arc<Batch>>,
     write: Box<dyn PendingWrite>,
+}
+
+/// The writes of one batch: the first of them that ends not ok stops it, and the writer
+/// answers the ones after it as not run (see the module docs).
+#[derive(Debug, Default)]
+pub(super) struct Batch {
+    stopped: AtomicBool,
+}
+
+impl Batch {
+    // Relaxed: only the writer thread reads and sets it.
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+    }
+
+    fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Relaxed)
+    }
 }
 
 /// A write's work and its answer, whatever its result type.
@@ -53,14 +79,18 @@ trait PendingWrite: Send {
     fn run(&mut self, tx: &Transaction<'_>) -> bool;
     /// Replaces the kept result with `e` (the write is rolled back after all).
     fn fail(&mut self, e: StoreError);
-    /// Sends the kept result if the group committed (`Ok`), else the group's error.
-    fn answer(self: Box<Self>, group: StoreResult<()>);
+    /// Sends the kept result if the group committed (`Ok`), else the group's error;
+    /// `true` if what it sent is `Ok`.
+    fn answer(self: Box<Self>, group: StoreResult<()>) -> bool;
+    /// Answers that the write was not run (and never will be).
+    fn not_run(self: Box<Self>);
 }
 
 struct Typed<T, F, R> {
     op: &'static str,
     f: Option<F>,
     out: Option<StoreResult<T>>,
+    /// Given the write's result, or `None` if it was not run.
     reply: R,
 }
 
@@ -68,7 +98,7 @@ impl<T, F, R> PendingWrite for Typed<T, F, R>
 where
     T: Send + 'static,
     F: FnOnce(&Transaction<'_>) -> StoreResult<T> + Send + 'static,
-    R: FnOnce(StoreResult<T>) + Send + 'static,
+    R: FnOnce(Option<StoreResult<T>>) + Send + 'static,
 {
     fn run(&mut self, tx: &Transaction<'_>) -> bool {
         let Some(f) = self.f.take() else {
@@ -89,7 +119,7 @@ where
         self.out = Some(Err(e));
     }
 
-    fn answer(self: Box<Self>, group: StoreResult<()>) {
+    fn answer(self: Box<Self>, group: StoreResult<()>) -> bool {
         let Typed { op, out, reply, .. } = *self;
         let out = group.and_then(|()| {
             out.unwrap_or_else(|| {
@@ -98,7 +128,13 @@ where
                 )))
             })
         });
-        reply(out);
+        let ok = out.is_ok();
+        reply(Some(out));
+        ok
+    }
+
+    fn not_run(self: Box<Self>) {
+        (self.reply)(None);
     }
 }
 
@@ -112,9 +148,35 @@ impl Job {
         F: FnOnce(&Transaction<'_>) -> StoreResult<T> + Send + 'static,
         R: FnOnce(StoreResult<T>) + Send + 'static,
     {
+        // Only a job of a batch is ever answered as not run.
+        let reply = move |out: Option<StoreResult<T>>| {
+            reply(out.unwrap_or_else(|| {
+                Err(StoreError::Unavailable(format!(
+                    "{op}: the write did not run"
+                )))
+            }))
+        };
+        Job::batched(op, change, None, f, reply)
+    }
+
+    /// As [`Job::new`], for a write of `batch` (if any): `reply` is given `None` if the
+    /// write was not run, because an earlier write of `batch` ended not ok.
+    pub(super) fn batched<T, F, R>(
+        op: &'static str,
+        change: Option<String>,
+        batch: Option<&Arc<Batch>>,
+        f: F,
+        reply: R,
+    ) -> Job
+    where
+        T: Send + 'static,
+        F: FnOnce(&Transaction<'_>) -> StoreResult<T> + Send + 'static,
+        R: FnOnce(Option<StoreResult<T>>) + Send + 'static,
+    {
         Job {
             op,
             change,
+            batch: batch.cloned(),
             write: Box::new(Typed {
                 op,
                 f: Some(f),
@@ -122,6 +184,35 @@ impl Job {
                 reply,
             }),
         }
+    }
+
+    /// Whether an earlier write of this job's batch ended not ok: then this one must not
+    /// run.
+    fn stopped(&self) -> bool {
+        self.batch.as_ref().is_some_and(|b| b.is_stopped())
+    }
+
+    /// This job ended not ok: the later writes of its batch must not run.
+    fn stop_batch(&self) {
+        if let Some(batch) = &self.batch {
+            batch.stop();
+        }
+    }
+
+    /// Answers the job (see [`PendingWrite::answer`]); an answer that is not `Ok` stops
+    /// its batch.
+    fn answer(self, group: StoreResult<()>) {
+        let Job { batch, write, .. } = self;
+        if !write.answer(group) {
+            if let Some(batch) = batch {
+                batch.stop();
+            }
+        }
+    }
+
+    /// Answers the job as not run.
+    fn not_run(self) {
+        self.write.not_run();
     }
 }
 
@@ -169,24 +260,32 @@ fn run_group(inner: &Inner, jobs: Vec<Job>) -> Vec<Job> {
         Err(e) => {
             let e = map_err(op, e);
             for job in jobs {
-                job.write.answer(Err(e.clone()));
+                if job.stopped() {
+                    job.not_run();
+                } else {
+                    job.answer(Err(e.clone()));
+                }
             }
             return Vec::new();
         }
     };
     // A single job needs no savepoint: its failure rolls the whole transaction back.
     let savepoints = jobs.len() > 1;
-    let mut ran: Vec<Box<dyn PendingWrite>> = Vec::with_capacity(jobs.len());
+    let mut ran: Vec<Job> = Vec::with_capacity(jobs.len());
     let mut versions: Vec<i64> = Vec::new();
     let mut pending = jobs.into_iter();
     while let Some(mut job) = pending.next() {
+        if job.stopped() {
+            job.not_run();
+            continue;
+        }
         if savepoints {
             if let Err(e) = execute_cached(&tx, "SAVEPOINT job") {
                 let e = map_err(job.op, e);
                 if ran.is_empty() {
                     // Nothing could run at all: this job gets the error (handing it back
                     // would retry it forever), the others a new group.
-                    job.write.answer(Err(e));
+                    job.answer(Err(e));
                     drop(tx);
                     return pending.collect();
                 }
@@ -205,6 +304,10 @@ fn run_group(inner: &Inner, jobs: Vec<Job>) -> Vec<Job> {
                 }
             }
         }
+        if !ok {
+            // Before the next job of the group runs: it may be of the same batch.
+            job.stop_batch();
+        }
         let mut ended = None;
         if savepoints {
             let ended_ok = if ok {
@@ -221,18 +324,22 @@ fn run_group(inner: &Inner, jobs: Vec<Job>) -> Vec<Job> {
                 StoreError::Unavailable(format!("{}: the database ended the transaction", job.op))
             });
             // A job that failed keeps its own error; the others of the group get `e`.
-            job.write.answer(if ok { Err(e.clone()) } else { Ok(()) });
+            job.answer(if ok { Err(e.clone()) } else { Ok(()) });
             return broken(tx, ran, pending.collect(), e);
         }
-        ran.push(job.write);
+        ran.push(job);
         if !ok && !savepoints {
             // The only job failed: roll back and give it its own error.
             drop(tx);
-            for write in ran {
-                write.answer(Ok(()));
+            for job in ran {
+                job.answer(Ok(()));
             }
             return Vec::new();
         }
+    }
+    if ran.is_empty() {
+        // Every job was of a stopped batch: nothing to commit.
+        return Vec::new();
     }
     // Recorded before the commit and under a lock held across it: a check on this handle
     // never sees a new version without knowing it is ours.
@@ -251,23 +358,19 @@ fn run_group(inner: &Inner, jobs: Vec<Job>) -> Vec<Job> {
         inner.commits.fetch_add(1, Ordering::Relaxed);
         inner.writes.fetch_add(ran.len() as u64, Ordering::Relaxed);
     }
-    for write in ran {
-        write.answer(committed.clone());
+    for job in ran {
+        job.answer(committed.clone());
     }
     Vec::new()
 }
 
 /// The transaction ended (or cannot go on) under a group: the jobs that ran get `e`
-/// (nothing of theirs is kept); those that did not are handed back for a new group.
-fn broken(
-    tx: Transaction<'_>,
-    ran: Vec<Box<dyn PendingWrite>>,
-    left: Vec<Job>,
-    e: StoreError,
-) -> Vec<Job> {
+/// (nothing of theirs is kept, and their batches stop); those that did not are handed
+/// back for a new group.
+fn broken(tx: Transaction<'_>, ran: Vec<Job>, left: Vec<Job>, e: StoreError) -> Vec<Job> {
     drop(tx); // rolls back whatever is left of it
-    for write in ran {
-        write.answer(Err(e.clone()));
+    for job in ran {
+        job.answer(Err(e.clone()));
     }
     left
 }
@@ -280,10 +383,13 @@ fn execute_cached(tx: &Transaction<'_>, sql: &str) -> rusqlite::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use std::future::Future;
+    use std::task::Poll;
     use std::time::Duration;
 
     use crate::sqlite::SqliteStore;
     use crate::{AuditStore, DeliveryQueue, InboxStore, ReplicaCoordination, StateStore};
+    use crate::{BatchedWrite, StateWrite};
     use connector_model::audit::{target, Actor, AuditEntry};
     use connector_model::records::DeliveryStatus;
     use connector_store_testing::faults::{inject_sqlite, Fault, INJECTED};
@@ -459,5 +565,102 @@ mod tests {
         b.put_unit(&unit("x", None)).await.expect("b writes");
         assert!(a.changes_since(v).await.expect("a").foreign);
         assert_eq!(store.load().await.expect("load").units.len(), 5);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_stops_inside_its_group_at_a_write_whose_version_bump_fails() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("host.db");
+        let store = SqliteStore::open(&path).expect("store");
+        store.put_unit(&unit("gone", None)).await.expect("put gone");
+        // The deletion's own statements succeed; its change-log entry, written by the
+        // writer's version bump, fails.
+        inject_sqlite(&path, Some(Fault::AfterUnitDelete)).expect("the fault");
+        let version = store.load().await.expect("load").version;
+        let records = store.audit_head().await.expect("head").seq;
+        let before = store.commit_counts();
+
+        // The writer is held inside a write of its own until the whole batch is queued
+        // behind it, so that the batch goes to it as one group.
+        let (running, is_running) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let held = {
+            let s = store.clone();
+            tokio::spawn(async move {
+                s.write("holding the writer", move |_| {
+                    let _ = running.send(());
+                    // Also returns once the test dropped `release` (it failed).
+                    let _ = released.recv();
+                    Ok(())
+                })
+                .await
+            })
+        };
+        is_running
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the held write runs");
+        let (b, c) = (unit("b", None), unit("c", None));
+        let record = |action: &str, unit: &str| {
+            AuditEntry::now(Actor::operator(), action, target::unit(unit))
+        };
+        let (rgone, rb, rc) = (
+            record("unit.delete", "gone"),
+            record("unit.put", "b"),
+            record("unit.put", "c"),
+        );
+        let writes = [
+            (StateWrite::DeleteUnit("gone"), &rgone),
+            (StateWrite::PutUnit(&b), &rb),
+            (StateWrite::PutUnit(&c), &rc),
+        ];
+        let mut batch = std::pin::pin!(store.write_batch(&writes));
+        // Polled once, the batch has sent all its writes (it sends them before it waits).
+        let polled = std::future::poll_fn(|cx| Poll::Ready(batch.as_mut().poll(cx))).await;
+        assert!(polled.is_pending(), "answered while the writer was held");
+        release.send(()).expect("the held write waits");
+        let outcomes = batch.await;
+        held.await.expect("held write task").expect("held write");
+
+        assert!(
+            matches!(
+                outcomes.as_slice(),
+                [
+                    BatchedWrite::Failed(e),
+                    BatchedWrite::NotRun,
+                    BatchedWrite::NotRun
+                ] if e.to_string().contains(INJECTED)
+            ),
+            "{outcomes:?}"
+        );
+        // Two commits: the held write's and the batch's group. (The deletion run alone,
+        // its failure would have committed nothing: the later writes shared its group.)
+        let after = store.commit_counts();
+        assert_eq!(
+            after.commits - before.commits,
+            2,
+            "the deletion ran alone: {before:?} -> {after:?}"
+        );
+        // Nothing of the batch is stored, and the version did not move.
+        let stored = store.load().await.expect("load");
+        let mut units: Vec<&str> = stored.units.iter().map(|u| u.id.as_str()).collect();
+        units.sort_unstable();
+        assert_eq!(units, ["gone"]);
+        assert_eq!(stored.version, version);
+        assert_eq!(store.audit_head().await.expect("head").seq, records);
+
+        // Disarmed, the same batch commits whole.
+        inject_sqlite(&path, None).expect("disarm");
+        let outcomes = store.write_batch(&writes).await;
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| matches!(o, BatchedWrite::Committed)),
+            "{outcomes:?}"
+        );
+        let stored = store.load().await.expect("load");
+        assert_eq!(stored.version, version + 3);
+        let mut units: Vec<&str> = stored.units.iter().map(|u| u.id.as_str()).collect();
+        units.sort_unstable();
+        assert_eq!(units, ["b", "c"]);
     }
 }
