@@ -422,4 +422,124 @@ mod postgres {
             }
         }
     }
+
+    /// What an operation cost the database, read off the wire ([`PgRelay`]).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    struct Cost {
+        /// Round trips.
+        flights: usize,
+        /// Statements run.
+        statements: usize,
+        /// Round trips from the one that takes the state version's lock to the commit:
+        /// how long every replica's state writes wait for this one.
+        under_lock: usize,
+    }
+
+    impl Cost {
+        fn of(flights: &[integration_tests::pg_relay::Flight]) -> Self {
+            let has = |flight: &Vec<String>, sql: &str| flight.iter().any(|s| s.contains(sql));
+            let locked = flights
+                .iter()
+                .position(|f| has(f, "FROM state_version FOR UPDATE"));
+            let ended = flights.iter().rposition(|f| has(f, "COMMIT"));
+            Self {
+                flights: flights.len(),
+                statements: flights.iter().map(Vec::len).sum(),
+                under_lock: match (locked, ended) {
+                    (Some(locked), Some(ended)) if ended >= locked => ended - locked + 1,
+                    _ => 0,
+                },
+            }
+        }
+
+        /// The least of each, over `costs` (a hiccup of the test's threads longer than
+        /// the relay's latency still splits a flight in two: the least is what the code
+        /// asks for).
+        fn least(costs: &[Cost]) -> Self {
+            let least = |field: fn(&Cost) -> usize| costs.iter().map(field).min().unwrap_or(0);
+            Self {
+                flights: least(|c| c.flights),
+                statements: least(|c| c.statements),
+                under_lock: least(|c| c.under_lock),
+            }
+        }
+    }
+
+    /// PostgreSQL only: a batch of one write costs the database what the write alone
+    /// costs: as many statements and round trips, and as many round trips under the
+    /// state version's lock, which every replica's state writes wait for. A batch of
+    /// several writes that go out together takes no more round trips either.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_takes_the_round_trips_of_one_write() {
+        use connector_model::audit::{Actor, AuditEntry};
+        use connector_store::{BatchedWrite, StateWrite};
+        use connector_store_testing::fixtures::unit;
+        use integration_tests::pg_relay::PgRelay;
+        let Some(pg) = require_postgres() else { return };
+        let url = pg.fresh_database("round_trips").expect("a fresh database");
+        // Answers held back as a network would (a hiccup of the test's threads shorter
+        // than that splits no pipeline into two flights).
+        let latency = std::time::Duration::from_millis(5);
+        let relay = PgRelay::start(pg.port(), latency).await.expect("a relay");
+        let store = PostgresStore::connect(&relay.url(&url))
+            .await
+            .expect("the database opens");
+        let units = [unit("a", None), unit("b", None), unit("c", None)];
+        let record = AuditEntry::now(Actor::operator(), "unit.put", "unit:a".to_string());
+        let write = StateWrite::PutUnit(&units[0]);
+        let alone = async || {
+            store.write(write, Some(&record)).await.expect("written");
+        };
+        let batched = async || {
+            let outcomes = store.write_batch(&[(write, &record)]).await;
+            assert!(
+                matches!(outcomes.as_slice(), [BatchedWrite::Committed]),
+                "{outcomes:?}"
+            );
+        };
+        let three: Vec<_> = units
+            .iter()
+            .map(|u| (StateWrite::PutUnit(u), &record))
+            .collect();
+        let batched_three = async || {
+            let outcomes = store.write_batch(&three).await;
+            assert!(
+                outcomes
+                    .iter()
+                    .all(|o| matches!(o, BatchedWrite::Committed)),
+                "{outcomes:?}"
+            );
+        };
+        // Each once first: the connection is made and its statements are prepared.
+        alone().await;
+        batched().await;
+        batched_three().await;
+        let mut costs: [Vec<Cost>; 3] = Default::default();
+        for _ in 0..5 {
+            let mark = relay.mark();
+            alone().await;
+            costs[0].push(Cost::of(&relay.since(mark)));
+            let mark = relay.mark();
+            batched().await;
+            costs[1].push(Cost::of(&relay.since(mark)));
+            let mark = relay.mark();
+            batched_three().await;
+            costs[2].push(Cost::of(&relay.since(mark)));
+        }
+        let [alone, batched, three] = costs.map(|c| Cost::least(&c));
+        assert!(
+            alone.under_lock > 0,
+            "the relay saw no state write: {alone:?}"
+        );
+        assert!(
+            batched.flights <= alone.flights
+                && batched.statements <= alone.statements
+                && batched.under_lock <= alone.under_lock,
+            "a batch of one write costs {batched:?}, the write alone {alone:?}"
+        );
+        assert!(
+            three.flights <= alone.flights && three.under_lock <= alone.under_lock,
+            "a batch of three writes costs {three:?}, one write alone {alone:?}"
+        );
+    }
 }

@@ -15,5 +15,6 @@ pub mod languages;
 pub mod large_directory;
 pub mod namespaces;
 pub mod otlp;
+pub mod pg_relay;
 pub mod postgres;
 pub mod registry;

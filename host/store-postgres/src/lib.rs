@@ -18,16 +18,18 @@
 //!   [`ReplicaCoordination::changes_since`](connector_store::ReplicaCoordination::changes_since) before serving; versions it did not write itself mean
 //!   another replica changed something, and it applies those changes
 //!   ([`ReplicaCoordination::foreign_writes`](connector_store::ReplicaCoordination::foreign_writes)), or reloads when the log no longer reaches back
-//!   to its version. A state write's statements go out together where they do not
-//!   depend on each other's answers (the version's lock, the change, the audit chain's
-//!   lock and head; then the audit record and the bump), so the lock every replica waits
-//!   for is held for a few round trips, not one per statement.
+//!   to its version. Every state write's transaction has one shape (`state_tx`), and its
+//!   statements go out together where they do not depend on each other's answers (the
+//!   version's lock, the audit chain's lock and head, the change; then the audit records
+//!   and the version bumps), so the lock every replica waits for is held for a few round
+//!   trips, not one per statement.
 //! - **State writes in batches.** The host sends the writes that queued up while its
-//!   previous batch committed as one batch ([`StateStore::write_batch`](connector_store::StateStore::write_batch)): one transaction takes
-//!   the version lock and the audit chain's head once, makes each change in a savepoint of
-//!   its own with its own version and change-log entry, appends their audit records
-//!   together and commits once. The lock is held through one commit's WAL flush per batch,
-//!   not per write, which is what bounds a replica's write rate.
+//!   previous batch committed as one batch ([`StateStore::write_batch`](connector_store::StateStore::write_batch)): one transaction of
+//!   that shape makes all their changes, keeps every version and change-log entry in one
+//!   statement beside their audit records and commits once; only when a change fails is
+//!   the batch written again, one savepoint each, to stop at that write. A batch of one
+//!   is a single write. The lock is held through one commit's WAL flush per batch, not
+//!   per write, which is what bounds a replica's write rate.
 //! - **Deliveries are claimed.** `insert_delivery` is one `INSERT … ON CONFLICT … WHERE`
 //!   statement, so of two replicas receiving the same delivery exactly one stores it.
 //!   Unfinished deliveries carry a claim (owner + expiry); sweeps take unclaimed or
@@ -480,60 +482,139 @@ impl PostgresStore {
         Ok(())
     }
 
-    /// Bumps the state version inside `tx`, keeps `change` (a [`LoggedWrite`]'s JSON)
-    /// under it in the change log (pruned every [`CHANGES_PRUNED_EVERY`] versions),
-    /// commits, and remembers the new version as this handle's own (so `changes_since`
-    /// does not report it as foreign).
-    /// With `audit` (an entry and the chain's head read under the audit lock), the
-    /// entry is appended after that head, sent together with the bump.
-    async fn commit_state(
+    /// Runs one state-writing transaction: the one shape of every state write, whatever
+    /// `body` changes in it.
+    ///
+    /// Begins it at READ COMMITTED and sends together, in this order: the version lock
+    /// (whose answer [`PostgresStore::refuse_stale`] checks), when `audited` the audit
+    /// chain's lock and head (else they are taken at the finish, if the body staged
+    /// records after all), and `body`'s first statements. If the body staged writes,
+    /// their change-log entries still to keep are each kept under a new version, sent
+    /// together with their audit records (appended after the head); the change log is
+    /// pruned when a version is a multiple of [`CHANGES_PRUNED_EVERY`]; the transaction
+    /// commits; and only then are the versions recorded as this handle's own (a version
+    /// recorded early could belong to another replica if the commit failed, and would
+    /// hide its change). A body that staged nothing is rolled back and answered as it is.
+    /// `Err`: the transaction failed as a whole, and nothing of it is stored.
+    async fn state_tx<T>(
         &self,
-        tx: Tx<'_>,
         op: &str,
-        change: &str,
-        audit: Option<(&AuditEntry, AuditAnchor)>,
-    ) -> StoreResult<()> {
+        audited: bool,
+        body: impl AsyncFnOnce(&Tx<'_>) -> StoreResult<Staged<T>>,
+    ) -> StoreResult<T> {
         let db = |e| map_err(op, e);
-        let bump = bump_version(&tx, op, change);
-        let appended = async {
-            match audit {
-                Some((entry, head)) => write_audit(&tx, op, head, vec![entry.clone()])
-                    .await
-                    .map(drop),
-                None => Ok(()),
+        let mut conn = self.conn(op).await?;
+        let tx = read_committed(&mut conn).await.map_err(db)?;
+        // Prepared first, so that the server runs them first and in this order (see
+        // `prepare_first`): every state write takes the version lock before anything
+        // else, and the audit chain's lock and head before its body's statements (whose
+        // errors are checked after theirs).
+        let [version_lock, _, _] = prepare_first(&tx, &[VERSION_LOCK, ADVISORY_LOCK, AUDIT_HEAD])
+            .await
+            .map_err(db)?;
+        let head = async {
+            if audited {
+                lock_audit_head(&tx, op).await.map(Some)
+            } else {
+                Ok(None)
             }
         };
-        let (bumped, appended) = futures::join!(bump, appended);
-        let version = bumped?;
+        // The body does not wait for the stale check: a change made on stale state is
+        // rolled back with the rest.
+        let (fresh, head, staged) =
+            futures::join!(self.refuse_stale(&tx, &version_lock, op), head, body(&tx));
+        // Checked in the order sent: a failure's successors only say "aborted".
+        fresh?;
+        let head = head?;
+        let Staged {
+            answer,
+            changes,
+            mut versions,
+            audit,
+        } = staged?;
+        if changes.is_empty() && versions.is_empty() {
+            // Dropped, the transaction rolls back.
+            return Ok(answer);
+        }
+        let head = match head {
+            Some(head) => Some(head),
+            None if !audit.is_empty() => Some(lock_audit_head(&tx, op).await?),
+            None => None,
+        };
+        // Prepared first, so that the bump goes out before the records (sealed meanwhile),
+        // whose errors are checked after its.
+        let [bump] = prepare_first(&tx, &[BUMP_VERSIONS]).await.map_err(db)?;
+        let bumped = async {
+            if changes.is_empty() {
+                Ok(Vec::new())
+            } else {
+                bump_versions(&tx, &bump, op, &changes).await
+            }
+        };
+        let appended = async {
+            match head {
+                Some(head) if !audit.is_empty() => {
+                    write_audit(&tx, op, head, audit).await.map(drop)
+                }
+                _ => Ok(()),
+            }
+        };
+        let (bumped, appended) = futures::join!(bumped, appended);
+        versions.extend(bumped?);
         appended?;
-        if version % CHANGES_PRUNED_EVERY == 0 {
-            prune_changes(&tx, version - CHANGES_KEPT, op).await?;
+        let (oldest, newest) = (versions.iter().min(), versions.iter().max());
+        if let (Some(&oldest), Some(&newest)) = (oldest, newest) {
+            if (oldest..=newest).any(|v| v % CHANGES_PRUNED_EVERY == 0) {
+                prune_changes(&tx, newest - CHANGES_KEPT, op).await?;
+            }
         }
         tx.commit().await.map_err(db)?;
-        // Recorded only after the commit: a version recorded early could belong to
-        // another replica if this commit failed, and would hide its change.
-        self.own_versions.lock().insert(version);
-        Ok(())
+        self.own_versions.lock().extend(versions);
+        Ok(answer)
     }
 }
 
-/// Bumps the state version inside `tx` and keeps `change` (a [`LoggedWrite`]'s JSON) under
-/// the new version in the change log; returns that version.
-async fn bump_version(tx: &Tx<'_>, op: &str, change: &str) -> StoreResult<i64> {
-    let bump = tx
-        .prepare_cached(BUMP_VERSION)
-        .await
-        .map_err(|e| map_err(op, e))?;
-    bumped_version(tx, &bump, op, change).await
+/// What the body of a state write's transaction leaves to its finish
+/// ([`PostgresStore::state_tx`]): with no change and no version, nothing (it rolls back).
+struct Staged<T> {
+    /// What the transaction answers, once it committed or rolled back.
+    answer: T,
+    /// Change-log entries ([`LoggedWrite`]s' JSON) of the changes made, in order: each
+    /// is kept under a new version at the finish.
+    changes: Vec<String>,
+    /// Versions the body bumped itself, each with its change-log entry.
+    versions: Vec<i64>,
+    /// The records of the writes made, in order, appended after the chain's head.
+    audit: Vec<AuditEntry>,
 }
 
-/// [`bump_version`] with its statement ([`BUMP_VERSION`]) prepared.
-async fn bumped_version(tx: &Tx<'_>, bump: &Statement, op: &str, change: &str) -> StoreResult<i64> {
-    let row = tx
-        .query_one(bump, &[&change])
+impl<T> Staged<T> {
+    /// Nothing written: the transaction rolls back and answers `answer`.
+    fn nothing(answer: T) -> Self {
+        Self {
+            answer,
+            changes: Vec::new(),
+            versions: Vec::new(),
+            audit: Vec::new(),
+        }
+    }
+}
+
+/// Keeps each of `changes` (a [`LoggedWrite`]'s JSON) under a new state version inside
+/// `tx` with `bump` ([`BUMP_VERSIONS`], prepared); returns those versions.
+async fn bump_versions(
+    tx: &Tx<'_>,
+    bump: &Statement,
+    op: &str,
+    changes: &[String],
+) -> StoreResult<Vec<i64>> {
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&changes];
+    tx.query(bump, &params)
         .await
-        .map_err(|e| map_err(op, e))?;
-    col(&row, 0)
+        .map_err(|e| map_err(op, e))?
+        .iter()
+        .map(|row| col::<i64>(row, 0))
+        .collect()
 }
 
 /// Upserts a unit.
@@ -591,56 +672,6 @@ const BUMP_VERSIONS: &str = "WITH bumped AS (
      SELECT bumped.version - cardinality($1::text[]) + c.ord, c.change
      FROM bumped, unnest($1::text[]) WITH ORDINALITY AS c (change, ord)
      RETURNING version";
-
-/// Bumps the state version and keeps change `$1` under the new one, which it returns.
-const BUMP_VERSION: &str = "WITH bumped AS (
-         UPDATE state_version SET version = version + 1 RETURNING version
-     )
-     INSERT INTO state_changes (version, change)
-     SELECT version, $1 FROM bumped
-     RETURNING version";
-
-/// Runs `$body` in one state-changing transaction bound to `$tx` and commits it with
-/// [`PostgresStore::commit_state`] (which keeps the change-log entry of `$records`, a
-/// [`WriteRecords`]); any error rolls the whole transaction back. With an audit entry in
-/// `$records`, the record is appended to the audit chain after the change, in the same
-/// transaction.
-macro_rules! state_tx {
-    ($self:ident, $op:expr, $records:expr, |$tx:ident| $body:block) => {{
-        let records: WriteRecords<'_> = $records;
-        let mut conn = $self.conn($op).await?;
-        let $tx = read_committed(&mut conn)
-            .await
-            .map_err(|e| map_err($op, e))?;
-        // Prepared first, so that it is the first statement the server runs (see
-        // `prepare_first`): every state write takes the version lock before anything else.
-        let version_lock = prepare_first(&$tx, &[VERSION_LOCK])
-            .await
-            .map_err(|e| map_err($op, e))?;
-        // Sent together, in this order (one round trip where the change is one statement):
-        // the state version's lock and check, the audit chain's lock and head, the change.
-        // A change made on stale state is rolled back with the rest.
-        let (fresh, out, head) = futures::join!(
-            $self.refuse_stale(&$tx, &version_lock[0], $op),
-            async {
-                let out: StoreResult<_> = async { $body }.await;
-                out
-            },
-            async {
-                match records.audit {
-                    Some(_) => lock_audit_head(&$tx, $op).await.map(Some),
-                    None => Ok(None),
-                }
-            },
-        );
-        // The first failure is the one to report: those after it only say "aborted".
-        fresh?;
-        let out = out?;
-        let audit = records.audit.zip(head?);
-        $self.commit_state($tx, $op, &records.change, audit).await?;
-        Ok(out)
-    }};
-}
 
 /// Runs `sql` inside `tx` as a statement prepared once per connection.
 async fn exec(
@@ -740,10 +771,14 @@ fn first_cause<A, B>(
     }
 }
 
+/// What errors of a batch of state writes say was being done.
+const BATCH: &str = "writing a batch of state changes";
 /// Takes the version lock of a state write ([`PostgresStore::refuse_stale`]).
 const VERSION_LOCK: &str = "SELECT version FROM state_version FOR UPDATE";
 /// Takes the transaction-scoped advisory lock `$1` (held to the commit).
 const ADVISORY_LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
+/// Reads the audit chain's head (what the next record follows).
+const AUDIT_HEAD: &str = "SELECT seq, hash FROM audit_head";
 
 /// `sql`'s statements, prepared (once per connection) before a pipeline that runs them
 /// starts. A pipeline's statements reach the server in the order their futures send
@@ -779,7 +814,7 @@ pub(crate) async fn append_audit(
 /// it; both statements go out together.
 async fn lock_audit_head(tx: &Tx<'_>, ctx: &str) -> StoreResult<AuditAnchor> {
     let db = |e| map_err(ctx, e);
-    let [lock, head] = prepare_first(tx, &[ADVISORY_LOCK, "SELECT seq, hash FROM audit_head"])
+    let [lock, head] = prepare_first(tx, &[ADVISORY_LOCK, AUDIT_HEAD])
         .await
         .map_err(db)?;
     let (locked, head) =
@@ -1212,11 +1247,16 @@ impl StateStore for PostgresStore {
 
     async fn write(&self, write: StateWrite<'_>, audit: Option<&AuditEntry>) -> StoreResult<bool> {
         let op = write.op();
-        let records = WriteRecords::of(&write, audit)?;
-        state_tx!(self, op, records, |tx| {
-            let changed = self.change(&tx, write).await;
-            changed
+        let change = WriteRecords::of(&write, audit)?.change;
+        self.state_tx(op, audit.is_some(), async |tx| {
+            Ok(Staged {
+                answer: self.change(tx, write).await?,
+                changes: vec![change],
+                versions: Vec::new(),
+                audit: audit.into_iter().cloned().collect(),
+            })
         })
+        .await
     }
 
     async fn write_batch(&self, writes: &[(StateWrite<'_>, &AuditEntry)]) -> Vec<BatchedWrite> {
@@ -1228,14 +1268,6 @@ impl StateStore for PostgresStore {
                 .collect(),
         }
     }
-}
-
-/// How a batch's write ended inside its transaction ([`PostgresStore::batch_tx`]).
-enum Ran {
-    /// Done, at this state version, with this audit entry to append.
-    Done(i64),
-    /// Failed and rolled back to its savepoint: the batch stops here.
-    Failed(StoreError),
 }
 
 impl PostgresStore {
@@ -1252,220 +1284,157 @@ impl PostgresStore {
         })
     }
 
-    /// [`StateStore::write_batch`]: all at once ([`PostgresStore::batch_at_once`]), or,
-    /// when a write of it failed there, one savepoint each
-    /// ([`PostgresStore::batch_one_by_one`]), which stops at that write. `Err`: the
-    /// transaction failed as a whole (nothing of the batch is stored).
+    /// [`StateStore::write_batch`]: one write alone as [`StateStore::write`] writes it;
+    /// more all at once ([`PostgresStore::batch_at_once`]), or, when a write of them
+    /// failed there, one savepoint each ([`PostgresStore::batch_one_by_one`]), which stops
+    /// at that write. `Err`: the transaction failed as a whole (nothing of the batch is
+    /// stored).
     async fn batch_tx(
         &self,
         writes: &[(StateWrite<'_>, &AuditEntry)],
     ) -> StoreResult<Vec<BatchedWrite>> {
-        if writes.is_empty() {
-            return Ok(Vec::new());
+        match writes {
+            [] => Ok(Vec::new()),
+            [(write, audit)] => {
+                self.write(*write, Some(audit)).await?;
+                Ok(vec![BatchedWrite::Committed])
+            }
+            _ if self.batch_at_once(writes).await? => {
+                Ok(vec![BatchedWrite::Committed; writes.len()])
+            }
+            _ => self.batch_one_by_one(writes).await,
         }
-        if writes.len() > 1 && self.batch_at_once(writes).await? {
-            return Ok(vec![BatchedWrite::Committed; writes.len()]);
-        }
-        self.batch_one_by_one(writes).await
     }
 
-    /// The whole batch in one transaction with no savepoint: the version lock and the
-    /// audit chain's head (sent together); the changes, those [`sent_at_once`] in one
-    /// pipeline; every version bump and change-log entry in one statement, sent with the
-    /// audit records; one commit. A handful of round trips per batch, whatever its size.
+    /// The whole batch in one transaction with no savepoint: the changes, those
+    /// [`sent_at_once`] together in one pipeline (the first of them with the locks), then
+    /// every version bump and change-log entry in one statement sent with the audit
+    /// records, and one commit. A handful of round trips per batch, whatever its size.
     /// `false`: a change failed, and the transaction was rolled back (the batch is then
     /// written one savepoint each, to find which).
     async fn batch_at_once(&self, writes: &[(StateWrite<'_>, &AuditEntry)]) -> StoreResult<bool> {
-        let op = "writing a batch of state changes";
-        let db = |e| map_err(op, e);
-        let changes = match writes
+        let Ok(changes) = writes
             .iter()
             .map(|(write, _)| WriteRecords::of(write, None).map(|r| r.change))
             .collect::<StoreResult<Vec<String>>>()
-        {
-            Ok(changes) => changes,
-            Err(_) => return Ok(false),
+        else {
+            return Ok(false);
         };
-        let mut conn = self.conn(op).await?;
-        let tx = read_committed(&mut conn).await.map_err(db)?;
-        let version_lock = prepare_first(&tx, &[VERSION_LOCK]).await.map_err(db)?;
-        let (fresh, head, prepared) = futures::join!(
-            self.refuse_stale(&tx, &version_lock[0], op),
-            lock_audit_head(&tx, op),
-            prepare_first(&tx, &SENT_AT_ONCE),
-        );
-        fresh?;
-        let head = head?;
-        prepared.map_err(db)?;
-        let mut rest = writes;
-        while let Some(((first, _), _)) = rest.split_first() {
-            // A run of writes sent at once goes out together (at most 30: `join_all`
-            // polls that many in order); any other write alone.
-            let run = if sent_at_once(first) {
-                rest.iter()
-                    .take(30)
-                    .take_while(|(w, _)| sent_at_once(w))
-                    .count()
-            } else {
-                1
-            };
-            let (now, later) = rest.split_at(run);
-            rest = later;
-            let done =
-                futures::future::join_all(now.iter().map(|(w, _)| self.change(&tx, *w))).await;
-            if done.iter().any(Result::is_err) {
-                return Ok(false);
+        self.state_tx(BATCH, true, async |tx| {
+            prepare_first(tx, &SENT_AT_ONCE)
+                .await
+                .map_err(|e| map_err(BATCH, e))?;
+            let mut rest = writes;
+            while let Some(((first, _), _)) = rest.split_first() {
+                // A run of writes sent at once goes out together (at most 30: `join_all`
+                // polls that many in order); any other write alone.
+                let run = if sent_at_once(first) {
+                    rest.iter()
+                        .take(30)
+                        .take_while(|(w, _)| sent_at_once(w))
+                        .count()
+                } else {
+                    1
+                };
+                let (now, later) = rest.split_at(run);
+                rest = later;
+                let done =
+                    futures::future::join_all(now.iter().map(|(w, _)| self.change(tx, *w))).await;
+                if done.iter().any(Result::is_err) {
+                    return Ok(Staged::nothing(false));
+                }
             }
-        }
-        let [bump] = prepare_first(&tx, &[BUMP_VERSIONS]).await.map_err(db)?;
-        let entries = writes.iter().map(|(_, audit)| (*audit).clone()).collect();
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&changes];
-        let (bumped, appended) = futures::join!(
-            tx.query(&bump, &params),
-            write_audit(&tx, op, head, entries)
-        );
-        let versions = bumped
-            .map_err(db)?
-            .iter()
-            .map(|row| col::<i64>(row, 0))
-            .collect::<StoreResult<Vec<i64>>>()?;
-        appended?;
-        let newest = versions.iter().copied().max().unwrap_or_default();
-        let oldest = versions.iter().copied().min().unwrap_or_default();
-        if (oldest..=newest).any(|v| v % CHANGES_PRUNED_EVERY == 0) {
-            prune_changes(&tx, newest - CHANGES_KEPT, op).await?;
-        }
-        tx.commit().await.map_err(db)?;
-        // Recorded only after the commit (see `commit_state`).
-        self.own_versions.lock().extend(versions);
-        Ok(true)
+            Ok(Staged {
+                answer: true,
+                changes,
+                versions: Vec::new(),
+                audit: writes.iter().map(|(_, audit)| (*audit).clone()).collect(),
+            })
+        })
+        .await
     }
 
     /// The batch in one transaction, each write in its own savepoint with its version
     /// bump and change-log entry, up to the first that fails; then the audit records of
-    /// the writes done, appended together, and one commit.
+    /// the writes made, appended together, and one commit.
     async fn batch_one_by_one(
         &self,
         writes: &[(StateWrite<'_>, &AuditEntry)],
     ) -> StoreResult<Vec<BatchedWrite>> {
-        let op = "writing a batch of state changes";
-        let db = |e| map_err(op, e);
-        let mut conn = self.conn(op).await?;
-        let tx = read_committed(&mut conn).await.map_err(db)?;
-        let version_lock = prepare_first(&tx, &[VERSION_LOCK]).await.map_err(db)?;
-        let (fresh, head) = futures::join!(
-            self.refuse_stale(&tx, &version_lock[0], op),
-            lock_audit_head(&tx, op)
-        );
-        fresh?;
-        let head = head?;
-        // A lone write needs no savepoint: its failure rolls the transaction back.
-        let savepoints = writes.len() > 1;
-        let mut ran = Vec::with_capacity(writes.len());
-        for (write, _) in writes {
-            match self.batched_change(&tx, *write, savepoints).await? {
-                Ran::Done(version) => ran.push(Ran::Done(version)),
-                failed @ Ran::Failed(_) => {
-                    ran.push(failed);
-                    break;
+        self.state_tx(BATCH, true, async |tx| {
+            let mut outcomes = Vec::with_capacity(writes.len());
+            let (mut versions, mut records) = (Vec::new(), Vec::new());
+            for (write, audit) in writes {
+                match self.savepointed_change(tx, *write).await? {
+                    Ok(bumped) => {
+                        versions.extend(bumped);
+                        records.push((*audit).clone());
+                        outcomes.push(BatchedWrite::Committed);
+                    }
+                    Err(e) => {
+                        outcomes.push(BatchedWrite::Failed(e));
+                        break;
+                    }
                 }
             }
-        }
-        let done: Vec<i64> = ran
-            .iter()
-            .filter_map(|r| match r {
-                Ran::Done(v) => Some(*v),
-                Ran::Failed(_) => None,
+            outcomes.resize(writes.len(), BatchedWrite::NotRun);
+            Ok(Staged {
+                answer: outcomes,
+                changes: Vec::new(),
+                versions,
+                audit: records,
             })
-            .collect();
-        if done.is_empty() {
-            // Nothing to commit (the first write failed): the transaction is rolled back.
-            drop(tx);
-        } else {
-            let entries = writes[..done.len()]
-                .iter()
-                .map(|(_, audit)| (*audit).clone())
-                .collect();
-            write_audit(&tx, op, head, entries).await?;
-            let newest = done.iter().copied().max().unwrap_or_default();
-            let oldest = done.iter().copied().min().unwrap_or_default();
-            if (oldest..=newest).any(|v| v % CHANGES_PRUNED_EVERY == 0) {
-                prune_changes(&tx, newest - CHANGES_KEPT, op).await?;
-            }
-            tx.commit().await.map_err(db)?;
-            // Recorded only after the commit (see `commit_state`).
-            self.own_versions.lock().extend(done.iter().copied());
-        }
-        let mut outcomes: Vec<BatchedWrite> = ran
-            .into_iter()
-            .map(|r| match r {
-                Ran::Done(_) => BatchedWrite::Committed,
-                Ran::Failed(e) => BatchedWrite::Failed(e),
-            })
-            .collect();
-        outcomes.resize(writes.len(), BatchedWrite::NotRun);
-        Ok(outcomes)
+        })
+        .await
     }
 
-    /// One write of a batch inside `tx` (in a savepoint of its own with `savepoint`):
-    /// the change, then its version bump and change-log entry. `Err`: the transaction
-    /// cannot go on.
-    async fn batched_change(
+    /// One write of a batch inside `tx`, in a savepoint of its own: the change, then its
+    /// version bump and change-log entry; returns its version. `Ok(Err(_))`: the write
+    /// failed and `tx` is back at the savepoint (it goes on); `Err`: `tx` cannot go on.
+    async fn savepointed_change(
         &self,
         tx: &Tx<'_>,
         write: StateWrite<'_>,
-        savepoint: bool,
-    ) -> StoreResult<Ran> {
+    ) -> StoreResult<StoreResult<Vec<i64>>> {
         let op = write.op();
         let db = |e| map_err(op, e);
-        let records = match WriteRecords::of(&write, None) {
-            Ok(records) => records,
-            Err(e) => return Ok(Ran::Failed(e)),
+        let change = match WriteRecords::of(&write, None) {
+            Ok(records) => records.change,
+            Err(e) => return Ok(Err(e)),
         };
-        let opened = async {
-            if savepoint {
-                tx.batch_execute("SAVEPOINT batched").await.map_err(db)
-            } else {
-                Ok(())
-            }
-        };
-        let (opened, changed) = futures::join!(opened, self.change(tx, write));
-        opened?;
-        let bumped = match changed {
+        let (opened, changed) = futures::join!(
+            tx.batch_execute("SAVEPOINT batched"),
+            self.change(tx, write)
+        );
+        opened.map_err(db)?;
+        let failed = match changed {
             // Sent together: a failed bump makes the release fail too (the transaction
             // is aborted up to the savepoint), and the rollback below restores it.
             Ok(_) => {
                 // Prepared first, so that the bump goes out before the release.
-                let [bump] = prepare_first(tx, &[BUMP_VERSION]).await.map_err(db)?;
-                let released = async {
-                    if savepoint {
-                        tx.batch_execute("RELEASE SAVEPOINT batched").await
-                    } else {
-                        Ok(())
-                    }
-                };
-                let (bumped, released) =
-                    futures::join!(bumped_version(tx, &bump, op, &records.change), released);
+                let [bump] = prepare_first(tx, &[BUMP_VERSIONS]).await.map_err(db)?;
+                let (bumped, released) = futures::join!(
+                    bump_versions(tx, &bump, op, std::slice::from_ref(&change)),
+                    tx.batch_execute("RELEASE SAVEPOINT batched")
+                );
                 match bumped {
-                    Ok(version) => {
+                    Ok(versions) => {
                         released.map_err(db)?;
-                        return Ok(Ran::Done(version));
+                        return Ok(Ok(versions));
                     }
                     Err(e) => e,
                 }
             }
             Err(e) => e,
         };
-        if savepoint {
-            tx.batch_execute("ROLLBACK TO SAVEPOINT batched; RELEASE SAVEPOINT batched")
-                .await
-                .map_err(db)?;
-        }
-        Ok(Ran::Failed(bumped))
+        tx.batch_execute("ROLLBACK TO SAVEPOINT batched; RELEASE SAVEPOINT batched")
+            .await
+            .map_err(db)?;
+        Ok(Err(failed))
     }
 
     /// Makes `write`'s change inside `tx`: no version bump and no records (see
-    /// `state_tx!` and [`PostgresStore::batch_tx`]). `false`: a delete found nothing to
+    /// [`PostgresStore::state_tx`]). `false`: a delete found nothing to
     /// delete.
     async fn change(&self, tx: &Tx<'_>, write: StateWrite<'_>) -> StoreResult<bool> {
         let op = write.op();
@@ -1681,8 +1650,7 @@ impl AuditStore for PostgresStore {
     }
 
     async fn audit_head(&self) -> StoreResult<AuditAnchor> {
-        self.chain_point("SELECT seq, hash FROM audit_head", "reading the audit head")
-            .await
+        self.chain_point(AUDIT_HEAD, "reading the audit head").await
     }
 
     async fn prune_audit(&self, before: &str, max: u32) -> StoreResult<u64> {

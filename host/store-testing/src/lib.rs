@@ -107,6 +107,7 @@ macro_rules! store_conformance_tests {
             a_failed_audited_write_leaves_no_record
             a_write_failing_at_its_change_log_entry_leaves_nothing
             a_batch_commits_up_to_its_first_failing_write
+            a_batch_of_one_write_stores_all_of_it_or_nothing
             concurrent_appends_through_two_handles_form_one_chain
             entries_appended_one_by_one_join_the_chain_once_each
             a_failed_group_of_appended_entries_keeps_none_of_them
@@ -2375,6 +2376,12 @@ fn every_record(limit: u32) -> AuditQuery {
     }
 }
 
+/// The targets of the (first 100) records kept, in order.
+async fn audit_targets(store: &dyn Store) -> Vec<String> {
+    let records = store.audit_records(&every_record(100)).await.unwrap();
+    records.into_iter().map(|r| r.target).collect()
+}
+
 /// `(checked, first broken)` of the records kept, from the anchor.
 async fn check_chain(store: &dyn Store) -> (u64, Option<i64>) {
     let anchor = store.audit_anchor().await.unwrap();
@@ -2444,15 +2451,91 @@ pub async fn a_batch_commits_up_to_its_first_failing_write(factory: &dyn StoreFa
     units.sort_unstable();
     assert_eq!(units, vec!["a", "b", "c", "team"]);
     assert!(stored.bindings.is_empty() && stored.grants.is_empty());
-    let targets: Vec<String> = store
-        .audit_records(&every_record(100))
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| r.target)
-        .collect();
-    assert_eq!(targets, vec!["unit:a", "unit:b", "unit:c"]);
+    assert_eq!(
+        audit_targets(&*store).await,
+        vec!["unit:a", "unit:b", "unit:c"]
+    );
     assert_eq!(check_chain(store.as_ref()).await, (3, None));
+}
+
+/// A batch of one write is that write alone: committed with its own version, change-log
+/// entry and record; or, when its change or its record fails, `Failed`, with nothing of
+/// it stored (no row, no version, no change-log entry, no record), and the next write
+/// goes through.
+pub async fn a_batch_of_one_write_stores_all_of_it_or_nothing(factory: &dyn StoreFactory) {
+    use connector_store::{BatchedWrite, LoggedWrite};
+    let (store, other) = (factory.open().await, factory.open().await);
+    let at = "2026-01-01T00:00:00.000Z";
+    store
+        .put_connector(&connector("acme", "acme", "sha256:aa"), COMPONENT)
+        .await
+        .unwrap();
+    let before = version(&*store).await;
+    let team = unit("team", None);
+    let put = audit_entry(Actor::operator(), "unit.put", "unit:team", at);
+    let outcomes = store
+        .write_batch(&[(StateWrite::PutUnit(&team), &put)])
+        .await;
+    assert!(
+        matches!(outcomes.as_slice(), [BatchedWrite::Committed]),
+        "{outcomes:?}"
+    );
+    assert_eq!(version(&*store).await, before + 1, "one version");
+    assert_eq!(
+        other.foreign_writes(before, before + 1).await.unwrap(),
+        Some(vec![LoggedWrite::PutUnit { unit: team.clone() }]),
+        "its change-log entry, foreign to another handle"
+    );
+    assert_eq!(
+        store.foreign_writes(before, before + 1).await.unwrap(),
+        Some(Vec::new()),
+        "and its own to the handle that wrote it"
+    );
+    assert_eq!(store.load().await.unwrap().units, vec![team.clone()]);
+
+    // Its change fails half-way: neither the binding nor its grant is stored.
+    let bound = binding("team", "acme", json!({}));
+    let grant = connector_grant("team", "acme", "acme");
+    let bind = audit_entry(Actor::operator(), "binding.put", "binding:team/acme", at);
+    factory.inject(Some(Fault::AfterBindingWrite)).await;
+    let outcomes = store
+        .write_batch(&[(StateWrite::PutBinding(&bound, &grant), &bind)])
+        .await;
+    assert!(
+        matches!(outcomes.as_slice(), [BatchedWrite::Failed(e)] if is_injected(e)),
+        "{outcomes:?}"
+    );
+    // Its record fails: the change it came with is not stored either.
+    factory.inject(Some(Fault::CredentialRecord)).await;
+    let other_unit = unit("other", None);
+    let refused = audit_entry(Actor::operator(), "secret.read", "unit:other", at);
+    let outcomes = store
+        .write_batch(&[(StateWrite::PutUnit(&other_unit), &refused)])
+        .await;
+    assert!(
+        matches!(outcomes.as_slice(), [BatchedWrite::Failed(e)] if is_injected(e)),
+        "{outcomes:?}"
+    );
+    factory.inject(None).await;
+    assert_eq!(version(&*store).await, before + 1, "no version for either");
+    let stored = store.load().await.unwrap();
+    assert_eq!(stored.units, vec![team]);
+    assert!(stored.bindings.is_empty() && stored.grants.is_empty());
+    assert_eq!(
+        audit_targets(&*store).await,
+        vec!["unit:team"],
+        "no record of either"
+    );
+
+    let outcomes = store
+        .write_batch(&[(StateWrite::PutBinding(&bound, &grant), &bind)])
+        .await;
+    assert!(
+        matches!(outcomes.as_slice(), [BatchedWrite::Committed]),
+        "{outcomes:?}"
+    );
+    assert_eq!(store.load().await.unwrap().bindings, vec![bound]);
+    assert_eq!(check_chain(&*store).await, (2, None));
 }
 
 pub async fn audited_writes_and_appends_form_one_chain(factory: &dyn StoreFactory) {
