@@ -26,8 +26,10 @@
 //! - **State writes in batches.** The host sends the writes that queued up while its
 //!   previous batch committed as one batch ([`StateStore::write_batch`](connector_store::StateStore::write_batch)): one transaction of
 //!   that shape makes all their changes, keeps every version and change-log entry in one
-//!   statement beside their audit records and commits once; only when a change fails is
-//!   the batch written again, one savepoint each, to stop at that write. A batch of one
+//!   statement beside their audit records and commits once; only when one of them fails
+//!   (a change, or the statement of the entries or of the records) is the batch written
+//!   again, one savepoint each with its version and entry, to stop at the write that
+//!   failed, commit those before it and not run those after it. A batch of one
 //!   is a single write. The lock is held through one commit's WAL flush per batch, not
 //!   per write, which is what bounds a replica's write rate.
 //! - **Deliveries are claimed.** `insert_delivery` is one `INSERT … ON CONFLICT … WHERE`
@@ -494,7 +496,9 @@ impl PostgresStore {
     /// pruned when a version is a multiple of [`CHANGES_PRUNED_EVERY`]; the transaction
     /// commits; and only then are the versions recorded as this handle's own (a version
     /// recorded early could belong to another replica if the commit failed, and would
-    /// hide its change). A body that staged nothing is rolled back and answered as it is.
+    /// hide its change). A body that staged nothing is rolled back and answered as it is;
+    /// so is one whose entries or records could not be kept, if it staged an answer for
+    /// that ([`Staged::if_unlogged`]: a batch then writes its writes one savepoint each).
     /// `Err`: the transaction failed as a whole, and nothing of it is stored.
     async fn state_tx<T>(
         &self,
@@ -531,6 +535,7 @@ impl PostgresStore {
             changes,
             mut versions,
             audit,
+            if_unlogged,
         } = staged?;
         if changes.is_empty() && versions.is_empty() {
             // Dropped, the transaction rolls back.
@@ -560,8 +565,16 @@ impl PostgresStore {
             }
         };
         let (bumped, appended) = futures::join!(bumped, appended);
-        versions.extend(bumped?);
-        appended?;
+        // Checked in the order sent, as above.
+        match (
+            bumped.and_then(|bumped| appended.map(|()| bumped)),
+            if_unlogged,
+        ) {
+            (Ok(bumped), _) => versions.extend(bumped),
+            // Dropped, the transaction rolls back.
+            (Err(_), Some(answer)) => return Ok(answer),
+            (Err(e), None) => return Err(e),
+        }
         let (oldest, newest) = (versions.iter().min(), versions.iter().max());
         if let (Some(&oldest), Some(&newest)) = (oldest, newest) {
             if (oldest..=newest).any(|v| v % CHANGES_PRUNED_EVERY == 0) {
@@ -586,6 +599,9 @@ struct Staged<T> {
     versions: Vec<i64>,
     /// The records of the writes made, in order, appended after the chain's head.
     audit: Vec<AuditEntry>,
+    /// What the transaction answers, rolled back, when `changes`' entries or `audit`'s
+    /// records cannot be kept at the finish (`None`: it fails with that error).
+    if_unlogged: Option<T>,
 }
 
 impl<T> Staged<T> {
@@ -596,6 +612,7 @@ impl<T> Staged<T> {
             changes: Vec::new(),
             versions: Vec::new(),
             audit: Vec::new(),
+            if_unlogged: None,
         }
     }
 }
@@ -1254,6 +1271,7 @@ impl StateStore for PostgresStore {
                 changes: vec![change],
                 versions: Vec::new(),
                 audit: audit.into_iter().cloned().collect(),
+                if_unlogged: None,
             })
         })
         .await
@@ -1286,8 +1304,8 @@ impl PostgresStore {
 
     /// [`StateStore::write_batch`]: one write alone as [`StateStore::write`] writes it;
     /// more all at once ([`PostgresStore::batch_at_once`]), or, when a write of them
-    /// failed there, one savepoint each ([`PostgresStore::batch_one_by_one`]), which stops
-    /// at that write. `Err`: the transaction failed as a whole (nothing of the batch is
+    /// failed there (its change, change-log entry or record), one savepoint each
+    /// ([`PostgresStore::batch_one_by_one`]), which stops at that write. `Err`: the transaction failed as a whole (nothing of the batch is
     /// stored).
     async fn batch_tx(
         &self,
@@ -1310,8 +1328,9 @@ impl PostgresStore {
     /// [`sent_at_once`] together in one pipeline (the first of them with the locks), then
     /// every version bump and change-log entry in one statement sent with the audit
     /// records, and one commit. A handful of round trips per batch, whatever its size.
-    /// `false`: a change failed, and the transaction was rolled back (the batch is then
-    /// written one savepoint each, to find which).
+    /// `false`: a write failed (its change, or the statement keeping every entry or the
+    /// one appending every record), and the transaction was rolled back (the batch is
+    /// then written one savepoint each, to find which).
     async fn batch_at_once(&self, writes: &[(StateWrite<'_>, &AuditEntry)]) -> StoreResult<bool> {
         let Ok(changes) = writes
             .iter()
@@ -1349,6 +1368,8 @@ impl PostgresStore {
                 changes,
                 versions: Vec::new(),
                 audit: writes.iter().map(|(_, audit)| (*audit).clone()).collect(),
+                // One write's entry or record failed the statement of them all.
+                if_unlogged: Some(false),
             })
         })
         .await
@@ -1383,6 +1404,7 @@ impl PostgresStore {
                 changes: Vec::new(),
                 versions,
                 audit: records,
+                if_unlogged: None,
             })
         })
         .await

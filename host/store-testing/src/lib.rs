@@ -107,6 +107,7 @@ macro_rules! store_conformance_tests {
             a_failed_audited_write_leaves_no_record
             a_write_failing_at_its_change_log_entry_leaves_nothing
             a_batch_commits_up_to_its_first_failing_write
+            a_batch_stops_at_a_write_whose_change_log_entry_fails
             a_batch_of_one_write_stores_all_of_it_or_nothing
             concurrent_appends_through_two_handles_form_one_chain
             entries_appended_one_by_one_join_the_chain_once_each
@@ -2456,6 +2457,84 @@ pub async fn a_batch_commits_up_to_its_first_failing_write(factory: &dyn StoreFa
         vec!["unit:a", "unit:b", "unit:c"]
     );
     assert_eq!(check_chain(store.as_ref()).await, (3, None));
+}
+
+/// A batch stops at a write whose change succeeds but whose change-log entry (its state
+/// version's bump) fails, as at one whose change fails.
+pub async fn a_batch_stops_at_a_write_whose_change_log_entry_fails(factory: &dyn StoreFactory) {
+    let at = "2026-01-01T00:00:00.000Z";
+    let entry = audit_entry(Actor::operator(), "unit.delete", "unit:x", at);
+    a_batch_stops_at(
+        factory,
+        Fault::AfterUnitDelete,
+        StateWrite::DeleteUnit("x"),
+        &entry,
+    )
+    .await;
+}
+
+/// The batch [put `a`, `failing`, put `b`], with `fault` armed, on a store holding unit
+/// `x`: `failing` fails there, so `a` commits with its version, change-log entry and
+/// record, `failing` leaves nothing, `b` is not run, and the chain goes on from `a`'s
+/// record.
+async fn a_batch_stops_at(
+    factory: &dyn StoreFactory,
+    fault: Fault,
+    failing: StateWrite<'_>,
+    record: &AuditEntry,
+) {
+    use connector_store::{BatchedWrite, LoggedWrite};
+    let (store, other) = (factory.open().await, factory.open().await);
+    let x = unit("x", None);
+    store.put_unit(&x).await.unwrap();
+    let before = version(&*store).await;
+    let (a, b) = (unit("a", None), unit("b", None));
+    let at = "2026-01-01T00:00:00.000Z";
+    let ra = audit_entry(Actor::operator(), "unit.put", "unit:a", at);
+    let rb = audit_entry(Actor::operator(), "unit.put", "unit:b", at);
+    factory.inject(Some(fault)).await;
+    let outcomes = store
+        .write_batch(&[
+            (StateWrite::PutUnit(&a), &ra),
+            (failing, record),
+            (StateWrite::PutUnit(&b), &rb),
+        ])
+        .await;
+    assert!(
+        matches!(
+            outcomes.as_slice(),
+            [
+                BatchedWrite::Committed,
+                BatchedWrite::Failed(e),
+                BatchedWrite::NotRun
+            ] if is_injected(e)
+        ),
+        "{outcomes:?}"
+    );
+    assert_eq!(
+        version(&*store).await,
+        before + 1,
+        "a version for `a` alone"
+    );
+    assert_eq!(
+        other.foreign_writes(before, before + 1).await.unwrap(),
+        Some(vec![LoggedWrite::PutUnit { unit: a.clone() }]),
+        "the change-log entry of `a` alone"
+    );
+    assert_eq!(
+        store.load().await.unwrap().units,
+        vec![x.clone(), a.clone()]
+    );
+    assert_eq!(audit_targets(&*store).await, vec!["unit:a"]);
+    assert_eq!(check_chain(&*store).await, (1, None));
+    // The next record follows `a`'s.
+    factory.inject(None).await;
+    store
+        .write_audited(StateWrite::PutUnit(&b), &rb)
+        .await
+        .unwrap();
+    assert_eq!(audit_targets(&*store).await, vec!["unit:a", "unit:b"]);
+    assert_eq!(check_chain(&*store).await, (2, None));
 }
 
 /// A batch of one write is that write alone: committed with its own version, change-log
