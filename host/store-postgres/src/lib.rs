@@ -28,8 +28,8 @@
 //!   that shape makes all their changes, keeps every version and change-log entry in one
 //!   statement beside their audit records and commits once; only when one of them fails
 //!   (a change, or the statement of the entries or of the records) is the batch written
-//!   again, one savepoint each with its version and entry, to stop at the write that
-//!   failed, commit those before it and not run those after it. A batch of one
+//!   again, one savepoint each with its version, entry and record, to stop at the write
+//!   that failed, commit those before it and not run those after it. A batch of one
 //!   is a single write. The lock is held through one commit's WAL flush per batch, not
 //!   per write, which is what bounds a replica's write rate.
 //! - **Deliveries are claimed.** `insert_delivery` is one `INSERT … ON CONFLICT … WHERE`
@@ -490,15 +490,16 @@ impl PostgresStore {
     /// Begins it at READ COMMITTED and sends together, in this order: the version lock
     /// (whose answer [`PostgresStore::refuse_stale`] checks), when `audited` the audit
     /// chain's lock and head (else they are taken at the finish, if the body staged
-    /// records after all), and `body`'s first statements. If the body staged writes,
-    /// their change-log entries still to keep are each kept under a new version, sent
-    /// together with their audit records (appended after the head); the change log is
-    /// pruned when a version is a multiple of [`CHANGES_PRUNED_EVERY`]; the transaction
-    /// commits; and only then are the versions recorded as this handle's own (a version
-    /// recorded early could belong to another replica if the commit failed, and would
-    /// hide its change). A body that staged nothing is rolled back and answered as it is;
-    /// so is one whose entries or records could not be kept, if it staged an answer for
-    /// that ([`Staged::if_unlogged`]: a batch then writes its writes one savepoint each).
+    /// records after all, or by a body that appends its records itself), and `body`'s
+    /// first statements. If the body staged writes, their change-log entries still to
+    /// keep are each kept under a new version, sent together with their audit records
+    /// (appended after the head); the change log is pruned when a version is a multiple
+    /// of [`CHANGES_PRUNED_EVERY`]; the transaction commits; and only then are the
+    /// versions recorded as this handle's own (a version recorded early could belong to
+    /// another replica if the commit failed, and would hide its change). A body that
+    /// staged nothing is rolled back and answered as it is; so is one whose entries or
+    /// records could not be kept, if it staged an answer for that
+    /// ([`Staged::if_unlogged`]: a batch then writes its writes one savepoint each).
     /// `Err`: the transaction failed as a whole, and nothing of it is stored.
     async fn state_tx<T>(
         &self,
@@ -845,8 +846,18 @@ async fn lock_audit_head(tx: &Tx<'_>, ctx: &str) -> StoreResult<AuditAnchor> {
     }
 }
 
+/// Appends audit records (`$1` their seqs, then their columns in order).
+const AUDIT_INSERT: &str =
+    "INSERT INTO audit_log (seq, at, actor_kind, actor_id, action, target, outcome, details,
+         trace_id, prev, hash)
+     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[],
+         $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])";
+/// Moves the audit chain's head to the last record appended.
+const AUDIT_MOVE_HEAD: &str = "UPDATE audit_head SET seq = $1, hash = $2";
+
 /// Appends `entries` after `head` inside `tx`, which holds the audit lock since reading
-/// `head` ([`lock_audit_head`]); returns the sealed records.
+/// `head` ([`lock_audit_head`]); returns the sealed records. Both statements go out on
+/// the first poll when [`AUDIT_INSERT`] and [`AUDIT_MOVE_HEAD`] are prepared.
 async fn write_audit(
     tx: &Tx<'_>,
     ctx: &str,
@@ -877,15 +888,7 @@ async fn write_audit(
         prev = record.hash.clone();
         sealed.push(record);
     }
-    let insert = tx
-        .prepare_cached(
-            "INSERT INTO audit_log (seq, at, actor_kind, actor_id, action, target, outcome,
-                 details, trace_id, prev, hash)
-             SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[],
-                 $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])",
-        )
-        .await
-        .map_err(db)?;
+    let insert = tx.prepare_cached(AUDIT_INSERT).await.map_err(db)?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
         &seqs,
         &columns[0],
@@ -901,9 +904,7 @@ async fn write_audit(
     ];
     let inserted = tx.execute(&insert, &params);
     let moved = async {
-        let stmt = tx
-            .prepare_cached("UPDATE audit_head SET seq = $1, hash = $2")
-            .await?;
+        let stmt = tx.prepare_cached(AUDIT_MOVE_HEAD).await?;
         tx.execute(&stmt, &[&seq, &prev]).await
     };
     // Sent together; of two failures the first is reported.
@@ -1305,8 +1306,8 @@ impl PostgresStore {
     /// [`StateStore::write_batch`]: one write alone as [`StateStore::write`] writes it;
     /// more all at once ([`PostgresStore::batch_at_once`]), or, when a write of them
     /// failed there (its change, change-log entry or record), one savepoint each
-    /// ([`PostgresStore::batch_one_by_one`]), which stops at that write. `Err`: the transaction failed as a whole (nothing of the batch is
-    /// stored).
+    /// ([`PostgresStore::batch_one_by_one`]), which stops at that write. `Err`: the
+    /// transaction failed as a whole (nothing of the batch is stored).
     async fn batch_tx(
         &self,
         writes: &[(StateWrite<'_>, &AuditEntry)],
@@ -1376,20 +1377,23 @@ impl PostgresStore {
     }
 
     /// The batch in one transaction, each write in its own savepoint with its version
-    /// bump and change-log entry, up to the first that fails; then the audit records of
-    /// the writes made, appended together, and one commit.
+    /// bump, change-log entry and audit record (appended after the record of the write
+    /// before it), up to the first that fails, which is rolled back alone; one commit.
+    /// The body takes the audit chain's lock and head itself (after the version lock), as
+    /// it appends the records.
     async fn batch_one_by_one(
         &self,
         writes: &[(StateWrite<'_>, &AuditEntry)],
     ) -> StoreResult<Vec<BatchedWrite>> {
-        self.state_tx(BATCH, true, async |tx| {
+        self.state_tx(BATCH, false, async |tx| {
+            let mut head = lock_audit_head(tx, BATCH).await?;
             let mut outcomes = Vec::with_capacity(writes.len());
-            let (mut versions, mut records) = (Vec::new(), Vec::new());
+            let mut versions = Vec::new();
             for (write, audit) in writes {
-                match self.savepointed_change(tx, *write).await? {
-                    Ok(bumped) => {
+                match self.savepointed_write(tx, *write, audit, &head).await? {
+                    Ok((bumped, moved)) => {
                         versions.extend(bumped);
-                        records.push((*audit).clone());
+                        head = moved;
                         outcomes.push(BatchedWrite::Committed);
                     }
                     Err(e) => {
@@ -1403,7 +1407,7 @@ impl PostgresStore {
                 answer: outcomes,
                 changes: Vec::new(),
                 versions,
-                audit: records,
+                audit: Vec::new(),
                 if_unlogged: None,
             })
         })
@@ -1411,13 +1415,17 @@ impl PostgresStore {
     }
 
     /// One write of a batch inside `tx`, in a savepoint of its own: the change, then its
-    /// version bump and change-log entry; returns its version. `Ok(Err(_))`: the write
-    /// failed and `tx` is back at the savepoint (it goes on); `Err`: `tx` cannot go on.
-    async fn savepointed_change(
+    /// version bump and change-log entry beside its audit record, appended after `head`;
+    /// returns its version and the chain's new head. `Ok(Err(_))`: the write failed and
+    /// `tx` is back at the savepoint (it goes on, `head` still the head); `Err`: `tx`
+    /// cannot go on.
+    async fn savepointed_write(
         &self,
         tx: &Tx<'_>,
         write: StateWrite<'_>,
-    ) -> StoreResult<StoreResult<Vec<i64>>> {
+        audit: &AuditEntry,
+        head: &AuditAnchor,
+    ) -> StoreResult<StoreResult<(Vec<i64>, AuditAnchor)>> {
         let op = write.op();
         let db = |e| map_err(op, e);
         let change = match WriteRecords::of(&write, None) {
@@ -1430,19 +1438,33 @@ impl PostgresStore {
         );
         opened.map_err(db)?;
         let failed = match changed {
-            // Sent together: a failed bump makes the release fail too (the transaction
-            // is aborted up to the savepoint), and the rollback below restores it.
+            // Sent together: a failed bump or record makes the release fail too (the
+            // transaction is aborted up to the savepoint), and the rollback below
+            // restores it.
             Ok(_) => {
-                // Prepared first, so that the bump goes out before the release.
-                let [bump] = prepare_first(tx, &[BUMP_VERSIONS]).await.map_err(db)?;
-                let (bumped, released) = futures::join!(
+                // Prepared first, so that the bump and the record go out before the
+                // release, in this order.
+                let [bump, _, _] =
+                    prepare_first(tx, &[BUMP_VERSIONS, AUDIT_INSERT, AUDIT_MOVE_HEAD])
+                        .await
+                        .map_err(db)?;
+                let (bumped, appended, released) = futures::join!(
                     bump_versions(tx, &bump, op, std::slice::from_ref(&change)),
+                    write_audit(tx, op, head.clone(), vec![audit.clone()]),
                     tx.batch_execute("RELEASE SAVEPOINT batched")
                 );
-                match bumped {
-                    Ok(versions) => {
+                // Checked in the order sent.
+                match bumped.and_then(|versions| appended.map(|records| (versions, records))) {
+                    Ok((versions, records)) => {
                         released.map_err(db)?;
-                        return Ok(Ok(versions));
+                        let moved = records.last().map_or_else(
+                            || head.clone(),
+                            |last| AuditAnchor {
+                                seq: last.seq,
+                                hash: last.hash.clone(),
+                            },
+                        );
+                        return Ok(Ok((versions, moved)));
                     }
                     Err(e) => e,
                 }

@@ -108,6 +108,7 @@ macro_rules! store_conformance_tests {
             a_write_failing_at_its_change_log_entry_leaves_nothing
             a_batch_commits_up_to_its_first_failing_write
             a_batch_stops_at_a_write_whose_change_log_entry_fails
+            a_batch_stops_at_a_write_whose_record_fails
             a_batch_of_one_write_stores_all_of_it_or_nothing
             concurrent_appends_through_two_handles_form_one_chain
             entries_appended_one_by_one_join_the_chain_once_each
@@ -2393,6 +2394,23 @@ async fn check_chain(store: &dyn Store) -> (u64, Option<i64>) {
     (check.checked(), check.first_broken())
 }
 
+/// Asserts that a batch of three writes stopped at its second, failed by an injected
+/// fault: the first committed, the third not run.
+fn assert_stopped_at_the_second(outcomes: &[connector_store::BatchedWrite]) {
+    use connector_store::BatchedWrite;
+    assert!(
+        matches!(
+            outcomes,
+            [
+                BatchedWrite::Committed,
+                BatchedWrite::Failed(e),
+                BatchedWrite::NotRun
+            ] if is_injected(e)
+        ),
+        "{outcomes:?}"
+    );
+}
+
 /// A batch writes each write as its own version with its record, in order; the first
 /// write that fails stops it: those before it commit, it and those after it leave nothing.
 pub async fn a_batch_commits_up_to_its_first_failing_write(factory: &dyn StoreFactory) {
@@ -2431,17 +2449,7 @@ pub async fn a_batch_commits_up_to_its_first_failing_write(factory: &dyn StoreFa
             (StateWrite::PutUnit(&unit("d", None)), &record("unit:d")),
         ])
         .await;
-    assert!(
-        matches!(
-            outcomes.as_slice(),
-            [
-                BatchedWrite::Committed,
-                BatchedWrite::Failed(e),
-                BatchedWrite::NotRun
-            ] if is_injected(e)
-        ),
-        "{outcomes:?}"
-    );
+    assert_stopped_at_the_second(&outcomes);
     let stored = store.load().await.unwrap();
     assert_eq!(
         stored.version,
@@ -2473,6 +2481,21 @@ pub async fn a_batch_stops_at_a_write_whose_change_log_entry_fails(factory: &dyn
     .await;
 }
 
+/// A batch stops at a write whose change succeeds but whose audit record fails, as at
+/// one whose change fails.
+pub async fn a_batch_stops_at_a_write_whose_record_fails(factory: &dyn StoreFactory) {
+    let at = "2026-01-01T00:00:00.000Z";
+    let refused = audit_entry(Actor::operator(), "secret.read", "unit:y", at);
+    let y = unit("y", None);
+    a_batch_stops_at(
+        factory,
+        Fault::CredentialRecord,
+        StateWrite::PutUnit(&y),
+        &refused,
+    )
+    .await;
+}
+
 /// The batch [put `a`, `failing`, put `b`], with `fault` armed, on a store holding unit
 /// `x`: `failing` fails there, so `a` commits with its version, change-log entry and
 /// record, `failing` leaves nothing, `b` is not run, and the chain goes on from `a`'s
@@ -2483,7 +2506,7 @@ async fn a_batch_stops_at(
     failing: StateWrite<'_>,
     record: &AuditEntry,
 ) {
-    use connector_store::{BatchedWrite, LoggedWrite};
+    use connector_store::LoggedWrite;
     let (store, other) = (factory.open().await, factory.open().await);
     let x = unit("x", None);
     store.put_unit(&x).await.unwrap();
@@ -2500,17 +2523,7 @@ async fn a_batch_stops_at(
             (StateWrite::PutUnit(&b), &rb),
         ])
         .await;
-    assert!(
-        matches!(
-            outcomes.as_slice(),
-            [
-                BatchedWrite::Committed,
-                BatchedWrite::Failed(e),
-                BatchedWrite::NotRun
-            ] if is_injected(e)
-        ),
-        "{outcomes:?}"
-    );
+    assert_stopped_at_the_second(&outcomes);
     assert_eq!(
         version(&*store).await,
         before + 1,
