@@ -26,8 +26,10 @@
 //! - **State writes in batches.** The host sends the writes that queued up while its
 //!   previous batch committed as one batch ([`StateStore::write_batch`](connector_store::StateStore::write_batch)): one transaction of
 //!   that shape makes all their changes, keeps every version and change-log entry in one
-//!   statement beside their audit records and commits once; only when a change fails is
-//!   the batch written again, one savepoint each, to stop at that write. A batch of one
+//!   statement beside their audit records and commits once; only when one of them fails
+//!   (a change, or the statement of the entries or of the records) is the batch written
+//!   again, one savepoint each with its version, entry and record, to stop at the write
+//!   that failed, commit those before it and not run those after it. A batch of one
 //!   is a single write. The lock is held through one commit's WAL flush per batch, not
 //!   per write, which is what bounds a replica's write rate.
 //! - **Deliveries are claimed.** `insert_delivery` is one `INSERT … ON CONFLICT … WHERE`
@@ -488,13 +490,16 @@ impl PostgresStore {
     /// Begins it at READ COMMITTED and sends together, in this order: the version lock
     /// (whose answer [`PostgresStore::refuse_stale`] checks), when `audited` the audit
     /// chain's lock and head (else they are taken at the finish, if the body staged
-    /// records after all), and `body`'s first statements. If the body staged writes,
-    /// their change-log entries still to keep are each kept under a new version, sent
-    /// together with their audit records (appended after the head); the change log is
-    /// pruned when a version is a multiple of [`CHANGES_PRUNED_EVERY`]; the transaction
-    /// commits; and only then are the versions recorded as this handle's own (a version
-    /// recorded early could belong to another replica if the commit failed, and would
-    /// hide its change). A body that staged nothing is rolled back and answered as it is.
+    /// records after all, or by a body that appends its records itself), and `body`'s
+    /// first statements. If the body staged writes, their change-log entries still to
+    /// keep are each kept under a new version, sent together with their audit records
+    /// (appended after the head); the change log is pruned when a version is a multiple
+    /// of [`CHANGES_PRUNED_EVERY`]; the transaction commits; and only then are the
+    /// versions recorded as this handle's own (a version recorded early could belong to
+    /// another replica if the commit failed, and would hide its change). A body that
+    /// staged nothing is rolled back and answered as it is; so is one whose entries or
+    /// records could not be kept, if it staged an answer for that
+    /// ([`Staged::if_unlogged`]: a batch then writes its writes one savepoint each).
     /// `Err`: the transaction failed as a whole, and nothing of it is stored.
     async fn state_tx<T>(
         &self,
@@ -531,6 +536,7 @@ impl PostgresStore {
             changes,
             mut versions,
             audit,
+            if_unlogged,
         } = staged?;
         if changes.is_empty() && versions.is_empty() {
             // Dropped, the transaction rolls back.
@@ -560,8 +566,16 @@ impl PostgresStore {
             }
         };
         let (bumped, appended) = futures::join!(bumped, appended);
-        versions.extend(bumped?);
-        appended?;
+        // Checked in the order sent, as above.
+        match (
+            bumped.and_then(|bumped| appended.map(|()| bumped)),
+            if_unlogged,
+        ) {
+            (Ok(bumped), _) => versions.extend(bumped),
+            // Dropped, the transaction rolls back.
+            (Err(_), Some(answer)) => return Ok(answer),
+            (Err(e), None) => return Err(e),
+        }
         let (oldest, newest) = (versions.iter().min(), versions.iter().max());
         if let (Some(&oldest), Some(&newest)) = (oldest, newest) {
             if (oldest..=newest).any(|v| v % CHANGES_PRUNED_EVERY == 0) {
@@ -586,6 +600,9 @@ struct Staged<T> {
     versions: Vec<i64>,
     /// The records of the writes made, in order, appended after the chain's head.
     audit: Vec<AuditEntry>,
+    /// What the transaction answers, rolled back, when `changes`' entries or `audit`'s
+    /// records cannot be kept at the finish (`None`: it fails with that error).
+    if_unlogged: Option<T>,
 }
 
 impl<T> Staged<T> {
@@ -596,6 +613,7 @@ impl<T> Staged<T> {
             changes: Vec::new(),
             versions: Vec::new(),
             audit: Vec::new(),
+            if_unlogged: None,
         }
     }
 }
@@ -828,8 +846,18 @@ async fn lock_audit_head(tx: &Tx<'_>, ctx: &str) -> StoreResult<AuditAnchor> {
     }
 }
 
+/// Appends audit records (`$1` their seqs, then their columns in order).
+const AUDIT_INSERT: &str =
+    "INSERT INTO audit_log (seq, at, actor_kind, actor_id, action, target, outcome, details,
+         trace_id, prev, hash)
+     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[],
+         $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])";
+/// Moves the audit chain's head to the last record appended.
+const AUDIT_MOVE_HEAD: &str = "UPDATE audit_head SET seq = $1, hash = $2";
+
 /// Appends `entries` after `head` inside `tx`, which holds the audit lock since reading
-/// `head` ([`lock_audit_head`]); returns the sealed records.
+/// `head` ([`lock_audit_head`]); returns the sealed records. Both statements go out on
+/// the first poll when [`AUDIT_INSERT`] and [`AUDIT_MOVE_HEAD`] are prepared.
 async fn write_audit(
     tx: &Tx<'_>,
     ctx: &str,
@@ -860,15 +888,7 @@ async fn write_audit(
         prev = record.hash.clone();
         sealed.push(record);
     }
-    let insert = tx
-        .prepare_cached(
-            "INSERT INTO audit_log (seq, at, actor_kind, actor_id, action, target, outcome,
-                 details, trace_id, prev, hash)
-             SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[],
-                 $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])",
-        )
-        .await
-        .map_err(db)?;
+    let insert = tx.prepare_cached(AUDIT_INSERT).await.map_err(db)?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
         &seqs,
         &columns[0],
@@ -884,9 +904,7 @@ async fn write_audit(
     ];
     let inserted = tx.execute(&insert, &params);
     let moved = async {
-        let stmt = tx
-            .prepare_cached("UPDATE audit_head SET seq = $1, hash = $2")
-            .await?;
+        let stmt = tx.prepare_cached(AUDIT_MOVE_HEAD).await?;
         tx.execute(&stmt, &[&seq, &prev]).await
     };
     // Sent together; of two failures the first is reported.
@@ -1254,6 +1272,7 @@ impl StateStore for PostgresStore {
                 changes: vec![change],
                 versions: Vec::new(),
                 audit: audit.into_iter().cloned().collect(),
+                if_unlogged: None,
             })
         })
         .await
@@ -1286,9 +1305,9 @@ impl PostgresStore {
 
     /// [`StateStore::write_batch`]: one write alone as [`StateStore::write`] writes it;
     /// more all at once ([`PostgresStore::batch_at_once`]), or, when a write of them
-    /// failed there, one savepoint each ([`PostgresStore::batch_one_by_one`]), which stops
-    /// at that write. `Err`: the transaction failed as a whole (nothing of the batch is
-    /// stored).
+    /// failed there (its change, change-log entry or record), one savepoint each
+    /// ([`PostgresStore::batch_one_by_one`]), which stops at that write. `Err`: the
+    /// transaction failed as a whole (nothing of the batch is stored).
     async fn batch_tx(
         &self,
         writes: &[(StateWrite<'_>, &AuditEntry)],
@@ -1310,8 +1329,9 @@ impl PostgresStore {
     /// [`sent_at_once`] together in one pipeline (the first of them with the locks), then
     /// every version bump and change-log entry in one statement sent with the audit
     /// records, and one commit. A handful of round trips per batch, whatever its size.
-    /// `false`: a change failed, and the transaction was rolled back (the batch is then
-    /// written one savepoint each, to find which).
+    /// `false`: a write failed (its change, or the statement keeping every entry or the
+    /// one appending every record), and the transaction was rolled back (the batch is
+    /// then written one savepoint each, to find which).
     async fn batch_at_once(&self, writes: &[(StateWrite<'_>, &AuditEntry)]) -> StoreResult<bool> {
         let Ok(changes) = writes
             .iter()
@@ -1349,26 +1369,31 @@ impl PostgresStore {
                 changes,
                 versions: Vec::new(),
                 audit: writes.iter().map(|(_, audit)| (*audit).clone()).collect(),
+                // One write's entry or record failed the statement of them all.
+                if_unlogged: Some(false),
             })
         })
         .await
     }
 
     /// The batch in one transaction, each write in its own savepoint with its version
-    /// bump and change-log entry, up to the first that fails; then the audit records of
-    /// the writes made, appended together, and one commit.
+    /// bump, change-log entry and audit record (appended after the record of the write
+    /// before it), up to the first that fails, which is rolled back alone; one commit.
+    /// The body takes the audit chain's lock and head itself (after the version lock), as
+    /// it appends the records.
     async fn batch_one_by_one(
         &self,
         writes: &[(StateWrite<'_>, &AuditEntry)],
     ) -> StoreResult<Vec<BatchedWrite>> {
-        self.state_tx(BATCH, true, async |tx| {
+        self.state_tx(BATCH, false, async |tx| {
+            let mut head = lock_audit_head(tx, BATCH).await?;
             let mut outcomes = Vec::with_capacity(writes.len());
-            let (mut versions, mut records) = (Vec::new(), Vec::new());
+            let mut versions = Vec::new();
             for (write, audit) in writes {
-                match self.savepointed_change(tx, *write).await? {
-                    Ok(bumped) => {
+                match self.savepointed_write(tx, *write, audit, &head).await? {
+                    Ok((bumped, moved)) => {
                         versions.extend(bumped);
-                        records.push((*audit).clone());
+                        head = moved;
                         outcomes.push(BatchedWrite::Committed);
                     }
                     Err(e) => {
@@ -1382,20 +1407,25 @@ impl PostgresStore {
                 answer: outcomes,
                 changes: Vec::new(),
                 versions,
-                audit: records,
+                audit: Vec::new(),
+                if_unlogged: None,
             })
         })
         .await
     }
 
     /// One write of a batch inside `tx`, in a savepoint of its own: the change, then its
-    /// version bump and change-log entry; returns its version. `Ok(Err(_))`: the write
-    /// failed and `tx` is back at the savepoint (it goes on); `Err`: `tx` cannot go on.
-    async fn savepointed_change(
+    /// version bump and change-log entry beside its audit record, appended after `head`;
+    /// returns its version and the chain's new head. `Ok(Err(_))`: the write failed and
+    /// `tx` is back at the savepoint (it goes on, `head` still the head); `Err`: `tx`
+    /// cannot go on.
+    async fn savepointed_write(
         &self,
         tx: &Tx<'_>,
         write: StateWrite<'_>,
-    ) -> StoreResult<StoreResult<Vec<i64>>> {
+        audit: &AuditEntry,
+        head: &AuditAnchor,
+    ) -> StoreResult<StoreResult<(Vec<i64>, AuditAnchor)>> {
         let op = write.op();
         let db = |e| map_err(op, e);
         let change = match WriteRecords::of(&write, None) {
@@ -1408,19 +1438,33 @@ impl PostgresStore {
         );
         opened.map_err(db)?;
         let failed = match changed {
-            // Sent together: a failed bump makes the release fail too (the transaction
-            // is aborted up to the savepoint), and the rollback below restores it.
+            // Sent together: a failed bump or record makes the release fail too (the
+            // transaction is aborted up to the savepoint), and the rollback below
+            // restores it.
             Ok(_) => {
-                // Prepared first, so that the bump goes out before the release.
-                let [bump] = prepare_first(tx, &[BUMP_VERSIONS]).await.map_err(db)?;
-                let (bumped, released) = futures::join!(
+                // Prepared first, so that the bump and the record go out before the
+                // release, in this order.
+                let [bump, _, _] =
+                    prepare_first(tx, &[BUMP_VERSIONS, AUDIT_INSERT, AUDIT_MOVE_HEAD])
+                        .await
+                        .map_err(db)?;
+                let (bumped, appended, released) = futures::join!(
                     bump_versions(tx, &bump, op, std::slice::from_ref(&change)),
+                    write_audit(tx, op, head.clone(), vec![audit.clone()]),
                     tx.batch_execute("RELEASE SAVEPOINT batched")
                 );
-                match bumped {
-                    Ok(versions) => {
+                // Checked in the order sent.
+                match bumped.and_then(|versions| appended.map(|records| (versions, records))) {
+                    Ok((versions, records)) => {
                         released.map_err(db)?;
-                        return Ok(Ok(versions));
+                        let moved = records.last().map_or_else(
+                            || head.clone(),
+                            |last| AuditAnchor {
+                                seq: last.seq,
+                                hash: last.hash.clone(),
+                            },
+                        );
+                        return Ok(Ok((versions, moved)));
                     }
                     Err(e) => e,
                 }

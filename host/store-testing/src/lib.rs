@@ -107,6 +107,8 @@ macro_rules! store_conformance_tests {
             a_failed_audited_write_leaves_no_record
             a_write_failing_at_its_change_log_entry_leaves_nothing
             a_batch_commits_up_to_its_first_failing_write
+            a_batch_stops_at_a_write_whose_change_log_entry_fails
+            a_batch_stops_at_a_write_whose_record_fails
             a_batch_of_one_write_stores_all_of_it_or_nothing
             concurrent_appends_through_two_handles_form_one_chain
             entries_appended_one_by_one_join_the_chain_once_each
@@ -2392,6 +2394,23 @@ async fn check_chain(store: &dyn Store) -> (u64, Option<i64>) {
     (check.checked(), check.first_broken())
 }
 
+/// Asserts that a batch of three writes stopped at its second, failed by an injected
+/// fault: the first committed, the third not run.
+fn assert_stopped_at_the_second(outcomes: &[connector_store::BatchedWrite]) {
+    use connector_store::BatchedWrite;
+    assert!(
+        matches!(
+            outcomes,
+            [
+                BatchedWrite::Committed,
+                BatchedWrite::Failed(e),
+                BatchedWrite::NotRun
+            ] if is_injected(e)
+        ),
+        "{outcomes:?}"
+    );
+}
+
 /// A batch writes each write as its own version with its record, in order; the first
 /// write that fails stops it: those before it commit, it and those after it leave nothing.
 pub async fn a_batch_commits_up_to_its_first_failing_write(factory: &dyn StoreFactory) {
@@ -2430,17 +2449,7 @@ pub async fn a_batch_commits_up_to_its_first_failing_write(factory: &dyn StoreFa
             (StateWrite::PutUnit(&unit("d", None)), &record("unit:d")),
         ])
         .await;
-    assert!(
-        matches!(
-            outcomes.as_slice(),
-            [
-                BatchedWrite::Committed,
-                BatchedWrite::Failed(e),
-                BatchedWrite::NotRun
-            ] if is_injected(e)
-        ),
-        "{outcomes:?}"
-    );
+    assert_stopped_at_the_second(&outcomes);
     let stored = store.load().await.unwrap();
     assert_eq!(
         stored.version,
@@ -2456,6 +2465,89 @@ pub async fn a_batch_commits_up_to_its_first_failing_write(factory: &dyn StoreFa
         vec!["unit:a", "unit:b", "unit:c"]
     );
     assert_eq!(check_chain(store.as_ref()).await, (3, None));
+}
+
+/// A batch stops at a write whose change succeeds but whose change-log entry (its state
+/// version's bump) fails, as at one whose change fails.
+pub async fn a_batch_stops_at_a_write_whose_change_log_entry_fails(factory: &dyn StoreFactory) {
+    let at = "2026-01-01T00:00:00.000Z";
+    let entry = audit_entry(Actor::operator(), "unit.delete", "unit:x", at);
+    a_batch_stops_at(
+        factory,
+        Fault::AfterUnitDelete,
+        StateWrite::DeleteUnit("x"),
+        &entry,
+    )
+    .await;
+}
+
+/// A batch stops at a write whose change succeeds but whose audit record fails, as at
+/// one whose change fails.
+pub async fn a_batch_stops_at_a_write_whose_record_fails(factory: &dyn StoreFactory) {
+    let at = "2026-01-01T00:00:00.000Z";
+    let refused = audit_entry(Actor::operator(), "secret.read", "unit:y", at);
+    let y = unit("y", None);
+    a_batch_stops_at(
+        factory,
+        Fault::CredentialRecord,
+        StateWrite::PutUnit(&y),
+        &refused,
+    )
+    .await;
+}
+
+/// The batch [put `a`, `failing`, put `b`], with `fault` armed, on a store holding unit
+/// `x`: `failing` fails there, so `a` commits with its version, change-log entry and
+/// record, `failing` leaves nothing, `b` is not run, and the chain goes on from `a`'s
+/// record.
+async fn a_batch_stops_at(
+    factory: &dyn StoreFactory,
+    fault: Fault,
+    failing: StateWrite<'_>,
+    record: &AuditEntry,
+) {
+    use connector_store::LoggedWrite;
+    let (store, other) = (factory.open().await, factory.open().await);
+    let x = unit("x", None);
+    store.put_unit(&x).await.unwrap();
+    let before = version(&*store).await;
+    let (a, b) = (unit("a", None), unit("b", None));
+    let at = "2026-01-01T00:00:00.000Z";
+    let ra = audit_entry(Actor::operator(), "unit.put", "unit:a", at);
+    let rb = audit_entry(Actor::operator(), "unit.put", "unit:b", at);
+    factory.inject(Some(fault)).await;
+    let outcomes = store
+        .write_batch(&[
+            (StateWrite::PutUnit(&a), &ra),
+            (failing, record),
+            (StateWrite::PutUnit(&b), &rb),
+        ])
+        .await;
+    assert_stopped_at_the_second(&outcomes);
+    assert_eq!(
+        version(&*store).await,
+        before + 1,
+        "a version for `a` alone"
+    );
+    assert_eq!(
+        other.foreign_writes(before, before + 1).await.unwrap(),
+        Some(vec![LoggedWrite::PutUnit { unit: a.clone() }]),
+        "the change-log entry of `a` alone"
+    );
+    assert_eq!(
+        store.load().await.unwrap().units,
+        vec![x.clone(), a.clone()]
+    );
+    assert_eq!(audit_targets(&*store).await, vec!["unit:a"]);
+    assert_eq!(check_chain(&*store).await, (1, None));
+    // The next record follows `a`'s.
+    factory.inject(None).await;
+    store
+        .write_audited(StateWrite::PutUnit(&b), &rb)
+        .await
+        .unwrap();
+    assert_eq!(audit_targets(&*store).await, vec!["unit:a", "unit:b"]);
+    assert_eq!(check_chain(&*store).await, (2, None));
 }
 
 /// A batch of one write is that write alone: committed with its own version, change-log
