@@ -234,6 +234,13 @@ impl Host {
         self.parts.replicas.refresh().await
     }
 
+    /// Whether other processes write this host's database (a shared store, or a tool
+    /// server beside the process that writes it): only then does [`Host::refresh`] have
+    /// anything to do.
+    pub fn follows_other_writers(&self) -> bool {
+        self.parts.replicas.follows_other_writers()
+    }
+
     /// How this replica has caught up with other processes' writes since it started
     /// (from the change log, or by reloading everything).
     pub fn catch_ups(&self) -> crate::replicas::CatchUps {
