@@ -199,6 +199,20 @@ impl Host {
             .then_some(agent)
     }
 
+    /// Who a bearer token authenticates: the operator ([`Host::is_operator_token`]), an
+    /// agent ([`Host::agent_of_token`]), or nobody (`None`); both checks for the cost of
+    /// one.
+    pub fn caller_of_token(&self, token: &str) -> Option<crate::auth::Caller> {
+        match self.parts.credentials.presented(token)? {
+            crate::auth::Presented::Operator => Some(crate::auth::Caller::Operator),
+            crate::auth::Presented::Agent { agent, epoch } => self
+                .parts
+                .directory
+                .has_token_epoch(&agent, &epoch)
+                .then_some(crate::auth::Caller::Agent(agent)),
+        }
+    }
+
     /// Issues an agent token (default one hour, at most 30 days).
     /// The token is answered only once its audit record (never the token) is committed.
     pub async fn issue_agent_token(
@@ -232,6 +246,13 @@ impl Host {
     /// it returns. A no-op on a store only this process writes.
     pub async fn refresh(&self) -> HostResult<()> {
         self.parts.replicas.refresh().await
+    }
+
+    /// Whether other processes write this host's database (a shared store, or a tool
+    /// server beside the process that writes it): only then does [`Host::refresh`] have
+    /// anything to do.
+    pub fn follows_other_writers(&self) -> bool {
+        self.parts.replicas.follows_other_writers()
     }
 
     /// How this replica has caught up with other processes' writes since it started

@@ -11,6 +11,7 @@ use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap};
 
+use connector_core::auth::Caller as TokenCaller;
 use connector_core::host::Host;
 use connector_model::audit::Actor;
 use connector_model::error::{ErrorCode, HostError};
@@ -34,6 +35,16 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
 /// Checks the request's bearer token against `access`: `401 unauthenticated` without a
 /// valid token, `403 forbidden` for another agent's token.
 pub fn authorize(host: &Host, headers: &HeaderMap, access: Access<'_>) -> Result<(), HostError> {
+    authenticate(host, headers, access).map(drop)
+}
+
+/// [`authorize`], answering who the token names ([`caller`]): the token is checked once
+/// for both.
+pub fn authenticate(
+    host: &Host,
+    headers: &HeaderMap,
+    access: Access<'_>,
+) -> Result<Actor, HostError> {
     let unauthenticated = || {
         HostError::new(
             ErrorCode::Unauthenticated,
@@ -41,19 +52,16 @@ pub fn authorize(host: &Host, headers: &HeaderMap, access: Access<'_>) -> Result
         )
     };
     let token = bearer(headers).ok_or_else(unauthenticated)?;
-    if host.is_operator_token(token) {
-        return Ok(());
-    }
-    match access {
-        Access::Operator => Err(unauthenticated()),
-        Access::Agent(agent) => match host.agent_of_token(token) {
-            Some(owner) if owner == agent => Ok(()),
-            Some(_) => Err(HostError::new(
-                ErrorCode::Forbidden,
-                "this agent token belongs to another agent",
-            )),
-            None => Err(unauthenticated()),
-        },
+    match (host.caller_of_token(token), access) {
+        (Some(TokenCaller::Operator), _) => Ok(Actor::operator()),
+        (Some(TokenCaller::Agent(owner)), Access::Agent(agent)) if owner == agent => {
+            Ok(Actor::agent(&owner))
+        }
+        (Some(TokenCaller::Agent(_)), Access::Agent(_)) => Err(HostError::new(
+            ErrorCode::Forbidden,
+            "this agent token belongs to another agent",
+        )),
+        (Some(TokenCaller::Agent(_)), Access::Operator) | (None, _) => Err(unauthenticated()),
     }
 }
 
@@ -61,17 +69,18 @@ pub fn authorize(host: &Host, headers: &HeaderMap, access: Access<'_>) -> Result
 /// whose token it is. Call it on a request [`authorize`] let through; a request without
 /// a valid token (which never gets that far) is put down to the host itself.
 pub fn caller(host: &Host, headers: &HeaderMap) -> Actor {
-    match bearer(headers) {
-        Some(token) if host.is_operator_token(token) => Actor::operator(),
-        Some(token) => host
-            .agent_of_token(token)
-            .map_or_else(Actor::host, |agent| Actor::agent(&agent)),
+    match bearer(headers).and_then(|token| host.caller_of_token(token)) {
+        Some(TokenCaller::Operator) => Actor::operator(),
+        Some(TokenCaller::Agent(agent)) => Actor::agent(&agent),
         None => Actor::host(),
     }
 }
 
-/// The actor a request acts as ([`caller`]); takes nothing from the request but its
-/// headers, and refuses nothing (put it after the extractor that authorizes).
+/// The actor a request acts as ([`caller`]); reads nothing of the request but its
+/// headers, and refuses nothing (put it after the extractor that authorizes). The
+/// extractors that authorize ([`Operator`], [`AgentOfPath`]) leave the actor they
+/// found in the request's extensions, and this takes it from there: the token is
+/// checked once.
 #[derive(Debug, Clone)]
 pub struct Caller(pub Actor);
 
@@ -79,6 +88,9 @@ impl FromRequestParts<Host> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, host: &Host) -> Result<Self, ApiError> {
+        if let Some(found) = parts.extensions.remove::<Caller>() {
+            return Ok(found);
+        }
         Ok(Caller(caller(host, &parts.headers)))
     }
 }
@@ -91,7 +103,9 @@ impl FromRequestParts<Host> for Operator {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, host: &Host) -> Result<Self, ApiError> {
-        Ok(authorize(host, &parts.headers, Access::Operator).map(|()| Operator)?)
+        let actor = authenticate(host, &parts.headers, Access::Operator)?;
+        parts.extensions.insert(Caller(actor));
+        Ok(Operator)
     }
 }
 
@@ -123,7 +137,8 @@ impl FromRequestParts<Host> for AgentOfPath {
                 "the agent id in the path is not valid UTF-8",
             )));
         };
-        authorize(host, &parts.headers, Access::Agent(&agent))?;
+        let actor = authenticate(host, &parts.headers, Access::Agent(&agent))?;
+        parts.extensions.insert(Caller(actor));
         Ok(AgentOfPath(agent))
     }
 }

@@ -20,7 +20,7 @@ pub mod json;
 pub mod peer;
 
 pub use auth::bearer;
-pub use auth::{authorize, caller, Access, AgentOfPath, Caller, Operator};
+pub use auth::{authenticate, authorize, caller, Access, AgentOfPath, Caller, Operator};
 pub use body::{discard, read_limited, read_limited_counted, BodyError, BodyStalled};
 pub use error::{status_of, ApiError};
 pub use json::ApiJson;

@@ -63,9 +63,19 @@ impl OperatorToken {
 
     /// Constant-time check of a presented token.
     pub fn matches(&self, presented: &str) -> bool {
-        let presented: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-        self.digest.ct_eq(&presented).into()
+        self.matches_digest(&token_digest(presented))
     }
+
+    /// Constant-time check of a presented token by its [`token_digest`].
+    fn matches_digest(&self, presented: &[u8; 32]) -> bool {
+        self.digest.ct_eq(presented).into()
+    }
+}
+
+/// The SHA-256 of a presented bearer token: what the operator token is compared by, and
+/// what agent tokens checked before are remembered by, so one digest serves both.
+fn token_digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
 }
 
 /// A random URL-safe secret of `bytes` random bytes.
@@ -187,8 +197,12 @@ impl AgentTokens {
 
     /// The agent a token was issued for, and the token epoch it carries.
     pub fn verify(&self, token: &str) -> Result<(String, String), TokenError> {
+        self.verify_digested(token, token_digest(token))
+    }
+
+    /// [`Self::verify`] of a token whose [`token_digest`] is `key`.
+    fn verify_digested(&self, token: &str, key: [u8; 32]) -> Result<(String, String), TokenError> {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
-        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         if let Some(v) = self.verified.read().get(&key) {
             // The same rule as the full check (leeway 0): valid up to and including `exp`.
             return if v.expires_unix >= now {
@@ -226,6 +240,14 @@ pub struct IssuedToken {
     pub expires_at: String,
 }
 
+/// What a presented token names, before the agent's token epoch is checked.
+pub(crate) enum Presented {
+    /// The operator token.
+    Operator,
+    /// A valid agent token of `agent`, minted at token epoch `epoch`.
+    Agent { agent: String, epoch: String },
+}
+
 /// The credentials a host accepts: its operator token and the agent tokens it signs.
 pub(crate) struct Credentials {
     operator: OperatorToken,
@@ -261,6 +283,18 @@ impl Credentials {
     /// Whether `token` is the operator token (constant time).
     pub(crate) fn is_operator(&self, token: &str) -> bool {
         self.operator.matches(token)
+    }
+
+    /// Who `token` names: the operator, or an agent with the token epoch its token
+    /// carries (the caller checks the epoch is still the agent's); `None` for neither.
+    /// The token is digested once for both checks.
+    pub(crate) fn presented(&self, token: &str) -> Option<Presented> {
+        let digest = token_digest(token);
+        if self.operator.matches_digest(&digest) {
+            return Some(Presented::Operator);
+        }
+        let (agent, epoch) = self.agent_tokens.verify_digested(token, digest).ok()?;
+        Some(Presented::Agent { agent, epoch })
     }
 
     /// The agent an agent token was issued for, and its token epoch; the caller checks
@@ -405,6 +439,41 @@ mod tests {
             assert!(tokens.verify(&t).is_ok());
         }
         assert!(tokens.verified.read().len() <= VERIFIED_CAPACITY);
+    }
+
+    #[test]
+    fn a_presented_token_is_the_operator_an_agent_or_nobody() {
+        let credentials = Credentials {
+            operator: OperatorToken::new("operator-s3cret"),
+            agent_tokens: AgentTokens::new(b"0123456789abcdef0123456789abcdef"),
+        };
+        let agent = |p: Option<Presented>| match p {
+            Some(Presented::Agent { agent, epoch }) => Some((agent, epoch)),
+            _ => None,
+        };
+        assert!(matches!(
+            credentials.presented("operator-s3cret"),
+            Some(Presented::Operator)
+        ));
+        let issued = credentials.issue("agent-1", "e1", Some(60)).unwrap();
+        // Twice: checked in full, then remembered by the same digest.
+        for _ in 0..2 {
+            assert_eq!(
+                agent(credentials.presented(&issued.token)),
+                Some(("agent-1".to_string(), "e1".to_string()))
+            );
+        }
+        // The operator token is not remembered as an agent's, nor an agent token taken
+        // for the operator's.
+        assert!(credentials.is_operator("operator-s3cret"));
+        assert!(!credentials.is_operator(&issued.token));
+        assert!(credentials.agent_of("operator-s3cret").is_none());
+        for nobody in ["operator-s3cre", "", "not.a.jwt"] {
+            assert!(credentials.presented(nobody).is_none(), "{nobody}");
+        }
+        let other = AgentTokens::new(b"another key another key another k");
+        let (foreign, _) = other.issue("agent-1", "e1", 60).unwrap();
+        assert!(credentials.presented(&foreign).is_none());
     }
 
     #[test]

@@ -130,6 +130,12 @@ impl ReplicaSync {
         }
     }
 
+    /// Whether other processes write this database, so that [`Self::refresh`] has
+    /// anything to do.
+    pub(crate) fn follows_other_writers(&self) -> bool {
+        self.follow
+    }
+
     /// This replica's id (see `<data_dir>/replica-id`).
     pub(crate) fn id(&self) -> &str {
         &self.id

@@ -19,11 +19,11 @@ pub const MAX_LIMIT: u32 = 1000;
 /// Records per page when `limit` is not given.
 pub const DEFAULT_LIMIT: u32 = 100;
 
-/// The audit routes, relative to `/api/v1`.
+/// The audit routes, at their full paths under `/api/v1`.
 pub fn routes() -> Router<Host> {
     Router::new()
-        .route("/audit", get(list))
-        .route("/audit/verify", get(verify))
+        .route("/api/v1/audit", get(list))
+        .route("/api/v1/audit/verify", get(verify))
 }
 
 #[derive(Debug, Deserialize, Default)]

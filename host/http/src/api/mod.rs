@@ -37,58 +37,69 @@ fn ok<T: serde::Serialize>(status: StatusCode, body: &T) -> ApiResult {
     Ok((status, Json(body)).into_response())
 }
 
-/// The routes of CONTRACT §3, relative to `/api/v1` (the server nests them there).
+/// The routes of CONTRACT §3, at their full paths under `/api/v1`. Written out rather than
+/// nested: a nested router wraps each of its routes in two more services (the prefix
+/// stripped, the nested path set), which every request passes through.
 pub fn routes() -> Router<Host> {
     Router::new()
-        .route("/webhooks/{slug}", post(receive_webhook))
-        .route("/webhooks/{slug}/deliveries/{delivery}", get(get_delivery))
+        .route("/api/v1/webhooks/{slug}", post(receive_webhook))
         .route(
-            "/webhooks/{slug}/deliveries/{delivery}/retry",
+            "/api/v1/webhooks/{slug}/deliveries/{delivery}",
+            get(get_delivery),
+        )
+        .route(
+            "/api/v1/webhooks/{slug}/deliveries/{delivery}/retry",
             post(retry_delivery),
         )
-        .route("/units/{unit}/messages", get(list_messages))
-        .route("/units/{unit}/messages/stream", get(stream_messages))
+        .route("/api/v1/units/{unit}/messages", get(list_messages))
+        .route("/api/v1/units/{unit}/messages/stream", get(stream_messages))
         .route(
-            "/connectors",
+            "/api/v1/connectors",
             get(list_connectors).post(install::install_connector),
         )
         .route(
-            "/connectors/{slug}",
+            "/api/v1/connectors/{slug}",
             get(get_connector).delete(delete_connector),
         )
-        .route("/units", get(lists::list_units))
-        .route("/agents", get(lists::list_agents))
+        .route("/api/v1/units", get(lists::list_units))
+        .route("/api/v1/agents", get(lists::list_agents))
         .route(
-            "/units/{unit}",
+            "/api/v1/units/{unit}",
             put(put_unit).get(get_unit).delete(delete_unit),
         )
-        .route("/units/{unit}/connectors", get(list_bindings))
-        .route("/units/{unit}/connectors/{slug}", put(bind).delete(unbind))
-        .route("/units/{unit}/tools", get(unit_tools))
-        .route("/units/{unit}/grants", post(grant_unit))
+        .route("/api/v1/units/{unit}/connectors", get(list_bindings))
         .route(
-            "/units/{unit}/grants/{target}",
+            "/api/v1/units/{unit}/connectors/{slug}",
+            put(bind).delete(unbind),
+        )
+        .route("/api/v1/units/{unit}/tools", get(unit_tools))
+        .route("/api/v1/units/{unit}/grants", post(grant_unit))
+        .route(
+            "/api/v1/units/{unit}/grants/{target}",
             axum::routing::delete(revoke_unit),
         )
         .route(
-            "/agents/{agent}",
+            "/api/v1/agents/{agent}",
             put(put_agent).get(get_agent).delete(delete_agent),
         )
-        .route("/agents/{agent}/tokens", post(issue_token))
-        .route("/agents/{agent}/tokens/revoke", post(revoke_tokens))
-        .route("/agents/{agent}/tools", get(agent_tools))
-        .route("/agents/{agent}/grants", post(grant_agent))
+        .route("/api/v1/agents/{agent}/tokens", post(issue_token))
+        .route("/api/v1/agents/{agent}/tokens/revoke", post(revoke_tokens))
+        .route("/api/v1/agents/{agent}/tools", get(agent_tools))
+        .route("/api/v1/agents/{agent}/grants", post(grant_agent))
         .route(
-            "/agents/{agent}/grants/{target}",
+            "/api/v1/agents/{agent}/grants/{target}",
             axum::routing::delete(revoke_agent),
         )
-        .route("/agents/{agent}/image-tools", put(put_image_tools))
+        .route("/api/v1/agents/{agent}/image-tools", put(put_image_tools))
         .route(
-            "/agents/{agent}/image-tools/introspect",
+            "/api/v1/agents/{agent}/image-tools/introspect",
             post(introspect_image_tools),
         )
-        .route("/agents/{agent}/tool-calls", post(call_tool))
-        .route("/agents/{agent}/runtime-context", get(runtime_context))
+        .route("/api/v1/agents/{agent}/tool-calls", post(call_tool))
+        .route(
+            "/api/v1/agents/{agent}/runtime-context",
+            get(runtime_context),
+        )
         .merge(audit::routes())
 }
 

@@ -27,40 +27,58 @@ pub fn router(host: Host) -> Router {
 /// [`router`] with `more` routes (e.g. the console's) mounted beside the API and MCP,
 /// under the same host-name check, replica catch-up and error shape.
 pub fn router_with(host: Host, more: Router<Host>) -> Router {
-    // Everything that reads or writes state first catches up with other replicas
-    // (a no-op unless the database is shared); liveness and metrics do not.
+    // Everything that reads or writes state first catches up with other replicas;
+    // liveness and metrics do not. The layer is there only when other processes write
+    // the database: otherwise the catch-up has nothing to do, and a layer costs every
+    // request a turn through it.
     let mut stateful = Router::new()
-        .nest("/api/v1", crate::api::routes())
+        .merge(crate::api::routes())
         .merge(more)
-        .merge(crate::mcp::router(host.clone()))
-        .route_layer(axum::middleware::from_fn_with_state(
+        .merge(crate::mcp::router(host.clone()));
+    if host.follows_other_writers() {
+        stateful = stateful.route_layer(axum::middleware::from_fn_with_state(
             host.clone(),
             refresh_first,
         ));
+    }
     // The request spans' layers only where spans are traced (`connector_trace::is_tracing`,
-    // decided before the router is built): each layer costs every request a turn.
+    // decided before the router is built).
     let tracing = connector_trace::is_tracing();
     if tracing {
         stateful = stateful.route_layer(axum::middleware::from_fn(record_traced_route));
     }
-    let router = Router::new()
+    let routes = Router::new()
         .route("/healthz", get(healthz))
         .route("/api/v1/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/api/v1/metrics", get(metrics))
         .merge(stateful)
         .fallback(not_found)
-        .layer(axum::middleware::from_fn_with_state(
-            host.clone(),
-            allowed_host_only,
-        ))
-        .layer(axum::middleware::map_response(json_errors));
-    let router = if tracing {
+        .with_state(host.clone());
+    // What every request passes through wraps the routes once, as one service: a layer
+    // of the router itself would wrap each route apart, and each wrapping is one more
+    // boxed service that every request clones and calls through.
+    let edge = tower::Layer::layer(&axum::middleware::from_fn_with_state(host, edge), routes);
+    let router = Router::new().fallback_service(edge);
+    if tracing {
         router.layer(axum::middleware::from_fn(traced))
     } else {
         router
+    }
+}
+
+/// The host-name check ([`refused_host_name`]) and the contract's error shape
+/// ([`json_errors`]), for every request.
+async fn edge(
+    State(host): State<Host>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let response = match refused_host_name(&host, &request) {
+        Some(refused) => refused,
+        None => next.run(request).await,
     };
-    router.with_state(host)
+    json_errors(response).await
 }
 
 /// Each request is a span (CONTRACT §11), a child of the caller's when it sends a W3C
@@ -163,32 +181,29 @@ async fn json_errors(response: Response) -> Response {
     answer
 }
 
-/// Answers only requests for a host name `server.allowed_host_names` allows: a page that
-/// rebinds its own DNS name to 127.0.0.1 reaches the server with its own name in `Host`.
-async fn allowed_host_only(
-    State(host): State<Host>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
+/// The answer to a request for a host name `server.allowed_host_names` does not allow:
+/// a page that rebinds its own DNS name to 127.0.0.1 reaches the server with its own
+/// name in `Host`. `None` for a request the server answers.
+fn refused_host_name(host: &Host, request: &axum::extract::Request) -> Option<Response> {
     let host_header = request.headers().get(axum::http::header::HOST);
     if host_header.is_some_and(|v| v.to_str().is_err()) {
-        return ApiError(HostError::invalid_request("the Host header is not ASCII"))
-            .into_response();
+        return Some(
+            ApiError(HostError::invalid_request("the Host header is not ASCII")).into_response(),
+        );
     }
     let named = host_header
         .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-        .or_else(|| request.uri().authority().map(|a| a.to_string()));
+        .or_else(|| request.uri().authority().map(|a| a.as_str()));
     match named {
-        Some(name) if !host.config().allows_host_name(&name) => ApiError(HostError::new(
+        Some(name) if !host.config().allows_host_name(name) => Some(ApiError(HostError::new(
             connector_model::error::ErrorCode::Forbidden,
             format!(
                 "this server does not answer for host `{}`; an operator can allow it in server.allowed_host_names",
-                connector_model::ids::truncate(&name, 100)
+                connector_model::ids::truncate(name, 100)
             ),
         ))
-        .into_response(),
-        _ => next.run(request).await,
+        .into_response()),
+        _ => None,
     }
 }
 
