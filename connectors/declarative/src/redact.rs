@@ -29,7 +29,8 @@
 //!    characters (one of them is the alignment of the encoded data), and every hex run
 //!    decoded at both parities (in a decoded view, only the runs an escape changed);
 //! 3. in all of those bytes, each secret and its JSON-escaped and percent-encoded forms,
-//!    found at once, overlapping matches included, by one Aho-Corasick automaton.
+//!    overlapping matches included: needle by needle while the answer is small, then by
+//!    one Aho-Corasick automaton (`Needles`).
 //!
 //! Each match is traced back to the characters of the text it came from (for base64:
 //! every character holding at least one bit of the match), and those ranges, merged,
@@ -37,19 +38,22 @@
 //!
 //! The work is linear in the text: at most three views, each read once to find runs; each
 //! run decoded six times at most (four base64 offsets, two hex parities), into bytes no
-//! longer than the run; and each decoded byte fed once to the automaton. Runs too short to
-//! hold the shortest secret are not decoded at all, so ordinary words cost one pass.
+//! longer than the run; and each decoded byte searched once per needle, up to a bound, then
+//! once in all. Runs too short to hold the shortest secret are not decoded at all, so
+//! ordinary words cost one pass.
 //!
 //! What this cannot catch is listed in docs/writing-a-connector.md ("Secret settings in
 //! answers"): values derived from a secret (a hash, a signature, an encryption), a secret
 //! taken apart (split across strings or fields, cut short), other encodings (base32,
 //! rot13, compression), and more layers of the encodings above.
 
+use std::cell::{Cell, OnceCell};
 use std::ops::Range;
 
 use aho_corasick::AhoCorasick;
 use connector_sdk::{Content, ResourceContents, ResourceLink, ToolError, ToolOutput};
 use declarative_plan::Plan;
+use memchr::memmem;
 use serde_json::{Map, Value};
 
 use crate::render::percent_encode;
@@ -101,12 +105,7 @@ pub fn secret_values<'p>(plan: &'p Plan, config: &Map<String, Value>) -> Vec<(&'
 pub struct Redactor {
     /// Each secret, JSON-escaped and percent-encoded: what is searched for in every
     /// decoded view.
-    needles: Vec<Vec<u8>>,
-    /// Finds every needle, overlapping matches included. `None` with needles only if the
-    /// automaton could not be built; then everything is masked (fail closed).
-    finder: Option<AhoCorasick>,
-    /// The length of the shortest needle: runs too short to hold it are not decoded.
-    shortest: usize,
+    needles: Needles,
     /// Whether a secret holds a space, which a form encoding writes as `+`.
     space: bool,
 }
@@ -141,14 +140,8 @@ impl Redactor {
         self.space |= secret.contains(' ');
         forms.push(secret);
         for form in forms {
-            let form = form.into_bytes();
-            if !self.needles.contains(&form) {
-                self.needles.push(form);
-            }
+            self.needles.add(form.as_bytes());
         }
-        self.shortest = self.needles.iter().map(Vec::len).min().unwrap_or(0);
-        // The default (standard) match kind is the one that reports overlapping matches.
-        self.finder = AhoCorasick::new(&self.needles).ok();
     }
 
     /// `text` with every secret replaced.
@@ -284,19 +277,15 @@ impl Redactor {
         if self.needles.is_empty() {
             return Vec::new();
         }
-        let Some(finder) = &self.finder else {
-            #[allow(clippy::single_range_in_vec_init)] // one range: the whole text
-            return vec![0..text.len()];
-        };
         let mut found = Vec::new();
-        self.scan(finder, text, None, &mut found);
+        self.scan(text, None, &mut found);
         for escapes in [Escapes::Percent, Escapes::Form, Escapes::Json] {
             if !escapes.present(text, self.space) {
                 continue;
             }
             let view = escapes.decode(text);
             let mut in_view = Vec::new();
-            self.scan(finder, &view.bytes, Some(&view.escaped), &mut in_view);
+            self.scan(&view.bytes, Some(&view.escaped), &mut in_view);
             found.extend(escapes.locate(text, in_view));
         }
         found
@@ -306,18 +295,8 @@ impl Redactor {
     /// base64 or hex run. With `escaped` (`bytes` is a view), only runs holding a decoded
     /// escape are decoded: any other run is, with the same alignments, inside a run of the
     /// text itself, which was scanned already.
-    fn scan(
-        &self,
-        finder: &AhoCorasick,
-        bytes: &[u8],
-        escaped: Option<&[(u32, u32)]>,
-        out: &mut Vec<Range<usize>>,
-    ) {
-        out.extend(
-            finder
-                .find_overlapping_iter(bytes)
-                .map(|m| m.start()..m.end()),
-        );
+    fn scan(&self, bytes: &[u8], escaped: Option<&[(u32, u32)]>, out: &mut Vec<Range<usize>>) {
+        self.needles.find(bytes, |m| out.push(m));
         let worth = |run: Range<usize>| {
             escaped.is_none_or(|escaped| {
                 let next = escaped.partition_point(|&(_, end)| end as usize <= run.start);
@@ -326,15 +305,14 @@ impl Redactor {
                     .is_some_and(|&(start, _)| (start as usize) < run.end)
             })
         };
-        self.scan_base64(finder, bytes, &worth, out);
-        self.scan_hex(finder, bytes, &worth, out);
+        self.scan_base64(bytes, &worth, out);
+        self.scan_hex(bytes, &worth, out);
     }
 
     /// Every base64 run of `bytes` (either alphabet, line breaks inside allowed, `=`
     /// ending it), decoded from each of its first four characters.
     fn scan_base64(
         &self,
-        finder: &AhoCorasick,
         bytes: &[u8],
         worth: &dyn Fn(Range<usize>) -> bool,
         out: &mut Vec<Range<usize>>,
@@ -343,7 +321,7 @@ impl Redactor {
         let mut values = Vec::new();
         let mut breaks: Vec<usize> = Vec::new();
         let mut decoded = Vec::new();
-        let min_chars = (self.shortest * 8).div_ceil(6);
+        let min_chars = (self.needles.shortest() * 8).div_ceil(6);
         long_runs(bytes, &BASE64, min_chars, |run| {
             if !worth(run.clone()) {
                 return;
@@ -360,12 +338,12 @@ impl Redactor {
             let at = |k: usize| run.start + k + breaks.partition_point(|&b| b <= k);
             for offset in 0..4.min(values.len()) {
                 decode_base64(&values[offset..], &mut decoded);
-                for m in finder.find_overlapping_iter(&decoded) {
+                self.needles.find(&decoded, |m| {
                     // Decoded byte `b` is bits 8b..8b+8 of the characters from `offset`.
-                    let first = offset + 8 * m.start() / 6;
-                    let last = offset + (8 * m.end() - 1) / 6;
+                    let first = offset + 8 * m.start / 6;
+                    let last = offset + (8 * m.end - 1) / 6;
                     out.push(at(first)..at(last) + 1);
-                }
+                });
             }
         });
     }
@@ -373,13 +351,12 @@ impl Redactor {
     /// Every hex run of `bytes`, decoded at both parities.
     fn scan_hex(
         &self,
-        finder: &AhoCorasick,
         bytes: &[u8],
         worth: &dyn Fn(Range<usize>) -> bool,
         out: &mut Vec<Range<usize>>,
     ) {
         let mut decoded = Vec::new();
-        long_runs(bytes, &HEX, self.shortest * 2, |run| {
+        long_runs(bytes, &HEX, self.needles.shortest() * 2, |run| {
             if !worth(run.clone()) {
                 return;
             }
@@ -390,12 +367,94 @@ impl Redactor {
                         .chunks_exact(2)
                         .map(|pair| (HEX[usize::from(pair[0])] << 4) | HEX[usize::from(pair[1])]),
                 );
-                for m in finder.find_overlapping_iter(&decoded) {
-                    let at = run.start + parity;
-                    out.push(at + 2 * m.start()..at + 2 * m.end());
-                }
+                let at = run.start + parity;
+                self.needles
+                    .find(&decoded, |m| out.push(at + 2 * m.start..at + 2 * m.end));
             }
         });
+    }
+}
+
+/// Bytes searched needle by needle (each needle's own pass counted) after which the
+/// needles are searched with one Aho-Corasick automaton instead: about what building the
+/// automaton costs in the guest.
+const AUTOMATON_AFTER_BYTES: usize = 64 * 1024;
+
+/// What a redactor searches for, and how it finds every occurrence, overlapping ones
+/// included: one substring searcher per needle, which costs next to nothing to build,
+/// until searching needle by needle has cost about as much as building one automaton
+/// that finds them all in one pass would have; from then on, that automaton. A call's
+/// answer is usually small and its needles few (one secret, in one to five forms), and
+/// building the automaton for them was most of such a call's redaction (about 60 µs of a
+/// 520 µs call in `cargo bench -p integration-tests --bench declarative`); a large answer
+/// or many needles still get one pass over each text.
+#[derive(Debug, Default)]
+struct Needles {
+    each: Vec<memmem::Finder<'static>>,
+    /// Built once searching needle by needle has cost [`AUTOMATON_AFTER_BYTES`]; `None`
+    /// when it could not be built (too many states), and the needles are searched one
+    /// by one.
+    automaton: OnceCell<Option<AhoCorasick>>,
+    /// Bytes searched needle by needle so far, beyond one pass each.
+    extra_passes: Cell<usize>,
+}
+
+impl Needles {
+    /// Adds `needle` unless it is one already.
+    fn add(&mut self, needle: &[u8]) {
+        if !self.each.iter().any(|f| f.needle() == needle) {
+            self.each.push(memmem::Finder::new(needle).into_owned());
+            self.automaton = OnceCell::new();
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.each.is_empty()
+    }
+
+    /// The length of the shortest needle: runs too short to hold it are not decoded.
+    fn shortest(&self) -> usize {
+        self.each
+            .iter()
+            .map(|f| f.needle().len())
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Calls `found` with the range of every needle in `bytes`, overlapping ones included
+    /// (in no particular order).
+    fn find(&self, bytes: &[u8], mut found: impl FnMut(Range<usize>)) {
+        if let Some(automaton) = self.automaton(bytes.len()) {
+            automaton
+                .find_overlapping_iter(bytes)
+                .for_each(|m| found(m.start()..m.end()));
+            return;
+        }
+        for finder in &self.each {
+            let len = finder.needle().len();
+            let mut from = 0;
+            while let Some(at) = bytes.get(from..).and_then(|rest| finder.find(rest)) {
+                found(from + at..from + at + len);
+                from += at + 1;
+            }
+        }
+    }
+
+    /// The automaton, when searching `len` more bytes needle by needle would bring the
+    /// bytes searched that way past [`AUTOMATON_AFTER_BYTES`].
+    fn automaton(&self, len: usize) -> Option<&AhoCorasick> {
+        if let Some(built) = self.automaton.get() {
+            return built.as_ref();
+        }
+        let extra = self.extra_passes.get() + len * (self.each.len() - 1);
+        self.extra_passes.set(extra);
+        if extra < AUTOMATON_AFTER_BYTES {
+            return None;
+        }
+        // The default (standard) match kind is the one that reports overlapping matches.
+        self.automaton
+            .get_or_init(|| AhoCorasick::new(self.each.iter().map(|f| f.needle())).ok())
+            .as_ref()
     }
 }
 
@@ -1148,6 +1207,49 @@ mod tests {
             leaks.len(),
             leaks.join("\n")
         );
+    }
+
+    #[test]
+    fn searching_needle_by_needle_and_with_the_automaton_replace_the_same() {
+        let secrets = [TOKEN, TRICKY, "abab"];
+        let fresh = redactor_of(&secrets);
+        let warmed = redactor_of(&secrets);
+        // Enough text searched needle by needle to pay for the automaton.
+        let filler = "x".repeat(AUTOMATON_AFTER_BYTES);
+        assert_eq!(warmed.text(&filler), filler);
+        assert!(matches!(warmed.needles.automaton.get(), Some(Some(_))));
+        // Overlapping occurrences of one needle, and of two: a short answer does not pay
+        // for the automaton.
+        for text in [
+            "x ababab abababab y".to_owned(),
+            format!("{TOKEN}{TOKEN}abab{}", &TOKEN[3..]),
+        ] {
+            assert_eq!(fresh.text(&text), warmed.text(&text), "{text}");
+        }
+        assert!(fresh.needles.automaton.get().is_none());
+        assert_eq!(fresh.text("x ababab y"), "x *** y");
+        // Each form of each secret, each searched by a redactor of its own needle by needle.
+        for secret in secrets {
+            for (what, text) in forms_of(secret) {
+                let needle_by_needle = redactor_of(&secrets);
+                let out = needle_by_needle.text(&text);
+                assert!(needle_by_needle.needles.automaton.get().is_none());
+                assert_eq!(out, warmed.text(&text), "{secret} {what}");
+            }
+        }
+        // Larger texts bring `fresh` to the automaton too.
+        for (what, text) in heavy_texts(16 * 1024) {
+            assert_eq!(fresh.text(&text), warmed.text(&text), "{what}");
+        }
+        assert!(matches!(fresh.needles.automaton.get(), Some(Some(_))));
+    }
+
+    #[test]
+    fn one_needle_is_never_searched_with_an_automaton() {
+        let redactor = redactor_of(&[TOKEN]);
+        let big = format!("{} {TOKEN}", "y".repeat(4 * AUTOMATON_AFTER_BYTES));
+        assert!(redactor.text(&big).ends_with(" ***"));
+        assert!(redactor.needles.automaton.get().is_none());
     }
 
     #[test]
