@@ -8,7 +8,7 @@ use connector_mcp_protocol::client::{self, BodyKind, ClientSession, Failure};
 use connector_mcp_protocol::revision;
 use connector_sdk::http::{self, HttpError, Request, Response};
 use connector_sdk::{Content, ResourceContents, ResourceLink, ToolError, ToolOutput};
-use declarative_plan::{Backend, HttpRequest, McpCall, Root, Tool};
+use declarative_plan::{Backend, HttpRequest, McpCall, Root};
 use serde_json::{json, Map, Value};
 
 use crate::render::{RenderError, Scope};
@@ -24,20 +24,20 @@ fn default_header(headers: &mut Vec<(String, String)>, name: &str, value: &str) 
     }
 }
 
-fn render_error(tool: &Tool, e: RenderError) -> ToolError {
+fn render_error(tool: &str, e: RenderError) -> ToolError {
     match e {
         RenderError::Missing(name, Root::Argument) => ToolError::InvalidArguments(format!(
             "`{}` needs a value for `{name}`: pass it as an argument",
-            tool.id
+            tool
         )),
         RenderError::Missing(name, Root::Agent) => ToolError::Failed(format!(
             "`{}` needs `{name}`, which only a call on behalf of an agent has",
-            tool.id
+            tool
         )),
         RenderError::Missing(name, _) => ToolError::Failed(format!(
             "`{}` needs `{name}`, which the binding's config does not set: the operator sets it \
              (rebind with the value)",
-            tool.id
+            tool
         )),
         RenderError::Invalid(why) => ToolError::InvalidArguments(why),
         RenderError::Token(why) => {
@@ -55,15 +55,15 @@ fn transport_error(what: &str, e: HttpError) -> ToolError {
     }
 }
 
-/// Runs `tool` with `scope`.
-pub fn run(tool: &Tool, scope: &Scope) -> Result<ToolOutput, ToolError> {
-    match &tool.backend {
+/// Runs tool `tool` (its id), which does `backend`, with `scope`.
+pub fn run(tool: &str, backend: &Backend, scope: &Scope) -> Result<ToolOutput, ToolError> {
+    match backend {
         Backend::Http(request) => run_http(tool, request, scope),
         Backend::Mcp(call) => run_mcp(tool, call, scope),
     }
 }
 
-fn run_http(tool: &Tool, spec: &HttpRequest, scope: &Scope) -> Result<ToolOutput, ToolError> {
+fn run_http(tool: &str, spec: &HttpRequest, scope: &Scope) -> Result<ToolOutput, ToolError> {
     let url = scope
         .render_url(&spec.url, &spec.query)
         .map_err(|e| render_error(tool, e))?;
@@ -80,7 +80,7 @@ fn run_http(tool: &Tool, spec: &HttpRequest, scope: &Scope) -> Result<ToolOutput
                 .map_err(|e| ToolError::Failed(format!("could not encode the body: {e}")))?;
         }
     }
-    let response = http::request(request).map_err(|e| transport_error(&tool.id, e))?;
+    let response = http::request(request).map_err(|e| transport_error(tool, e))?;
     http_output(response)
 }
 
@@ -203,7 +203,7 @@ impl McpSession {
     }
 }
 
-fn run_mcp(tool: &Tool, call: &McpCall, scope: &Scope) -> Result<ToolOutput, ToolError> {
+fn run_mcp(tool: &str, call: &McpCall, scope: &Scope) -> Result<ToolOutput, ToolError> {
     let url = scope.render(&call.url).map_err(|e| render_error(tool, e))?;
     let mut headers = scope
         .render_headers(&call.headers)

@@ -52,7 +52,6 @@ use std::ops::Range;
 
 use aho_corasick::AhoCorasick;
 use connector_sdk::{Content, ResourceContents, ResourceLink, ToolError, ToolOutput};
-use declarative_plan::Plan;
 use memchr::memmem;
 use serde_json::{Map, Value};
 
@@ -75,10 +74,13 @@ const MIN_NUMBER_DIGITS: usize = 4;
 /// At most this much of an error message reaches the caller.
 pub const ERROR_EXCERPT_BYTES: usize = 2048;
 
-/// The values of `plan`'s secret settings in `config`, with the setting each is in:
-/// every string (nested ones too) and every number of at least [`MIN_NUMBER_DIGITS`]
-/// digits.
-pub fn secret_values<'p>(plan: &'p Plan, config: &Map<String, Value>) -> Vec<(&'p str, String)> {
+/// The values of the secret settings `secret_keys` ([`declarative_plan::Plan::secret_keys`])
+/// in `config`, with the setting each is in: every string (nested ones too) and every
+/// number of at least [`MIN_NUMBER_DIGITS`] digits.
+pub fn secret_values<'p>(
+    secret_keys: &'p [String],
+    config: &Map<String, Value>,
+) -> Vec<(&'p str, String)> {
     fn collect<'p>(key: &'p str, value: &Value, out: &mut Vec<(&'p str, String)>) {
         match value {
             Value::String(s) => out.push((key, s.clone())),
@@ -91,7 +93,7 @@ pub fn secret_values<'p>(plan: &'p Plan, config: &Map<String, Value>) -> Vec<(&'
         }
     }
     let mut out = Vec::new();
-    for key in &plan.secret_keys {
+    for key in secret_keys {
         if let Some(value) = config.get(key) {
             collect(key, value, &mut out);
         }
@@ -111,10 +113,11 @@ pub struct Redactor {
 }
 
 impl Redactor {
-    /// Redacts the values of `plan.secret_keys` in `config` ([`secret_values`]).
-    pub fn new(plan: &Plan, config: &Map<String, Value>) -> Self {
+    /// Redacts the values of the secret settings `secret_keys` in `config`
+    /// ([`secret_values`]).
+    pub fn new(secret_keys: &[String], config: &Map<String, Value>) -> Self {
         let mut redactor = Redactor::default();
-        for (_, secret) in secret_values(plan, config) {
+        for (_, secret) in secret_values(secret_keys, config) {
             redactor.add(secret);
         }
         redactor
@@ -744,6 +747,7 @@ mod tests {
     };
     use base64::engine::DecodePaddingMode;
     use base64::Engine as _;
+    use declarative_plan::Plan;
     use serde_json::json;
 
     #[test]
@@ -756,7 +760,7 @@ mod tests {
         }))
         .unwrap();
         let config = json!({"token": "s3cr3t-token", "owner": "octo"});
-        let mut redactor = Redactor::new(&plan, config.as_object().unwrap());
+        let mut redactor = Redactor::new(&plan.secret_keys, config.as_object().unwrap());
         redactor.add("ghs_minted".into());
         let output = ToolOutput::new()
             .structured(&json!({"echo": "Bearer s3cr3t-token", "s3cr3t-token": ["ghs_minted"], "owner": "octo"}))
@@ -794,7 +798,7 @@ mod tests {
         assert!(!cut.contains("s3cr"), "{cut}");
         // A numeric secret.
         let config = json!({"token": 918273});
-        let numeric = Redactor::new(&plan, config.as_object().unwrap());
+        let numeric = Redactor::new(&plan.secret_keys, config.as_object().unwrap());
         assert_eq!(numeric.text("pin 918273"), "pin ***");
     }
 
@@ -1364,7 +1368,10 @@ mod tests {
             "binding_parameters": [], "required_config": [], "github_installation_key": null, "tools": [], "events": []
         }))
         .unwrap();
-        let numeric = Redactor::new(&plan, json!({"pin": 918273}).as_object().unwrap());
+        let numeric = Redactor::new(
+            &plan.secret_keys,
+            json!({"pin": 918273}).as_object().unwrap(),
+        );
         assert_eq!(
             numeric.value(json!({"pin": 918273, "hex": hex(b"918273"), "other": 5})),
             json!({"pin": "***", "hex": "***", "other": 5})
