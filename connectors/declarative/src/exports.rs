@@ -88,7 +88,7 @@ fn call_tool(
         redactor.add(token);
     }
     match result {
-        Ok(output) => redactor.output(output),
+        Ok(answer) => redactor.answer(answer),
         Err(e) => Err(redactor.error(e)),
     }
 }

@@ -55,6 +55,7 @@ use connector_sdk::{Content, ResourceContents, ResourceLink, ToolError, ToolOutp
 use memchr::memmem;
 use serde_json::{Map, Value};
 
+use crate::call::Answer;
 use crate::render::percent_encode;
 
 /// What a secret is replaced by.
@@ -149,25 +150,21 @@ impl Redactor {
 
     /// `text` with every secret replaced.
     pub fn text(&self, text: &str) -> String {
-        let mut ranges = self.ranges(text.as_bytes());
+        let ranges = self.ranges(text.as_bytes());
         if ranges.is_empty() {
             return text.to_owned();
         }
-        // A match found in decoded bytes always starts and ends between characters; this
-        // keeps the cut valid UTF-8 whatever happens.
-        for range in &mut ranges {
-            range.start = text.floor_char_boundary(range.start);
-            range.end = text.ceil_char_boundary(range.end);
+        masked(text, ranges)
+    }
+
+    /// [`text`](Self::text) for a string the caller gives up: kept as it is when it holds
+    /// no secret.
+    fn string(&self, text: String) -> String {
+        let ranges = self.ranges(text.as_bytes());
+        if ranges.is_empty() {
+            return text;
         }
-        let mut out = String::with_capacity(text.len());
-        let mut kept = 0;
-        for range in merge(ranges) {
-            out.push_str(&text[kept..range.start]);
-            out.push_str(MASK);
-            kept = range.end;
-        }
-        out.push_str(&text[kept..]);
-        out
+        masked(&text, ranges)
     }
 
     /// `bytes` with every secret replaced (an image or a blob that holds one is damaged:
@@ -195,7 +192,7 @@ impl Redactor {
             return value;
         }
         match value {
-            Value::String(s) => Value::String(self.text(&s)),
+            Value::String(s) => Value::String(self.string(s)),
             Value::Number(n) => {
                 let digits = n.to_string();
                 let clean = self.text(&digits);
@@ -208,7 +205,7 @@ impl Redactor {
             Value::Array(items) => Value::Array(items.into_iter().map(|v| self.value(v)).collect()),
             Value::Object(map) => Value::Object(
                 map.into_iter()
-                    .map(|(k, v)| (self.text(&k), self.value(v)))
+                    .map(|(k, v)| (self.string(k), self.value(v)))
                     .collect(),
             ),
             other => other,
@@ -230,49 +227,54 @@ impl Redactor {
         }
     }
 
-    /// `output` with every secret replaced: in the structured value, and in every text and
-    /// every byte string each content block carries.
-    pub fn output(&self, output: ToolOutput) -> Result<ToolOutput, ToolError> {
-        let r = |t: String| self.text(&t);
-        let o = |t: Option<String>| t.map(|t| self.text(&t));
+    /// The tool's output from `answer`, with every secret replaced: in the structured
+    /// value, and in every text and every byte string each content block carries.
+    pub fn answer(&self, answer: Answer) -> Result<ToolOutput, ToolError> {
         let mut out = ToolOutput::new();
-        if let Some(value) = output.structured_value() {
+        if let Some(value) = answer.structured {
             out = out.structured(&self.value(value))?;
         }
-        for block in output.content() {
-            out = out.push(match block.clone() {
-                Content::Text(t) => Content::Text(r(t)),
-                Content::Image { data, mime_type } => Content::Image {
-                    data: self.bytes(&data),
-                    mime_type: r(mime_type),
-                },
-                Content::Audio { data, mime_type } => Content::Audio {
-                    data: self.bytes(&data),
-                    mime_type: r(mime_type),
-                },
-                Content::ResourceLink(link) => {
-                    let mut clean = ResourceLink::new(r(link.uri), r(link.name));
-                    clean.title = o(link.title);
-                    clean.description = o(link.description);
-                    clean.mime_type = o(link.mime_type);
-                    clean.size = link.size;
-                    Content::ResourceLink(clean)
-                }
-                Content::Resource {
-                    uri,
-                    mime_type,
-                    contents,
-                } => Content::Resource {
-                    uri: r(uri),
-                    mime_type: o(mime_type),
-                    contents: match contents {
-                        ResourceContents::Text(t) => ResourceContents::Text(r(t)),
-                        ResourceContents::Blob(b) => ResourceContents::Blob(self.bytes(&b)),
-                    },
-                },
-            });
+        for block in answer.content {
+            out = out.push(self.block(block));
         }
         Ok(out)
+    }
+
+    /// `block` with every secret replaced in each text and byte string it carries.
+    fn block(&self, block: Content) -> Content {
+        let r = |t: String| self.string(t);
+        let o = |t: Option<String>| t.map(r);
+        match block {
+            Content::Text(t) => Content::Text(r(t)),
+            Content::Image { data, mime_type } => Content::Image {
+                data: self.bytes(&data),
+                mime_type: r(mime_type),
+            },
+            Content::Audio { data, mime_type } => Content::Audio {
+                data: self.bytes(&data),
+                mime_type: r(mime_type),
+            },
+            Content::ResourceLink(link) => {
+                let mut clean = ResourceLink::new(r(link.uri), r(link.name));
+                clean.title = o(link.title);
+                clean.description = o(link.description);
+                clean.mime_type = o(link.mime_type);
+                clean.size = link.size;
+                Content::ResourceLink(clean)
+            }
+            Content::Resource {
+                uri,
+                mime_type,
+                contents,
+            } => Content::Resource {
+                uri: r(uri),
+                mime_type: o(mime_type),
+                contents: match contents {
+                    ResourceContents::Text(t) => ResourceContents::Text(r(t)),
+                    ResourceContents::Blob(b) => ResourceContents::Blob(self.bytes(&b)),
+                },
+            },
+        }
     }
 
     /// The byte ranges of `text` through which a secret shows (unsorted, may overlap).
@@ -483,6 +485,25 @@ fn long_runs(bytes: &[u8], class: &[u8; 256], min: usize, mut each: impl FnMut(R
             count = 0;
         }
     }
+}
+
+/// `text` with each of `ranges` (found by [`Redactor::ranges`]) replaced by [`MASK`].
+fn masked(text: &str, mut ranges: Vec<Range<usize>>) -> String {
+    // A match found in decoded bytes always starts and ends between characters; this keeps
+    // the cut valid UTF-8 whatever happens.
+    for range in &mut ranges {
+        range.start = text.floor_char_boundary(range.start);
+        range.end = text.ceil_char_boundary(range.end);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut kept = 0;
+    for range in merge(ranges) {
+        out.push_str(&text[kept..range.start]);
+        out.push_str(MASK);
+        kept = range.end;
+    }
+    out.push_str(&text[kept..]);
+    out
 }
 
 /// `ranges` sorted, overlapping and touching ones joined.
@@ -762,11 +783,13 @@ mod tests {
         let config = json!({"token": "s3cr3t-token", "owner": "octo"});
         let mut redactor = Redactor::new(&plan.secret_keys, config.as_object().unwrap());
         redactor.add("ghs_minted".into());
-        let output = ToolOutput::new()
-            .structured(&json!({"echo": "Bearer s3cr3t-token", "s3cr3t-token": ["ghs_minted"], "owner": "octo"}))
-            .unwrap()
-            .text("auth was s3cr3t-token");
-        let out = redactor.output(output).unwrap();
+        let answer = Answer {
+            structured: Some(
+                json!({"echo": "Bearer s3cr3t-token", "s3cr3t-token": ["ghs_minted"], "owner": "octo"}),
+            ),
+            content: vec![Content::Text("auth was s3cr3t-token".into())],
+        };
+        let out = redactor.answer(answer).unwrap();
         assert_eq!(
             out.structured_value(),
             Some(json!({"echo": "Bearer ***", "***": ["***"], "owner": "octo"}))
@@ -784,12 +807,14 @@ mod tests {
         );
         let link = ResourceLink::new("https://x/?t=s3cr3t-token", "s3cr3t-token")
             .description("see s3cr3t-token");
-        let output = ToolOutput::new().resource_link(link).resource_text(
-            "https://x/s3cr3t-token",
-            "text/plain",
-            "s3cr3t-token",
-        );
-        let shown = format!("{:?}", redactor.output(output).unwrap());
+        let answer = Answer {
+            structured: None,
+            content: vec![
+                Content::ResourceLink(link),
+                text_resource("https://x/s3cr3t-token", "s3cr3t-token"),
+            ],
+        };
+        let shown = format!("{:?}", redactor.answer(answer).unwrap());
         assert!(!shown.contains("s3cr3t"), "{shown}");
         let long = format!("{}s3cr3t-token", "x".repeat(ERROR_EXCERPT_BYTES - 4));
         let ToolError::Failed(cut) = redactor.error(ToolError::Failed(long)) else {
@@ -813,6 +838,14 @@ mod tests {
             redactor.add((*secret).to_owned());
         }
         redactor
+    }
+
+    fn text_resource(uri: &str, text: &str) -> Content {
+        Content::Resource {
+            uri: uri.into(),
+            mime_type: Some("text/plain".into()),
+            contents: ResourceContents::Text(text.into()),
+        }
     }
 
     fn hex(bytes: &[u8]) -> String {
@@ -1300,34 +1333,32 @@ mod tests {
         link.title = Some(format!("Basic {b64}"));
         link.description = Some(format!("token {hexed}"));
         link.mime_type = Some(format!("text/{url_b64}"));
-        let output = ToolOutput::new()
-            .structured(&json!({
+        let answer = Answer {
+            structured: Some(json!({
                 "authorization": format!("Basic {b64}"),
                 hexed.clone(): [url_b64.clone(), {"deep": format!("key={hexed}")}],
                 "kept": "ok"
-            }))
-            .unwrap()
-            .text(format!("echo {b64}"))
-            .resource_link(link)
-            .resource_text(
-                format!("https://x/{hexed}"),
-                "text/plain",
-                format!("x {url_b64} y"),
-            )
-            .push(Content::Image {
-                data: image.clone(),
-                mime_type: "image/png".into(),
-            })
-            .push(Content::Audio {
-                data: STANDARD.encode(TOKEN).into_bytes(),
-                mime_type: "audio/wav".into(),
-            })
-            .push(Content::Resource {
-                uri: "https://x/blob".into(),
-                mime_type: None,
-                contents: ResourceContents::Blob(hex(TOKEN.as_bytes()).into_bytes()),
-            });
-        let out = redactor.output(output).unwrap();
+            })),
+            content: vec![
+                Content::Text(format!("echo {b64}")),
+                Content::ResourceLink(link),
+                text_resource(&format!("https://x/{hexed}"), &format!("x {url_b64} y")),
+                Content::Image {
+                    data: image.clone(),
+                    mime_type: "image/png".into(),
+                },
+                Content::Audio {
+                    data: STANDARD.encode(TOKEN).into_bytes(),
+                    mime_type: "audio/wav".into(),
+                },
+                Content::Resource {
+                    uri: "https://x/blob".into(),
+                    mime_type: None,
+                    contents: ResourceContents::Blob(hex(TOKEN.as_bytes()).into_bytes()),
+                },
+            ],
+        };
+        let out = redactor.answer(answer).unwrap();
         let structured = out.structured_value().unwrap();
         assert_eq!(structured["kept"], "ok");
         let shown = format!("{structured} {:?}", out.content());
