@@ -1,14 +1,14 @@
 //! One tool call: fill the request, send it through the host's policed outbound HTTP,
-//! turn the answer into a tool result.
+//! turn the response into an [`Answer`].
 //!
-//! What this module returns may still hold secret values an API echoed back: the caller
-//! passes it through [`crate::redact::Redactor`] before it leaves the component.
+//! An answer may still hold secret values an API echoed back: the caller makes the tool's
+//! output of it with [`crate::redact::Redactor::answer`], which takes them out.
 
 use connector_mcp_protocol::client::{self, BodyKind, ClientSession, Failure};
 use connector_mcp_protocol::revision;
 use connector_sdk::http::{self, HttpError, Request, Response};
-use connector_sdk::{Content, ResourceContents, ResourceLink, ToolError, ToolOutput};
-use declarative_plan::{Backend, HttpRequest, McpCall, Root, Tool};
+use connector_sdk::{Content, ResourceContents, ResourceLink, ToolError};
+use declarative_plan::{Backend, HttpRequest, McpCall, Root};
 use serde_json::{json, Map, Value};
 
 use crate::render::{RenderError, Scope};
@@ -24,20 +24,20 @@ fn default_header(headers: &mut Vec<(String, String)>, name: &str, value: &str) 
     }
 }
 
-fn render_error(tool: &Tool, e: RenderError) -> ToolError {
+fn render_error(tool: &str, e: RenderError) -> ToolError {
     match e {
         RenderError::Missing(name, Root::Argument) => ToolError::InvalidArguments(format!(
             "`{}` needs a value for `{name}`: pass it as an argument",
-            tool.id
+            tool
         )),
         RenderError::Missing(name, Root::Agent) => ToolError::Failed(format!(
             "`{}` needs `{name}`, which only a call on behalf of an agent has",
-            tool.id
+            tool
         )),
         RenderError::Missing(name, _) => ToolError::Failed(format!(
             "`{}` needs `{name}`, which the binding's config does not set: the operator sets it \
              (rebind with the value)",
-            tool.id
+            tool
         )),
         RenderError::Invalid(why) => ToolError::InvalidArguments(why),
         RenderError::Token(why) => {
@@ -55,15 +55,15 @@ fn transport_error(what: &str, e: HttpError) -> ToolError {
     }
 }
 
-/// Runs `tool` with `scope`.
-pub fn run(tool: &Tool, scope: &Scope) -> Result<ToolOutput, ToolError> {
-    match &tool.backend {
+/// Runs tool `tool` (its id), which does `backend`, with `scope`.
+pub fn run(tool: &str, backend: &Backend, scope: &Scope) -> Result<Answer, ToolError> {
+    match backend {
         Backend::Http(request) => run_http(tool, request, scope),
         Backend::Mcp(call) => run_mcp(tool, call, scope),
     }
 }
 
-fn run_http(tool: &Tool, spec: &HttpRequest, scope: &Scope) -> Result<ToolOutput, ToolError> {
+fn run_http(tool: &str, spec: &HttpRequest, scope: &Scope) -> Result<Answer, ToolError> {
     let url = scope
         .render_url(&spec.url, &spec.query)
         .map_err(|e| render_error(tool, e))?;
@@ -80,12 +80,33 @@ fn run_http(tool: &Tool, spec: &HttpRequest, scope: &Scope) -> Result<ToolOutput
                 .map_err(|e| ToolError::Failed(format!("could not encode the body: {e}")))?;
         }
     }
-    let response = http::request(request).map_err(|e| transport_error(&tool.id, e))?;
+    let response = http::request(request).map_err(|e| transport_error(tool, e))?;
     http_output(response)
 }
 
+/// What a call got back, with any secret an API echoed still in it: the caller makes the
+/// tool's output of it with [`Redactor::answer`](crate::redact::Redactor::answer). The
+/// structured result stays a [`Value`] until then, so it is parsed once and serialized
+/// once.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Answer {
+    /// The structured result.
+    pub structured: Option<Value>,
+    /// The content blocks.
+    pub content: Vec<Content>,
+}
+
+impl Answer {
+    fn structured(value: Value) -> Self {
+        Answer {
+            structured: Some(value),
+            content: Vec::new(),
+        }
+    }
+}
+
 /// A tool result from an HTTP response.
-pub fn http_output(response: Response) -> Result<ToolOutput, ToolError> {
+pub fn http_output(response: Response) -> Result<Answer, ToolError> {
     if !response.is_success() {
         // Cut after redaction, by `Redactor::error`.
         let message = format!("HTTP {}: {}", response.status, response.text());
@@ -106,13 +127,16 @@ pub fn http_output(response: Response) -> Result<ToolOutput, ToolError> {
     });
     if is_json {
         if let Ok(value) = serde_json::from_slice::<Value>(&response.body) {
-            return ToolOutput::new().structured(&value);
+            return Ok(Answer::structured(value));
         }
     }
     if response.body.is_empty() {
-        return ToolOutput::new().structured(&json!({ "status": response.status }));
+        return Ok(Answer::structured(json!({ "status": response.status })));
     }
-    Ok(ToolOutput::new().text(response.text().into_owned()))
+    Ok(Answer {
+        structured: None,
+        content: vec![Content::Text(response.text().into_owned())],
+    })
 }
 
 /// A Streamable HTTP session with a remote MCP server, for one call.
@@ -203,7 +227,7 @@ impl McpSession {
     }
 }
 
-fn run_mcp(tool: &Tool, call: &McpCall, scope: &Scope) -> Result<ToolOutput, ToolError> {
+fn run_mcp(tool: &str, call: &McpCall, scope: &Scope) -> Result<Answer, ToolError> {
     let url = scope.render(&call.url).map_err(|e| render_error(tool, e))?;
     let mut headers = scope
         .render_headers(&call.headers)
@@ -248,7 +272,7 @@ fn run_mcp(tool: &Tool, call: &McpCall, scope: &Scope) -> Result<ToolOutput, Too
 }
 
 /// A tool result from an MCP `CallToolResult`.
-pub fn mcp_output(result: Value) -> Result<ToolOutput, ToolError> {
+pub fn mcp_output(result: Value) -> Result<Answer, ToolError> {
     let blocks = result
         .get("content")
         .and_then(Value::as_array)
@@ -265,16 +289,10 @@ pub fn mcp_output(result: Value) -> Result<ToolOutput, ToolError> {
             text.join("\n")
         }));
     }
-    let mut output = ToolOutput::new();
-    if let Some(structured) = result.get("structuredContent") {
-        output = output.structured(structured)?;
-    }
-    for block in &blocks {
-        if let Some(content) = mcp_block(block) {
-            output = output.push(content);
-        }
-    }
-    Ok(output)
+    Ok(Answer {
+        structured: result.get("structuredContent").cloned(),
+        content: blocks.iter().filter_map(mcp_block).collect(),
+    })
 }
 
 fn mcp_block(block: &Value) -> Option<Content> {
@@ -349,11 +367,12 @@ mod tests {
             "{\"a\":1}",
         ))
         .unwrap();
-        assert_eq!(out.structured_value(), Some(json!({"a": 1})));
+        assert_eq!(out.structured, Some(json!({"a": 1})));
         let out = http_output(response(200, "text/plain", "hello")).unwrap();
-        assert_eq!(out.content(), &[Content::Text("hello".into())]);
+        assert_eq!(out.content, [Content::Text("hello".into())]);
+        assert_eq!(out.structured, None);
         let out = http_output(response(204, "text/plain", "")).unwrap();
-        assert_eq!(out.structured_value(), Some(json!({"status": 204})));
+        assert_eq!(out.structured, Some(json!({"status": 204})));
         assert_eq!(
             http_output(response(404, "text/plain", "no such file")).unwrap_err(),
             ToolError::Failed("HTTP 404: no such file".into())
@@ -379,8 +398,8 @@ mod tests {
             "structuredContent": {"sum": 3}
         }))
         .unwrap();
-        assert_eq!(out.structured_value(), Some(json!({"sum": 3})));
-        assert_eq!(out.content().len(), 2);
+        assert_eq!(out.structured, Some(json!({"sum": 3})));
+        assert_eq!(out.content.len(), 2);
         assert_eq!(
             mcp_output(json!({"content": [{"type": "text", "text": "boom"}], "isError": true})),
             Err(ToolError::Failed("boom".into()))

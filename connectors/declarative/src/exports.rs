@@ -4,13 +4,13 @@ use connector_sdk::__private::{output_to_wit, tool_error_to_wit};
 use connector_sdk::bindings::spring::connector::types as wit;
 use connector_sdk::bindings::Guest;
 use connector_sdk::ToolError;
-use declarative_plan::Plan;
+use declarative_plan::{CallPlan, Plan};
 use serde_json::Value;
 
 use crate::call;
 use crate::redact::Redactor;
 use crate::render::Scope;
-use crate::{events, object, plan, with_defaults};
+use crate::{events, object, plan, read_plan, with_defaults};
 
 struct Interpreter;
 
@@ -50,24 +50,26 @@ fn call_tool(
     tool: &str,
     arguments: &str,
 ) -> Result<connector_sdk::ToolOutput, ToolError> {
-    let plan = plan().map_err(ToolError::Failed)?;
-    let Some(spec) = plan.tools.iter().find(|t| t.id == tool) else {
+    let plan: CallPlan = read_plan().map_err(ToolError::Failed)?;
+    let Some(entry) = plan.tools.iter().find(|t| t.id == tool) else {
         return Err(ToolError::Failed(format!(
             "connector `{}` has no tool `{tool}`",
             plan.slug
         )));
     };
+    let unreadable = |e| ToolError::Failed(format!("the packed manifest is unreadable: {e}"));
+    let backend = entry.backend().map_err(unreadable)?;
     let arguments = with_defaults(
         object(arguments)
             .map_err(|e| ToolError::InvalidArguments(format!("the arguments are {e}")))?,
-        &spec.argument_defaults,
+        &entry.argument_defaults().map_err(unreadable)?,
     );
     let config = with_defaults(
         object(&ctx.binding.config)
             .map_err(|e| ToolError::Failed(format!("the binding config is {e}")))?,
         &plan.config_defaults,
     );
-    let mut redactor = Redactor::new(&plan, &config);
+    let mut redactor = Redactor::new(&plan.secret_keys, &config);
     let installation = plan
         .github_installation_key
         .as_ref()
@@ -81,12 +83,12 @@ fn call_tool(
     scope.agent = ctx.agent.as_deref();
     scope.unit = Some(&ctx.binding.unit);
     scope.github_token = &mint;
-    let result = call::run(spec, &scope);
+    let result = call::run(tool, &backend, &scope);
     if let Some(token) = scope.minted.borrow_mut().take() {
         redactor.add(token);
     }
     match result {
-        Ok(output) => redactor.output(output),
+        Ok(answer) => redactor.answer(answer),
         Err(e) => Err(redactor.error(e)),
     }
 }

@@ -17,6 +17,7 @@ pub mod redact;
 pub mod render;
 
 use declarative_plan::{Plan, Slot, SLOT_CAPACITY, SLOT_FILL, SLOT_MAGIC};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 /// Where `pack` puts the plan. Only its initialiser mentions the magic.
@@ -36,6 +37,12 @@ pub fn plan_bytes() -> Option<&'static [u8]> {
 
 /// The packed plan.
 pub fn plan() -> Result<Plan, String> {
+    read_plan()
+}
+
+/// The packed plan as `T` reads it: the whole [`Plan`], or the part one export needs
+/// (a [`declarative_plan::CallPlan`]).
+pub fn read_plan<T: Deserialize<'static>>() -> Result<T, String> {
     let bytes = plan_bytes().ok_or_else(|| {
         "this is the unpacked declarative interpreter: pack a manifest into it with \
          `connector-host pack TOOL.yaml -o TOOL.wasm`"
@@ -88,7 +95,7 @@ pub fn bind(plan: &Plan, config: &Map<String, Value>) -> Result<Vec<String>, Str
             if missing.len() == 1 { "it" } else { "them" }
         ));
     }
-    if let Some((key, _)) = redact::secret_values(plan, config)
+    if let Some((key, _)) = redact::secret_values(&plan.secret_keys, config)
         .iter()
         .find(|(_, value)| !value.is_empty() && value.len() < redact::MIN_SECRET_BYTES)
     {

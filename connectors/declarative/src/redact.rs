@@ -29,7 +29,8 @@
 //!    characters (one of them is the alignment of the encoded data), and every hex run
 //!    decoded at both parities (in a decoded view, only the runs an escape changed);
 //! 3. in all of those bytes, each secret and its JSON-escaped and percent-encoded forms,
-//!    found at once, overlapping matches included, by one Aho-Corasick automaton.
+//!    overlapping matches included: needle by needle while the answer is small, then by
+//!    one Aho-Corasick automaton (`Needles`).
 //!
 //! Each match is traced back to the characters of the text it came from (for base64:
 //! every character holding at least one bit of the match), and those ranges, merged,
@@ -37,21 +38,24 @@
 //!
 //! The work is linear in the text: at most three views, each read once to find runs; each
 //! run decoded six times at most (four base64 offsets, two hex parities), into bytes no
-//! longer than the run; and each decoded byte fed once to the automaton. Runs too short to
-//! hold the shortest secret are not decoded at all, so ordinary words cost one pass.
+//! longer than the run; and each decoded byte searched once per needle, up to a bound, then
+//! once in all. Runs too short to hold the shortest secret are not decoded at all, so
+//! ordinary words cost one pass.
 //!
 //! What this cannot catch is listed in docs/writing-a-connector.md ("Secret settings in
 //! answers"): values derived from a secret (a hash, a signature, an encryption), a secret
 //! taken apart (split across strings or fields, cut short), other encodings (base32,
 //! rot13, compression), and more layers of the encodings above.
 
+use std::cell::{Cell, OnceCell};
 use std::ops::Range;
 
 use aho_corasick::AhoCorasick;
 use connector_sdk::{Content, ResourceContents, ResourceLink, ToolError, ToolOutput};
-use declarative_plan::Plan;
+use memchr::memmem;
 use serde_json::{Map, Value};
 
+use crate::call::Answer;
 use crate::render::percent_encode;
 
 /// What a secret is replaced by.
@@ -71,10 +75,13 @@ const MIN_NUMBER_DIGITS: usize = 4;
 /// At most this much of an error message reaches the caller.
 pub const ERROR_EXCERPT_BYTES: usize = 2048;
 
-/// The values of `plan`'s secret settings in `config`, with the setting each is in:
-/// every string (nested ones too) and every number of at least [`MIN_NUMBER_DIGITS`]
-/// digits.
-pub fn secret_values<'p>(plan: &'p Plan, config: &Map<String, Value>) -> Vec<(&'p str, String)> {
+/// The values of the secret settings `secret_keys` ([`declarative_plan::Plan::secret_keys`])
+/// in `config`, with the setting each is in: every string (nested ones too) and every
+/// number of at least [`MIN_NUMBER_DIGITS`] digits.
+pub fn secret_values<'p>(
+    secret_keys: &'p [String],
+    config: &Map<String, Value>,
+) -> Vec<(&'p str, String)> {
     fn collect<'p>(key: &'p str, value: &Value, out: &mut Vec<(&'p str, String)>) {
         match value {
             Value::String(s) => out.push((key, s.clone())),
@@ -87,7 +94,7 @@ pub fn secret_values<'p>(plan: &'p Plan, config: &Map<String, Value>) -> Vec<(&'
         }
     }
     let mut out = Vec::new();
-    for key in &plan.secret_keys {
+    for key in secret_keys {
         if let Some(value) = config.get(key) {
             collect(key, value, &mut out);
         }
@@ -101,21 +108,17 @@ pub fn secret_values<'p>(plan: &'p Plan, config: &Map<String, Value>) -> Vec<(&'
 pub struct Redactor {
     /// Each secret, JSON-escaped and percent-encoded: what is searched for in every
     /// decoded view.
-    needles: Vec<Vec<u8>>,
-    /// Finds every needle, overlapping matches included. `None` with needles only if the
-    /// automaton could not be built; then everything is masked (fail closed).
-    finder: Option<AhoCorasick>,
-    /// The length of the shortest needle: runs too short to hold it are not decoded.
-    shortest: usize,
+    needles: Needles,
     /// Whether a secret holds a space, which a form encoding writes as `+`.
     space: bool,
 }
 
 impl Redactor {
-    /// Redacts the values of `plan.secret_keys` in `config` ([`secret_values`]).
-    pub fn new(plan: &Plan, config: &Map<String, Value>) -> Self {
+    /// Redacts the values of the secret settings `secret_keys` in `config`
+    /// ([`secret_values`]).
+    pub fn new(secret_keys: &[String], config: &Map<String, Value>) -> Self {
         let mut redactor = Redactor::default();
-        for (_, secret) in secret_values(plan, config) {
+        for (_, secret) in secret_values(secret_keys, config) {
             redactor.add(secret);
         }
         redactor
@@ -141,37 +144,27 @@ impl Redactor {
         self.space |= secret.contains(' ');
         forms.push(secret);
         for form in forms {
-            let form = form.into_bytes();
-            if !self.needles.contains(&form) {
-                self.needles.push(form);
-            }
+            self.needles.add(form.as_bytes());
         }
-        self.shortest = self.needles.iter().map(Vec::len).min().unwrap_or(0);
-        // The default (standard) match kind is the one that reports overlapping matches.
-        self.finder = AhoCorasick::new(&self.needles).ok();
     }
 
     /// `text` with every secret replaced.
     pub fn text(&self, text: &str) -> String {
-        let mut ranges = self.ranges(text.as_bytes());
+        let ranges = self.ranges(text.as_bytes());
         if ranges.is_empty() {
             return text.to_owned();
         }
-        // A match found in decoded bytes always starts and ends between characters; this
-        // keeps the cut valid UTF-8 whatever happens.
-        for range in &mut ranges {
-            range.start = text.floor_char_boundary(range.start);
-            range.end = text.ceil_char_boundary(range.end);
+        masked(text, ranges)
+    }
+
+    /// [`text`](Self::text) for a string the caller gives up: kept as it is when it holds
+    /// no secret.
+    fn string(&self, text: String) -> String {
+        let ranges = self.ranges(text.as_bytes());
+        if ranges.is_empty() {
+            return text;
         }
-        let mut out = String::with_capacity(text.len());
-        let mut kept = 0;
-        for range in merge(ranges) {
-            out.push_str(&text[kept..range.start]);
-            out.push_str(MASK);
-            kept = range.end;
-        }
-        out.push_str(&text[kept..]);
-        out
+        masked(&text, ranges)
     }
 
     /// `bytes` with every secret replaced (an image or a blob that holds one is damaged:
@@ -199,7 +192,7 @@ impl Redactor {
             return value;
         }
         match value {
-            Value::String(s) => Value::String(self.text(&s)),
+            Value::String(s) => Value::String(self.string(s)),
             Value::Number(n) => {
                 let digits = n.to_string();
                 let clean = self.text(&digits);
@@ -212,7 +205,7 @@ impl Redactor {
             Value::Array(items) => Value::Array(items.into_iter().map(|v| self.value(v)).collect()),
             Value::Object(map) => Value::Object(
                 map.into_iter()
-                    .map(|(k, v)| (self.text(&k), self.value(v)))
+                    .map(|(k, v)| (self.string(k), self.value(v)))
                     .collect(),
             ),
             other => other,
@@ -234,49 +227,54 @@ impl Redactor {
         }
     }
 
-    /// `output` with every secret replaced: in the structured value, and in every text and
-    /// every byte string each content block carries.
-    pub fn output(&self, output: ToolOutput) -> Result<ToolOutput, ToolError> {
-        let r = |t: String| self.text(&t);
-        let o = |t: Option<String>| t.map(|t| self.text(&t));
+    /// The tool's output from `answer`, with every secret replaced: in the structured
+    /// value, and in every text and every byte string each content block carries.
+    pub fn answer(&self, answer: Answer) -> Result<ToolOutput, ToolError> {
         let mut out = ToolOutput::new();
-        if let Some(value) = output.structured_value() {
+        if let Some(value) = answer.structured {
             out = out.structured(&self.value(value))?;
         }
-        for block in output.content() {
-            out = out.push(match block.clone() {
-                Content::Text(t) => Content::Text(r(t)),
-                Content::Image { data, mime_type } => Content::Image {
-                    data: self.bytes(&data),
-                    mime_type: r(mime_type),
-                },
-                Content::Audio { data, mime_type } => Content::Audio {
-                    data: self.bytes(&data),
-                    mime_type: r(mime_type),
-                },
-                Content::ResourceLink(link) => {
-                    let mut clean = ResourceLink::new(r(link.uri), r(link.name));
-                    clean.title = o(link.title);
-                    clean.description = o(link.description);
-                    clean.mime_type = o(link.mime_type);
-                    clean.size = link.size;
-                    Content::ResourceLink(clean)
-                }
-                Content::Resource {
-                    uri,
-                    mime_type,
-                    contents,
-                } => Content::Resource {
-                    uri: r(uri),
-                    mime_type: o(mime_type),
-                    contents: match contents {
-                        ResourceContents::Text(t) => ResourceContents::Text(r(t)),
-                        ResourceContents::Blob(b) => ResourceContents::Blob(self.bytes(&b)),
-                    },
-                },
-            });
+        for block in answer.content {
+            out = out.push(self.block(block));
         }
         Ok(out)
+    }
+
+    /// `block` with every secret replaced in each text and byte string it carries.
+    fn block(&self, block: Content) -> Content {
+        let r = |t: String| self.string(t);
+        let o = |t: Option<String>| t.map(r);
+        match block {
+            Content::Text(t) => Content::Text(r(t)),
+            Content::Image { data, mime_type } => Content::Image {
+                data: self.bytes(&data),
+                mime_type: r(mime_type),
+            },
+            Content::Audio { data, mime_type } => Content::Audio {
+                data: self.bytes(&data),
+                mime_type: r(mime_type),
+            },
+            Content::ResourceLink(link) => {
+                let mut clean = ResourceLink::new(r(link.uri), r(link.name));
+                clean.title = o(link.title);
+                clean.description = o(link.description);
+                clean.mime_type = o(link.mime_type);
+                clean.size = link.size;
+                Content::ResourceLink(clean)
+            }
+            Content::Resource {
+                uri,
+                mime_type,
+                contents,
+            } => Content::Resource {
+                uri: r(uri),
+                mime_type: o(mime_type),
+                contents: match contents {
+                    ResourceContents::Text(t) => ResourceContents::Text(r(t)),
+                    ResourceContents::Blob(b) => ResourceContents::Blob(self.bytes(&b)),
+                },
+            },
+        }
     }
 
     /// The byte ranges of `text` through which a secret shows (unsorted, may overlap).
@@ -284,19 +282,15 @@ impl Redactor {
         if self.needles.is_empty() {
             return Vec::new();
         }
-        let Some(finder) = &self.finder else {
-            #[allow(clippy::single_range_in_vec_init)] // one range: the whole text
-            return vec![0..text.len()];
-        };
         let mut found = Vec::new();
-        self.scan(finder, text, None, &mut found);
+        self.scan(text, None, &mut found);
         for escapes in [Escapes::Percent, Escapes::Form, Escapes::Json] {
             if !escapes.present(text, self.space) {
                 continue;
             }
             let view = escapes.decode(text);
             let mut in_view = Vec::new();
-            self.scan(finder, &view.bytes, Some(&view.escaped), &mut in_view);
+            self.scan(&view.bytes, Some(&view.escaped), &mut in_view);
             found.extend(escapes.locate(text, in_view));
         }
         found
@@ -306,18 +300,8 @@ impl Redactor {
     /// base64 or hex run. With `escaped` (`bytes` is a view), only runs holding a decoded
     /// escape are decoded: any other run is, with the same alignments, inside a run of the
     /// text itself, which was scanned already.
-    fn scan(
-        &self,
-        finder: &AhoCorasick,
-        bytes: &[u8],
-        escaped: Option<&[(u32, u32)]>,
-        out: &mut Vec<Range<usize>>,
-    ) {
-        out.extend(
-            finder
-                .find_overlapping_iter(bytes)
-                .map(|m| m.start()..m.end()),
-        );
+    fn scan(&self, bytes: &[u8], escaped: Option<&[(u32, u32)]>, out: &mut Vec<Range<usize>>) {
+        self.needles.find(bytes, |m| out.push(m));
         let worth = |run: Range<usize>| {
             escaped.is_none_or(|escaped| {
                 let next = escaped.partition_point(|&(_, end)| end as usize <= run.start);
@@ -326,15 +310,14 @@ impl Redactor {
                     .is_some_and(|&(start, _)| (start as usize) < run.end)
             })
         };
-        self.scan_base64(finder, bytes, &worth, out);
-        self.scan_hex(finder, bytes, &worth, out);
+        self.scan_base64(bytes, &worth, out);
+        self.scan_hex(bytes, &worth, out);
     }
 
     /// Every base64 run of `bytes` (either alphabet, line breaks inside allowed, `=`
     /// ending it), decoded from each of its first four characters.
     fn scan_base64(
         &self,
-        finder: &AhoCorasick,
         bytes: &[u8],
         worth: &dyn Fn(Range<usize>) -> bool,
         out: &mut Vec<Range<usize>>,
@@ -343,7 +326,7 @@ impl Redactor {
         let mut values = Vec::new();
         let mut breaks: Vec<usize> = Vec::new();
         let mut decoded = Vec::new();
-        let min_chars = (self.shortest * 8).div_ceil(6);
+        let min_chars = (self.needles.shortest() * 8).div_ceil(6);
         long_runs(bytes, &BASE64, min_chars, |run| {
             if !worth(run.clone()) {
                 return;
@@ -360,12 +343,12 @@ impl Redactor {
             let at = |k: usize| run.start + k + breaks.partition_point(|&b| b <= k);
             for offset in 0..4.min(values.len()) {
                 decode_base64(&values[offset..], &mut decoded);
-                for m in finder.find_overlapping_iter(&decoded) {
+                self.needles.find(&decoded, |m| {
                     // Decoded byte `b` is bits 8b..8b+8 of the characters from `offset`.
-                    let first = offset + 8 * m.start() / 6;
-                    let last = offset + (8 * m.end() - 1) / 6;
+                    let first = offset + 8 * m.start / 6;
+                    let last = offset + (8 * m.end - 1) / 6;
                     out.push(at(first)..at(last) + 1);
-                }
+                });
             }
         });
     }
@@ -373,13 +356,12 @@ impl Redactor {
     /// Every hex run of `bytes`, decoded at both parities.
     fn scan_hex(
         &self,
-        finder: &AhoCorasick,
         bytes: &[u8],
         worth: &dyn Fn(Range<usize>) -> bool,
         out: &mut Vec<Range<usize>>,
     ) {
         let mut decoded = Vec::new();
-        long_runs(bytes, &HEX, self.shortest * 2, |run| {
+        long_runs(bytes, &HEX, self.needles.shortest() * 2, |run| {
             if !worth(run.clone()) {
                 return;
             }
@@ -390,12 +372,94 @@ impl Redactor {
                         .chunks_exact(2)
                         .map(|pair| (HEX[usize::from(pair[0])] << 4) | HEX[usize::from(pair[1])]),
                 );
-                for m in finder.find_overlapping_iter(&decoded) {
-                    let at = run.start + parity;
-                    out.push(at + 2 * m.start()..at + 2 * m.end());
-                }
+                let at = run.start + parity;
+                self.needles
+                    .find(&decoded, |m| out.push(at + 2 * m.start..at + 2 * m.end));
             }
         });
+    }
+}
+
+/// Bytes searched needle by needle (each needle's own pass counted) after which the
+/// needles are searched with one Aho-Corasick automaton instead: about what building the
+/// automaton costs in the guest.
+const AUTOMATON_AFTER_BYTES: usize = 64 * 1024;
+
+/// What a redactor searches for, and how it finds every occurrence, overlapping ones
+/// included: one substring searcher per needle, which costs next to nothing to build,
+/// until searching needle by needle has cost about as much as building one automaton
+/// that finds them all in one pass would have; from then on, that automaton. A call's
+/// answer is usually small and its needles few (one secret, in one to five forms), and
+/// building the automaton for them was most of such a call's redaction (about 60 µs of a
+/// 520 µs call in `cargo bench -p integration-tests --bench declarative`); a large answer
+/// or many needles still get one pass over each text.
+#[derive(Debug, Default)]
+struct Needles {
+    each: Vec<memmem::Finder<'static>>,
+    /// Built once searching needle by needle has cost [`AUTOMATON_AFTER_BYTES`]; `None`
+    /// when it could not be built (too many states), and the needles are searched one
+    /// by one.
+    automaton: OnceCell<Option<AhoCorasick>>,
+    /// Bytes searched needle by needle so far, beyond one pass each.
+    extra_passes: Cell<usize>,
+}
+
+impl Needles {
+    /// Adds `needle` unless it is one already.
+    fn add(&mut self, needle: &[u8]) {
+        if !self.each.iter().any(|f| f.needle() == needle) {
+            self.each.push(memmem::Finder::new(needle).into_owned());
+            self.automaton = OnceCell::new();
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.each.is_empty()
+    }
+
+    /// The length of the shortest needle: runs too short to hold it are not decoded.
+    fn shortest(&self) -> usize {
+        self.each
+            .iter()
+            .map(|f| f.needle().len())
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Calls `found` with the range of every needle in `bytes`, overlapping ones included
+    /// (in no particular order).
+    fn find(&self, bytes: &[u8], mut found: impl FnMut(Range<usize>)) {
+        if let Some(automaton) = self.automaton(bytes.len()) {
+            automaton
+                .find_overlapping_iter(bytes)
+                .for_each(|m| found(m.start()..m.end()));
+            return;
+        }
+        for finder in &self.each {
+            let len = finder.needle().len();
+            let mut from = 0;
+            while let Some(at) = bytes.get(from..).and_then(|rest| finder.find(rest)) {
+                found(from + at..from + at + len);
+                from += at + 1;
+            }
+        }
+    }
+
+    /// The automaton, when searching `len` more bytes needle by needle would bring the
+    /// bytes searched that way past [`AUTOMATON_AFTER_BYTES`].
+    fn automaton(&self, len: usize) -> Option<&AhoCorasick> {
+        if let Some(built) = self.automaton.get() {
+            return built.as_ref();
+        }
+        let extra = self.extra_passes.get() + len * (self.each.len() - 1);
+        self.extra_passes.set(extra);
+        if extra < AUTOMATON_AFTER_BYTES {
+            return None;
+        }
+        // The default (standard) match kind is the one that reports overlapping matches.
+        self.automaton
+            .get_or_init(|| AhoCorasick::new(self.each.iter().map(|f| f.needle())).ok())
+            .as_ref()
     }
 }
 
@@ -421,6 +485,25 @@ fn long_runs(bytes: &[u8], class: &[u8; 256], min: usize, mut each: impl FnMut(R
             count = 0;
         }
     }
+}
+
+/// `text` with each of `ranges` (found by [`Redactor::ranges`]) replaced by [`MASK`].
+fn masked(text: &str, mut ranges: Vec<Range<usize>>) -> String {
+    // A match found in decoded bytes always starts and ends between characters; this keeps
+    // the cut valid UTF-8 whatever happens.
+    for range in &mut ranges {
+        range.start = text.floor_char_boundary(range.start);
+        range.end = text.ceil_char_boundary(range.end);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut kept = 0;
+    for range in merge(ranges) {
+        out.push_str(&text[kept..range.start]);
+        out.push_str(MASK);
+        kept = range.end;
+    }
+    out.push_str(&text[kept..]);
+    out
 }
 
 /// `ranges` sorted, overlapping and touching ones joined.
@@ -685,6 +768,7 @@ mod tests {
     };
     use base64::engine::DecodePaddingMode;
     use base64::Engine as _;
+    use declarative_plan::Plan;
     use serde_json::json;
 
     #[test]
@@ -697,13 +781,15 @@ mod tests {
         }))
         .unwrap();
         let config = json!({"token": "s3cr3t-token", "owner": "octo"});
-        let mut redactor = Redactor::new(&plan, config.as_object().unwrap());
+        let mut redactor = Redactor::new(&plan.secret_keys, config.as_object().unwrap());
         redactor.add("ghs_minted".into());
-        let output = ToolOutput::new()
-            .structured(&json!({"echo": "Bearer s3cr3t-token", "s3cr3t-token": ["ghs_minted"], "owner": "octo"}))
-            .unwrap()
-            .text("auth was s3cr3t-token");
-        let out = redactor.output(output).unwrap();
+        let answer = Answer {
+            structured: Some(
+                json!({"echo": "Bearer s3cr3t-token", "s3cr3t-token": ["ghs_minted"], "owner": "octo"}),
+            ),
+            content: vec![Content::Text("auth was s3cr3t-token".into())],
+        };
+        let out = redactor.answer(answer).unwrap();
         assert_eq!(
             out.structured_value(),
             Some(json!({"echo": "Bearer ***", "***": ["***"], "owner": "octo"}))
@@ -721,12 +807,14 @@ mod tests {
         );
         let link = ResourceLink::new("https://x/?t=s3cr3t-token", "s3cr3t-token")
             .description("see s3cr3t-token");
-        let output = ToolOutput::new().resource_link(link).resource_text(
-            "https://x/s3cr3t-token",
-            "text/plain",
-            "s3cr3t-token",
-        );
-        let shown = format!("{:?}", redactor.output(output).unwrap());
+        let answer = Answer {
+            structured: None,
+            content: vec![
+                Content::ResourceLink(link),
+                text_resource("https://x/s3cr3t-token", "s3cr3t-token"),
+            ],
+        };
+        let shown = format!("{:?}", redactor.answer(answer).unwrap());
         assert!(!shown.contains("s3cr3t"), "{shown}");
         let long = format!("{}s3cr3t-token", "x".repeat(ERROR_EXCERPT_BYTES - 4));
         let ToolError::Failed(cut) = redactor.error(ToolError::Failed(long)) else {
@@ -735,7 +823,7 @@ mod tests {
         assert!(!cut.contains("s3cr"), "{cut}");
         // A numeric secret.
         let config = json!({"token": 918273});
-        let numeric = Redactor::new(&plan, config.as_object().unwrap());
+        let numeric = Redactor::new(&plan.secret_keys, config.as_object().unwrap());
         assert_eq!(numeric.text("pin 918273"), "pin ***");
     }
 
@@ -750,6 +838,14 @@ mod tests {
             redactor.add((*secret).to_owned());
         }
         redactor
+    }
+
+    fn text_resource(uri: &str, text: &str) -> Content {
+        Content::Resource {
+            uri: uri.into(),
+            mime_type: Some("text/plain".into()),
+            contents: ResourceContents::Text(text.into()),
+        }
     }
 
     fn hex(bytes: &[u8]) -> String {
@@ -1151,6 +1247,49 @@ mod tests {
     }
 
     #[test]
+    fn searching_needle_by_needle_and_with_the_automaton_replace_the_same() {
+        let secrets = [TOKEN, TRICKY, "abab"];
+        let fresh = redactor_of(&secrets);
+        let warmed = redactor_of(&secrets);
+        // Enough text searched needle by needle to pay for the automaton.
+        let filler = "x".repeat(AUTOMATON_AFTER_BYTES);
+        assert_eq!(warmed.text(&filler), filler);
+        assert!(matches!(warmed.needles.automaton.get(), Some(Some(_))));
+        // Overlapping occurrences of one needle, and of two: a short answer does not pay
+        // for the automaton.
+        for text in [
+            "x ababab abababab y".to_owned(),
+            format!("{TOKEN}{TOKEN}abab{}", &TOKEN[3..]),
+        ] {
+            assert_eq!(fresh.text(&text), warmed.text(&text), "{text}");
+        }
+        assert!(fresh.needles.automaton.get().is_none());
+        assert_eq!(fresh.text("x ababab y"), "x *** y");
+        // Each form of each secret, each searched by a redactor of its own needle by needle.
+        for secret in secrets {
+            for (what, text) in forms_of(secret) {
+                let needle_by_needle = redactor_of(&secrets);
+                let out = needle_by_needle.text(&text);
+                assert!(needle_by_needle.needles.automaton.get().is_none());
+                assert_eq!(out, warmed.text(&text), "{secret} {what}");
+            }
+        }
+        // Larger texts bring `fresh` to the automaton too.
+        for (what, text) in heavy_texts(16 * 1024) {
+            assert_eq!(fresh.text(&text), warmed.text(&text), "{what}");
+        }
+        assert!(matches!(fresh.needles.automaton.get(), Some(Some(_))));
+    }
+
+    #[test]
+    fn one_needle_is_never_searched_with_an_automaton() {
+        let redactor = redactor_of(&[TOKEN]);
+        let big = format!("{} {TOKEN}", "y".repeat(4 * AUTOMATON_AFTER_BYTES));
+        assert!(redactor.text(&big).ends_with(" ***"));
+        assert!(redactor.needles.automaton.get().is_none());
+    }
+
+    #[test]
     fn only_what_carries_the_secret_is_replaced() {
         let redactor = redactor_of(&[TOKEN]);
         // The parts of a base64 string before and after the secret's characters stay.
@@ -1194,34 +1333,32 @@ mod tests {
         link.title = Some(format!("Basic {b64}"));
         link.description = Some(format!("token {hexed}"));
         link.mime_type = Some(format!("text/{url_b64}"));
-        let output = ToolOutput::new()
-            .structured(&json!({
+        let answer = Answer {
+            structured: Some(json!({
                 "authorization": format!("Basic {b64}"),
                 hexed.clone(): [url_b64.clone(), {"deep": format!("key={hexed}")}],
                 "kept": "ok"
-            }))
-            .unwrap()
-            .text(format!("echo {b64}"))
-            .resource_link(link)
-            .resource_text(
-                format!("https://x/{hexed}"),
-                "text/plain",
-                format!("x {url_b64} y"),
-            )
-            .push(Content::Image {
-                data: image.clone(),
-                mime_type: "image/png".into(),
-            })
-            .push(Content::Audio {
-                data: STANDARD.encode(TOKEN).into_bytes(),
-                mime_type: "audio/wav".into(),
-            })
-            .push(Content::Resource {
-                uri: "https://x/blob".into(),
-                mime_type: None,
-                contents: ResourceContents::Blob(hex(TOKEN.as_bytes()).into_bytes()),
-            });
-        let out = redactor.output(output).unwrap();
+            })),
+            content: vec![
+                Content::Text(format!("echo {b64}")),
+                Content::ResourceLink(link),
+                text_resource(&format!("https://x/{hexed}"), &format!("x {url_b64} y")),
+                Content::Image {
+                    data: image.clone(),
+                    mime_type: "image/png".into(),
+                },
+                Content::Audio {
+                    data: STANDARD.encode(TOKEN).into_bytes(),
+                    mime_type: "audio/wav".into(),
+                },
+                Content::Resource {
+                    uri: "https://x/blob".into(),
+                    mime_type: None,
+                    contents: ResourceContents::Blob(hex(TOKEN.as_bytes()).into_bytes()),
+                },
+            ],
+        };
+        let out = redactor.answer(answer).unwrap();
         let structured = out.structured_value().unwrap();
         assert_eq!(structured["kept"], "ok");
         let shown = format!("{structured} {:?}", out.content());
@@ -1262,7 +1399,10 @@ mod tests {
             "binding_parameters": [], "required_config": [], "github_installation_key": null, "tools": [], "events": []
         }))
         .unwrap();
-        let numeric = Redactor::new(&plan, json!({"pin": 918273}).as_object().unwrap());
+        let numeric = Redactor::new(
+            &plan.secret_keys,
+            json!({"pin": 918273}).as_object().unwrap(),
+        );
         assert_eq!(
             numeric.value(json!({"pin": 918273, "hex": hex(b"918273"), "other": 5})),
             json!({"pin": "***", "hex": "***", "other": 5})

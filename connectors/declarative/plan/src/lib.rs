@@ -12,6 +12,8 @@
 //! travels in ([`embed`] on the host side, [`SLOT_MAGIC`] and friends on the guest side).
 //! A change to any type is a change to [`FORMAT`].
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -72,6 +74,50 @@ pub struct Plan {
     pub tools: Vec<Tool>,
     /// The events, in declared order.
     pub events: Vec<Event>,
+}
+
+/// What a tool call reads of a plan's JSON: the settings every call needs, and each tool
+/// only as far as its id, the rest of it kept as JSON text until it is the tool called.
+/// The interpreter runs each call in a fresh instance, so it reads the plan on every call;
+/// building all of a [`Plan`] (every schema, description and tool) was about a third of a
+/// small call's time in the guest. Fields not named here are skipped unbuilt.
+#[derive(Debug, Deserialize)]
+pub struct CallPlan<'a> {
+    /// [`Plan::slug`].
+    pub slug: String,
+    /// [`Plan::secret_keys`].
+    pub secret_keys: Vec<String>,
+    /// [`Plan::config_defaults`].
+    pub config_defaults: serde_json::Map<String, Value>,
+    /// [`Plan::github_installation_key`].
+    pub github_installation_key: Option<String>,
+    /// [`Plan::tools`], in declared order.
+    #[serde(borrow)]
+    pub tools: Vec<ToolEntry<'a>>,
+}
+
+/// A [`Tool`] as a call reads it: its id, and what running it needs as JSON text.
+#[derive(Debug, Deserialize)]
+pub struct ToolEntry<'a> {
+    /// [`Tool::id`].
+    #[serde(borrow)]
+    pub id: Cow<'a, str>,
+    #[serde(borrow)]
+    argument_defaults: &'a RawValue,
+    #[serde(borrow)]
+    backend: &'a RawValue,
+}
+
+impl ToolEntry<'_> {
+    /// [`Tool::argument_defaults`].
+    pub fn argument_defaults(&self) -> serde_json::Result<serde_json::Map<String, Value>> {
+        serde_json::from_str(self.argument_defaults.get())
+    }
+
+    /// [`Tool::backend`].
+    pub fn backend(&self) -> serde_json::Result<Backend> {
+        serde_json::from_str(self.backend.get())
+    }
 }
 
 /// One tool.
@@ -401,7 +447,7 @@ mod tests {
 
     #[test]
     fn a_plan_round_trips_through_json() {
-        let plan = Plan {
+        let mut plan = Plan {
             format: FORMAT,
             slug: "github-file".into(),
             namespace: "engineering".into(),
@@ -413,16 +459,16 @@ mod tests {
             webhooks: false,
             secret_keys: vec!["github.token".into()],
             argument_defaults: serde_json::Map::from_iter([("branch".into(), "main".into())]),
-            config_defaults: serde_json::Map::new(),
+            config_defaults: serde_json::Map::from_iter([("owner".into(), "octo".into())]),
             binding_parameters: vec![],
             required_config: vec![],
-            github_installation_key: None,
+            github_installation_key: Some("installation_id".into()),
             tools: vec![Tool {
                 id: "engineering.read_file".into(),
                 description: "Reads".into(),
                 input_schema: RawValue::from_string("{}".into()).unwrap(),
                 annotations: Annotations::default(),
-                argument_defaults: serde_json::Map::new(),
+                argument_defaults: serde_json::Map::from_iter([("ref".into(), "main".into())]),
                 backend: Backend::Http(HttpRequest {
                     method: "GET".into(),
                     url: vec![
@@ -450,9 +496,32 @@ mod tests {
             }],
             events: vec![],
         };
+        let mut ask = plan.tools[0].clone();
+        ask.id = "engineering.ask".into();
+        ask.argument_defaults = serde_json::Map::new();
+        ask.backend = Backend::Mcp(McpCall {
+            url: vec![Segment::Literal("https://mcp.example.com/mcp".into())],
+            headers: vec![],
+            tool: "ask".into(),
+            forward: None,
+        });
+        plan.tools.push(ask);
         let json = serde_json::to_string(&plan).unwrap();
         let back: Plan = serde_json::from_str(&json).unwrap();
         assert_eq!(serde_json::to_string(&back).unwrap(), json);
         assert!(json.contains("\"github_token\""), "{json}");
+
+        // What a call reads of it is the same, each tool's backend once asked for.
+        let call: CallPlan = serde_json::from_str(&json).unwrap();
+        assert_eq!(call.slug, plan.slug);
+        assert_eq!(call.secret_keys, plan.secret_keys);
+        assert_eq!(call.config_defaults, plan.config_defaults);
+        assert_eq!(call.github_installation_key, plan.github_installation_key);
+        assert_eq!(call.tools.len(), plan.tools.len());
+        for (entry, tool) in call.tools.iter().zip(&plan.tools) {
+            assert_eq!(entry.id, tool.id);
+            assert_eq!(entry.backend().unwrap(), tool.backend);
+            assert_eq!(entry.argument_defaults().unwrap(), tool.argument_defaults);
+        }
     }
 }
