@@ -37,7 +37,7 @@ pub fn payload_of(body: &[u8]) -> Result<Value, String> {
 }
 
 /// Every event's message for the webhook `body`.
-pub fn translate(plan: &Plan, body: &[u8]) -> Result<Vec<Translated>, String> {
+pub fn translate<T>(plan: &Plan<T>, body: &[u8]) -> Result<Vec<Translated>, String> {
     let payload = payload_of(body)?;
     let empty = Map::new();
     let mut scope = Scope::new(&empty, &empty);
@@ -109,7 +109,7 @@ pub fn project(payload: &Value, paths: &[Vec<String>]) -> Value {
 /// Whether the message of kind `kind` with `payload` reaches the binding with `config`.
 /// Anything unexpected (an unknown kind, a payload that is not ours, a filter that fails
 /// to evaluate or does not yield a bool) is a no: fail closed.
-pub fn accept(plan: &Plan, config: &Map<String, Value>, kind: &str, payload: &str) -> bool {
+pub fn accept<T>(plan: &Plan<T>, config: &Map<String, Value>, kind: &str, payload: &str) -> bool {
     let Some(event) = plan.events.iter().find(|e| e.name == kind) else {
         return false;
     };
@@ -130,7 +130,7 @@ pub fn accept(plan: &Plan, config: &Map<String, Value>, kind: &str, payload: &st
 }
 
 /// `parameters` as a filter sees them: argument defaults, then the binding's parameters.
-fn filter_parameters(plan: &Plan, config: &Map<String, Value>) -> Map<String, Value> {
+fn filter_parameters<T>(plan: &Plan<T>, config: &Map<String, Value>) -> Map<String, Value> {
     let mut parameters = plan.argument_defaults.clone();
     for key in &plan.binding_parameters {
         if let Some(value) = config.get(key).or_else(|| plan.config_defaults.get(key)) {

@@ -4,13 +4,13 @@ use connector_sdk::__private::{output_to_wit, tool_error_to_wit};
 use connector_sdk::bindings::spring::connector::types as wit;
 use connector_sdk::bindings::Guest;
 use connector_sdk::ToolError;
-use declarative_plan::{CallPlan, Plan};
+use declarative_plan::Plan;
 use serde_json::Value;
 
 use crate::call;
 use crate::redact::Redactor;
 use crate::render::Scope;
-use crate::{events, object, plan, read_plan, with_defaults};
+use crate::{events, object, plan, slot, unreadable, with_defaults};
 
 struct Interpreter;
 
@@ -50,19 +50,19 @@ fn call_tool(
     tool: &str,
     arguments: &str,
 ) -> Result<connector_sdk::ToolOutput, ToolError> {
-    let plan: CallPlan = read_plan().map_err(ToolError::Failed)?;
-    let Some(entry) = plan.tools.iter().find(|t| t.id == tool) else {
+    let slot = slot().map_err(ToolError::Failed)?;
+    let Some(spec) = slot.tool(tool) else {
         return Err(ToolError::Failed(format!(
             "connector `{}` has no tool `{tool}`",
-            plan.slug
+            slot.head.slug
         )));
     };
-    let unreadable = |e| ToolError::Failed(format!("the packed manifest is unreadable: {e}"));
-    let backend = entry.backend().map_err(unreadable)?;
+    let spec = spec.map_err(|e| ToolError::Failed(unreadable(e)))?;
+    let plan = slot.head;
     let arguments = with_defaults(
         object(arguments)
             .map_err(|e| ToolError::InvalidArguments(format!("the arguments are {e}")))?,
-        &entry.argument_defaults().map_err(unreadable)?,
+        &spec.argument_defaults,
     );
     let config = with_defaults(
         object(&ctx.binding.config)
@@ -83,7 +83,7 @@ fn call_tool(
     scope.agent = ctx.agent.as_deref();
     scope.unit = Some(&ctx.binding.unit);
     scope.github_token = &mint;
-    let result = call::run(tool, &backend, &scope);
+    let result = call::run(tool, &spec.backend, &scope);
     if let Some(token) = scope.minted.borrow_mut().take() {
         redactor.add(token);
     }
@@ -103,7 +103,7 @@ impl Guest for Interpreter {
     }
 
     fn validate_binding(config: String) -> Result<Vec<String>, String> {
-        let plan = plan()?;
+        let plan = slot()?.head;
         let config = with_defaults(
             object(&config).map_err(|e| format!("the configuration is {e}"))?,
             &plan.config_defaults,
@@ -122,7 +122,7 @@ impl Guest for Interpreter {
     }
 
     fn translate_webhook(hook: wit::Webhook) -> Result<Vec<wit::Message>, String> {
-        let plan = plan()?;
+        let plan = slot()?.head;
         Ok(events::translate(&plan, &hook.body)?
             .into_iter()
             .map(|(kind, payload)| wit::Message {
@@ -135,10 +135,10 @@ impl Guest for Interpreter {
     }
 
     fn accepts_message(binding: wit::Binding, message: wit::Message) -> bool {
-        let (Ok(plan), Ok(config)) = (plan(), object(&binding.config)) else {
+        let (Ok(slot), Ok(config)) = (slot(), object(&binding.config)) else {
             return false;
         };
-        events::accept(&plan, &config, &message.kind, &message.payload)
+        events::accept(&slot.head, &config, &message.kind, &message.payload)
     }
 
     fn runtime_context(_binding: wit::Binding) -> Result<wit::AgentContext, String> {

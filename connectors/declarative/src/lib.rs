@@ -16,8 +16,7 @@ pub mod events;
 pub mod redact;
 pub mod render;
 
-use declarative_plan::{Plan, Slot, SLOT_CAPACITY, SLOT_FILL, SLOT_MAGIC};
-use serde::Deserialize;
+use declarative_plan::{Plan, Slot, SlotPlan, SLOT_CAPACITY, SLOT_FILL, SLOT_MAGIC};
 use serde_json::{Map, Value};
 
 /// Where `pack` puts the plan. Only its initialiser mentions the magic.
@@ -27,7 +26,8 @@ static SLOT: Slot = Slot {
     data: [SLOT_FILL; SLOT_CAPACITY],
 };
 
-/// The plan's JSON as written by `pack`, or `None` when nothing was packed.
+/// The plan as written by `pack` ([`declarative_plan::encode`]), or `None` when nothing was
+/// packed.
 pub fn plan_bytes() -> Option<&'static [u8]> {
     // The optimiser knows the initialiser; `black_box` makes it read the packed bytes.
     let slot: &'static Slot = std::hint::black_box(&SLOT);
@@ -35,20 +35,24 @@ pub fn plan_bytes() -> Option<&'static [u8]> {
     (len > 0 && len <= SLOT_CAPACITY).then(|| &slot.data[..len])
 }
 
-/// The packed plan.
-pub fn plan() -> Result<Plan, String> {
-    read_plan()
-}
-
-/// The packed plan as `T` reads it: the whole [`Plan`], or the part one export needs
-/// (a [`declarative_plan::CallPlan`]).
-pub fn read_plan<T: Deserialize<'static>>() -> Result<T, String> {
+/// The packed plan as a call reads it: its head built, each tool read when asked for.
+pub fn slot() -> Result<SlotPlan<'static>, String> {
     let bytes = plan_bytes().ok_or_else(|| {
         "this is the unpacked declarative interpreter: pack a manifest into it with \
          `connector-host pack TOOL.yaml -o TOOL.wasm`"
             .to_owned()
     })?;
-    serde_json::from_slice(bytes).map_err(|e| format!("the packed manifest is unreadable: {e}"))
+    SlotPlan::read(bytes).map_err(unreadable)
+}
+
+/// The whole packed plan, every tool read.
+pub fn plan() -> Result<Plan, String> {
+    slot()?.into_plan().map_err(unreadable)
+}
+
+/// Why the packed plan could not be read.
+pub fn unreadable(e: serde_json::Error) -> String {
+    format!("the packed manifest is unreadable: {e}")
 }
 
 /// A JSON object from a JSON document (`{}` when it is not an object).
@@ -77,7 +81,7 @@ pub fn with_defaults(
 /// a request needs, secret values long enough to redact ([`redact::MIN_SECRET_BYTES`]),
 /// and a usable installation id when the tool mints GitHub tokens.
 /// Returns the routing keys.
-pub fn bind(plan: &Plan, config: &Map<String, Value>) -> Result<Vec<String>, String> {
+pub fn bind<T>(plan: &Plan<T>, config: &Map<String, Value>) -> Result<Vec<String>, String> {
     let missing: Vec<&str> = plan
         .required_config
         .iter()

@@ -120,20 +120,18 @@ pub fn pack_str(
             return Err(problems.into_error());
         }
     };
-    let serialise = |plan: &Plan| {
-        serde_json::to_vec(plan).map_err(|e| {
-            PackError::whole(
-                PackErrorKind::Build,
-                file_name,
-                format!("could not serialise the plan: {e}"),
-            )
-        })
+    let unserialisable = |e: serde_json::Error| {
+        PackError::whole(
+            PackErrorKind::Build,
+            file_name,
+            format!("could not serialise the plan: {e}"),
+        )
     };
     if options.version.is_none() {
-        plan.version = default_version(&serialise(&plan)?);
+        plan.version = default_version(&serde_json::to_vec(&plan).map_err(unserialisable)?);
     }
-    let json = serialise(&plan)?;
-    let component = declarative_plan::embed(connector_bundled::DECLARATIVE_INTERPRETER, &json)
+    let slot = declarative_plan::encode(&plan).map_err(unserialisable)?;
+    let component = declarative_plan::embed(connector_bundled::DECLARATIVE_INTERPRETER, &slot)
         .map_err(|e| PackError::whole(PackErrorKind::Build, file_name, e.to_string()))?;
     Ok(Packed {
         component,

@@ -1177,8 +1177,9 @@ events:
 
 /// The plan in a packed component's slot.
 pub(crate) fn slot_plan(component: &[u8]) -> Value {
-    let plan = declarative_plan::embedded(component).expect("the component has a filled slot");
-    serde_json::from_slice(plan).expect("the slot holds JSON")
+    let slot = declarative_plan::embedded(component).expect("the component has a filled slot");
+    let plan = declarative_plan::decode(slot).expect("the slot holds a plan");
+    serde_json::to_value(plan).expect("a plan is JSON")
 }
 
 #[test]

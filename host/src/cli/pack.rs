@@ -252,8 +252,9 @@ mod tests {
     const GITHUB_FILE: &str = include_str!("../../pack/fixtures/github.yaml");
 
     fn slot_plan(component: &[u8]) -> serde_json::Value {
-        let plan = declarative_plan::embedded(component).expect("the component has a filled slot");
-        serde_json::from_slice(plan).expect("the slot holds JSON")
+        let slot = declarative_plan::embedded(component).expect("the component has a filled slot");
+        let plan = declarative_plan::decode(slot).expect("the slot holds a plan");
+        serde_json::to_value(plan).expect("a plan is JSON")
     }
 
     #[test]
