@@ -361,18 +361,55 @@ impl ChainCheck {
 }
 
 /// `t` as an audit record's time: UTC, `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+///
+/// Written digit by digit rather than with `format!`: every record is dated, a tool call's
+/// on the serving thread, and the formatting machinery cost several times as much.
 pub fn audit_time(t: time::OffsetDateTime) -> String {
     let t = t.to_offset(time::UtcOffset::UTC);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        t.millisecond()
-    )
+    let (year, month, day) = t.to_calendar_date();
+    let (hour, minute, second, milli) = t.to_hms_milli();
+    let mut text = String::with_capacity(24);
+    // As `{:04}` writes a year: a sign takes one of the four places.
+    let year_width = if year < 0 {
+        text.push('-');
+        3
+    } else {
+        4
+    };
+    push_padded(&mut text, year.unsigned_abs(), year_width);
+    text.push('-');
+    push_padded(&mut text, u8::from(month).into(), 2);
+    text.push('-');
+    push_padded(&mut text, day.into(), 2);
+    text.push('T');
+    push_padded(&mut text, hour.into(), 2);
+    text.push(':');
+    push_padded(&mut text, minute.into(), 2);
+    text.push(':');
+    push_padded(&mut text, second.into(), 2);
+    text.push('.');
+    push_padded(&mut text, milli.into(), 3);
+    text.push('Z');
+    text
+}
+
+/// Appends `value` in decimal, zero-padded to at least `width` digits.
+fn push_padded(text: &mut String, value: u32, width: usize) {
+    let mut digits = [0u8; 10];
+    let mut start = digits.len();
+    let mut rest = value;
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    for _ in digits.len() - start..width {
+        text.push('0');
+    }
+    text.extend(digits[start..].iter().map(|d| char::from(*d)));
 }
 
 /// Now, as an audit record's time.
@@ -574,5 +611,48 @@ mod tests {
         let later = early + time::Duration::milliseconds(5);
         assert_eq!(audit_time(early), "2023-11-14T22:13:20.000Z");
         assert!(audit_time(early) < audit_time(later));
+    }
+
+    #[test]
+    fn audit_times_read_as_their_format_string_writes_them() {
+        let by_format = |t: time::OffsetDateTime| {
+            let t = t.to_offset(time::UtcOffset::UTC);
+            format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+                t.year(),
+                u8::from(t.month()),
+                t.day(),
+                t.hour(),
+                t.minute(),
+                t.second(),
+                t.millisecond()
+            )
+        };
+        let at = |year: i32, month: u8, day: u8, hour: u8, milli: u16| {
+            let month = time::Month::try_from(month).expect("month");
+            let date = time::Date::from_calendar_date(year, month, day).expect("date");
+            let time = time::Time::from_hms_milli(hour, 59, 58, milli).expect("time");
+            time::PrimitiveDateTime::new(date, time).assume_utc()
+        };
+        let offset = time::UtcOffset::from_hms(5, 30, 0).expect("offset");
+        let mut times = vec![
+            time::OffsetDateTime::UNIX_EPOCH,
+            at(0, 1, 1, 0, 0),
+            at(9, 2, 3, 4, 7),
+            at(999, 12, 31, 23, 999),
+            at(9999, 12, 31, 23, 999),
+            at(-1, 6, 15, 12, 0),
+            at(-999, 6, 15, 12, 10),
+            at(2026, 3, 1, 1, 500).to_offset(offset),
+        ];
+        // Every field width, in a spread of ordinary times.
+        let mut t = at(2023, 11, 14, 22, 0);
+        for step in 0..2000 {
+            t += time::Duration::milliseconds(7 * step + 1) + time::Duration::hours(13);
+            times.push(t);
+        }
+        for t in times {
+            assert_eq!(audit_time(t), by_format(t), "{t}");
+        }
     }
 }
