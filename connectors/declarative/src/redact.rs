@@ -451,7 +451,7 @@ impl Needles {
         if let Some(built) = self.automaton.get() {
             return built.as_ref();
         }
-        let extra = self.extra_passes.get() + len * (self.each.len() - 1);
+        let extra = self.extra_passes.get() + len * self.each.len().saturating_sub(1);
         self.extra_passes.set(extra);
         if extra < AUTOMATON_AFTER_BYTES {
             return None;
