@@ -248,6 +248,12 @@ impl Host {
         self.parts.replicas.refresh().await
     }
 
+    /// The state version this host's memory reflects: a database whose state version
+    /// is still this one holds nothing [`Host::refresh`] would catch up with.
+    pub fn applied_state_version(&self) -> i64 {
+        self.parts.replicas.applied()
+    }
+
     /// Whether other processes write this host's database (a shared store, or a tool
     /// server beside the process that writes it): only then does [`Host::refresh`] have
     /// anything to do.

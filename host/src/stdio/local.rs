@@ -29,8 +29,11 @@
 //! message, the largest part of a call's cost here. So a `CommitWatch` asks first, on
 //! the event loop, whether anyone committed to the file at all since the last completed
 //! check (`PRAGMA data_version` on a read-only connection of its own: a few microseconds,
-//! exact, not a guess from file times); only then does the full check run. Between
-//! commits, which is nearly always, a message costs no hand-over.
+//! exact, not a guess from file times), and if so, whether the file's state version has
+//! moved past the one this host's memory reflects (one row). Only then does the full
+//! check run. Most commits are not state changes: every tool call commits its audit
+//! record, so without the second question every message after a call would pay the
+//! hand-overs. A message costs none unless the state changed.
 //!
 //! # Cost
 //!
@@ -67,6 +70,7 @@ use connector_core::host::Host;
 use connector_http::mcp::jsonrpc::{INTERNAL_ERROR, NOT_FOUND};
 use connector_model::error::ErrorCode;
 use connector_model::ids::AgentId;
+use connector_store::sqlite::FileWatch;
 
 /// How long a minted token is valid (the most a host issues).
 const TOKEN_TTL_SECONDS: u64 = 30 * 24 * 3600;
@@ -181,16 +185,23 @@ impl Local {
 
     /// Makes every change committed before this call visible to the host in this
     /// process ([`Host::refresh`]), skipping the full check when the SQLite file has had
-    /// no commit since the last one completed.
+    /// no commit since the last one completed, or none that moved its state version.
     async fn catch_up(&self) -> connector_model::error::HostResult<()> {
         let Some(watch) = &self.watch else {
             return self.host.refresh().await;
         };
-        let version = watch.version();
+        let version = watch.file.commits();
         if version.is_some() && version == *watch.checked.lock() {
             return Ok(());
         }
-        self.host.refresh().await?;
+        // Something was committed. Read after `version`, a state version equal to the
+        // one in memory means none of it (audit records, deliveries, messages) changed
+        // the state.
+        let unchanged = version.is_some()
+            && watch.file.state_version() == Some(self.host.applied_state_version());
+        if !unchanged {
+            self.host.refresh().await?;
+        }
         if let Some(version) = version {
             // The check started after `version` was read, so it covers every commit
             // that `version` counts.
@@ -309,11 +320,10 @@ pub fn sqlite_file(config: &HostConfig) -> Option<std::path::PathBuf> {
         .then(|| std::path::PathBuf::from(path))
 }
 
-/// Watches an SQLite file for commits by any connection: `PRAGMA data_version` on a
-/// connection of its own grows whenever another connection (any process, the host in
-/// this one included) committed since that connection last asked.
+/// Watches an SQLite file for commits by any connection, this process's own writer
+/// included ([`FileWatch`]), and remembers up to which it has checked.
 struct CommitWatch {
-    conn: Mutex<rusqlite::Connection>,
+    file: FileWatch,
     /// The newest `data_version` a completed full check began after.
     checked: Mutex<Option<i64>>,
 }
@@ -322,20 +332,9 @@ impl CommitWatch {
     /// A read-only connection to `file`; `None` (every message runs the full check) when
     /// it cannot be had.
     fn open(file: &std::path::Path) -> Option<CommitWatch> {
-        use rusqlite::OpenFlags;
-        let conn = rusqlite::Connection::open_with_flags(
-            file,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .and_then(|conn| {
-            // A reader never waits on a writer in WAL mode; this only bounds the rare
-            // wait for a WAL index being rebuilt.
-            conn.busy_timeout(Duration::from_millis(100))?;
-            Ok(conn)
-        });
-        match conn {
-            Ok(conn) => Some(CommitWatch {
-                conn: Mutex::new(conn),
+        match FileWatch::open(file) {
+            Ok(file) => Some(CommitWatch {
+                file,
                 checked: Mutex::new(None),
             }),
             Err(e) => {
@@ -343,13 +342,5 @@ impl CommitWatch {
                 None
             }
         }
-    }
-
-    /// The current `data_version`, or `None` when it cannot be read (then the caller
-    /// runs the full check).
-    fn version(&self) -> Option<i64> {
-        let conn = self.conn.lock();
-        let mut statement = conn.prepare_cached("PRAGMA data_version").ok()?;
-        statement.query_row([], |row| row.get(0)).ok()
     }
 }

@@ -136,6 +136,12 @@ impl ReplicaSync {
         self.follow
     }
 
+    /// The state version the in-memory state reflects: every change up to it is
+    /// visible, so a store still at this version holds nothing to catch up with.
+    pub(crate) fn applied(&self) -> i64 {
+        self.applied.load(Ordering::SeqCst)
+    }
+
     /// This replica's id (see `<data_dir>/replica-id`).
     pub(crate) fn id(&self) -> &str {
         &self.id

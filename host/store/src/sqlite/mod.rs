@@ -62,7 +62,10 @@
 
 mod audit;
 mod checkpoint;
+mod watch;
 mod writer;
+
+pub use watch::FileWatch;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
