@@ -506,6 +506,57 @@ async fn the_local_process_leaves_the_database_alone() {
     );
 }
 
+/// Each call the local process answers has its audit record committed by then, in the
+/// one chain `serve` appends to beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_local_call_is_answered_after_its_record_is_in_the_chain() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(dir.path(), &[]).await;
+    prepare(&server).await;
+    let records = |query: &'static str| {
+        let url = format!("{}/api/v1/audit{query}", server.url);
+        async move {
+            let answer: Value = reqwest::Client::new()
+                .get(url)
+                .bearer_auth(OPERATOR_TOKEN)
+                .send()
+                .await
+                .expect("GET /audit")
+                .json()
+                .await
+                .expect("JSON answer");
+            answer
+        }
+    };
+    let calls = |page: &Value| page["records"].as_array().map_or(0, Vec::len);
+    let query = "?action=tool.call&actorKind=agent&actorId=ada";
+    let before = calls(&records(query).await);
+
+    let mut local = StdioServer::local(dir.path(), "ada");
+    local.initialize("2025-11-25").await;
+    for round in 1..=3 {
+        let call = local
+            .rpc(
+                "tools/call",
+                json!({"name": "acme.echo", "arguments": {"message": "hi"}}),
+            )
+            .await;
+        assert_eq!(call["result"]["isError"], false, "{call}");
+        // Read through `serve` the moment the answer is out: the record is there.
+        let page = records(query).await;
+        assert_eq!(calls(&page), before + round, "round {round}: {page}");
+        let last = &page["records"][before + round - 1];
+        assert_eq!(last["target"], "tool:acme.echo", "{last}");
+        assert_eq!(last["outcome"], "ok", "{last}");
+        // `serve` appends to the same chain between the local process's records.
+        let unit = format!("/api/v1/units/round-{round}");
+        operator(&server, Method::PUT, &unit, Some(json!({}))).await;
+    }
+    local.finish().await;
+    let verdict = records("/verify").await;
+    assert_eq!(verdict["ok"], true, "{verdict}");
+}
+
 /// The bridge keeps working with `--url` (and is still the default without --local).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bridge_still_answers_with_a_url() {

@@ -99,7 +99,11 @@ impl Host {
         if config.operator_token.is_none() {
             config.operator_token = Some(crate::auth::random_secret(32));
         }
-        let store = open_store(&config).await?;
+        // It serves one client: its writes (the records of its tool calls) commit on the
+        // calling thread rather than through a writer thread and back.
+        let store =
+            crate::startup::open_store_with(&config, connector_store::sqlite::Writes::OnCaller)
+                .await?;
         let (parts, _) = Parts::open(config, store, Role::ToolServer).await?;
         Ok(Host {
             parts,

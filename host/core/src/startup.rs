@@ -24,6 +24,7 @@ use connector_model::audit::{target, Actor};
 use connector_model::error::{ErrorCode, HostResult};
 use connector_model::records::Snapshot;
 use connector_runtime::{ConnectorRuntime, RuntimeOptions};
+use connector_store::sqlite::Writes;
 use connector_store::Store;
 
 /// What `Host::open` reports about start-up.
@@ -38,11 +39,19 @@ pub struct StartupReport {
 /// otherwise SQLite ([`connector_store::open_store`]). Error messages never repeat the
 /// URL (it may carry a password).
 pub async fn open_store(config: &HostConfig) -> anyhow::Result<Arc<dyn Store>> {
+    open_store_with(config, Writes::Grouped).await
+}
+
+/// As [`open_store`], with an SQLite file's writes run as `writes` says.
+pub(crate) async fn open_store_with(
+    config: &HostConfig,
+    writes: Writes,
+) -> anyhow::Result<Arc<dyn Store>> {
     let url = config.database_url();
     let opened = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         open_postgres(&url).await
     } else {
-        tokio::task::spawn_blocking(move || connector_store::open_store(&url))
+        tokio::task::spawn_blocking(move || connector_store::open_store_with(&url, writes))
             .await
             .map_err(|e| {
                 connector_store::StoreError::Unavailable(format!(

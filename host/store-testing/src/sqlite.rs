@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use connector_store::sqlite::SqliteStore;
+use connector_store::sqlite::{SqliteStore, Writes};
 use connector_store::Store;
 
 use crate::faults::{inject_sqlite, Fault};
@@ -13,13 +13,21 @@ use crate::StoreFactory;
 /// Handles on one SQLite file in a temporary directory (removed when dropped).
 pub struct SqliteFactory {
     dir: tempfile::TempDir,
+    writes: Writes,
 }
 
 impl SqliteFactory {
     /// A factory with a new empty database.
     pub fn new() -> Self {
+        Self::writing(Writes::Grouped)
+    }
+
+    /// A factory with a new empty database whose handles run their writes as `writes`
+    /// says.
+    pub fn writing(writes: Writes) -> Self {
         Self {
             dir: tempfile::tempdir().unwrap_or_else(|e| panic!("a temporary directory: {e}")),
+            writes,
         }
     }
 
@@ -39,7 +47,7 @@ impl Default for SqliteFactory {
 impl StoreFactory for SqliteFactory {
     async fn open(&self) -> Arc<dyn Store> {
         Arc::new(
-            SqliteStore::open(&self.path())
+            SqliteStore::open_with(&self.path(), self.writes)
                 .unwrap_or_else(|e| panic!("opening {}: {e}", self.path().display())),
         )
     }

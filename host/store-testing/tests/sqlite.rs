@@ -4,6 +4,15 @@ use connector_store_testing::sqlite::SqliteFactory;
 
 connector_store_testing::store_conformance_tests!(SqliteFactory::new());
 
+/// The same cases with every write committed on the caller's thread, as a process
+/// serving one client (`connector-host mcp --local`) writes.
+mod writes_on_caller {
+    use connector_store::sqlite::Writes;
+    use connector_store_testing::sqlite::SqliteFactory;
+
+    connector_store_testing::store_conformance_tests!(SqliteFactory::writing(Writes::OnCaller));
+}
+
 /// SQLite's own rows, checked through a second connection on the file (as an operator's
 /// `sqlite3` would see them), never through the store's.
 mod rows {

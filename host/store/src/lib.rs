@@ -773,6 +773,15 @@ impl<
 /// [`StoreError::Unavailable`]; the message names only the scheme, never the whole URL
 /// (a URL may carry credentials). Blocking: call it at start-up.
 pub fn open_store(url: &str) -> StoreResult<std::sync::Arc<dyn Store>> {
+    open_store_with(url, sqlite::Writes::Grouped)
+}
+
+/// As [`open_store`], with a database file's writes run as `writes` says (an in-memory
+/// database's always go to a writer thread).
+pub fn open_store_with(
+    url: &str,
+    writes: sqlite::Writes,
+) -> StoreResult<std::sync::Arc<dyn Store>> {
     let Some(rest) = url.strip_prefix("sqlite:") else {
         let scheme = url.split_once(':').map_or("(none)", |(scheme, _)| scheme);
         return Err(StoreError::Unavailable(format!(
@@ -793,7 +802,7 @@ pub fn open_store(url: &str) -> StoreResult<std::sync::Arc<dyn Store>> {
     let store = if path == ":memory:" {
         sqlite::SqliteStore::open_in_memory()?
     } else {
-        sqlite::SqliteStore::open(std::path::Path::new(path))?
+        sqlite::SqliteStore::open_with(std::path::Path::new(path), writes)?
     };
     Ok(std::sync::Arc::new(store))
 }

@@ -334,6 +334,12 @@ impl SqliteStore {
             let _ = self.writer.send(job);
             return;
         };
+        // Gathering is for a writer thread woken at once; a writer on the caller's
+        // thread serves one client, whose records come one at a time.
+        if matches!(self.writer, super::writer::Writer::OnCaller { .. }) {
+            let _ = self.writer.send(job);
+            return;
+        }
         let writer = self.writer.clone();
         runtime.spawn(async move {
             let mut held = gathering.len();

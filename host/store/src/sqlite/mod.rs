@@ -66,11 +66,12 @@ mod watch;
 mod writer;
 
 pub use watch::FileWatch;
+pub use writer::Writes;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -393,8 +394,8 @@ pub(super) struct Inner {
 #[derive(Clone)]
 pub struct SqliteStore {
     pub(super) inner: Arc<Inner>,
-    /// The writer thread's queue ([`sqlite_writer`]); the thread ends with the last clone.
-    writer: mpsc::Sender<Job>,
+    /// The way to the writer ([`sqlite_writer`]); its thread ends with the last clone.
+    writer: writer::Writer,
     /// Audit records waiting for the writer
     /// ([`AuditStore::append_audit_entry`](crate::AuditStore::append_audit_entry)).
     audit_groups: Arc<AuditGroups>,
@@ -415,6 +416,12 @@ impl SqliteStore {
     ///
     /// Blocking: call it at start-up, or from `spawn_blocking`.
     pub fn open(path: &Path) -> StoreResult<Self> {
+        Self::open_with(path, Writes::Grouped)
+    }
+
+    /// As [`SqliteStore::open`], with its writes run as `writes` says (see
+    /// [`Writes`]).
+    pub fn open_with(path: &Path, writes: Writes) -> StoreResult<Self> {
         if let Some(parent) = path.parent() {
             if !parent.as_os_str().is_empty() {
                 std::fs::create_dir_all(parent).map_err(|e| {
@@ -428,7 +435,7 @@ impl SqliteStore {
         create_private_file(path)?;
         let ctx = format!("opening the database {}", path.display());
         let conn = Connection::open(path).map_err(|e| map_err(&ctx, e))?;
-        Self::init(conn, Some(path.to_path_buf()))
+        Self::init(conn, Some(path.to_path_buf()), writes)
     }
 
     /// A read-only connection to the database file at `path` (opened after the writer's,
@@ -447,7 +454,7 @@ impl SqliteStore {
     pub fn open_in_memory() -> StoreResult<Self> {
         let conn = Connection::open_in_memory()
             .map_err(|e| map_err("opening an in-memory database", e))?;
-        Self::init(conn, None)
+        Self::init(conn, None, Writes::Grouped)
     }
 
     /// The database file, `None` for an in-memory database.
@@ -455,7 +462,7 @@ impl SqliteStore {
         self.path.as_deref()
     }
 
-    fn init(mut conn: Connection, path: Option<PathBuf>) -> StoreResult<Self> {
+    fn init(mut conn: Connection, path: Option<PathBuf>, writes: Writes) -> StoreResult<Self> {
         configure(&conn, path.is_some())?;
         migrate(&mut conn)?;
         let checkpoints = match &path {
@@ -476,7 +483,7 @@ impl SqliteStore {
             commits: AtomicU64::new(0),
             writes: AtomicU64::new(0),
         });
-        let writer = writer::spawn(Arc::clone(&inner), checkpoints)?;
+        let writer = writer::Writer::start(Arc::clone(&inner), checkpoints, writes)?;
         Ok(Self {
             inner,
             writer,
@@ -535,7 +542,7 @@ impl SqliteStore {
         writer_answer(op, answer).await?
     }
 
-    /// Hands `job` (the write `op`) to the writer thread.
+    /// Hands `job` (the write `op`) to the writer.
     fn send(&self, op: &'static str, job: Job) -> StoreResult<()> {
         self.writer
             .send(job)

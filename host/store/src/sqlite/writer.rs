@@ -27,6 +27,12 @@
 //!   running it, in this group or a later one.
 //!
 //! The thread ends when the last handle of the store is dropped.
+//!
+//! A process that serves one client (`connector-host mcp --local`) has no concurrent
+//! writes to group, and there the two hand-overs to the writer thread and back cost more
+//! than the commit itself (each wakes a thread, often on an idle core). Its store runs
+//! each write on the caller's thread instead ([`Writes::OnCaller`]): the same groups, one
+//! at a time under the connection's lock, with the same guarantees.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -216,9 +222,70 @@ impl Job {
     }
 }
 
+/// Where a store's writes run (see the module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Writes {
+    /// On a thread of the store's own, which commits the writes waiting at one moment
+    /// together: for a process with many callers.
+    #[default]
+    Grouped,
+    /// On the thread that makes the write, one transaction at a time: for a process that
+    /// serves one client, where a hand-over to another thread costs more than a commit.
+    OnCaller,
+}
+
+/// The way to the writer: the queue of its thread, or the connection itself.
+#[derive(Clone)]
+pub(super) enum Writer {
+    Thread(mpsc::Sender<Job>),
+    OnCaller {
+        inner: Arc<Inner>,
+        checkpoints: Arc<parking_lot::Mutex<Option<Checkpoints>>>,
+    },
+}
+
+impl Writer {
+    /// The writer of `inner` that runs its writes as `writes` says; with
+    /// [`Writes::Grouped`] its thread ends with the last clone.
+    pub(super) fn start(
+        inner: Arc<Inner>,
+        checkpoints: Option<Checkpoints>,
+        writes: Writes,
+    ) -> StoreResult<Writer> {
+        Ok(match writes {
+            Writes::Grouped => Writer::Thread(spawn(inner, checkpoints)?),
+            Writes::OnCaller => Writer::OnCaller {
+                inner,
+                checkpoints: Arc::new(parking_lot::Mutex::new(checkpoints)),
+            },
+        })
+    }
+
+    /// Runs `job` in the writer's next group; `Err` hands it back when the writer thread
+    /// stopped. On the caller's thread it has run (and been answered) when this returns.
+    pub(super) fn send(&self, job: Job) -> Result<(), Job> {
+        match self {
+            Writer::Thread(queue) => queue.send(job).map_err(|e| e.0),
+            Writer::OnCaller { inner, checkpoints } => {
+                // One group at a time, and the log's checkpoint bookkeeping right after
+                // its commit, on this thread (where the log hook counted its frames).
+                let mut checkpoints = checkpoints.lock();
+                let mut carried = vec![job];
+                while !carried.is_empty() {
+                    carried = run_group(inner, carried);
+                    if let Some(checkpoints) = checkpoints.as_mut() {
+                        checkpoints.after_commit(&inner.conn);
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 /// Starts the writer thread for `inner`; jobs sent to the returned channel run in groups
 /// until every sender is dropped.
-pub(super) fn spawn(
+fn spawn(
     inner: Arc<Inner>,
     mut checkpoints: Option<Checkpoints>,
 ) -> StoreResult<mpsc::Sender<Job>> {
