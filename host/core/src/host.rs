@@ -92,15 +92,15 @@ impl Host {
     /// Opens a host that only serves tools beside a running `serve` on the same database
     /// (`connector-host mcp --local`): it writes nothing at start, starts no webhook work,
     /// and catches up with the other process's writes before each request, SQLite
-    /// included.
+    /// included. On SQLite its own writes (the records of its tool calls) commit on the
+    /// calling thread ([`Writes::OnCaller`](connector_store::sqlite::Writes::OnCaller)):
+    /// it serves one client.
     pub async fn open_tool_server(mut config: HostConfig) -> anyhow::Result<Host> {
         // It listens nowhere, so it accepts no operator token: one only it knows, rather
         // than reading (or creating) the server's `operator-token` file.
         if config.operator_token.is_none() {
             config.operator_token = Some(crate::auth::random_secret(32));
         }
-        // It serves one client: its writes (the records of its tool calls) commit on the
-        // calling thread rather than through a writer thread and back.
         let store =
             crate::startup::open_store_with(&config, connector_store::sqlite::Writes::OnCaller)
                 .await?;
