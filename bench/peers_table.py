@@ -252,6 +252,17 @@ def github_delivery_body():
     return json.dumps(event, separators=(",", ":"))
 
 
+def github_delivery(webhook_secret):
+    """A signed `issues` delivery to `POST /api/v1/webhooks/github`, a new id each request."""
+    body = github_delivery_body()
+    sig = hmac.new(webhook_secret.encode(), body.encode(), hashlib.sha256).hexdigest()
+    return Request("POST", "/api/v1/webhooks/github", {
+        "Content-Type": "application/json",
+        "X-GitHub-Event": "issues",
+        "X-GitHub-Delivery": "{seq}",
+        "X-Hub-Signature-256": f"sha256={sig}"}, body, expect='"accepted"', status=202)
+
+
 # ----- the servers ------------------------------------------------------------------------
 
 def start_host(exe, data, operator_token, webhook_secret):
@@ -478,15 +489,8 @@ def peers_rows(table, opts, target_dir, run):
         targets["healthz"] = Target("healthz", "this host, GET /healthz", host.base,
                                     Request("GET", "/healthz", {}, expect='"ok"'), rev)
         if "webhooks" not in opts.skip:
-            body = github_delivery_body()
-            sig = hmac.new(webhook_secret.encode(), body.encode(), hashlib.sha256).hexdigest()
             targets["webhooks"] = Target("webhooks", "this host, GitHub webhooks", host.base,
-                                         Request("POST", "/api/v1/webhooks/github", {
-                                             "Content-Type": "application/json",
-                                             "X-GitHub-Event": "issues",
-                                             "X-GitHub-Delivery": "{seq}",
-                                             "X-Hub-Signature-256": f"sha256={sig}"}, body,
-                                             expect='"accepted"', status=202), rev)
+                                         github_delivery(webhook_secret), rev)
 
         # ----- the peers -------------------------------------------------------------------
         def start(key, make):

@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""Where a stateless MCP `tools/call` spends this host's CPU, against `GET /healthz` (the HTTP
-floor of the same server), measured from outside with wrk and perf.
+"""Where a stateless MCP `tools/call` (or a durable signed webhook delivery) spends this host's
+CPU, against `GET /healthz` (the HTTP floor of the same server), measured from outside with
+wrk and perf.
 
     python3 bench/profile_mcp.py [--seconds 8] [--freq 499] [--out target/profile-mcp]
-                                 [--targets healthz,mcp,http]
+                                 [--targets healthz,mcp,http,webhooks]
+
+`webhooks` is bench/table.py's GitHub delivery (`issues`, signed, a new delivery id each
+request, one binding): docs/profile-webhooks.md.
 
 Needs the release binary (`cargo build --release -p connector-host`), wrk and perf (Debian
 `wrk`, `linux-perf`; bench/peers/setup.sh installs them). For each target it runs the server
@@ -20,13 +24,15 @@ the first frame that belongs to a component (COMPONENTS below, a regular express
 component over the symbol) decides. So a `memcpy` or an allocation made by serde_json counts
 as JSON, one made by the MCP layer counts as MCP, and generic std/core frames go to whoever
 called them. A sample inside the kernel counts as the sandbox's when the sandbox is on its
-user stack (its memory reset: madvise, page faults), else as network and scheduling; one
-whose innermost frame has no symbol is JIT-compiled guest code.
+user stack (its memory reset: madvise, page faults), as the store's when SQLite is (its log,
+checkpoint and sync writes), else as network and scheduling; one whose innermost frame has
+no symbol is JIT-compiled guest code.
 
 It prints, per component, the share of samples and the µs per request that share is (share x
 CPU per request) for each target side by side, then the difference MCP - healthz; then each
 target's top symbols by self time, and the allocator's self time (malloc, free, memcpy,
-memset: spread over every component above). The perf data stays under --out for
+memset: spread over every component above) and each thread's part (tokio's workers,
+SQLite's writer and checkpointer). The perf data stays under --out for
 `perf report -i FILE` by hand.
 """
 
@@ -46,11 +52,14 @@ COMPONENTS = [  # (component, regular expression on a frame's symbol), first mat
      r"connector_runtime|wit_bindgen|wasi|fiber"),
     ("schema checks (jsonschema)", r"jsonschema|referencing"),
     ("JSON (serde_json)", r"serde_json|serde::|serde_core"),
-    ("auth (agent token)", r"connector_(core|http)::auth|jsonwebtoken|hmac|sha2|subtle"),
+    ("auth and signatures (agent token, webhook HMAC)",
+     r"connector_(core|http)::auth|connector_core::webhooks::verify|jsonwebtoken|hmac|sha2|"
+     r"subtle"),
     ("MCP layer (connector_http::mcp, connector_mcp_protocol)",
      r"connector_http::mcp|connector_mcp_protocol"),
     ("audit log and store (SQLite)", r"connector_core::audit|connector_store|rusqlite|sqlite3"),
     ("spans (tracing, connector_trace)", r"tracing|connector_trace"),
+    ("webhook path (receive, route, reading budget)", r"connector_core::webhooks"),
     ("tool call path (dispatch, grants, registry, outputs)",
      r"connector_core::(dispatch|grants|state|directory|catalog|registry|host|capabilities|"
      r"replicas|listing)|connector_model"),
@@ -59,6 +68,8 @@ COMPONENTS = [  # (component, regular expression on a frame's symbol), first mat
     ("tokio runtime and I/O (tokio, mio)", r"tokio|mio::"),
 ]
 KERNEL_SANDBOX = "sandbox, in the kernel (memory reset: madvise, page faults)"
+KERNEL_STORE = "store, in the kernel (log and checkpoint writes, syncs)"
+STORE = r"connector_store|rusqlite|sqlite3"
 KERNEL = "kernel: network and scheduling"
 JIT = "sandbox: JIT-compiled guest code and trampolines (no symbols)"
 UNATTRIBUTED = "unattributed (no component on the stack)"
@@ -89,28 +100,38 @@ def top_symbols(data):
 
 
 def stacks(data):
-    """Every sample's stack as [(symbol, dso)], innermost frame first."""
-    out = subprocess.run(["perf", "script", "--no-inline", "-i", data, "-F", "ip,sym,dso"],
+    """Every sample as (thread name, [(symbol, dso)] innermost frame first)."""
+    out = subprocess.run(["perf", "script", "--no-inline", "-i", data, "-F", "comm,ip,sym,dso"],
                          capture_output=True, text=True, errors="replace").stdout
-    stack = []
+    thread, stack = None, []
     for line in out.splitlines():
-        line = line.strip()
-        if not line:
+        if not line.strip():
             if stack:
-                yield stack
-            stack = []
+                yield thread, stack
+            thread, stack = None, []
             continue
-        m = re.match(r"^[0-9a-f]+\s+(.*)\s+\(([^()]*)\)$", line)
+        m = re.match(r"^[0-9a-f]+\s+(.*)\s+\(([^()]*)\)$", line.strip())
         if m:
             stack.append((m.group(1), m.group(2)))
+        elif thread is None and not line[0].isspace():
+            thread = line.strip()
     if stack:
-        yield stack
+        yield thread, stack
+
+
+def thread_kind(name):
+    """A thread's name without its number (tokio's workers, SQLite's writer...)."""
+    return re.sub(r"[-_]?\d+$", "", name or "?")
 
 
 def component_of(stack):
     if stack and "kernel" in stack[0][1]:
         user = [sym for sym, dso in stack if "kernel" not in dso]
-        return KERNEL_SANDBOX if any(re.search(COMPONENTS[0][1], s) for s in user) else KERNEL
+        if any(re.search(COMPONENTS[0][1], s) for s in user):
+            return KERNEL_SANDBOX
+        if any(re.search(STORE, s) for s in user):
+            return KERNEL_STORE
+        return KERNEL
     if stack and stack[0][0] == "[unknown]":
         # Code perf has no symbol for: in this process, the guest's machine code (Cranelift
         # writes it to anonymous memory; healthz, which runs no guest, has none of it).
@@ -123,16 +144,19 @@ def component_of(stack):
 
 
 def attribute(data):
-    """({component: share %}, allocator self share %, samples)."""
-    counts, alloc, total = {}, 0, 0
-    for stack in stacks(data):
+    """({component: share %}, allocator self share %, samples, {thread kind: share %})."""
+    counts, threads, alloc, total = {}, {}, 0, 0
+    for thread, stack in stacks(data):
         total += 1
         c = component_of(stack)
         counts[c] = counts.get(c, 0) + 1
+        t = thread_kind(thread)
+        threads[t] = threads.get(t, 0) + 1
         if re.search(ALLOCATOR, stack[0][0]):
             alloc += 1
     total = max(total, 1)
-    return {c: n / total * 100 for c, n in counts.items()}, alloc / total * 100, total
+    return ({c: n / total * 100 for c, n in counts.items()}, alloc / total * 100, total,
+            {t: n / total * 100 for t, n in threads.items()})
 
 
 def main():
@@ -148,8 +172,8 @@ def main():
     exe = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(pt.ROOT, "target")),
                        "release", "connector-host")
     data = tempfile.mkdtemp(prefix="bench-profile-")
-    token = secrets.token_hex(16)
-    host = pt.start_host(exe, data, token, secrets.token_hex(16))
+    token, webhook_secret = secrets.token_hex(16), secrets.token_hex(16)
+    host = pt.start_host(exe, data, token, webhook_secret)
     try:
         agent = pt.host_setup(host.base, token)
         bearer = {"Authorization": f"Bearer {agent}"}
@@ -160,6 +184,7 @@ def main():
                                dict({"Content-Type": "application/json"}, **bearer),
                                '{"tool":"acme.echo","arguments":{"message":"hi"}}',
                                expect='{"result":{"message":"hi"}}'),
+            "webhooks": pt.github_delivery(webhook_secret),
         }
         results = {}
         for name in a.targets.split(","):
@@ -198,7 +223,8 @@ def main():
         header += f" | {names[1]} - {names[0]} µs"
     print(header + " |")
     print("|---" * (1 + 2 * len(names) + (1 if len(names) == 2 else 0)) + "|")
-    order = [c for c, _ in COMPONENTS] + [JIT, KERNEL_SANDBOX, KERNEL, UNATTRIBUTED]
+    order = [c for c, _ in COMPONENTS] + [JIT, KERNEL_SANDBOX, KERNEL_STORE, KERNEL,
+                                           UNATTRIBUTED]
     us = {n: {c: results[n][2][0].get(c, 0) / 100 * results[n][0] for c in order}
           for n in names}
     for c in order:
@@ -215,11 +241,14 @@ def main():
         cells.append(f"{results[names[1]][0] - results[names[0]][0]:+.1f}")
     print("| total | " + " | ".join(cells) + " |")
     for n in names:
-        per_request, r, (_, alloc, samples), top = results[n]
+        per_request, r, (_, alloc, samples, threads), top = results[n]
         print(f"\n## {n}: {r['rate']:,.0f}/s, p50 {r['p50_us'] / 1000:.2f} ms, server CPU "
               f"{per_request:.1f} µs per request; {samples} samples; allocator and memcpy "
               f"self time {alloc:.1f}% = {alloc / 100 * per_request:.1f} µs (inside the "
-              f"components above); top symbols (self):")
+              f"components above); by thread: " + ", ".join(
+                  f"{t} {p / 100 * per_request:.1f} µs"
+                  for t, p in sorted(threads.items(), key=lambda kv: -kv[1]))
+              + "; top symbols (self):")
         for p, sym in top[:20]:
             print(f"  {p:5.1f}%  {p / 100 * per_request:5.2f} µs  {sym[:120]}")
 

@@ -601,6 +601,16 @@ fn now_unix() -> i64 {
     time::OffsetDateTime::now_utc().unix_timestamp()
 }
 
+/// A new message id: `msg_`, the time in milliseconds as 12 hex digits, then 16 random
+/// characters (unique across replicas). Ids made later sort after earlier ones, so the
+/// inbox's unique index on the id grows at its end: a commit of many messages writes one
+/// index page, where random ids wrote a page per message (twice with SQLite, log and
+/// database file).
+fn message_id() -> String {
+    let ms = time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000;
+    format!("msg_{ms:012x}{}", crate::auth::random_secret(12))
+}
+
 /// The answer to a delivery that does not verify: `401 invalid_signature`, or `400` for a
 /// missing header the scheme requires.
 fn refusal(e: verify::VerifyError) -> HostError {
@@ -1133,7 +1143,7 @@ impl Webhooks {
                 }
                 messages.push(MessageRecord {
                     seq: 0,
-                    id: format!("msg_{}", crate::auth::random_secret(12)),
+                    id: message_id(),
                     unit_id: binding.unit_id.clone(),
                     connector: record.connector.clone(),
                     kind: message.kind.clone(),
@@ -1289,6 +1299,31 @@ mod tests {
             claimed_by: None,
             claim_until: 0,
         }
+    }
+
+    #[test]
+    fn message_ids_sort_by_when_they_were_made_and_never_repeat() {
+        let mut ids = Vec::new();
+        for _ in 0..50 {
+            ids.push(message_id());
+            // A new millisecond every few ids: ids of one millisecond differ only in
+            // their random part.
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        for id in &ids {
+            assert!(id.starts_with("msg_") && id.len() == 4 + 12 + 16, "{id}");
+        }
+        for pair in ids.windows(2) {
+            let (earlier, later) = (&pair[0][..16], &pair[1][..16]);
+            assert!(earlier <= later, "{} was made before {}", pair[0], pair[1]);
+        }
+        let first_ms = &ids[0][..16];
+        assert!(
+            ids.iter().any(|id| &id[..16] > first_ms),
+            "the time part moves on"
+        );
+        let distinct: std::collections::HashSet<_> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len());
     }
 
     #[test]

@@ -860,6 +860,14 @@ fn configure(conn: &Connection, file: bool) -> StoreResult<()> {
         .map_err(|e| map_err(ctx, e))?;
     conn.pragma_update(None, "foreign_keys", "ON")
         .map_err(|e| map_err(ctx, e))?;
+    // Each write of a group commit runs in a savepoint (see `writer`), which keeps the
+    // pages it changes in a sub-journal to roll back to. SQLite spills that to a
+    // temporary file past 64 KiB: under durable webhooks it wrote more bytes than the log
+    // itself. It only ever serves to undo a savepoint (the log alone recovers from a
+    // crash, and the file is deleted unsynced), so it stays in memory: at most the pages
+    // one group changes.
+    conn.pragma_update(None, "temp_store", "MEMORY")
+        .map_err(|e| map_err(ctx, e))?;
     Ok(())
 }
 
@@ -1848,6 +1856,20 @@ mod tests {
         assert_eq!(store.inner.own_versions.lock().count_in(0, 50), 10);
         store.changes_since(50).await.unwrap();
         assert!(store.inner.own_versions.lock().runs.is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_writer_keeps_savepoint_journals_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("host.db")).unwrap();
+        // 2 = MEMORY: the sub-journal of a group's savepoints never spills to a file.
+        let temp_store: i64 = store
+            .inner
+            .conn
+            .lock()
+            .pragma_query_value(None, "temp_store", |r| r.get(0))
+            .unwrap();
+        assert_eq!(temp_store, 2);
     }
 
     #[tokio::test]
