@@ -681,9 +681,9 @@ fn prune_changes(tx: &Connection, upto: i64) -> rusqlite::Result<usize> {
 }
 
 fn read_state_version(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.query_row("SELECT version FROM state_version WHERE id = 1", [], |r| {
-        r.get(0)
-    })
+    // Cached: a tool server beside `serve` reads it before most messages.
+    conn.prepare_cached("SELECT version FROM state_version WHERE id = 1")?
+        .query_row([], |r| r.get(0))
 }
 
 /// Every row `sql` selects with `params`, decoded by `decode` (see [`rows`]).
