@@ -97,6 +97,18 @@ impl StdioServer {
         }
     }
 
+    /// Calls `acme.echo` and checks that it answered without a tool error.
+    async fn echo(&mut self) -> Value {
+        let call = self
+            .rpc(
+                "tools/call",
+                json!({"name": "acme.echo", "arguments": {"message": "hi"}}),
+            )
+            .await;
+        assert_eq!(call["result"]["isError"], false, "{call}");
+        call
+    }
+
     /// A request at the stateless revision (no session; the revision in `_meta`).
     pub(crate) async fn stateless(&mut self, method: &str, mut params: Value) -> Value {
         params["_meta"] = json!({
@@ -489,13 +501,7 @@ async fn the_local_process_leaves_the_database_alone() {
 
     let mut local = StdioServer::local(dir.path(), "ada");
     local.initialize("2025-11-25").await;
-    let call = local
-        .rpc(
-            "tools/call",
-            json!({"name": "acme.echo", "arguments": {"message": "hi"}}),
-        )
-        .await;
-    assert_eq!(call["result"]["isError"], false, "{call}");
+    local.echo().await;
     local.finish().await;
 
     let after = store.changes_since(0).await.expect("state version").version;
@@ -535,13 +541,7 @@ async fn each_local_call_is_answered_after_its_record_is_in_the_chain() {
     let mut local = StdioServer::local(dir.path(), "ada");
     local.initialize("2025-11-25").await;
     for round in 1..=3 {
-        let call = local
-            .rpc(
-                "tools/call",
-                json!({"name": "acme.echo", "arguments": {"message": "hi"}}),
-            )
-            .await;
-        assert_eq!(call["result"]["isError"], false, "{call}");
+        local.echo().await;
         // Read through `serve` the moment the answer is out: the record is there.
         let page = records(query).await;
         assert_eq!(calls(&page), before + round, "round {round}: {page}");
