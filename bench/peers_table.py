@@ -219,11 +219,28 @@ def wrk(target, threads, conns, seconds, run_id):
     return r
 
 
+def stat_cpu(path):
+    """(name, CPU seconds: user + system) of a /proc `stat` file: a process's (all its
+    threads) or one thread's (/proc/PID/task/TID/stat)."""
+    with open(path) as f:
+        stat = f.read()
+    fields = stat.rsplit(")", 1)[1].split()
+    name = stat[stat.index("(") + 1:stat.rindex(")")]
+    return name, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid):
     """The CPU time (user + system, all threads) process pid has used so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return stat_cpu(f"/proc/{pid}/stat")[1]
+
+
+def loadavg():
+    """The machine's load averages (1, 5, 15 minutes), as text."""
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "unknown"
 
 
 def version_of_python_mcp(python):

@@ -80,12 +80,6 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def top_symbols(data):
     """(self share %, symbol) from `perf report`, highest first."""
     cmd = ["perf", "report", "-i", data, "--stdio", "--sort", "sym", "-g", "none",
@@ -191,9 +185,9 @@ def main():
             t = pt.Target(name, name, host.base, requests[name], "")
             t.request.send_once(host.base)
             pt.wrk(t, 2, 32, 2, f"warm-{name}")
-            before = cpu_seconds(host.proc.pid)
+            before = pt.cpu_seconds(host.proc.pid)
             r = pt.wrk(t, 2, 32, a.seconds, f"cpu-{name}")
-            cpu = cpu_seconds(host.proc.pid) - before
+            cpu = pt.cpu_seconds(host.proc.pid) - before
             per_request = cpu / max(r["requests"], 1) * 1e6
             log(f"[profile] {name}: {r['rate']:,.0f}/s, p50 {r['p50_us'] / 1000:.2f} ms, "
                 f"server CPU {per_request:.1f} µs per request ({cpu:.2f} s over "
@@ -217,7 +211,7 @@ def main():
     names = list(results)
     print(f"\n# bench/profile_mcp.py: server CPU per request by component, wrk -t2 -c32 "
           f"-d{a.seconds}s; perf cpu-clock {a.freq} Hz, dwarf call graphs; load average "
-          f"{pt_loadavg()}")
+          f"{pt.loadavg()}")
     header = "| component | " + " | ".join(f"{n} % | {n} µs" for n in names)
     if len(names) == 2:
         header += f" | {names[1]} - {names[0]} µs"
@@ -251,14 +245,6 @@ def main():
               + "; top symbols (self):")
         for p, sym in top[:20]:
             print(f"  {p:5.1f}%  {p / 100 * per_request:5.2f} µs  {sym[:120]}")
-
-
-def pt_loadavg():
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "unknown"
 
 
 def write_request(request):

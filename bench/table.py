@@ -114,14 +114,6 @@ def run(cmd, env=None, parse=True):
     return results
 
 
-def loadavg():
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "unknown"
-
-
 class Table:
     def __init__(self):
         self.rows = []
@@ -418,7 +410,7 @@ def main():
     peer_opts = argparse.Namespace(rounds=a.peer_rounds, seconds=a.peer_seconds,
                                    conns=a.conns, threads=2, wassette=a.wassette,
                                    stdio_n=a.stdio_calls, skip=skip_peer)
-    started, load_before = time.time(), loadavg()
+    started, load_before = time.time(), peers_table.loadavg()
     table = Table()
     parts = [("runtime", runtime_rows), ("http", http_rows), ("replicas", replicas_rows),
              ("stdio", lambda t: stdio_rows(t, os.path.join(ROOT, "bench"), a.rounds)),
@@ -433,7 +425,7 @@ def main():
         except (RuntimeError, OSError, KeyError, ValueError, subprocess.SubprocessError) as e:
             table.not_run(name, "-", f"{type(e).__name__}: {e}", name)
     print(f"\n# bench/table.py: {time.time() - started:.0f} s; load average {load_before} at "
-          f"start, {loadavg()} at the end; {os.cpu_count()} cores")
+          f"start, {peers_table.loadavg()} at the end; {os.cpu_count()} cores")
     table.print()
 
 

@@ -36,13 +36,9 @@ def thread_cpu(pid):
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                stat = f.read()
+            name, seconds = pt.stat_cpu(f"/proc/{pid}/task/{tid}/stat")
         except OSError:
             continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        fields = stat.rsplit(")", 1)[1].split()
-        seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         kind = "workers" if name.startswith("tokio") else name
         out[kind] = out.get(kind, 0) + seconds
     return out
@@ -87,11 +83,6 @@ def run_one(exe, seconds, conns):
         shutil.rmtree(data, ignore_errors=True)
 
 
-def loadavg():
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog=__doc__.split("\n\n", 1)[1],
@@ -104,7 +95,7 @@ def main():
     runs = {exe: [] for exe in a.exes}
     for round_no in range(1, a.rounds + 1):
         for exe in a.exes:
-            load = loadavg()
+            load = pt.loadavg()
             r = run_one(exe, a.seconds, a.conns)
             runs[exe].append(r)
             threads = " ".join(f"{k} {v:.0f}" for k, v in sorted(r["threads"].items())
@@ -114,7 +105,7 @@ def main():
                   f"{r['cpu']:.0f} µs/delivery ({threads}); written {r['kib']:.1f} "
                   f"KiB/delivery; {r['group']:.1f} writes/commit; load {load}", flush=True)
     print(f"# medians of {a.rounds} rounds, wrk -t2 -c{a.conns} -d{a.seconds}s; load average "
-          f"at the end {loadavg()}")
+          f"at the end {pt.loadavg()}")
     for exe, rs in runs.items():
         med = lambda k: statistics.median(r[k] for r in rs)  # noqa: E731
         print(f"{exe}: {med('rate'):,.0f}/s, p50 {med('p50'):.2f} ms, p99 {med('p99'):.2f} ms, "
