@@ -520,9 +520,9 @@ impl SqliteStore {
         self.transaction(op, Some(records.change), change).await
     }
 
-    /// Hands `f` to the writer thread, which runs it in a transaction with the other
-    /// writes waiting at that moment, and answers once that transaction has committed (or
-    /// failed). See [`sqlite_writer`].
+    /// Hands `f` to the writer, which runs it in a transaction with the other writes
+    /// waiting at that moment (on the caller's thread, alone: [`Writes::OnCaller`]), and
+    /// answers once that transaction has committed (or failed). See [`sqlite_writer`].
     async fn transaction<T, F>(
         &self,
         op: &'static str,
@@ -569,7 +569,7 @@ where
     }
 }
 
-/// What the writer thread answered for the write `op`.
+/// What the writer answered for the write `op`.
 async fn writer_answer<T>(
     op: &'static str,
     answer: tokio::sync::oneshot::Receiver<T>,

@@ -267,15 +267,11 @@ impl Writer {
         match self {
             Writer::Thread(queue) => queue.send(job).map_err(|e| e.0),
             Writer::OnCaller { inner, checkpoints } => {
-                // One group at a time, and the log's checkpoint bookkeeping right after
-                // its commit, on this thread (where the log hook counted its frames).
+                // One group at a time, under the lock of the checkpointer's bookkeeping.
                 let mut checkpoints = checkpoints.lock();
                 let mut carried = vec![job];
                 while !carried.is_empty() {
-                    carried = run_group(inner, carried);
-                    if let Some(checkpoints) = checkpoints.as_mut() {
-                        checkpoints.after_commit(&inner.conn);
-                    }
+                    carried = commit_group(inner, carried, &mut checkpoints);
                 }
                 Ok(())
             }
@@ -307,14 +303,22 @@ fn spawn(
                         Err(_) => break,
                     }
                 }
-                carried = run_group(&inner, std::mem::take(&mut carried));
-                if let Some(checkpoints) = &mut checkpoints {
-                    checkpoints.after_commit(&inner.conn);
-                }
+                carried = commit_group(&inner, std::mem::take(&mut carried), &mut checkpoints);
             }
         })
         .map_err(|e| StoreError::Unavailable(format!("cannot start the database writer: {e}")))?;
     Ok(send)
+}
+
+/// [`run_group`], then the checkpointer's bookkeeping for what it wrote to the log (on
+/// the thread that committed, where the log hook counted the frames); returns the jobs
+/// left for the next group.
+fn commit_group(inner: &Inner, jobs: Vec<Job>, checkpoints: &mut Option<Checkpoints>) -> Vec<Job> {
+    let left = run_group(inner, jobs);
+    if let Some(checkpoints) = checkpoints {
+        checkpoints.after_commit(&inner.conn);
+    }
+    left
 }
 
 /// Runs `jobs` in one transaction and answers them; returns the jobs it did not get to
