@@ -221,6 +221,33 @@ impl Browser {
             .unwrap_or_else(|e| panic!("click `{css}`: {e}"));
     }
 
+    /// Clicks `css`, a button that sends a form, and waits (up to 10 s) until the browser
+    /// has left the page it was on. A form answered by a redirect to its own address keeps
+    /// the path, so `wait_path` cannot tell the pages apart, and the old page's notice would
+    /// be read as the new one's before the server has even seen the form.
+    pub(crate) async fn submit(&self, css: &str) {
+        let page = self
+            .client
+            .find(Locator::Css("html"))
+            .await
+            .expect("the page's html element");
+        self.click(css).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match page.tag_name().await {
+                Err(e) if e.is_stale_element_reference() || e.is_no_such_element() => return,
+                Err(e) => panic!("after clicking `{css}`: {e}"),
+                Ok(_) => {}
+            }
+            assert!(
+                Instant::now() < deadline,
+                "clicking `{css}` left the browser on the page it was on:\n{}",
+                self.body_text().await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     pub(crate) async fn text(&self, css: &str) -> String {
         self.find(css).await.text().await.expect("text")
     }
@@ -1410,16 +1437,8 @@ async fn the_audit_view_filters_and_is_reached_from_a_units_history() {
     }
     b.shot("audit").await;
     b.fill("input[name=action]", "tool.call").await;
-    b.click("form.filters button[type=submit]").await;
-    // The filtered page has the same path: wait for its answer, not for the path.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let filtered = loop {
-        let text = b.body_text().await;
-        if text.contains("tool:acme.echo") || Instant::now() > deadline {
-            break text;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    b.submit("form.filters button[type=submit]").await;
+    let filtered = b.wait_text("tool:acme.echo").await;
     assert!(filtered.contains("tool:acme.echo"), "{filtered}");
     assert!(!filtered.contains("unit.put"), "{filtered}");
     b.shot("audit-filtered").await;

@@ -129,7 +129,7 @@ async fn a_unit_and_an_agent_are_edited_from_forms_holding_their_values() {
     b.shot("edit-unit-form").await;
     b.fill("#edit-unit-name", "Backend team").await;
     b.click("#edit-unit-parent option[value=ops]").await;
-    b.click("form.edit button[type=submit]").await;
+    b.submit("form.edit button[type=submit]").await;
     b.wait_path("/console/units/backend").await;
     let notice = b.text("p.notice.ok").await;
     assert!(notice.contains("updated"), "{notice}");
@@ -142,7 +142,7 @@ async fn a_unit_and_an_agent_are_edited_from_forms_holding_their_values() {
     );
     // Cleared, the name is gone; the parent stays as the form holds it.
     b.fill("#edit-unit-name", "").await;
-    b.click("form.edit button[type=submit]").await;
+    b.submit("form.edit button[type=submit]").await;
     b.wait_path("/console/units/backend").await;
     b.find("p.notice.ok").await;
     let (_, unit) = h.op(Method::GET, "/api/v1/units/backend", None).await;
@@ -159,7 +159,7 @@ async fn a_unit_and_an_agent_are_edited_from_forms_holding_their_values() {
     b.shot("edit-agent-form").await;
     b.fill("#edit-agent-units", "ops, eng").await;
     b.fill("#edit-agent-name", "Ada Lovelace").await;
-    b.click("form.edit button[type=submit]").await;
+    b.submit("form.edit button[type=submit]").await;
     b.wait_path("/console/agents/ada").await;
     let notice = b.text("p.notice.ok").await;
     assert!(notice.contains("updated"), "{notice}");
