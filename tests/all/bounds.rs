@@ -743,8 +743,21 @@ async fn a_flooding_agent_leaves_another_agents_calls_fast() {
     let baseline_p99 = percentile(&mut baseline, 0.99);
 
     let flood_started = Instant::now();
+    // Each flood call's own time, from its send to its answer: what the deadline bounds.
+    let slowest = Arc::new(std::sync::Mutex::new(Duration::ZERO));
     let flood: Vec<_> = (0..300)
-        .map(|_| tokio::spawn(h.call("flood", "hostile.spin")))
+        .map(|_| {
+            let call = h.call("flood", "hostile.spin");
+            let slowest = slowest.clone();
+            tokio::spawn(async move {
+                let sent = Instant::now();
+                let answer = call.await;
+                let took = sent.elapsed();
+                let mut slowest = slowest.lock().unwrap_or_else(|p| p.into_inner());
+                *slowest = (*slowest).max(took);
+                answer
+            })
+        })
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut latencies = Vec::new();
@@ -756,10 +769,11 @@ async fn a_flooding_agent_leaves_another_agents_calls_fast() {
     }
     let outcomes = outcomes(flood).await;
     let flood_took = flood_started.elapsed();
+    let slowest = *slowest.lock().unwrap_or_else(|p| p.into_inner());
     let samples = latencies.len();
     let p99 = percentile(&mut latencies, 0.99);
     let p50 = percentile(&mut latencies, 0.50);
-    eprintln!("echo during the flood: {samples} calls, p50 {p50:?}, p99 {p99:?} (before it: p99 {baseline_p99:?}); flood {outcomes:?} in {flood_took:?}");
+    eprintln!("echo during the flood: {samples} calls, p50 {p50:?}, p99 {p99:?} (before it: p99 {baseline_p99:?}); flood {outcomes:?} in {flood_took:?}, the slowest call {slowest:?}");
     assert!(samples >= 20, "only {samples} echo calls in 2.4 s");
     // Under 50 ms, or (on a machine busy with more than this test) within 5x what the
     // same calls took just before the flood.
@@ -774,9 +788,12 @@ async fn a_flooding_agent_leaves_another_agents_calls_fast() {
         Some(&300),
         "{outcomes:?}"
     );
+    // Measured per call, from its own send: the 300 calls' sends are spread over the
+    // time the client takes to open their connections, which on a loaded machine is
+    // not the host's to answer for.
     assert!(
-        flood_took < Duration::from_millis(4500),
-        "the flood took {flood_took:?}"
+        slowest < Duration::from_millis(4500),
+        "a flood call took {slowest:?} (the whole flood {flood_took:?})"
     );
 }
 
