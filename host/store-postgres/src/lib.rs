@@ -72,7 +72,7 @@ use connector_model::records::{
     rederive, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus, GrantRecord,
     MessageRecord, Snapshot,
 };
-use connector_store::audit_groups::{AuditGroups, Submitted};
+use connector_store::audit_groups::{AuditGroups, GroupRecords, Submitted};
 use connector_store::rows;
 use connector_store::{
     encode_json, subject_parts, ClaimScope, CommitCounts, StateCheck, StoreError, StoreResult,
@@ -329,19 +329,43 @@ async fn append_audit_committed(
 }
 
 /// Starts the task that commits the audit groups of
-/// [`AuditStore::append_audit_entry`](connector_store::AuditStore::append_audit_entry), one
-/// transaction at a time: a group takes the records that arrived while the one before it
-/// was committing. The task ends with the store.
+/// [`AuditStore::append_audit_entry`](connector_store::AuditStore::append_audit_entry), each
+/// in a transaction of its own ([`append_group_committed`]). The task ends with the store.
+///
+/// A group's transaction starts as soon as the group opens, and takes its records only
+/// once it holds the audit lock, that is once the group before it has committed: the
+/// group still gathers every record that arrived meanwhile, while its `BEGIN`, its
+/// connection and its lock request are already done. Only the lock's turn, the insert
+/// and the commit are left between two commits. At most two transactions are under way:
+/// a group opens only once the one before it has been taken.
 fn spawn_audit_groups(pool: Pool) -> mpsc::UnboundedSender<Submitted> {
     let (send, mut receive) = mpsc::unbounded_channel::<Submitted>();
     tokio::spawn(async move {
         while let Some(submitted) = receive.recv().await {
-            let entries = submitted.records().take();
-            let outcome = append_audit_committed(&pool, entries).await;
-            submitted.finish(outcome.map(drop));
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let outcome = append_group_committed(&pool, submitted.records()).await;
+                submitted.finish(outcome);
+            });
         }
     });
     send
+}
+
+/// Commits one audit group: begins, waits for the audit lock, and only then takes the
+/// group's records (closing it) and appends them.
+async fn append_group_committed(pool: &Pool, records: GroupRecords) -> StoreResult<()> {
+    let ctx = "append_audit";
+    let mut conn = pooled(pool, ctx).await?;
+    let tx = read_committed(&mut conn)
+        .await
+        .map_err(|e| map_err(ctx, e))?;
+    let head = lock_audit_head(&tx, ctx).await?;
+    let entries = records.take();
+    if !entries.is_empty() {
+        write_audit(&tx, ctx, head, entries).await?;
+    }
+    tx.commit().await.map_err(|e| map_err(ctx, e))
 }
 
 impl PostgresStore {
