@@ -12,9 +12,9 @@
 //! The protocol between callers and a store, all of it in [`AuditGroups::append`]:
 //! - The record joins the open group. The record that opens a group gets a
 //!   [`Submitted`], which the store hands to its writer; the writer takes the group's
-//!   records ([`GroupRecords::take`]) when it starts the transaction (closing the group:
-//!   later records open the next one) and calls [`Submitted::finish`] once the
-//!   transaction has committed or failed.
+//!   records ([`GroupRecords::take`]) once its transaction is ready to write them
+//!   (closing the group: later records open the next one) and calls
+//!   [`Submitted::finish`] once the transaction has committed or failed.
 //! - Every caller waits until its group has committed (or failed).
 //! - A [`Submitted`] dropped without being finished (a writer that stopped) fails its
 //!   group, so no caller waits forever and no record is kept in memory for a group that
