@@ -72,7 +72,7 @@ use connector_model::records::{
     rederive, BindingRecord, Claim, ConnectorRecord, DeliveryRecord, DeliveryStatus, GrantRecord,
     MessageRecord, Snapshot,
 };
-use connector_store::audit_groups::{AuditGroups, GroupRecords, Submitted};
+use connector_store::audit_groups::{AuditGroups, Submitted};
 use connector_store::rows;
 use connector_store::{
     encode_json, subject_parts, ClaimScope, CommitCounts, StateCheck, StoreError, StoreResult,
@@ -313,24 +313,31 @@ async fn pooled(pool: &Pool, op: &str) -> StoreResult<Conn> {
     })
 }
 
-/// Appends `entries` to the audit chain in a transaction of their own.
+/// Appends the entries `take` gives to the audit chain, in a transaction of their own:
+/// begins, waits for the audit lock, and only then calls `take` (an audit group closes
+/// there, see [`spawn_audit_groups`]); returns the sealed records.
 async fn append_audit_committed(
     pool: &Pool,
-    entries: Vec<AuditEntry>,
+    take: impl FnOnce() -> Vec<AuditEntry>,
 ) -> StoreResult<Vec<AuditRecord>> {
     let ctx = "append_audit";
     let mut conn = pooled(pool, ctx).await?;
     let tx = read_committed(&mut conn)
         .await
         .map_err(|e| map_err(ctx, e))?;
-    let sealed = append_audit(&tx, ctx, entries).await?;
+    let head = lock_audit_head(&tx, ctx).await?;
+    let entries = take();
+    let sealed = match entries.is_empty() {
+        true => Vec::new(),
+        false => write_audit(&tx, ctx, head, entries).await?,
+    };
     tx.commit().await.map_err(|e| map_err(ctx, e))?;
     Ok(sealed)
 }
 
 /// Starts the task that commits the audit groups of
 /// [`AuditStore::append_audit_entry`](connector_store::AuditStore::append_audit_entry), each
-/// in a transaction of its own ([`append_group_committed`]). The task ends with the store.
+/// in a transaction of its own ([`append_audit_committed`]). The task ends with the store.
 ///
 /// A group's transaction starts as soon as the group opens, and takes its records only
 /// once it holds the audit lock, that is once the group before it has committed: the
@@ -344,28 +351,13 @@ fn spawn_audit_groups(pool: Pool) -> mpsc::UnboundedSender<Submitted> {
         while let Some(submitted) = receive.recv().await {
             let pool = pool.clone();
             tokio::spawn(async move {
-                let outcome = append_group_committed(&pool, submitted.records()).await;
-                submitted.finish(outcome);
+                let records = submitted.records();
+                let outcome = append_audit_committed(&pool, || records.take()).await;
+                submitted.finish(outcome.map(drop));
             });
         }
     });
     send
-}
-
-/// Commits one audit group: begins, waits for the audit lock, and only then takes the
-/// group's records (closing it) and appends them.
-async fn append_group_committed(pool: &Pool, records: GroupRecords) -> StoreResult<()> {
-    let ctx = "append_audit";
-    let mut conn = pooled(pool, ctx).await?;
-    let tx = read_committed(&mut conn)
-        .await
-        .map_err(|e| map_err(ctx, e))?;
-    let head = lock_audit_head(&tx, ctx).await?;
-    let entries = records.take();
-    if !entries.is_empty() {
-        write_audit(&tx, ctx, head, entries).await?;
-    }
-    tx.commit().await.map_err(|e| map_err(ctx, e))
 }
 
 impl PostgresStore {
@@ -1663,7 +1655,10 @@ impl PostgresStore {
 #[async_trait]
 impl AuditStore for PostgresStore {
     async fn append_audit(&self, entries: Vec<AuditEntry>) -> StoreResult<Vec<AuditRecord>> {
-        append_audit_committed(&self.pool, entries).await
+        if entries.is_empty() {
+            return Ok(Vec::new());
+        }
+        append_audit_committed(&self.pool, || entries).await
     }
 
     async fn append_audit_entry(&self, entry: AuditEntry) -> StoreResult<()> {
